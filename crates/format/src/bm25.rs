@@ -1,0 +1,205 @@
+//! BM25 postings: `postings.rkyv`.
+//!
+//! Layout (one rkyv root, [`PostingsArchive`]): a sorted term dictionary, CSR-style offsets into
+//! parallel `docs`/`tfs` arrays (doc ids ascending within a term), and per-document lengths.
+//! Useful for: exact identifier and keyword hits, which dense vectors miss. Not useful for:
+//! paraphrases (that is the vector index's job).
+//!
+//! A document is a chunk; its terms are the tokens of its text, its path, and its symbol name
+//! and qualified name repeated [`NAME_BOOST`] times so symbol names weigh more.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use rkyv::{Archive, Deserialize, Serialize};
+use roaring::RoaringBitmap;
+
+use crate::{corrupt, text, Result};
+
+/// BM25 parameters.
+pub const K1: f32 = 1.2;
+pub const B: f32 = 0.75;
+/// How many times a chunk's symbol name counts.
+pub const NAME_BOOST: usize = 3;
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct PostingsArchive {
+    pub terms: Vec<String>,
+    pub offsets: Vec<u32>,
+    pub docs: Vec<u32>,
+    pub tfs: Vec<u32>,
+    pub doc_lens: Vec<u32>,
+    pub total_len: u64,
+}
+
+/// The fields of a chunk that feed its BM25 document.
+pub struct DocFields<'a> {
+    pub text: &'a str,
+    pub path: &'a str,
+    pub name: &'a str,
+    pub qualified: &'a str,
+}
+
+/// Builds the postings for documents `0..docs.len()`.
+pub fn build<'a>(docs: impl ExactSizeIterator<Item = DocFields<'a>>) -> PostingsArchive {
+    let n = docs.len();
+    let mut dict: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
+    let mut doc_lens = Vec::with_capacity(n);
+    let mut total_len = 0u64;
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for (id, d) in docs.enumerate() {
+        counts.clear();
+        let mut len = 0u32;
+        let mut add = |t: &str| {
+            len += 1;
+            *counts.entry(t.to_string()).or_insert(0) += 1;
+        };
+        text::for_each_token(d.text, &mut add);
+        text::for_each_token(d.path, &mut add);
+        for _ in 0..NAME_BOOST {
+            text::for_each_token(d.name, &mut add);
+            text::for_each_token(d.qualified, &mut add);
+        }
+        doc_lens.push(len);
+        total_len += u64::from(len);
+        for (t, tf) in counts.drain() {
+            dict.entry(t).or_default().push((id as u32, tf));
+        }
+    }
+    let mut out = PostingsArchive {
+        doc_lens,
+        total_len,
+        ..Default::default()
+    };
+    out.offsets.push(0);
+    for (term, mut list) in dict {
+        list.sort_unstable();
+        out.terms.push(term);
+        for (d, tf) in list {
+            out.docs.push(d);
+            out.tfs.push(tf);
+        }
+        out.offsets.push(out.docs.len() as u32);
+    }
+    out
+}
+
+/// Structural checks beyond rkyv's: run once at open.
+pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Result<()> {
+    if p.offsets.len() != p.terms.len() + 1 || p.offsets.first().map(|o| o.to_native()) != Some(0) {
+        return Err(corrupt(path, "postings offsets do not match the term dictionary"));
+    }
+    if p.docs.len() != p.tfs.len() || p.doc_lens.len() != doc_count as usize {
+        return Err(corrupt(path, "postings arrays have inconsistent lengths"));
+    }
+    let mut prev = 0u32;
+    for o in p.offsets.iter() {
+        let o = o.to_native();
+        if o < prev || o as usize > p.docs.len() {
+            return Err(corrupt(path, "postings offsets are not monotone"));
+        }
+        prev = o;
+    }
+    if prev as usize != p.docs.len() {
+        return Err(corrupt(path, "postings offsets do not cover the postings"));
+    }
+    if p.docs.iter().any(|d| d.to_native() >= doc_count) {
+        return Err(corrupt(path, "a posting names a chunk that does not exist"));
+    }
+    if p.terms.windows(2).any(|w| w[0].as_str() >= w[1].as_str()) {
+        return Err(corrupt(path, "term dictionary is not sorted"));
+    }
+    Ok(())
+}
+
+impl ArchivedPostingsArchive {
+    /// Postings of `term` (already tokenized), as (doc ids, term frequencies).
+    pub fn postings(&self, term: &str) -> Option<(&[rkyv::rend::u32_le], &[rkyv::rend::u32_le])> {
+        let i = self
+            .terms
+            .binary_search_by(|t| t.as_str().cmp(term))
+            .ok()?;
+        let (a, b) = (self.offsets[i].to_native() as usize, self.offsets[i + 1].to_native() as usize);
+        Some((&self.docs[a..b], &self.tfs[a..b]))
+    }
+
+    /// Number of documents.
+    pub fn doc_count(&self) -> u32 {
+        self.doc_lens.len() as u32
+    }
+
+    /// BM25 top-`k` for a free-text query. `allow`, when given, restricts the candidates;
+    /// `deny` removes candidates (tombstones). Returns (doc, score) by descending score, ties by
+    /// ascending doc id.
+    pub fn search(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Vec<(u32, f32)> {
+        let n = self.doc_count();
+        if n == 0 || k == 0 {
+            return Vec::new();
+        }
+        let mut qterms: BTreeMap<String, u32> = BTreeMap::new();
+        text::for_each_token(query, |t| *qterms.entry(t.to_string()).or_insert(0) += 1);
+        let avg = (self.total_len.to_native() as f32 / n as f32).max(1.0);
+        let mut acc: HashMap<u32, f32> = HashMap::new();
+        for (term, qtf) in &qterms {
+            let Some((docs, tfs)) = self.postings(term) else { continue };
+            let df = docs.len() as f32;
+            let idf = ((n as f32 - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for (d, tf) in docs.iter().zip(tfs) {
+                let d = d.to_native();
+                if allow.is_some_and(|a| !a.contains(d)) || deny.is_some_and(|x| x.contains(d)) {
+                    continue;
+                }
+                let tf = tf.to_native() as f32;
+                let dl = self.doc_lens[d as usize].to_native() as f32;
+                let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * dl / avg));
+                *acc.entry(d).or_insert(0.0) += s * *qtf as f32;
+            }
+        }
+        crate::top_k(acc.into_iter(), k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn docs() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("fn parse_config(path: &Path) -> Config", "parse_config"),
+            ("fn render_html(page: Page) -> String", "render_html"),
+            ("struct Config { path: PathBuf }", "Config"),
+        ]
+    }
+
+    #[test]
+    fn finds_identifier_parts_and_ranks_names_higher() {
+        let d = docs();
+        let p = build(d.iter().map(|(t, n)| DocFields {
+            text: t,
+            path: "src/lib.rs",
+            name: n,
+            qualified: n,
+        }));
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&p).unwrap();
+        let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
+        validate(Path::new("p"), a, 3).unwrap();
+        let hits = a.search("parse config", 10, None, None);
+        assert_eq!(hits[0].0, 0);
+        let hits = a.search("config", 10, None, None);
+        assert_eq!(hits.len(), 2);
+        let hits = a.search("html", 10, None, None);
+        assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [1]);
+        let deny: RoaringBitmap = [1u32].into_iter().collect();
+        assert!(a.search("html", 10, None, Some(&deny)).is_empty());
+        let allow: RoaringBitmap = [2u32].into_iter().collect();
+        assert_eq!(a.search("config", 10, Some(&allow), None)[0].0, 2);
+        assert!(a.search("nothing here zzz", 10, None, None).is_empty());
+        assert!(validate(Path::new("p"), a, 2).is_err());
+    }
+}

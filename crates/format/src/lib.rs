@@ -1,0 +1,133 @@
+//! Every byte the engine keeps on disk: immutable segments (chunk archive, BM25 postings, CSR
+//! graph, vectors and their FAISS IVF index), per-generation tombstones and the index-level
+//! `MANIFEST`.
+//!
+//! The crate knows nothing of tree-sitter, burn or MCP: it stores and reads records. Writers
+//! produce byte-identical output for identical input; readers validate a file once when it is
+//! opened and then read it zero-copy through `memmap2`.
+
+pub mod bm25;
+pub mod graph;
+pub mod header;
+pub mod manifest;
+pub mod records;
+pub mod segment;
+pub mod text;
+pub mod tombstones;
+pub mod vectors;
+
+use std::path::{Path, PathBuf};
+
+pub use manifest::{Index, IndexManifest, SegmentEntry};
+pub use records::{ChunkInput, EdgeInput, FileInput};
+pub use segment::{Segment, SegmentBuilder, SegmentMeta};
+
+/// Version of the on-disk format. Bumped on any incompatible change; readers refuse others.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Errors of the format layer. Every variant names the file it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is corrupt: {detail}; re-run `indexer build` to rebuild the index")]
+    Corrupt { path: PathBuf, detail: String },
+    #[error(
+        "{path} has format version {found}, this build reads version {expected}; \
+         rebuild the index with this version of `indexer build`"
+    )]
+    Version {
+        path: PathBuf,
+        found: u32,
+        expected: u32,
+    },
+    #[error("{path}: {detail}")]
+    Mismatch { path: PathBuf, detail: String },
+    #[error("{path} is not an index directory (no MANIFEST); build one with `indexer build <paths> --out {path}`")]
+    NotAnIndex { path: PathBuf },
+    #[error("invalid input for the segment writer: {0}")]
+    InvalidInput(String),
+    #[error("vector index error on {path}: {detail}")]
+    Faiss { path: PathBuf, detail: String },
+}
+
+pub type Result<T, E = FormatError> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> FormatError + '_ {
+    move |source| FormatError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+pub(crate) fn corrupt(path: &Path, detail: impl Into<String>) -> FormatError {
+    FormatError::Corrupt {
+        path: path.to_path_buf(),
+        detail: detail.into(),
+    }
+}
+
+/// Writes `bytes` to `path` and fsyncs the file (no rename: segment files are written into a
+/// fresh directory that only becomes visible through the manifest).
+pub(crate) fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).map_err(io_err(path))?;
+    f.write_all(bytes).map_err(io_err(path))?;
+    f.sync_all().map_err(io_err(path))?;
+    Ok(())
+}
+
+/// Fsyncs a directory so that renames and creations inside it are durable.
+pub(crate) fn sync_dir(path: &Path) -> Result<()> {
+    let d = std::fs::File::open(path).map_err(io_err(path))?;
+    d.sync_all().map_err(io_err(path))
+}
+
+/// Hex of the blake3 hash of `bytes`.
+pub fn blake3_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("the segment format is little-endian and read zero-copy; big-endian hosts are not supported");
+
+/// The `k` best (id, score) pairs by descending score, ties broken by ascending id so results
+/// are deterministic.
+pub fn top_k(items: impl Iterator<Item = (u32, f32)>, k: usize) -> Vec<(u32, f32)> {
+    use std::cmp::Ordering;
+    use std::collections::BinaryHeap;
+    #[derive(PartialEq)]
+    struct Entry(f32, u32);
+    impl Eq for Entry {}
+    impl PartialOrd for Entry {
+        fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    // Min-heap by "goodness": the worst kept entry sits on top.
+    impl Ord for Entry {
+        fn cmp(&self, o: &Self) -> Ordering {
+            o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
+        }
+    }
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut heap = BinaryHeap::with_capacity(k + 1);
+    for (id, s) in items {
+        if s.is_nan() {
+            continue;
+        }
+        heap.push(Entry(s, id));
+        if heap.len() > k {
+            heap.pop();
+        }
+    }
+    let mut v: Vec<(u32, f32)> = heap.into_iter().map(|e| (e.1, e.0)).collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}

@@ -1,0 +1,499 @@
+//! One immutable segment: writer ([`SegmentBuilder`]) and zero-copy reader ([`Segment`]).
+//!
+//! A segment is a directory `seg-<id>/` holding `chunks.rkyv`, `postings.rkyv`, `graph.rkyv`,
+//! `vectors.f32`, optionally `ivf.faiss`, and `segment.json` (its manifest: format version, model,
+//! dimension, counts and the size and blake3 of every other file). The id is the blake3 of
+//! `segment.json`, so a segment is content-addressed: same inputs, same bytes, same id.
+//!
+//! Opening checks, in order: `segment.json` parses and has our version and model; every listed
+//! file exists with its recorded size; each file's header; rkyv validation (bytecheck) of each
+//! archive; cross-file structure (postings and graph refer to existing chunks, vector count).
+//! After that, reads go straight to the memory maps. Full checksums run in [`Segment::verify`]
+//! (and always before FAISS parses `ivf.faiss`, which is not hardened against corrupt input).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use memmap2::Mmap;
+use rkyv::rancor;
+use roaring::RoaringBitmap;
+use serde::{Deserialize, Serialize};
+
+use crate::bm25::{self, ArchivedPostingsArchive, DocFields};
+use crate::graph::{self, ArchivedGraphArchive};
+use crate::header::{self, Component, HEADER_LEN};
+use crate::records::{
+    ArchivedChunkTable, ChunkInput, ChunkTable, EdgeInput, ExternalEdge, FileInput, NO_PARENT,
+};
+use crate::vectors::{self, Ivf, IVF_FILE};
+use crate::{corrupt, io_err, sync_dir, write_synced, FormatError, Result, FORMAT_VERSION};
+
+pub const SEGMENT_JSON: &str = "segment.json";
+
+/// A file of a segment, as its manifest records it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileEntry {
+    pub name: String,
+    pub size: u64,
+    pub blake3: String,
+}
+
+/// `segment.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SegmentMeta {
+    pub format_version: u32,
+    pub model_id: String,
+    pub dim: u32,
+    pub chunk_count: u32,
+    pub file_count: u32,
+    /// `flat` or `ivf<nlist>,sq8`.
+    pub vector_index: String,
+    pub files: Vec<FileEntry>,
+}
+
+/// Collects one segment's records in memory and writes them.
+#[derive(Debug, Default)]
+pub struct SegmentBuilder {
+    pub files: Vec<FileInput>,
+    pub chunks: Vec<ChunkInput>,
+    /// `chunks.len() × dim` floats, row `i` for chunk `i`.
+    pub vectors: Vec<f32>,
+    pub edges: Vec<EdgeInput>,
+    pub external_edges: Vec<ExternalEdge>,
+}
+
+impl SegmentBuilder {
+    fn validate(&self, dim: usize) -> Result<()> {
+        let bad = |m: String| Err(FormatError::InvalidInput(m));
+        let n = self.chunks.len();
+        if n > (u32::MAX / 2) as usize || self.files.len() > (u32::MAX / 2) as usize {
+            return bad("too many chunks or files for one segment".into());
+        }
+        if dim == 0 || self.vectors.len() != n * dim {
+            return bad(format!(
+                "{} floats for {n} chunks of dimension {dim}",
+                self.vectors.len()
+            ));
+        }
+        if self.files.windows(2).any(|w| (&w[0].repo, &w[0].path) >= (&w[1].repo, &w[1].path)) {
+            return bad("files must be sorted by (repo, path) and unique".into());
+        }
+        let mut next = 0u32;
+        for (fi, f) in self.files.iter().enumerate() {
+            if f.first_chunk != next {
+                return bad(format!("file {} does not start at chunk {next}", f.path));
+            }
+            next += f.chunk_count;
+            for c in &self.chunks[f.first_chunk as usize..next.min(n as u32) as usize] {
+                if c.file != fi as u32 {
+                    return bad(format!("a chunk of {} names file {}", f.path, c.file));
+                }
+            }
+        }
+        if next as usize != n {
+            return bad(format!("files cover {next} chunks, {n} were given"));
+        }
+        for (i, c) in self.chunks.iter().enumerate() {
+            if c.parent != NO_PARENT && c.parent as usize >= n {
+                return bad(format!("chunk {i} has parent {} past the end", c.parent));
+            }
+            if c.start_line == 0 || c.end_line < c.start_line || c.end_byte < c.start_byte {
+                return bad(format!("chunk {i} has an invalid line or byte range"));
+            }
+        }
+        let nodes = (n + self.files.len()) as u32;
+        if let Some(e) = self.edges.iter().find(|e| e.src >= nodes || e.dst >= nodes) {
+            return bad(format!("edge {e:?} points past the last node"));
+        }
+        Ok(())
+    }
+
+    /// Writes the segment into `index_dir/seg-<id>/` and returns its id and manifest. Writing
+    /// the same content twice yields the same id and leaves the existing directory untouched.
+    pub fn write(self, index_dir: &Path, model_id: &str, dim: usize) -> Result<(String, SegmentMeta)> {
+        self.validate(dim)?;
+        let n = self.chunks.len() as u32;
+        let nf = self.files.len() as u32;
+        let enc = |what: &str, r: std::result::Result<rkyv::util::AlignedVec, rancor::Error>| {
+            r.map(|v| v.to_vec())
+                .map_err(|e| FormatError::InvalidInput(format!("cannot archive {what}: {e}")))
+        };
+        let postings = bm25::build(self.chunks.iter().map(|c| DocFields {
+            text: &c.text,
+            path: &self.files[c.file as usize].path,
+            name: &c.name,
+            qualified: &c.qualified,
+        }));
+        let graph = graph::build(n, n + nf, &self.edges, self.external_edges);
+        let vector_bytes: Vec<u8> = self.vectors.iter().flat_map(|f| f.to_le_bytes()).collect();
+        let table = ChunkTable {
+            files: self.files,
+            chunks: self.chunks,
+        };
+        let d = dim as u32;
+        let mut outputs: Vec<(&str, Vec<u8>)> = vec![
+            (
+                Component::Chunks.file_name(),
+                header::frame(Component::Chunks, d, model_id, &enc("chunks", rkyv::to_bytes(&table))?),
+            ),
+            (
+                Component::Postings.file_name(),
+                header::frame(Component::Postings, d, model_id, &enc("postings", rkyv::to_bytes(&postings))?),
+            ),
+            (
+                Component::Graph.file_name(),
+                header::frame(Component::Graph, d, model_id, &enc("graph", rkyv::to_bytes(&graph))?),
+            ),
+            (
+                Component::Vectors.file_name(),
+                header::frame(Component::Vectors, d, model_id, &vector_bytes),
+            ),
+        ];
+
+        let tmp = index_dir.join(format!(".tmp-seg-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        let result = (|| {
+            let mut vector_index = "flat".to_string();
+            if n as usize >= vectors::IVF_THRESHOLD {
+                let p = tmp.join(IVF_FILE);
+                vectors::write_ivf(&p, &self.vectors, dim)?;
+                let bytes = std::fs::read(&p).map_err(io_err(&p))?;
+                vector_index = format!("ivf{},sq8", vectors::nlist_for(n as usize));
+                outputs.push((IVF_FILE, bytes));
+            }
+            let mut files = Vec::new();
+            for (name, bytes) in &outputs {
+                let p = tmp.join(name);
+                if *name != IVF_FILE {
+                    write_synced(&p, bytes)?;
+                } else {
+                    let f = std::fs::File::open(&p).map_err(io_err(&p))?;
+                    f.sync_all().map_err(io_err(&p))?;
+                }
+                files.push(FileEntry {
+                    name: name.to_string(),
+                    size: bytes.len() as u64,
+                    blake3: crate::blake3_hex(bytes),
+                });
+            }
+            files.sort_by(|a, b| a.name.cmp(&b.name));
+            let meta = SegmentMeta {
+                format_version: FORMAT_VERSION,
+                model_id: model_id.to_string(),
+                dim: d,
+                chunk_count: n,
+                file_count: nf,
+                vector_index,
+                files,
+            };
+            let json = serde_json::to_vec_pretty(&meta)
+                .map_err(|e| FormatError::InvalidInput(e.to_string()))?;
+            write_synced(&tmp.join(SEGMENT_JSON), &json)?;
+            sync_dir(&tmp)?;
+            let id = segment_id(&json);
+            let dest = index_dir.join(dir_name(&id));
+            if dest.exists() {
+                std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+            } else {
+                std::fs::rename(&tmp, &dest).map_err(io_err(&dest))?;
+                sync_dir(index_dir)?;
+            }
+            Ok((id, meta))
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        result
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The content address of a segment: the first 24 hex digits of blake3(`segment.json`).
+pub fn segment_id(segment_json: &[u8]) -> String {
+    crate::blake3_hex(segment_json)[..24].to_string()
+}
+
+pub fn dir_name(id: &str) -> String {
+    format!("seg-{id}")
+}
+
+/// An open, validated segment. Reads borrow from the memory maps.
+pub struct Segment {
+    dir: PathBuf,
+    id: String,
+    meta: SegmentMeta,
+    chunks: Mmap,
+    postings: Mmap,
+    graph: Mmap,
+    vectors: Mmap,
+    ivf: OnceLock<std::result::Result<Ivf, String>>,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment").field("id", &self.id).field("meta", &self.meta).finish()
+    }
+}
+
+fn map(path: &Path) -> Result<Mmap> {
+    let f = std::fs::File::open(path).map_err(io_err(path))?;
+    // SAFETY: segment files are immutable once written (content-addressed directories, never
+    // modified in place; the garbage collector only unlinks, which keeps existing maps valid).
+    unsafe { Mmap::map(&f) }.map_err(io_err(path))
+}
+
+impl Segment {
+    /// Opens `index_dir/seg-<id>` and validates it (see the module docs for the order of checks).
+    pub fn open(index_dir: &Path, id: &str, model_id: &str, dim: u32) -> Result<Segment> {
+        let dir = index_dir.join(dir_name(id));
+        let meta_path = dir.join(SEGMENT_JSON);
+        let json = std::fs::read(&meta_path).map_err(io_err(&meta_path))?;
+        if segment_id(&json) != id {
+            return Err(corrupt(&meta_path, "content does not match the segment id"));
+        }
+        let meta: SegmentMeta = serde_json::from_slice(&json)
+            .map_err(|e| corrupt(&meta_path, format!("bad JSON: {e}")))?;
+        if meta.format_version != FORMAT_VERSION {
+            return Err(FormatError::Version {
+                path: meta_path,
+                found: meta.format_version,
+                expected: FORMAT_VERSION,
+            });
+        }
+        if meta.model_id != model_id || meta.dim != dim {
+            return Err(FormatError::Mismatch {
+                path: meta_path,
+                detail: format!(
+                    "segment was built with model `{}` (dim {}), the index uses `{model_id}` (dim {dim})",
+                    meta.model_id, meta.dim
+                ),
+            });
+        }
+        for f in &meta.files {
+            if f.name.contains('/') || f.name.contains("..") {
+                return Err(corrupt(&meta_path, format!("bad file name {:?}", f.name)));
+            }
+            let p = dir.join(&f.name);
+            let len = std::fs::metadata(&p).map_err(io_err(&p))?.len();
+            if len != f.size {
+                return Err(corrupt(&p, format!("{len} bytes, the segment manifest says {}", f.size)));
+            }
+        }
+        for c in [Component::Chunks, Component::Postings, Component::Graph, Component::Vectors] {
+            if !meta.files.iter().any(|f| f.name == c.file_name()) {
+                return Err(corrupt(&meta_path, format!("does not list {}", c.file_name())));
+            }
+        }
+        let open = |c: Component| -> Result<Mmap> {
+            let p = dir.join(c.file_name());
+            let m = map(&p)?;
+            header::check(&p, &m, c, Some(dim), model_id)?;
+            Ok(m)
+        };
+        let seg = Segment {
+            chunks: open(Component::Chunks)?,
+            postings: open(Component::Postings)?,
+            graph: open(Component::Graph)?,
+            vectors: open(Component::Vectors)?,
+            dir,
+            id: id.to_string(),
+            meta,
+            ivf: OnceLock::new(),
+        };
+        seg.validate_structure()?;
+        Ok(seg)
+    }
+
+    fn path_of(&self, c: Component) -> PathBuf {
+        self.dir.join(c.file_name())
+    }
+
+    fn validate_structure(&self) -> Result<()> {
+        let chunks_path = self.path_of(Component::Chunks);
+        let table = rkyv::access::<ArchivedChunkTable, rancor::Error>(&self.chunks[HEADER_LEN..])
+            .map_err(|e| corrupt(&chunks_path, format!("archive check failed: {e}")))?;
+        let n = table.chunks.len() as u32;
+        let nf = table.files.len() as u32;
+        if n != self.meta.chunk_count || nf != self.meta.file_count {
+            return Err(corrupt(&chunks_path, "counts differ from segment.json"));
+        }
+        let mut next = 0u32;
+        for (fi, f) in table.files.iter().enumerate() {
+            if f.first_chunk.to_native() != next {
+                return Err(corrupt(&chunks_path, "file chunk ranges are not contiguous"));
+            }
+            next = next.saturating_add(f.chunk_count.to_native());
+            if next > n {
+                return Err(corrupt(&chunks_path, "file chunk range past the end"));
+            }
+            let range = f.first_chunk.to_native() as usize..next as usize;
+            if table.chunks[range].iter().any(|c| c.file.to_native() != fi as u32) {
+                return Err(corrupt(&chunks_path, "chunk and file tables disagree"));
+            }
+        }
+        if next != n {
+            return Err(corrupt(&chunks_path, "file chunk ranges do not cover all chunks"));
+        }
+        if table
+            .chunks
+            .iter()
+            .any(|c| c.parent.to_native() != NO_PARENT && c.parent.to_native() >= n)
+        {
+            return Err(corrupt(&chunks_path, "a chunk's parent is past the end"));
+        }
+        let pp = self.path_of(Component::Postings);
+        let postings = rkyv::access::<ArchivedPostingsArchive, rancor::Error>(&self.postings[HEADER_LEN..])
+            .map_err(|e| corrupt(&pp, format!("archive check failed: {e}")))?;
+        bm25::validate(&pp, postings, n)?;
+        let gp = self.path_of(Component::Graph);
+        let g = rkyv::access::<ArchivedGraphArchive, rancor::Error>(&self.graph[HEADER_LEN..])
+            .map_err(|e| corrupt(&gp, format!("archive check failed: {e}")))?;
+        graph::validate(&gp, g, n, nf)?;
+        let vp = self.path_of(Component::Vectors);
+        let expect = n as usize * self.meta.dim as usize * 4;
+        if self.vectors.len() - HEADER_LEN != expect {
+            return Err(corrupt(&vp, format!("{} vector bytes, expected {expect}", self.vectors.len() - HEADER_LEN)));
+        }
+        Ok(())
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn meta(&self) -> &SegmentMeta {
+        &self.meta
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The chunk and file tables.
+    pub fn table(&self) -> &ArchivedChunkTable {
+        // SAFETY: `open` validated these exact bytes with `rkyv::access` (bytecheck) and the map
+        // is immutable for the life of `self`.
+        unsafe { rkyv::access_unchecked::<ArchivedChunkTable>(&self.chunks[HEADER_LEN..]) }
+    }
+
+    pub fn postings(&self) -> &ArchivedPostingsArchive {
+        // SAFETY: validated in `open`, see `table`.
+        unsafe { rkyv::access_unchecked::<ArchivedPostingsArchive>(&self.postings[HEADER_LEN..]) }
+    }
+
+    pub fn graph(&self) -> &ArchivedGraphArchive {
+        // SAFETY: validated in `open`, see `table`.
+        unsafe { rkyv::access_unchecked::<ArchivedGraphArchive>(&self.graph[HEADER_LEN..]) }
+    }
+
+    /// All vectors, row-major.
+    pub fn vectors(&self) -> &[f32] {
+        let bytes = &self.vectors[HEADER_LEN..];
+        // SAFETY: the map is page-aligned and the payload starts at byte 64, so it is 4-byte
+        // aligned; `open` checked its length is `chunk_count × dim × 4`; any bit pattern is a
+        // valid f32; the host is little-endian (compile-time check in lib.rs).
+        unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
+    }
+
+    /// The vector of chunk `i`.
+    pub fn vector(&self, i: u32) -> Option<&[f32]> {
+        let d = self.meta.dim as usize;
+        self.vectors().get(i as usize * d..(i as usize + 1) * d)
+    }
+
+    /// The IVF index, loaded (after a checksum) on first use; `None` for flat segments.
+    pub fn ivf(&self) -> Result<Option<&Ivf>> {
+        if self.meta.vector_index == "flat" {
+            return Ok(None);
+        }
+        let r = self.ivf.get_or_init(|| {
+            let p = self.dir.join(IVF_FILE);
+            let entry = self
+                .meta
+                .files
+                .iter()
+                .find(|f| f.name == IVF_FILE)
+                .ok_or_else(|| format!("{}: segment.json does not list it", p.display()))?;
+            let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            if crate::blake3_hex(&bytes) != entry.blake3 {
+                return Err(format!("{} is corrupt: checksum mismatch; re-run `indexer build`", p.display()));
+            }
+            Ivf::load(&p, self.meta.dim as usize, self.meta.chunk_count as usize).map_err(|e| e.to_string())
+        });
+        match r {
+            Ok(ivf) => Ok(Some(ivf)),
+            Err(detail) => Err(FormatError::Faiss {
+                path: self.dir.join(IVF_FILE),
+                detail: detail.clone(),
+            }),
+        }
+    }
+
+    /// Vector top-`k` by inner product. Small or heavily filtered candidate sets are scanned
+    /// exactly; otherwise IVF candidates (over-fetched) are re-ranked exactly on the raw rows.
+    pub fn search_vectors(
+        &self,
+        query: &[f32],
+        k: usize,
+        nprobe: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Result<Vec<(u32, f32)>> {
+        let d = self.meta.dim as usize;
+        if query.len() != d {
+            return Err(FormatError::InvalidInput(format!(
+                "query has dimension {}, the segment {d}",
+                query.len()
+            )));
+        }
+        let small_allow = allow.is_some_and(|a| a.len() < vectors::IVF_THRESHOLD as u64);
+        let ivf = if small_allow { None } else { self.ivf()? };
+        let Some(ivf) = ivf else {
+            return Ok(vectors::exact_search(self.vectors(), d, query, k, allow, deny));
+        };
+        let fetch = (k * 4).max(64) + deny.map_or(0, |x| x.len() as usize).min(1024);
+        let cands = ivf.candidates(query, fetch, nprobe)?;
+        let rows = cands.into_iter().filter_map(|i| {
+            if allow.is_some_and(|a| !a.contains(i)) || deny.is_some_and(|x| x.contains(i)) {
+                return None;
+            }
+            Some((i, vectors::dot(self.vector(i)?, query)))
+        });
+        Ok(crate::top_k(rows, k))
+    }
+
+    /// BM25 top-`k`.
+    pub fn search_bm25(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Vec<(u32, f32)> {
+        self.postings().search(query, k, allow, deny)
+    }
+
+    /// Recomputes the blake3 of every file and compares with `segment.json`.
+    pub fn verify(&self) -> Vec<FormatError> {
+        let mut problems = Vec::new();
+        for f in &self.meta.files {
+            let p = self.dir.join(&f.name);
+            match std::fs::read(&p) {
+                Ok(b) if crate::blake3_hex(&b) == f.blake3 => {}
+                Ok(_) => problems.push(corrupt(&p, "checksum does not match segment.json")),
+                Err(e) => problems.push(FormatError::Io { path: p, source: e }),
+            }
+        }
+        if problems.is_empty() {
+            if let Err(e) = self.ivf() {
+                problems.push(e);
+            }
+        }
+        problems
+    }
+}

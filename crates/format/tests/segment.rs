@@ -1,0 +1,226 @@
+//! Segment writer/reader round trips, determinism, tombstones, manifest and corruption handling.
+
+use std::path::Path;
+
+use format::manifest::{IndexManifest, SegmentEntry, TombstoneRef};
+use format::records::{ChunkRecord, EdgeInput, EdgeKind, FileRecord, NO_PARENT};
+use format::{tombstones, Index, Segment, SegmentBuilder};
+use roaring::RoaringBitmap;
+
+const MODEL: &str = "test-model@0";
+
+fn rng(seed: &mut u64) -> f32 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    (*seed % 10_000) as f32 / 5_000.0 - 1.0
+}
+
+fn normalised(v: &mut [f32]) {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+    v.iter_mut().for_each(|x| *x /= n);
+}
+
+/// `files` files of `per_file` chunks each, random unit vectors of `dim`.
+fn builder(files: usize, per_file: usize, dim: usize) -> SegmentBuilder {
+    let mut b = SegmentBuilder::default();
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    for f in 0..files {
+        let first = b.chunks.len() as u32;
+        for c in 0..per_file {
+            let name = format!("func_{f}_{c}");
+            let text = format!("fn {name}() {{ parse_config(); render_page({c}); }}");
+            b.chunks.push(ChunkRecord {
+                file: f as u32,
+                kind: "function".into(),
+                name: name.clone(),
+                qualified: name.clone(),
+                symbol_id: format!("rust . src/f{f:04}.rs/{name}()."),
+                start_line: 1 + c as u32 * 3,
+                end_line: 3 + c as u32 * 3,
+                start_byte: c as u32 * 50,
+                end_byte: c as u32 * 50 + 40,
+                parent: NO_PARENT,
+                content_hash: *blake3::hash(text.as_bytes()).as_bytes(),
+                text,
+            });
+            let mut v: Vec<f32> = (0..dim).map(|_| rng(&mut seed)).collect();
+            normalised(&mut v);
+            b.vectors.extend(v);
+        }
+        b.files.push(FileRecord {
+            repo: "r".into(),
+            path: format!("src/f{f:04}.rs"),
+            language: "rust".into(),
+            content_hash: [f as u8; 32],
+            size: 100,
+            first_chunk: first,
+            chunk_count: per_file as u32,
+            imports: vec!["std::fmt".into()],
+        });
+    }
+    let n = b.chunks.len() as u32;
+    for i in 1..n {
+        b.edges.push(EdgeInput { kind: EdgeKind::Calls, src: i - 1, dst: i, resolved: true });
+    }
+    b.edges.push(EdgeInput { kind: EdgeKind::Contains, src: n, dst: 0, resolved: true });
+    b
+}
+
+fn commit(dir: &Path, id: &str, chunks: u32, dim: u32, tomb: Option<TombstoneRef>) {
+    let mut m = IndexManifest::empty(MODEL, dim);
+    m.generation = 1;
+    m.segments.push(SegmentEntry { id: id.into(), chunks, tombstones: tomb });
+    m.commit(dir).unwrap();
+}
+
+#[test]
+fn round_trip_search_and_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = builder(3, 4, 16);
+    let probe: Vec<f32> = b.vectors[5 * 16..6 * 16].to_vec();
+    let (id, meta) = b.write(dir.path(), MODEL, 16).unwrap();
+    assert_eq!(meta.chunk_count, 12);
+    assert_eq!(meta.vector_index, "flat");
+    commit(dir.path(), &id, 12, 16, None);
+    let index = Index::open(dir.path()).unwrap();
+    let seg = &index.segments[0].segment;
+    let t = seg.table();
+    assert_eq!(t.chunks[5].name.as_str(), "func_1_1");
+    assert_eq!(t.files[1].path.as_str(), "src/f0001.rs");
+    let hits = seg.search_vectors(&probe, 3, 16, None, None).unwrap();
+    assert_eq!(hits[0].0, 5);
+    assert!((hits[0].1 - 1.0).abs() < 1e-5);
+    let bm = seg.search_bm25("func_2_3", 5, None, None);
+    assert_eq!(bm[0].0, 11);
+    let g = seg.graph();
+    assert_eq!(g.neighbors(5, EdgeKind::Calls, format::graph::Direction::In).next().unwrap().0, 4);
+    assert!(seg.verify().is_empty());
+    assert_eq!(index.live_chunks(), 12);
+}
+
+#[test]
+fn byte_identical_output_for_identical_input() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let (ia, _) = builder(2, 3, 8).write(a.path(), MODEL, 8).unwrap();
+    let (ib, _) = builder(2, 3, 8).write(b.path(), MODEL, 8).unwrap();
+    assert_eq!(ia, ib);
+    for f in ["chunks.rkyv", "postings.rkyv", "graph.rkyv", "vectors.f32", "segment.json"] {
+        let pa = a.path().join(format!("seg-{ia}")).join(f);
+        let pb = b.path().join(format!("seg-{ib}")).join(f);
+        assert_eq!(std::fs::read(pa).unwrap(), std::fs::read(pb).unwrap(), "{f}");
+    }
+    // Writing the same segment again into the same index is a no-op with the same id.
+    let (again, _) = builder(2, 3, 8).write(a.path(), MODEL, 8).unwrap();
+    assert_eq!(again, ia);
+}
+
+#[test]
+fn ivf_segment_recall_and_determinism() {
+    format::vectors::set_faiss_threads(1);
+    let dim = 32;
+    let a = tempfile::tempdir().unwrap();
+    let b = builder(50, 100, dim); // 5000 vectors → IVF
+    let vectors = b.vectors.clone();
+    let (id, meta) = b.write(a.path(), MODEL, dim).unwrap();
+    assert!(meta.vector_index.starts_with("ivf"), "{}", meta.vector_index);
+    let b2 = tempfile::tempdir().unwrap();
+    let (id2, _) = builder(50, 100, dim).write(b2.path(), MODEL, dim).unwrap();
+    assert_eq!(id, id2, "IVF training must be deterministic");
+    let seg = Segment::open(a.path(), &id, MODEL, dim as u32).unwrap();
+    assert!(seg.ivf().unwrap().is_some());
+    // Recall@10 against exact search over 50 queries.
+    let mut hit = 0;
+    for q in 0..50 {
+        let query = &vectors[q * 97 * dim..(q * 97 + 1) * dim];
+        let exact = format::vectors::exact_search(&vectors, dim, query, 10, None, None);
+        let got = seg.search_vectors(query, 10, 64, None, None).unwrap();
+        hit += got.iter().filter(|g| exact.iter().any(|e| e.0 == g.0)).count();
+    }
+    let recall = hit as f64 / 500.0;
+    assert!(recall >= 0.9, "recall@10 {recall}");
+    // Filters restrict candidates before ranking.
+    let allow: RoaringBitmap = (100..110).collect();
+    let got = seg.search_vectors(&vectors[..dim], 5, 16, Some(&allow), None).unwrap();
+    assert!(got.iter().all(|g| (100..110).contains(&g.0)));
+    assert_eq!(got.len(), 5);
+}
+
+#[test]
+fn tombstones_round_trip_and_validate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (id, _) = builder(1, 4, 8).write(dir.path(), MODEL, 8).unwrap();
+    let bits: RoaringBitmap = [1u32, 3].into_iter().collect();
+    let name = tombstones::file_name(&id, 1);
+    let bytes = tombstones::write(&dir.path().join(&name), MODEL, &bits).unwrap();
+    let t = TombstoneRef { file: name.clone(), blake3: format::blake3_hex(&bytes), count: 2 };
+    commit(dir.path(), &id, 4, 8, Some(t));
+    let index = Index::open(dir.path()).unwrap();
+    assert_eq!(index.live_chunks(), 2);
+    let seg = &index.segments[0];
+    let hits = seg.segment.search_bm25("func_0_1", 4, None, Some(&seg.tombstones));
+    assert!(hits.iter().all(|h| h.0 != 1));
+    // A flipped byte in the tombstone file is caught.
+    let p = dir.path().join(&name);
+    let mut b = std::fs::read(&p).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 0xff;
+    std::fs::write(&p, b).unwrap();
+    assert!(Index::open(dir.path()).is_err());
+}
+
+#[test]
+fn garbage_collection_keeps_named_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, _) = builder(1, 2, 8).write(dir.path(), MODEL, 8).unwrap();
+    let (new, _) = builder(2, 2, 8).write(dir.path(), MODEL, 8).unwrap();
+    commit(dir.path(), &new, 4, 8, None);
+    let removed = Index::collect_garbage(dir.path()).unwrap();
+    assert_eq!(removed.len(), 1);
+    assert!(!dir.path().join(format!("seg-{old}")).exists());
+    assert!(dir.path().join(format!("seg-{new}")).exists());
+}
+
+#[test]
+fn missing_or_bad_manifest_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Index::open(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("not an index directory"), "{e}");
+    std::fs::write(dir.path().join("MANIFEST"), b"{not json").unwrap();
+    let e = Index::open(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("corrupt"), "{e}");
+}
+
+/// Truncating or flipping bytes anywhere in any segment file gives an error at open or verify,
+/// never a panic.
+#[test]
+fn corruption_of_every_file_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (id, meta) = builder(2, 3, 8).write(dir.path(), MODEL, 8).unwrap();
+    commit(dir.path(), &id, 6, 8, None);
+    let seg_dir = dir.path().join(format!("seg-{id}"));
+    for f in meta.files.iter().map(|f| f.name.clone()).chain(["segment.json".to_string()]) {
+        let p = seg_dir.join(&f);
+        let orig = std::fs::read(&p).unwrap();
+        let len = orig.len();
+        let mut cases: Vec<Vec<u8>> = vec![orig[..len / 2].to_vec(), orig[..len - 1].to_vec(), Vec::new()];
+        for at in [0, 9, 13, 20, 40, 70, len / 3, len / 2, len - 2] {
+            let mut b = orig.clone();
+            b[at.min(len - 1)] ^= 0x5a;
+            cases.push(b);
+        }
+        for (i, case) in cases.into_iter().enumerate() {
+            std::fs::write(&p, &case).unwrap();
+            let outcome = std::panic::catch_unwind(|| match Index::open(dir.path()) {
+                Err(e) => Some(e.to_string()),
+                Ok(index) => index.segments[0].segment.verify().first().map(|e| e.to_string()),
+            });
+            let msg = outcome.unwrap_or_else(|_| panic!("panic on {f} case {i}"));
+            let msg = msg.unwrap_or_else(|| panic!("corruption of {f} case {i} went unnoticed"));
+            assert!(msg.contains(&f) || msg.contains("seg-"), "{f} case {i}: {msg}");
+        }
+        std::fs::write(&p, &orig).unwrap();
+    }
+    assert!(Index::open(dir.path()).is_ok());
+}
