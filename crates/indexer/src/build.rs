@@ -1,0 +1,561 @@
+//! `indexer build`: walk → read + chunk (rayon) → resolve the graph → reuse or embed vectors →
+//! write one segment for what changed → tombstone what it replaces → swap the MANIFEST.
+//!
+//! Incremental by construction: files whose bytes hash the same as in the live index are left
+//! alone; chunks whose embedded text hashes the same as a chunk already in the index reuse its
+//! vector; only new text is embedded. Every file is still parsed (cheap) so that the calls and
+//! imports of changed files resolve against the whole tree.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use format::manifest::{IndexManifest, SegmentEntry, TombstoneRef};
+use format::records::{self as rec, ChunkRecord, EdgeInput, ExternalEdge, FileRecord, NO_PARENT};
+use format::{tombstones, Index, SegmentBuilder};
+use rayon::prelude::*;
+use roaring::RoaringBitmap;
+
+use crate::chunk::{self, ChunkOptions, FileExtract};
+use crate::graph::{self, EdgeKind, FileFacts, NodeRef};
+use crate::progress::Progress;
+use crate::walk::{self, Candidate, SkipReason};
+use crate::IndexerError;
+
+/// Something that turns texts into L2-normalised vectors (the burn encoder in production).
+pub trait Embedder: Sync {
+    fn model_id(&self) -> &str;
+    fn dim(&self) -> usize;
+    /// Row-major `texts.len() × dim` in input order, and the number of (unpadded) tokens.
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String>;
+}
+
+impl Embedder for kernels::Encoder {
+    fn model_id(&self) -> &str {
+        kernels::Encoder::model_id(self)
+    }
+    fn dim(&self) -> usize {
+        kernels::Encoder::dim(self)
+    }
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
+        kernels::Encoder::embed(self, texts)
+            .map(|(v, s)| (v, s.tokens))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Options of a build.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub roots: Vec<PathBuf>,
+    pub out: PathBuf,
+    /// Overrides the repository name (default: each root's directory name).
+    pub repo: Option<String>,
+    pub max_file_bytes: u64,
+    pub chunk: ChunkOptions,
+    /// Texts per embedding call (progress granularity; the encoder batches inside).
+    pub embed_group: usize,
+}
+
+impl BuildOptions {
+    pub fn new(roots: Vec<PathBuf>, out: PathBuf) -> BuildOptions {
+        BuildOptions {
+            roots,
+            out,
+            repo: None,
+            max_file_bytes: walk::DEFAULT_MAX_FILE_BYTES,
+            chunk: ChunkOptions::default(),
+            embed_group: 256,
+        }
+    }
+}
+
+/// What a build did; printed as the summary and used by tests.
+#[derive(Debug, Default, Clone)]
+pub struct BuildReport {
+    pub files_seen: usize,
+    pub files_indexed: usize,
+    pub files_changed: usize,
+    pub files_unchanged: usize,
+    pub files_deleted: usize,
+    pub source_bytes: u64,
+    pub skipped: BTreeMap<&'static str, usize>,
+    /// Problems that stop a file from being indexed (unreadable files, walk errors).
+    pub errors: Vec<String>,
+    /// Files left out for a reason worth telling (invalid UTF-8).
+    pub warnings: Vec<String>,
+    pub parse_error_files: usize,
+    pub chunks_written: usize,
+    pub chunks_embedded: usize,
+    pub chunks_reused: usize,
+    pub tokens_embedded: usize,
+    pub chunks_tombstoned: u64,
+    pub edges: BTreeMap<&'static str, usize>,
+    pub segment_id: Option<String>,
+    pub generation: u64,
+    pub live_chunks: u64,
+    pub timings: Vec<(&'static str, Duration)>,
+}
+
+impl BuildReport {
+    pub fn time_of(&self, phase: &str) -> Duration {
+        self.timings
+            .iter()
+            .filter(|t| t.0 == phase)
+            .map(|t| t.1)
+            .sum()
+    }
+}
+
+/// A file after reading and chunking.
+struct Parsed {
+    cand: Candidate,
+    hash: [u8; 32],
+    extract: FileExtract,
+}
+
+/// The text that is embedded for a chunk: a short header (path, kind, qualified name) and the
+/// chunk's own text. Its blake3 is the chunk's content hash, the key for vector reuse.
+pub fn embed_text(path: &str, kind: &str, qualified: &str, text: &str) -> String {
+    if qualified.is_empty() {
+        format!("{path} {kind}\n{text}")
+    } else {
+        format!("{path} {kind} {qualified}\n{text}")
+    }
+}
+
+/// Runs a build. On error nothing visible changes: the MANIFEST is the last thing written.
+pub fn build(
+    opts: &BuildOptions,
+    embedder: &dyn Embedder,
+    progress: &Progress,
+) -> Result<BuildReport, IndexerError> {
+    let mut report = BuildReport::default();
+    let out = &opts.out;
+    std::fs::create_dir_all(out).map_err(|e| IndexerError::Io {
+        path: out.clone(),
+        source: e,
+    })?;
+
+    // The existing index, if any, must be sound: we reuse its vectors and tombstone its chunks.
+    let existing = match Index::open(out) {
+        Ok(i) => Some(i),
+        Err(format::FormatError::NotAnIndex { .. }) => None,
+        Err(e) => {
+            return Err(IndexerError::ExistingIndex {
+                path: out.clone(),
+                source: e,
+            })
+        }
+    };
+    if let Some(ix) = &existing {
+        if ix.manifest.model_id != embedder.model_id() || ix.manifest.dim as usize != embedder.dim()
+        {
+            return Err(IndexerError::ModelChanged {
+                path: out.clone(),
+                index_model: ix.manifest.model_id.clone(),
+                model: embedder.model_id().to_string(),
+            });
+        }
+    }
+
+    // 1. Walk.
+    let t = Instant::now();
+    let mut cands = Vec::new();
+    for root in &opts.roots {
+        if !root.exists() {
+            return Err(IndexerError::MissingRoot(root.clone()));
+        }
+        let repo = opts.repo.clone().unwrap_or_else(|| walk::repo_name(root));
+        let w = walk::walk(root, &repo, opts.max_file_bytes);
+        for (_, reason) in &w.skipped {
+            *report.skipped.entry(reason.name()).or_insert(0) += 1;
+        }
+        report.errors.extend(w.errors);
+        cands.extend(w.candidates);
+    }
+    cands.sort();
+    cands.dedup_by(|a, b| a.repo == b.repo && a.rel_path == b.rel_path);
+    report.files_seen = cands.len();
+    report.timings.push(("walk", t.elapsed()));
+    progress.line(&format!("walk: {} candidate files", cands.len()));
+
+    // 2. Read and chunk, in parallel.
+    let t = Instant::now();
+    let bar = progress.bar(cands.len() as u64, "parse");
+    let results: Vec<Result<Parsed, (SkipReason, String)>> = cands
+        .into_par_iter()
+        .map(|cand| {
+            let r = walk::read_source(&cand).map(|(text, hash)| {
+                let extract = chunk::extract(
+                    cand.language,
+                    &cand.repo,
+                    &cand.rel_path,
+                    &text,
+                    &opts.chunk,
+                );
+                Parsed {
+                    cand,
+                    hash,
+                    extract,
+                }
+            });
+            bar.inc(1);
+            r
+        })
+        .collect();
+    bar.finish_and_clear();
+    let mut files: Vec<Parsed> = Vec::with_capacity(results.len());
+    for r in results {
+        match r {
+            Ok(p) => files.push(p),
+            Err((reason, msg)) => {
+                *report.skipped.entry(reason.name()).or_insert(0) += 1;
+                match reason {
+                    SkipReason::Unreadable => report.errors.push(msg),
+                    SkipReason::InvalidUtf8 => report.warnings.push(msg),
+                    _ => {}
+                }
+            }
+        }
+    }
+    report.parse_error_files = files.iter().filter(|f| f.extract.had_parse_errors).count();
+    report.files_indexed = files.len();
+    report.source_bytes = files.iter().map(|f| f.cand.size).sum();
+    report.timings.push(("parse", t.elapsed()));
+
+    // 3. Changed vs unchanged against the live index.
+    let mut live: HashMap<(String, String), (usize, u32, [u8; 32])> = HashMap::new();
+    if let Some(ix) = &existing {
+        for (si, ls) in ix.segments.iter().enumerate() {
+            let table = ls.segment.table();
+            for (fi, f) in table.files.iter().enumerate() {
+                let first = f.first_chunk.to_native();
+                let all_dead =
+                    (first..first + f.chunk_count.to_native()).all(|c| ls.tombstones.contains(c));
+                if f.chunk_count.to_native() > 0 && all_dead {
+                    continue;
+                }
+                live.insert(
+                    (f.repo.to_string(), f.path.to_string()),
+                    (si, fi as u32, f.content_hash),
+                );
+            }
+        }
+    }
+    let changed: Vec<bool> = files
+        .iter()
+        .map(|f| {
+            live.get(&(f.cand.repo.clone(), f.cand.rel_path.clone()))
+                .is_none_or(|(_, _, h)| *h != f.hash)
+        })
+        .collect();
+    report.files_changed = changed.iter().filter(|c| **c).count();
+    report.files_unchanged = files.len() - report.files_changed;
+    let present: std::collections::HashSet<(String, String)> = files
+        .iter()
+        .map(|f| (f.cand.repo.clone(), f.cand.rel_path.clone()))
+        .collect();
+    // Files to tombstone: changed ones that were live, and live ones that are gone.
+    let mut dead_files: Vec<(usize, u32)> = Vec::new();
+    for (key, (si, fi, _)) in &live {
+        let idx = files
+            .iter()
+            .position(|f| f.cand.repo == key.0 && f.cand.rel_path == key.1);
+        match idx {
+            Some(i) if changed[i] => dead_files.push((*si, *fi)),
+            Some(_) => {}
+            None => {
+                // Only files under the roots of this build count as deleted.
+                if !present.contains(key) && under_roots(&key.1, &key.0, opts) {
+                    dead_files.push((*si, *fi));
+                    report.files_deleted += 1;
+                }
+            }
+        }
+    }
+    dead_files.sort_unstable();
+
+    if report.files_changed == 0 && dead_files.is_empty() && existing.is_some() {
+        let ix = existing.as_ref().expect("checked");
+        report.generation = ix.manifest.generation;
+        report.live_chunks = ix.live_chunks();
+        progress.line("index is up to date; nothing to write");
+        return Ok(report);
+    }
+
+    // 4. Graph over all parsed files; keep what starts in a changed file.
+    let t = Instant::now();
+    let facts: Vec<FileFacts> = files
+        .iter()
+        .map(|f| FileFacts {
+            path: &f.cand.rel_path,
+            language: f.cand.language,
+            extract: &f.extract,
+        })
+        .collect();
+    let resolved = graph::resolve(&facts);
+    // Local numbering of the new segment: changed files in order, their chunks in order.
+    let mut local_file = vec![u32::MAX; files.len()];
+    let mut first_chunk = vec![0u32; files.len()];
+    let (mut nf, mut nc) = (0u32, 0u32);
+    for (i, f) in files.iter().enumerate() {
+        if changed[i] {
+            local_file[i] = nf;
+            first_chunk[i] = nc;
+            nf += 1;
+            nc += f.extract.chunks.len() as u32;
+        }
+    }
+    let node = |r: &NodeRef| -> Option<u32> {
+        match *r {
+            NodeRef::File(f) => (local_file[f] != u32::MAX).then(|| nc + local_file[f]),
+            NodeRef::Chunk { file, chunk } => {
+                (local_file[file] != u32::MAX).then(|| first_chunk[file] + chunk as u32)
+            }
+        }
+    };
+    let external_name = |r: &NodeRef| -> Option<String> {
+        match *r {
+            NodeRef::File(f) => Some(format!("file:{}", files[f].cand.rel_path)),
+            NodeRef::Chunk { file, chunk } => {
+                let id = &files[file].extract.chunks[chunk].symbol_id;
+                (!id.is_empty()).then(|| id.clone())
+            }
+        }
+    };
+    let mut edges = Vec::new();
+    let mut external = Vec::new();
+    for e in &resolved {
+        let kind = match e.kind {
+            EdgeKind::Contains => rec::EdgeKind::Contains,
+            EdgeKind::Imports => rec::EdgeKind::Imports,
+            EdgeKind::Calls => rec::EdgeKind::Calls,
+        };
+        let Some(src) = node(&e.src) else { continue };
+        *report.edges.entry(kind.name()).or_insert(0) += 1;
+        match node(&e.dst) {
+            Some(dst) => edges.push(EdgeInput {
+                kind,
+                src,
+                dst,
+                resolved: e.resolved,
+            }),
+            None => {
+                if let Some(dst) = external_name(&e.dst) {
+                    let flags = if e.resolved { rec::EDGE_RESOLVED } else { 0 };
+                    external.push(ExternalEdge {
+                        kind: kind as u8,
+                        src,
+                        dst,
+                        flags,
+                    });
+                }
+            }
+        }
+    }
+    report.timings.push(("graph", t.elapsed()));
+
+    // 5. Records and embedding texts of the changed files.
+    let mut builder = SegmentBuilder::default();
+    let mut texts: Vec<String> = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        if !changed[i] {
+            continue;
+        }
+        let lf = local_file[i];
+        builder.files.push(FileRecord {
+            repo: f.cand.repo.clone(),
+            path: f.cand.rel_path.clone(),
+            language: f.cand.language.name().to_string(),
+            content_hash: f.hash,
+            size: f.cand.size,
+            first_chunk: first_chunk[i],
+            chunk_count: f.extract.chunks.len() as u32,
+            imports: f
+                .extract
+                .imports
+                .iter()
+                .map(|im| im.module.clone())
+                .collect(),
+        });
+        for c in &f.extract.chunks {
+            let et = embed_text(&f.cand.rel_path, c.kind.name(), &c.qualified, &c.text);
+            builder.chunks.push(ChunkRecord {
+                file: lf,
+                kind: c.kind.name().to_string(),
+                name: c.name.clone(),
+                qualified: c.qualified.clone(),
+                symbol_id: c.symbol_id.clone(),
+                start_line: c.start_line.max(1),
+                end_line: c.end_line.max(c.start_line.max(1)),
+                start_byte: c.start_byte,
+                end_byte: c.end_byte.max(c.start_byte),
+                parent: c.parent.map_or(NO_PARENT, |p| first_chunk[i] + p as u32),
+                content_hash: *blake3::hash(et.as_bytes()).as_bytes(),
+                text: c.text.clone(),
+            });
+            texts.push(et);
+        }
+    }
+    builder.edges = edges;
+    builder.external_edges = external;
+
+    // 6. Vectors: reuse by content hash, embed the rest (each distinct text once).
+    let t = Instant::now();
+    let dim = embedder.dim();
+    let mut known: HashMap<[u8; 32], (usize, u32)> = HashMap::new();
+    if let Some(ix) = &existing {
+        for (si, ls) in ix.segments.iter().enumerate() {
+            for (ci, c) in ls.segment.table().chunks.iter().enumerate() {
+                known.entry(c.content_hash).or_insert((si, ci as u32));
+            }
+        }
+    }
+    let mut vectors = vec![0f32; builder.chunks.len() * dim];
+    let mut todo: Vec<usize> = Vec::new();
+    let mut first_of: HashMap<[u8; 32], usize> = HashMap::new();
+    let mut copies: Vec<(usize, usize)> = Vec::new();
+    for (i, c) in builder.chunks.iter().enumerate() {
+        if let Some((si, ci)) = known.get(&c.content_hash) {
+            let ix = existing.as_ref().expect("known implies existing");
+            if let Some(v) = ix.segments[*si].segment.vector(*ci) {
+                vectors[i * dim..(i + 1) * dim].copy_from_slice(v);
+                report.chunks_reused += 1;
+                continue;
+            }
+        }
+        match first_of.get(&c.content_hash) {
+            Some(&j) => copies.push((j, i)),
+            None => {
+                first_of.insert(c.content_hash, i);
+                todo.push(i);
+            }
+        }
+    }
+    // Longest-first order keeps length buckets full across groups.
+    let bar = progress.bar(todo.len() as u64, "embed");
+    for group in todo.chunks(opts.embed_group.max(1)) {
+        let batch: Vec<&str> = group.iter().map(|&i| texts[i].as_str()).collect();
+        let (v, tokens) = embedder.embed(&batch).map_err(IndexerError::Embed)?;
+        report.tokens_embedded += tokens;
+        if v.len() != batch.len() * dim {
+            return Err(IndexerError::Embed(format!(
+                "encoder returned {} floats for {} texts",
+                v.len(),
+                batch.len()
+            )));
+        }
+        for (k, &i) in group.iter().enumerate() {
+            vectors[i * dim..(i + 1) * dim].copy_from_slice(&v[k * dim..(k + 1) * dim]);
+        }
+        bar.inc(group.len() as u64);
+        progress.tick_line(&format!("embed: {}/{} chunks", bar.position(), todo.len()));
+    }
+    bar.finish_and_clear();
+    for (j, i) in copies {
+        let (a, b) = (j * dim, i * dim);
+        vectors.copy_within(a..a + dim, b);
+    }
+    report.chunks_embedded = todo.len();
+    report.chunks_reused = builder.chunks.len() - todo.len();
+    report.timings.push(("embed", t.elapsed()));
+    builder.vectors = vectors;
+    report.chunks_written = builder.chunks.len();
+
+    // 7. Write the segment, the tombstones, then commit the manifest.
+    let t = Instant::now();
+    let model_id = embedder.model_id().to_string();
+    let mut manifest = existing
+        .as_ref()
+        .map(|ix| ix.manifest.clone())
+        .unwrap_or_else(|| IndexManifest::empty(&model_id, dim as u32));
+    let generation = manifest.generation + 1;
+    let write_segment = !builder.chunks.is_empty() || !builder.files.is_empty();
+    let new_seg = if write_segment {
+        let (id, meta) = builder
+            .write(out, &model_id, dim)
+            .map_err(IndexerError::Format)?;
+        Some(SegmentEntry {
+            id,
+            chunks: meta.chunk_count,
+            tombstones: None,
+        })
+    } else {
+        None
+    };
+    if let Some(ix) = &existing {
+        let mut per_seg: BTreeMap<usize, RoaringBitmap> = BTreeMap::new();
+        for (si, fi) in &dead_files {
+            let f = &ix.segments[*si].segment.table().files[*fi as usize];
+            let first = f.first_chunk.to_native();
+            per_seg
+                .entry(*si)
+                .or_default()
+                .insert_range(first..first + f.chunk_count.to_native());
+        }
+        let mut entries = Vec::new();
+        for (si, ls) in ix.segments.iter().enumerate() {
+            let mut entry = manifest.segments[si].clone();
+            if let Some(newly) = per_seg.get(&si) {
+                let mut bits = ls.tombstones.clone();
+                let before = bits.len();
+                bits |= newly;
+                report.chunks_tombstoned += bits.len() - before;
+                if bits.len() >= u64::from(entry.chunks) && all_files_dead(ls, &dead_files, si) {
+                    continue; // fully dead: drop the segment
+                }
+                let name = tombstones::file_name(&entry.id, generation);
+                let bytes = tombstones::write(&out.join(&name), &model_id, &bits)
+                    .map_err(IndexerError::Format)?;
+                entry.tombstones = Some(TombstoneRef {
+                    file: name,
+                    blake3: format::blake3_hex(&bytes),
+                    count: bits.len(),
+                });
+            }
+            entries.push(entry);
+        }
+        manifest.segments = entries;
+    }
+    if let Some(s) = &new_seg {
+        report.segment_id = Some(s.id.clone());
+        if !manifest.segments.iter().any(|e| e.id == s.id) {
+            manifest.segments.push(s.clone());
+        }
+    }
+    manifest.generation = generation;
+    manifest.commit(out).map_err(IndexerError::Format)?;
+    // Old generations are no longer named; readers that still map them keep working.
+    if let Err(e) = Index::collect_garbage(out) {
+        report.errors.push(format!("garbage collection: {e}"));
+    }
+    report.generation = generation;
+    report.live_chunks = manifest
+        .segments
+        .iter()
+        .map(|s| u64::from(s.chunks) - s.tombstones.as_ref().map_or(0, |t| t.count))
+        .sum();
+    report.timings.push(("write", t.elapsed()));
+    Ok(report)
+}
+
+fn all_files_dead(ls: &format::manifest::LiveSegment, dead: &[(usize, u32)], si: usize) -> bool {
+    let n = ls.segment.table().files.len() as u32;
+    (0..n).all(|fi| {
+        let f = &ls.segment.table().files[fi as usize];
+        let first = f.first_chunk.to_native();
+        let dead_now = dead.contains(&(si, fi));
+        let dead_before = f.chunk_count.to_native() > 0
+            && (first..first + f.chunk_count.to_native()).all(|c| ls.tombstones.contains(c));
+        dead_now || dead_before
+    })
+}
+
+/// True when an indexed file belongs to one of this build's roots (so its absence means it was
+/// deleted, not that it lives in another repository indexed into the same directory).
+fn under_roots(_rel_path: &str, repo: &str, opts: &BuildOptions) -> bool {
+    opts.roots
+        .iter()
+        .any(|r| opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)) == repo)
+}

@@ -1,0 +1,133 @@
+//! Go: functions, methods (qualified `Type#method` by receiver), struct and interface types;
+//! imports (single and grouped); calls (builtins and basic-type conversions dropped).
+
+use tree_sitter::Node;
+
+use super::{
+    base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
+};
+
+pub(crate) struct GoSpec;
+
+const BUILTINS: &[&str] = &[
+    "append", "cap", "clear", "close", "complex", "copy", "delete", "imag", "len", "make", "max",
+    "min", "new", "panic", "print", "println", "real", "recover", "string", "int", "int8", "int16",
+    "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "uintptr", "float32",
+    "float64", "byte", "rune", "bool", "error", "any",
+];
+
+fn type_spec_def<'t>(spec: Node<'t>, range: Node<'t>, src: &str) -> Option<Def<'t>> {
+    if spec.kind() != "type_spec" {
+        return None;
+    }
+    let name = field_text(spec, "name", src)?;
+    let kind = match spec.child_by_field_name("type")?.kind() {
+        "struct_type" => ChunkKind::Struct,
+        "interface_type" => ChunkKind::Interface,
+        _ => return None,
+    };
+    Some(Def::new(kind, name, range))
+}
+
+impl Spec for GoSpec {
+    fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
+        let body = node.child_by_field_name("body");
+        match node.kind() {
+            "function_declaration" => {
+                let name = field_text(node, "name", src).unwrap_or("");
+                Class::Def(Def::new(ChunkKind::Function, name, node).body(body))
+            }
+            "method_declaration" => {
+                let name = field_text(node, "name", src).unwrap_or("");
+                let mut def = Def::new(ChunkKind::Method, name, node).body(body);
+                let recv = node
+                    .child_by_field_name("receiver")
+                    .and_then(|r| {
+                        named_kids(r)
+                            .into_iter()
+                            .find(|p| p.kind() == "parameter_declaration")
+                    })
+                    .and_then(|p| field_text(p, "type", src))
+                    .map(base_type_name)
+                    .unwrap_or_default();
+                if !recv.is_empty() {
+                    def.scope = vec![recv];
+                }
+                Class::Def(def)
+            }
+            "type_declaration" => {
+                let specs = named_kids(node);
+                if specs.len() == 1 {
+                    match type_spec_def(specs[0], node, src) {
+                        Some(d) => Class::Def(d),
+                        None => Class::Other,
+                    }
+                } else {
+                    Class::Container
+                }
+            }
+            "type_spec" => match type_spec_def(node, node, src) {
+                Some(d) => Class::Def(d),
+                None => Class::Other,
+            },
+            _ => Class::Other,
+        }
+    }
+
+    fn is_leading(&self, node: Node, _src: &str) -> bool {
+        node.kind() == "comment"
+    }
+
+    fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
+        if node.kind() != "import_declaration" {
+            return false;
+        }
+        let mut specs = Vec::new();
+        for c in named_kids(node) {
+            match c.kind() {
+                "import_spec" => specs.push(c),
+                "import_spec_list" => specs.extend(
+                    named_kids(c)
+                        .into_iter()
+                        .filter(|s| s.kind() == "import_spec"),
+                ),
+                _ => {}
+            }
+        }
+        for s in specs {
+            if let Some(p) = field_text(s, "path", src) {
+                let module = p.trim_matches(|c| c == '"' || c == '`').to_string();
+                if !module.is_empty() {
+                    out.push(Import {
+                        module,
+                        names: Vec::new(),
+                        line: s.start_position().row as u32 + 1,
+                    });
+                }
+            }
+        }
+        true
+    }
+
+    fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {
+        if node.kind() != "call_expression" {
+            return None;
+        }
+        let f = node.child_by_field_name("function")?;
+        match f.kind() {
+            "identifier" => {
+                let n = node_text(f, src);
+                if BUILTINS.contains(&n) {
+                    None
+                } else {
+                    Some((n.to_string(), None))
+                }
+            }
+            "selector_expression" => Some((
+                field_text(f, "field", src)?.to_string(),
+                field_text(f, "operand", src).map(compact),
+            )),
+            _ => None,
+        }
+    }
+}

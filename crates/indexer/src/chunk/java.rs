@@ -1,0 +1,91 @@
+//! Java: classes, records, interfaces (and annotation types), enums, methods and constructors;
+//! `import` (static and wildcard); method invocations and `new`.
+
+use tree_sitter::Node;
+
+use super::{
+    base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
+};
+
+pub(crate) struct JavaSpec;
+
+impl Spec for JavaSpec {
+    fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
+        let name = || field_text(node, "name", src).unwrap_or("").to_string();
+        let body = node.child_by_field_name("body");
+        match node.kind() {
+            "class_declaration" | "record_declaration" => {
+                Class::Def(Def::new(ChunkKind::Class, name(), node).body(body))
+            }
+            "interface_declaration" | "annotation_type_declaration" => {
+                Class::Def(Def::new(ChunkKind::Interface, name(), node).body(body))
+            }
+            "enum_declaration" => Class::Def(Def::new(ChunkKind::Enum, name(), node).body(body)),
+            "method_declaration"
+            | "constructor_declaration"
+            | "compact_constructor_declaration" => {
+                if body.is_none() {
+                    // Abstract and interface methods stay in their type's text.
+                    return Class::Other;
+                }
+                Class::Def(Def::new(ChunkKind::Function, name(), node).body(body))
+            }
+            "enum_body_declarations" => Class::Container,
+            _ => Class::Other,
+        }
+    }
+
+    fn is_leading(&self, node: Node, _src: &str) -> bool {
+        matches!(node.kind(), "line_comment" | "block_comment")
+    }
+
+    fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
+        if node.kind() != "import_declaration" {
+            return false;
+        }
+        let text = compact(node_text(node, src));
+        let is_static = text.starts_with("import static");
+        let kids = named_kids(node);
+        let path = kids
+            .iter()
+            .find(|k| matches!(k.kind(), "scoped_identifier" | "identifier"))
+            .map(|k| compact(node_text(*k, src)))
+            .unwrap_or_default();
+        let wildcard = kids.iter().any(|k| k.kind() == "asterisk");
+        if path.is_empty() {
+            return true;
+        }
+        let line = node.start_position().row as u32 + 1;
+        let (module, names) = if wildcard {
+            (path, Vec::new())
+        } else if is_static {
+            match path.rsplit_once('.') {
+                Some((m, n)) => (m.to_string(), vec![n.to_string()]),
+                None => (path, Vec::new()),
+            }
+        } else {
+            let last = path.rsplit('.').next().unwrap_or("").to_string();
+            (path, vec![last])
+        };
+        out.push(Import {
+            module,
+            names,
+            line,
+        });
+        true
+    }
+
+    fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {
+        match node.kind() {
+            "method_invocation" => Some((
+                field_text(node, "name", src)?.to_string(),
+                field_text(node, "object", src).map(compact),
+            )),
+            "object_creation_expression" => {
+                let t = field_text(node, "type", src)?;
+                Some((base_type_name(t), None))
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! JavaScript, TypeScript and TSX: functions (also `const f = () => {}` / function expressions
+//! assigned at top level, and `X.prototype.f = function…`), classes, methods (also arrow
+//! function fields), interfaces, enums, namespaces/modules; ES imports, `export … from`,
+//! `require()` and `import()`; calls and `new`.
+
+use tree_sitter::Node;
+
+use super::{compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec};
+
+pub(crate) struct JsSpec;
+
+fn is_function_value(kind: &str) -> bool {
+    matches!(
+        kind,
+        "arrow_function" | "function_expression" | "function" | "generator_function"
+    )
+}
+
+/// The function a declarator/field value stands for: the value itself, or the first function
+/// argument of a wrapping call (`React.memo(() => …)`, `forwardRef(function …)`).
+fn function_value(value: Node) -> Option<Node> {
+    if is_function_value(value.kind()) {
+        return Some(value);
+    }
+    if value.kind() == "call_expression" {
+        let args = value.child_by_field_name("arguments")?;
+        return named_kids(args)
+            .into_iter()
+            .find(|a| is_function_value(a.kind()));
+    }
+    None
+}
+
+fn unquote(s: &str) -> String {
+    s.trim_matches(|c| c == '"' || c == '\'' || c == '`')
+        .to_string()
+}
+
+impl Spec for JsSpec {
+    fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
+        let name = || field_text(node, "name", src).unwrap_or("").to_string();
+        let body = node.child_by_field_name("body");
+        match node.kind() {
+            "function_declaration" | "generator_function_declaration" => {
+                Class::Def(Def::new(ChunkKind::Function, name(), node).body(body))
+            }
+            "method_definition" => {
+                Class::Def(Def::new(ChunkKind::Function, name(), node).body(body))
+            }
+            "class_declaration" | "abstract_class_declaration" | "class" => {
+                if name().is_empty() {
+                    return Class::Other;
+                }
+                Class::Def(Def::new(ChunkKind::Class, name(), node).body(body))
+            }
+            "interface_declaration" => Class::Def(Def::new(ChunkKind::Interface, name(), node)),
+            "enum_declaration" => Class::Def(Def::new(ChunkKind::Enum, name(), node)),
+            "internal_module" | "module" => {
+                let n = unquote(&compact(field_text(node, "name", src).unwrap_or("")));
+                if n.is_empty() {
+                    return Class::Other;
+                }
+                Class::Def(Def::new(ChunkKind::Module, n.replace('.', "/"), node).body(body))
+            }
+            "public_field_definition" | "field_definition" => {
+                let n = field_text(node, "name", src)
+                    .or_else(|| field_text(node, "property", src))
+                    .unwrap_or("");
+                match node.child_by_field_name("value").and_then(function_value) {
+                    Some(f) if !n.is_empty() => Class::Def(
+                        Def::new(ChunkKind::Function, n, node).body(f.child_by_field_name("body")),
+                    ),
+                    _ => Class::Other,
+                }
+            }
+            "lexical_declaration" | "variable_declaration" => {
+                let decls: Vec<Node> = named_kids(node)
+                    .into_iter()
+                    .filter(|n| n.kind() == "variable_declarator")
+                    .collect();
+                if decls.len() != 1 {
+                    return Class::Other;
+                }
+                let d = decls[0];
+                let name_node = match d.child_by_field_name("name") {
+                    Some(n) if n.kind() == "identifier" => n,
+                    _ => return Class::Other,
+                };
+                let n = node_text(name_node, src);
+                let value = match d.child_by_field_name("value") {
+                    Some(v) => v,
+                    None => return Class::Other,
+                };
+                if value.kind() == "class" {
+                    return Class::Def(
+                        Def::new(ChunkKind::Class, n, node).body(value.child_by_field_name("body")),
+                    );
+                }
+                match function_value(value) {
+                    Some(f) => Class::Def(
+                        Def::new(ChunkKind::Function, n, node).body(f.child_by_field_name("body")),
+                    ),
+                    None => Class::Other,
+                }
+            }
+            "expression_statement" => {
+                let inner = match node.named_child(0) {
+                    Some(i) => i,
+                    None => return Class::Other,
+                };
+                match inner.kind() {
+                    "internal_module" | "module" => Class::Wrapper,
+                    "assignment_expression" => {
+                        let (left, right) = match (
+                            inner.child_by_field_name("left"),
+                            inner.child_by_field_name("right"),
+                        ) {
+                            (Some(l), Some(r)) => (l, r),
+                            _ => return Class::Other,
+                        };
+                        let f = match function_value(right) {
+                            Some(f) if is_function_value(right.kind()) => f,
+                            _ => return Class::Other,
+                        };
+                        let body = f.child_by_field_name("body");
+                        match left.kind() {
+                            "identifier" => Class::Def(
+                                Def::new(ChunkKind::Function, node_text(left, src), node)
+                                    .body(body),
+                            ),
+                            "member_expression" => {
+                                let prop = field_text(left, "property", src).unwrap_or("");
+                                if prop.is_empty() {
+                                    return Class::Other;
+                                }
+                                let mut def = Def::new(ChunkKind::Function, prop, node).body(body);
+                                // `Foo.prototype.bar = function…` is a method of Foo.
+                                if let Some(obj) = left.child_by_field_name("object") {
+                                    if obj.kind() == "member_expression"
+                                        && field_text(obj, "property", src) == Some("prototype")
+                                    {
+                                        if let Some(t) = field_text(obj, "object", src) {
+                                            def.scope = vec![compact(t)];
+                                        }
+                                    }
+                                }
+                                Class::Def(def)
+                            }
+                            _ => Class::Other,
+                        }
+                    }
+                    _ => Class::Other,
+                }
+            }
+            "export_statement" | "ambient_declaration" => Class::Wrapper,
+            _ => Class::Other,
+        }
+    }
+
+    fn is_leading(&self, node: Node, _src: &str) -> bool {
+        matches!(node.kind(), "comment" | "decorator")
+    }
+
+    fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
+        let line = node.start_position().row as u32 + 1;
+        match node.kind() {
+            "import_statement" => {
+                let source = node.child_by_field_name("source").or_else(|| {
+                    named_kids(node)
+                        .into_iter()
+                        .find(|n| n.kind() == "import_require_clause")
+                        .and_then(|c| c.child_by_field_name("source"))
+                });
+                let mut names = Vec::new();
+                for c in named_kids(node) {
+                    if c.kind() == "import_clause" {
+                        for k in named_kids(c) {
+                            match k.kind() {
+                                "identifier" => names.push(node_text(k, src).to_string()),
+                                "named_imports" => {
+                                    for s in named_kids(k) {
+                                        if let Some(n) = field_text(s, "name", src) {
+                                            names.push(unquote(n));
+                                        }
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+                if let Some(s) = source {
+                    out.push(Import {
+                        module: unquote(node_text(s, src)),
+                        names,
+                        line,
+                    });
+                }
+                true
+            }
+            "export_statement" => {
+                let Some(s) = node.child_by_field_name("source") else {
+                    return false;
+                };
+                let mut names = Vec::new();
+                for c in named_kids(node) {
+                    if c.kind() == "export_clause" {
+                        for k in named_kids(c) {
+                            if let Some(n) = field_text(k, "name", src) {
+                                names.push(unquote(n));
+                            }
+                        }
+                    }
+                }
+                out.push(Import {
+                    module: unquote(node_text(s, src)),
+                    names,
+                    line,
+                });
+                true
+            }
+            "call_expression" => {
+                let Some(f) = node.child_by_field_name("function") else {
+                    return false;
+                };
+                let is_import = f.kind() == "import"
+                    || (f.kind() == "identifier" && node_text(f, src) == "require");
+                if !is_import {
+                    return false;
+                }
+                let arg = node
+                    .child_by_field_name("arguments")
+                    .and_then(|a| a.named_child(0));
+                let Some(arg) = arg.filter(|a| a.kind() == "string") else {
+                    return false;
+                };
+                let mut names = Vec::new();
+                if let Some(p) = node.parent() {
+                    if p.kind() == "variable_declarator" {
+                        if let Some(pat) = p.child_by_field_name("name") {
+                            if pat.kind() == "object_pattern" {
+                                for k in named_kids(pat) {
+                                    match k.kind() {
+                                        "shorthand_property_identifier_pattern" => {
+                                            names.push(node_text(k, src).to_string())
+                                        }
+                                        "pair_pattern" => {
+                                            if let Some(n) = field_text(k, "key", src) {
+                                                names.push(unquote(n));
+                                            }
+                                        }
+                                        _ => {}
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                out.push(Import {
+                    module: unquote(node_text(arg, src)),
+                    names,
+                    line,
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {
+        let (f, is_new) = match node.kind() {
+            "call_expression" => (node.child_by_field_name("function")?, false),
+            "new_expression" => (node.child_by_field_name("constructor")?, true),
+            _ => return None,
+        };
+        let _ = is_new;
+        match f.kind() {
+            "identifier" => Some((node_text(f, src).to_string(), None)),
+            "member_expression" => {
+                let prop = f.child_by_field_name("property")?;
+                Some((
+                    node_text(prop, src).trim_start_matches('#').to_string(),
+                    field_text(f, "object", src).map(compact),
+                ))
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The indexer library: walk repositories, cut files into chunks with tree-sitter, resolve the
+//! code graph, embed chunks and write immutable segments through the `format` crate.
+//!
+//! Entry points: [`build::build`] (the `indexer build` command), [`inspect::inspect`] and
+//! [`inspect::verify`]. The binary in `main.rs` is a thin clap layer over these.
+
+pub mod build;
+pub mod chunk;
+pub mod graph;
+pub mod inspect;
+pub mod progress;
+pub mod walk;
+
+use std::path::PathBuf;
+
+/// Errors of the indexer library. One bad file never becomes an error here: it is counted in
+/// the build report and the build carries on.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexerError {
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0} does not exist; pass existing files or directories to index")]
+    MissingRoot(PathBuf),
+    #[error(
+        "the existing index at {path} cannot be opened: {source}\n\
+         hint: run `indexer verify {path}` for details, or delete the directory (or pass --rebuild) to build from scratch"
+    )]
+    ExistingIndex {
+        path: PathBuf,
+        #[source]
+        source: format::FormatError,
+    },
+    #[error(
+        "the index at {path} was built with model `{index_model}`, this build uses `{model}`; \
+         pass --rebuild to re-embed everything with the new model"
+    )]
+    ModelChanged {
+        path: PathBuf,
+        index_model: String,
+        model: String,
+    },
+    #[error("embedding failed: {0}")]
+    Embed(String),
+    #[error(transparent)]
+    Format(format::FormatError),
+}

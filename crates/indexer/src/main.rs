@@ -1,0 +1,269 @@
+//! The `indexer` command: `build`, `inspect`, `verify`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use indexer::build::{self, BuildOptions, BuildReport};
+use indexer::progress::Progress;
+use kernels::DeviceChoice;
+
+#[derive(Parser)]
+#[command(
+    name = "indexer",
+    version,
+    about = "Build, inspect and verify code search indexes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Index repositories (or single files) into an index directory; incremental over an
+    /// existing index.
+    Build {
+        /// Directories or files to index.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Index directory (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Model directory (config.json, model.safetensors, tokenizer.json). Default:
+        /// $CIX_MODEL_DIR, else ./models/all-MiniLM-L6-v2.
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Where to run the encoder.
+        #[arg(long, default_value = "auto")]
+        device: DeviceChoice,
+        /// Repository name recorded in chunk records and symbol ids (default: directory name).
+        #[arg(long)]
+        repo: Option<String>,
+        /// Skip files larger than this many bytes.
+        #[arg(long, default_value_t = indexer::walk::DEFAULT_MAX_FILE_BYTES)]
+        max_file_bytes: u64,
+        /// Discard the existing index in --out and build from scratch.
+        #[arg(long)]
+        rebuild: bool,
+        /// No progress output; the summary is still printed.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Print the summary as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what an index holds: counts per language, kind and edge type, sizes.
+    Inspect {
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check every file of an index against its checksums and structure; exits 1 on any problem.
+    Verify { dir: PathBuf },
+}
+
+/// Resolves the model directory: flag, then $CIX_MODEL_DIR, then ./models/all-MiniLM-L6-v2.
+pub fn model_dir(flag: Option<PathBuf>) -> PathBuf {
+    flag.or_else(|| std::env::var_os("CIX_MODEL_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"))
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Build {
+            paths,
+            out,
+            model,
+            device,
+            repo,
+            max_file_bytes,
+            rebuild,
+            quiet,
+            json,
+        } => {
+            let progress = Progress::auto(quiet);
+            let model = model_dir(model);
+            let t = Instant::now();
+            let encoder = kernels::Encoder::load(&model, device)
+                .with_context(|| format!("loading the model from {}", model.display()))?;
+            progress.line(&format!(
+                "model {} ({}-d) on {} loaded in {:.2?}",
+                encoder.model_id(),
+                encoder.dim(),
+                encoder.device_description(),
+                t.elapsed()
+            ));
+            if rebuild && out.join("MANIFEST").exists() {
+                remove_index(&out)?;
+            }
+            let mut opts = BuildOptions::new(paths, out.clone());
+            opts.repo = repo;
+            opts.max_file_bytes = max_file_bytes;
+            let t = Instant::now();
+            let report = build::build(&opts, &encoder, &progress)?;
+            let total = t.elapsed();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report_json(&report, total))?
+                );
+            } else {
+                print_summary(&report, &out, total);
+            }
+            Ok(if report.errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Cmd::Inspect { dir, json } => {
+            let r = indexer::inspect::inspect(&dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("{r}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Verify { dir } => {
+            let problems = indexer::inspect::verify(&dir);
+            if problems.is_empty() {
+                println!("ok: {} verified", dir.display());
+                Ok(ExitCode::SUCCESS)
+            } else {
+                for p in &problems {
+                    println!("problem: {p}");
+                }
+                println!("{} problem(s) found in {}", problems.len(), dir.display());
+                Ok(ExitCode::from(1))
+            }
+        }
+    }
+}
+
+/// Removes an index's own files (MANIFEST, segments, tombstones) and nothing else.
+fn remove_index(dir: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name == "MANIFEST"
+            || name.starts_with("seg-")
+            || name.starts_with("tomb-")
+            || name.starts_with(".tmp-seg-")
+        {
+            let p = entry.path();
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            }
+            .with_context(|| format!("removing {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value {
+    serde_json::json!({
+        "files_seen": r.files_seen,
+        "files_indexed": r.files_indexed,
+        "files_changed": r.files_changed,
+        "files_unchanged": r.files_unchanged,
+        "files_deleted": r.files_deleted,
+        "source_bytes": r.source_bytes,
+        "skipped": r.skipped,
+        "errors": r.errors,
+        "warnings": r.warnings,
+        "parse_error_files": r.parse_error_files,
+        "chunks_written": r.chunks_written,
+        "chunks_embedded": r.chunks_embedded,
+        "chunks_reused": r.chunks_reused,
+        "tokens_embedded": r.tokens_embedded,
+        "chunks_tombstoned": r.chunks_tombstoned,
+        "edges": r.edges,
+        "segment_id": r.segment_id,
+        "generation": r.generation,
+        "live_chunks": r.live_chunks,
+        "seconds": r.timings.iter().map(|(k, d)| (k.to_string(), d.as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),
+        "total_seconds": total.as_secs_f64(),
+    })
+}
+
+fn print_summary(r: &BuildReport, out: &Path, total: std::time::Duration) {
+    println!(
+        "indexed {} files ({} changed, {} unchanged, {} deleted), {:.1} MB of source",
+        r.files_indexed,
+        r.files_changed,
+        r.files_unchanged,
+        r.files_deleted,
+        r.source_bytes as f64 / 1e6
+    );
+    if !r.skipped.is_empty() {
+        let parts: Vec<String> = r.skipped.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        println!("skipped: {}", parts.join(", "));
+    }
+    if r.parse_error_files > 0 {
+        println!(
+            "{} files had syntax errors (chunked best-effort)",
+            r.parse_error_files
+        );
+    }
+    println!(
+        "chunks: {} written, {} embedded ({} tokens), {} vectors reused; {} tombstoned",
+        r.chunks_written,
+        r.chunks_embedded,
+        r.tokens_embedded,
+        r.chunks_reused,
+        r.chunks_tombstoned
+    );
+    let edges: Vec<String> = r.edges.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    if !edges.is_empty() {
+        println!("edges: {}", edges.join(", "));
+    }
+    let phases: Vec<String> = r
+        .timings
+        .iter()
+        .map(|(k, d)| format!("{k} {:.2?}", d))
+        .collect();
+    println!("time: {:.2?} total ({})", total, phases.join(", "));
+    match &r.segment_id {
+        Some(id) => println!(
+            "wrote segment seg-{id}; {} at generation {} holds {} live chunks",
+            out.display(),
+            r.generation,
+            r.live_chunks
+        ),
+        None => println!(
+            "{} is up to date (generation {}, {} live chunks)",
+            out.display(),
+            r.generation,
+            r.live_chunks
+        ),
+    }
+    for w in &r.warnings {
+        eprintln!("warning: skipped {w}");
+    }
+    for e in &r.errors {
+        eprintln!("error: {e}");
+    }
+}

