@@ -40,46 +40,97 @@ pub struct DocFields<'a> {
     pub qualified: &'a str,
 }
 
-/// Builds the postings for documents `0..docs.len()`.
-pub fn build<'a>(docs: impl ExactSizeIterator<Item = DocFields<'a>>) -> PostingsArchive {
-    let n = docs.len();
-    let mut dict: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
-    let mut doc_lens = Vec::with_capacity(n);
-    let mut total_len = 0u64;
-    let mut counts: HashMap<String, u32> = HashMap::new();
-    for (id, d) in docs.enumerate() {
-        counts.clear();
-        let mut len = 0u32;
-        let mut add = |t: &str| {
-            len += 1;
-            *counts.entry(t.to_string()).or_insert(0) += 1;
-        };
-        text::for_each_token(d.text, &mut add);
-        text::for_each_token(d.path, &mut add);
-        for _ in 0..NAME_BOOST {
-            text::for_each_token(d.name, &mut add);
-            text::for_each_token(d.qualified, &mut add);
+/// FxHash (rustc's hasher): much faster than SipHash for the many short term strings here;
+/// the maps are internal to the writer, so HashDoS resistance does not matter.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(K);
         }
-        doc_lens.push(len);
-        total_len += u64::from(len);
-        for (t, tf) in counts.drain() {
-            dict.entry(t).or_default().push((id as u32, tf));
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
         }
     }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+
+/// Terms of one document with their frequencies, sorted by term, and the document length.
+fn doc_terms(d: &DocFields<'_>) -> (Vec<(String, u32)>, u32) {
+    let mut counts: FxMap<String, u32> = FxMap::default();
+    let mut len = 0u32;
+    let mut add = |t: &str| {
+        len += 1;
+        match counts.get_mut(t) {
+            Some(c) => *c += 1,
+            None => {
+                counts.insert(t.to_string(), 1);
+            }
+        }
+    };
+    text::for_each_token(d.text, &mut add);
+    text::for_each_token(d.path, &mut add);
+    for _ in 0..NAME_BOOST {
+        text::for_each_token(d.name, &mut add);
+        text::for_each_token(d.qualified, &mut add);
+    }
+    (counts.into_iter().collect(), len)
+}
+
+/// Builds the postings for documents `0..docs.len()`. Tokenization runs in parallel; the
+/// dictionary is merged in document order, so the output does not depend on thread timing.
+pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
+    use rayon::prelude::*;
+    let per_doc: Vec<(Vec<(String, u32)>, u32)> = docs.par_iter().map(doc_terms).collect();
+    let mut ids: FxMap<String, u32> = FxMap::default();
+    let mut lists: Vec<Vec<(u32, u32)>> = Vec::new();
+    let mut doc_lens = Vec::with_capacity(docs.len());
+    let mut total_len = 0u64;
+    for (doc, (terms, len)) in per_doc.into_iter().enumerate() {
+        doc_lens.push(len);
+        total_len += u64::from(len);
+        for (term, tf) in terms {
+            let id = match ids.get(&term) {
+                Some(&id) => id,
+                None => {
+                    let id = lists.len() as u32;
+                    ids.insert(term, id);
+                    lists.push(Vec::new());
+                    id
+                }
+            };
+            // Documents arrive in ascending order, so each list is already sorted.
+            lists[id as usize].push((doc as u32, tf));
+        }
+    }
+    let mut dict: Vec<(String, u32)> = ids.into_iter().collect();
+    dict.sort_unstable();
     let mut out = PostingsArchive {
         doc_lens,
         total_len,
         ..Default::default()
     };
+    let total: usize = lists.iter().map(Vec::len).sum();
+    out.docs.reserve(total);
+    out.tfs.reserve(total);
+    out.offsets.reserve(dict.len() + 1);
     out.offsets.push(0);
-    for (term, mut list) in dict {
-        list.sort_unstable();
-        out.terms.push(term);
-        for (d, tf) in list {
+    for (term, id) in dict {
+        for &(d, tf) in &lists[id as usize] {
             out.docs.push(d);
             out.tfs.push(tf);
         }
         out.offsets.push(out.docs.len() as u32);
+        out.terms.push(term);
     }
     out
 }
@@ -87,7 +138,10 @@ pub fn build<'a>(docs: impl ExactSizeIterator<Item = DocFields<'a>>) -> Postings
 /// Structural checks beyond rkyv's: run once at open.
 pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Result<()> {
     if p.offsets.len() != p.terms.len() + 1 || p.offsets.first().map(|o| o.to_native()) != Some(0) {
-        return Err(corrupt(path, "postings offsets do not match the term dictionary"));
+        return Err(corrupt(
+            path,
+            "postings offsets do not match the term dictionary",
+        ));
     }
     if p.docs.len() != p.tfs.len() || p.doc_lens.len() != doc_count as usize {
         return Err(corrupt(path, "postings arrays have inconsistent lengths"));
@@ -115,11 +169,11 @@ pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Res
 impl ArchivedPostingsArchive {
     /// Postings of `term` (already tokenized), as (doc ids, term frequencies).
     pub fn postings(&self, term: &str) -> Option<(&[rkyv::rend::u32_le], &[rkyv::rend::u32_le])> {
-        let i = self
-            .terms
-            .binary_search_by(|t| t.as_str().cmp(term))
-            .ok()?;
-        let (a, b) = (self.offsets[i].to_native() as usize, self.offsets[i + 1].to_native() as usize);
+        let i = self.terms.binary_search_by(|t| t.as_str().cmp(term)).ok()?;
+        let (a, b) = (
+            self.offsets[i].to_native() as usize,
+            self.offsets[i + 1].to_native() as usize,
+        );
         Some((&self.docs[a..b], &self.tfs[a..b]))
     }
 
@@ -147,7 +201,9 @@ impl ArchivedPostingsArchive {
         let avg = (self.total_len.to_native() as f32 / n as f32).max(1.0);
         let mut acc: HashMap<u32, f32> = HashMap::new();
         for (term, qtf) in &qterms {
-            let Some((docs, tfs)) = self.postings(term) else { continue };
+            let Some((docs, tfs)) = self.postings(term) else {
+                continue;
+            };
             let df = docs.len() as f32;
             let idf = ((n as f32 - df + 0.5) / (df + 0.5) + 1.0).ln();
             for (d, tf) in docs.iter().zip(tfs) {
@@ -180,12 +236,16 @@ mod tests {
     #[test]
     fn finds_identifier_parts_and_ranks_names_higher() {
         let d = docs();
-        let p = build(d.iter().map(|(t, n)| DocFields {
-            text: t,
-            path: "src/lib.rs",
-            name: n,
-            qualified: n,
-        }));
+        let fields: Vec<DocFields> = d
+            .iter()
+            .map(|(t, n)| DocFields {
+                text: t,
+                path: "src/lib.rs",
+                name: n,
+                qualified: n,
+            })
+            .collect();
+        let p = build(&fields);
         let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&p).unwrap();
         let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
         validate(Path::new("p"), a, 3).unwrap();

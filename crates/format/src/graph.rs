@@ -92,7 +92,10 @@ pub fn build(
 
 fn validate_csr(path: &Path, c: &ArchivedCsr, nodes: u32) -> Result<()> {
     if c.offsets.len() != nodes as usize + 1 || c.targets.len() != c.flags.len() {
-        return Err(corrupt(path, "graph adjacency arrays have inconsistent lengths"));
+        return Err(corrupt(
+            path,
+            "graph adjacency arrays have inconsistent lengths",
+        ));
     }
     let mut prev = 0;
     for o in c.offsets.iter() {
@@ -115,10 +118,16 @@ fn validate_csr(path: &Path, c: &ArchivedCsr, nodes: u32) -> Result<()> {
 pub fn validate(path: &Path, g: &ArchivedGraphArchive, chunks: u32, files: u32) -> Result<()> {
     let nodes = g.node_count.to_native();
     if g.chunk_count.to_native() != chunks || nodes != chunks + files {
-        return Err(corrupt(path, "graph node count does not match the chunk table"));
+        return Err(corrupt(
+            path,
+            "graph node count does not match the chunk table",
+        ));
     }
     if g.kinds.len() != EdgeKind::ALL.len() {
-        return Err(corrupt(path, "graph has an unexpected number of edge types"));
+        return Err(corrupt(
+            path,
+            "graph has an unexpected number of edge types",
+        ));
     }
     for k in g.kinds.iter() {
         validate_csr(path, &k.forward, nodes)?;
@@ -178,7 +187,12 @@ mod tests {
 
     #[test]
     fn forward_and_reverse_agree() {
-        let e = |kind, src, dst, resolved| EdgeInput { kind, src, dst, resolved };
+        let e = |kind, src, dst, resolved| EdgeInput {
+            kind,
+            src,
+            dst,
+            resolved,
+        };
         let edges = vec![
             e(EdgeKind::Calls, 0, 1, true),
             e(EdgeKind::Calls, 0, 2, false),
@@ -192,7 +206,10 @@ mod tests {
         validate(Path::new("g"), a, 3, 1).unwrap();
         let out: Vec<_> = a.neighbors(0, EdgeKind::Calls, Direction::Out).collect();
         assert_eq!(out, [(1, EDGE_RESOLVED), (2, 0)]);
-        let callers: Vec<_> = a.neighbors(1, EdgeKind::Calls, Direction::In).map(|x| x.0).collect();
+        let callers: Vec<_> = a
+            .neighbors(1, EdgeKind::Calls, Direction::In)
+            .map(|x| x.0)
+            .collect();
         assert_eq!(callers, [0, 2]);
         assert_eq!(a.neighbors(0, EdgeKind::Contains, Direction::In).count(), 1);
         assert_eq!(a.neighbors(99, EdgeKind::Calls, Direction::Out).count(), 0);

@@ -79,7 +79,10 @@ pub fn check<'a>(
     if bytes.len() < HEADER_LEN {
         return Err(corrupt(
             path,
-            format!("file is {} bytes, shorter than its 64-byte header", bytes.len()),
+            format!(
+                "file is {} bytes, shorter than its 64-byte header",
+                bytes.len()
+            ),
         ));
     }
     if bytes[0..8] != MAGIC {
@@ -97,7 +100,10 @@ pub fn check<'a>(
     if tag != component as u32 {
         return Err(corrupt(
             path,
-            format!("component tag {tag}, expected {} ({component:?})", component as u32),
+            format!(
+                "component tag {tag}, expected {} ({component:?})",
+                component as u32
+            ),
         ));
     }
     let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
@@ -140,7 +146,10 @@ mod tests {
     fn frame_round_trip_and_each_check() {
         let p = Path::new("x");
         let f = frame(Component::Graph, 384, "m", b"hello");
-        assert_eq!(check(p, &f, Component::Graph, Some(384), "m").unwrap(), b"hello");
+        assert_eq!(
+            check(p, &f, Component::Graph, Some(384), "m").unwrap(),
+            b"hello"
+        );
         assert!(check(p, &f[..10], Component::Graph, None, "m").is_err());
         assert!(check(p, &f[..f.len() - 1], Component::Graph, None, "m").is_err());
         assert!(check(p, &f, Component::Chunks, None, "m").is_err());

@@ -93,7 +93,9 @@ pub fn blake3_hex(bytes: &[u8]) -> String {
 }
 
 #[cfg(not(target_endian = "little"))]
-compile_error!("the segment format is little-endian and read zero-copy; big-endian hosts are not supported");
+compile_error!(
+    "the segment format is little-endian and read zero-copy; big-endian hosts are not supported"
+);
 
 /// The `k` best (id, score) pairs by descending score, ties broken by ascending id so results
 /// are deterministic.

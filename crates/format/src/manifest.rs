@@ -12,7 +12,9 @@ use roaring::RoaringBitmap;
 use serde::{Deserialize, Serialize};
 
 use crate::segment::{dir_name, Segment};
-use crate::{corrupt, io_err, sync_dir, tombstones, write_synced, FormatError, Result, FORMAT_VERSION};
+use crate::{
+    corrupt, io_err, sync_dir, tombstones, write_synced, FormatError, Result, FORMAT_VERSION,
+};
 
 pub const MANIFEST: &str = "MANIFEST";
 
@@ -86,7 +88,8 @@ impl IndexManifest {
     /// Atomically replaces `dir/MANIFEST` with `self`.
     pub fn commit(&self, dir: &Path) -> Result<()> {
         let tmp = dir.join("MANIFEST.tmp");
-        let json = serde_json::to_vec_pretty(self).map_err(|e| FormatError::InvalidInput(e.to_string()))?;
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| FormatError::InvalidInput(e.to_string()))?;
         write_synced(&tmp, &json)?;
         let dest = dir.join(MANIFEST);
         std::fs::rename(&tmp, &dest).map_err(io_err(&dest))?;
@@ -119,14 +122,24 @@ impl Index {
             if segment.meta().chunk_count != e.chunks {
                 return Err(corrupt(
                     &dir.join(MANIFEST),
-                    format!("segment {} has {} chunks, MANIFEST says {}", e.id, segment.meta().chunk_count, e.chunks),
+                    format!(
+                        "segment {} has {} chunks, MANIFEST says {}",
+                        e.id,
+                        segment.meta().chunk_count,
+                        e.chunks
+                    ),
                 ));
             }
             let tombstones = match &e.tombstones {
-                Some(t) => tombstones::read(&dir.join(&t.file), &manifest.model_id, &t.blake3, e.chunks)?,
+                Some(t) => {
+                    tombstones::read(&dir.join(&t.file), &manifest.model_id, &t.blake3, e.chunks)?
+                }
                 None => RoaringBitmap::new(),
             };
-            segments.push(LiveSegment { segment, tombstones });
+            segments.push(LiveSegment {
+                segment,
+                tombstones,
+            });
         }
         Ok(Index {
             dir: dir.to_path_buf(),
@@ -148,17 +161,27 @@ impl Index {
     pub fn collect_garbage(dir: &Path) -> Result<Vec<PathBuf>> {
         let m = IndexManifest::read(dir)?;
         let mut keep: Vec<String> = m.segments.iter().map(|s| dir_name(&s.id)).collect();
-        keep.extend(m.segments.iter().filter_map(|s| s.tombstones.as_ref().map(|t| t.file.clone())));
+        keep.extend(
+            m.segments
+                .iter()
+                .filter_map(|s| s.tombstones.as_ref().map(|t| t.file.clone())),
+        );
         let mut removed = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
             let entry = entry.map_err(io_err(dir))?;
             let name = entry.file_name().to_string_lossy().to_string();
-            let ours = name.starts_with("seg-") || name.starts_with("tomb-") || name.starts_with(".tmp-seg-");
+            let ours = name.starts_with("seg-")
+                || name.starts_with("tomb-")
+                || name.starts_with(".tmp-seg-");
             if !ours || keep.contains(&name) {
                 continue;
             }
             let p = entry.path();
-            let r = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+            let r = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
             r.map_err(io_err(&p))?;
             removed.push(p);
         }

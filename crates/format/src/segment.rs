@@ -118,12 +118,18 @@ impl SegmentBuilder {
             r.map(|v| v.to_vec())
                 .map_err(|e| FormatError::InvalidInput(format!("cannot archive {what}: {e}")))
         };
-        let postings = bm25::build(self.chunks.iter().map(|c| DocFields {
-            text: &c.text,
-            path: &self.files[c.file as usize].path,
-            name: &c.name,
-            qualified: &c.qualified,
-        }));
+        let fields: Vec<DocFields> = self
+            .chunks
+            .iter()
+            .map(|c| DocFields {
+                text: &c.text,
+                path: &self.files[c.file as usize].path,
+                name: &c.name,
+                qualified: &c.qualified,
+            })
+            .collect();
+        let postings = bm25::build(&fields);
+        drop(fields);
         let graph = graph::build(n, n + nf, &self.edges, self.external_edges);
         let vector_bytes: Vec<u8> = self.vectors.iter().flat_map(|f| f.to_le_bytes()).collect();
         let table = ChunkTable {

@@ -17,17 +17,18 @@ const MAX_TOKEN: usize = 64;
 /// Calls `emit` for each token of `text`, in order (duplicates included).
 pub fn for_each_token(text: &str, mut emit: impl FnMut(&str)) {
     let mut buf = String::new();
+    let mut parts: Vec<(usize, usize)> = Vec::new();
     for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
         if word.is_empty() {
             continue;
         }
-        let parts = split_identifier(word);
-        let whole = word.trim_matches('_');
+        parts.clear();
+        split_identifier(word, &mut parts);
         if parts.len() > 1 {
-            push(&mut buf, whole, &mut emit);
+            push(&mut buf, word.trim_matches('_'), &mut emit);
         }
-        for p in parts {
-            push(&mut buf, p, &mut emit);
+        for &(a, b) in &parts {
+            push(&mut buf, &word[a..b], &mut emit);
         }
     }
 }
@@ -44,40 +45,74 @@ fn push(buf: &mut String, tok: &str, emit: &mut impl FnMut(&str)) {
         return;
     }
     buf.clear();
-    for c in tok.chars() {
-        buf.extend(c.to_lowercase());
+    if tok.is_ascii() {
+        buf.push_str(tok);
+        buf.make_ascii_lowercase();
+    } else {
+        for c in tok.chars() {
+            buf.extend(c.to_lowercase());
+        }
     }
-    if STOP.contains(&buf.as_str()) {
+    if buf.len() <= 4 && STOP.contains(&buf.as_str()) {
         return;
     }
     emit(buf);
 }
 
 /// Splits an identifier at `_`, lower→upper, acronym→word (`HTTPServer` → `HTTP`, `Server`) and
-/// letter↔digit boundaries.
-fn split_identifier(word: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    for piece in word.split('_').filter(|p| !p.is_empty()) {
-        let chars: Vec<(usize, char)> = piece.char_indices().collect();
-        let mut start = 0;
-        for i in 1..chars.len() {
-            let (pos, c) = chars[i];
-            let prev = chars[i - 1].1;
-            let next = chars.get(i + 1).map(|x| x.1);
-            let boundary = (prev.is_lowercase() && c.is_uppercase())
-                || (prev.is_uppercase()
-                    && c.is_uppercase()
-                    && next.is_some_and(|n| n.is_lowercase()))
-                || (prev.is_alphabetic() && c.is_ascii_digit())
-                || (prev.is_ascii_digit() && c.is_alphabetic());
+/// letter↔digit boundaries; pushes byte ranges of the parts into `out`.
+fn split_identifier(word: &str, out: &mut Vec<(usize, usize)>) {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Class {
+        Lower,
+        Upper,
+        Digit,
+        Other,
+    }
+    fn class(c: char) -> Class {
+        if c.is_ascii_digit() {
+            Class::Digit
+        } else if c.is_uppercase() {
+            Class::Upper
+        } else if c.is_lowercase() {
+            Class::Lower
+        } else {
+            Class::Other
+        }
+    }
+    let mut start = None::<usize>;
+    // (byte offset, class) of the previous char and of the one before the current.
+    let mut prev: Option<(usize, Class)> = None;
+    let mut iter = word.char_indices().peekable();
+    while let Some((pos, c)) = iter.next() {
+        if c == '_' {
+            if let Some(s) = start.take() {
+                out.push((s, pos));
+            }
+            prev = None;
+            continue;
+        }
+        let cl = class(c);
+        if let (Some(s), Some((_, p))) = (start, prev) {
+            let next_lower = iter.peek().is_some_and(|&(_, n)| class(n) == Class::Lower);
+            let alpha = |x: Class| matches!(x, Class::Lower | Class::Upper | Class::Other);
+            let boundary = (p == Class::Lower && cl == Class::Upper)
+                || (p == Class::Upper && cl == Class::Upper && next_lower)
+                || (alpha(p) && cl == Class::Digit)
+                || (p == Class::Digit && alpha(cl));
             if boundary {
-                parts.push(&piece[start..pos]);
-                start = pos;
+                out.push((s, pos));
+                start = Some(pos);
             }
         }
-        parts.push(&piece[start..]);
+        if start.is_none() {
+            start = Some(pos);
+        }
+        prev = Some((pos, cl));
     }
-    parts
+    if let Some(s) = start {
+        out.push((s, word.len()));
+    }
 }
 
 #[cfg(test)]
@@ -90,8 +125,14 @@ mod tests {
             tokenize("parseHTTPRequest"),
             ["parsehttprequest", "parse", "http", "request"]
         );
-        assert_eq!(tokenize("read_to_string"), ["read_to_string", "read", "string"]);
-        assert_eq!(tokenize("src/foo/bar_baz.rs"), ["src", "foo", "bar_baz", "bar", "baz", "rs"]);
+        assert_eq!(
+            tokenize("read_to_string"),
+            ["read_to_string", "read", "string"]
+        );
+        assert_eq!(
+            tokenize("src/foo/bar_baz.rs"),
+            ["src", "foo", "bar_baz", "bar", "baz", "rs"]
+        );
         assert_eq!(tokenize("the Vec2d of a"), ["vec2d", "vec"]);
         assert_eq!(tokenize("Größe übergeben"), ["größe", "übergeben"]);
         assert!(tokenize("  ;;; ").is_empty());

@@ -25,7 +25,12 @@ pub fn write(path: &Path, model_id: &str, bits: &RoaringBitmap) -> Result<Vec<u8
 }
 
 /// Reads and validates a tombstone file against its recorded hash and the segment's size.
-pub fn read(path: &Path, model_id: &str, blake3_hex: &str, chunk_count: u32) -> Result<RoaringBitmap> {
+pub fn read(
+    path: &Path,
+    model_id: &str,
+    blake3_hex: &str,
+    chunk_count: u32,
+) -> Result<RoaringBitmap> {
     let bytes = std::fs::read(path).map_err(io_err(path))?;
     if crate::blake3_hex(&bytes) != blake3_hex {
         return Err(corrupt(path, "checksum does not match the MANIFEST"));
@@ -34,7 +39,10 @@ pub fn read(path: &Path, model_id: &str, blake3_hex: &str, chunk_count: u32) -> 
     let bits = RoaringBitmap::deserialize_from(payload)
         .map_err(|e| corrupt(path, format!("bad bitmap: {e}")))?;
     if bits.max().is_some_and(|m| m >= chunk_count) {
-        return Err(corrupt(path, "tombstone names a chunk past the end of its segment"));
+        return Err(corrupt(
+            path,
+            "tombstone names a chunk past the end of its segment",
+        ));
     }
     Ok(bits)
 }

@@ -61,16 +61,30 @@ fn builder(files: usize, per_file: usize, dim: usize) -> SegmentBuilder {
     }
     let n = b.chunks.len() as u32;
     for i in 1..n {
-        b.edges.push(EdgeInput { kind: EdgeKind::Calls, src: i - 1, dst: i, resolved: true });
+        b.edges.push(EdgeInput {
+            kind: EdgeKind::Calls,
+            src: i - 1,
+            dst: i,
+            resolved: true,
+        });
     }
-    b.edges.push(EdgeInput { kind: EdgeKind::Contains, src: n, dst: 0, resolved: true });
+    b.edges.push(EdgeInput {
+        kind: EdgeKind::Contains,
+        src: n,
+        dst: 0,
+        resolved: true,
+    });
     b
 }
 
 fn commit(dir: &Path, id: &str, chunks: u32, dim: u32, tomb: Option<TombstoneRef>) {
     let mut m = IndexManifest::empty(MODEL, dim);
     m.generation = 1;
-    m.segments.push(SegmentEntry { id: id.into(), chunks, tombstones: tomb });
+    m.segments.push(SegmentEntry {
+        id: id.into(),
+        chunks,
+        tombstones: tomb,
+    });
     m.commit(dir).unwrap();
 }
 
@@ -94,7 +108,13 @@ fn round_trip_search_and_graph() {
     let bm = seg.search_bm25("func_2_3", 5, None, None);
     assert_eq!(bm[0].0, 11);
     let g = seg.graph();
-    assert_eq!(g.neighbors(5, EdgeKind::Calls, format::graph::Direction::In).next().unwrap().0, 4);
+    assert_eq!(
+        g.neighbors(5, EdgeKind::Calls, format::graph::Direction::In)
+            .next()
+            .unwrap()
+            .0,
+        4
+    );
     assert!(seg.verify().is_empty());
     assert_eq!(index.live_chunks(), 12);
 }
@@ -106,10 +126,20 @@ fn byte_identical_output_for_identical_input() {
     let (ia, _) = builder(2, 3, 8).write(a.path(), MODEL, 8).unwrap();
     let (ib, _) = builder(2, 3, 8).write(b.path(), MODEL, 8).unwrap();
     assert_eq!(ia, ib);
-    for f in ["chunks.rkyv", "postings.rkyv", "graph.rkyv", "vectors.f32", "segment.json"] {
+    for f in [
+        "chunks.rkyv",
+        "postings.rkyv",
+        "graph.rkyv",
+        "vectors.f32",
+        "segment.json",
+    ] {
         let pa = a.path().join(format!("seg-{ia}")).join(f);
         let pb = b.path().join(format!("seg-{ib}")).join(f);
-        assert_eq!(std::fs::read(pa).unwrap(), std::fs::read(pb).unwrap(), "{f}");
+        assert_eq!(
+            std::fs::read(pa).unwrap(),
+            std::fs::read(pb).unwrap(),
+            "{f}"
+        );
     }
     // Writing the same segment again into the same index is a no-op with the same id.
     let (again, _) = builder(2, 3, 8).write(a.path(), MODEL, 8).unwrap();
@@ -124,7 +154,11 @@ fn ivf_segment_recall_and_determinism() {
     let b = builder(50, 100, dim); // 5000 vectors → IVF
     let vectors = b.vectors.clone();
     let (id, meta) = b.write(a.path(), MODEL, dim).unwrap();
-    assert!(meta.vector_index.starts_with("ivf"), "{}", meta.vector_index);
+    assert!(
+        meta.vector_index.starts_with("ivf"),
+        "{}",
+        meta.vector_index
+    );
     let b2 = tempfile::tempdir().unwrap();
     let (id2, _) = builder(50, 100, dim).write(b2.path(), MODEL, dim).unwrap();
     assert_eq!(id, id2, "IVF training must be deterministic");
@@ -136,13 +170,18 @@ fn ivf_segment_recall_and_determinism() {
         let query = &vectors[q * 97 * dim..(q * 97 + 1) * dim];
         let exact = format::vectors::exact_search(&vectors, dim, query, 10, None, None);
         let got = seg.search_vectors(query, 10, 64, None, None).unwrap();
-        hit += got.iter().filter(|g| exact.iter().any(|e| e.0 == g.0)).count();
+        hit += got
+            .iter()
+            .filter(|g| exact.iter().any(|e| e.0 == g.0))
+            .count();
     }
     let recall = hit as f64 / 500.0;
     assert!(recall >= 0.9, "recall@10 {recall}");
     // Filters restrict candidates before ranking.
     let allow: RoaringBitmap = (100..110).collect();
-    let got = seg.search_vectors(&vectors[..dim], 5, 16, Some(&allow), None).unwrap();
+    let got = seg
+        .search_vectors(&vectors[..dim], 5, 16, Some(&allow), None)
+        .unwrap();
     assert!(got.iter().all(|g| (100..110).contains(&g.0)));
     assert_eq!(got.len(), 5);
 }
@@ -154,12 +193,18 @@ fn tombstones_round_trip_and_validate() {
     let bits: RoaringBitmap = [1u32, 3].into_iter().collect();
     let name = tombstones::file_name(&id, 1);
     let bytes = tombstones::write(&dir.path().join(&name), MODEL, &bits).unwrap();
-    let t = TombstoneRef { file: name.clone(), blake3: format::blake3_hex(&bytes), count: 2 };
+    let t = TombstoneRef {
+        file: name.clone(),
+        blake3: format::blake3_hex(&bytes),
+        count: 2,
+    };
     commit(dir.path(), &id, 4, 8, Some(t));
     let index = Index::open(dir.path()).unwrap();
     assert_eq!(index.live_chunks(), 2);
     let seg = &index.segments[0];
-    let hits = seg.segment.search_bm25("func_0_1", 4, None, Some(&seg.tombstones));
+    let hits = seg
+        .segment
+        .search_bm25("func_0_1", 4, None, Some(&seg.tombstones));
     assert!(hits.iter().all(|h| h.0 != 1));
     // A flipped byte in the tombstone file is caught.
     let p = dir.path().join(&name);
@@ -200,11 +245,20 @@ fn corruption_of_every_file_is_detected() {
     let (id, meta) = builder(2, 3, 8).write(dir.path(), MODEL, 8).unwrap();
     commit(dir.path(), &id, 6, 8, None);
     let seg_dir = dir.path().join(format!("seg-{id}"));
-    for f in meta.files.iter().map(|f| f.name.clone()).chain(["segment.json".to_string()]) {
+    for f in meta
+        .files
+        .iter()
+        .map(|f| f.name.clone())
+        .chain(["segment.json".to_string()])
+    {
         let p = seg_dir.join(&f);
         let orig = std::fs::read(&p).unwrap();
         let len = orig.len();
-        let mut cases: Vec<Vec<u8>> = vec![orig[..len / 2].to_vec(), orig[..len - 1].to_vec(), Vec::new()];
+        let mut cases: Vec<Vec<u8>> = vec![
+            orig[..len / 2].to_vec(),
+            orig[..len - 1].to_vec(),
+            Vec::new(),
+        ];
         for at in [0, 9, 13, 20, 40, 70, len / 3, len / 2, len - 2] {
             let mut b = orig.clone();
             b[at.min(len - 1)] ^= 0x5a;
@@ -214,11 +268,18 @@ fn corruption_of_every_file_is_detected() {
             std::fs::write(&p, &case).unwrap();
             let outcome = std::panic::catch_unwind(|| match Index::open(dir.path()) {
                 Err(e) => Some(e.to_string()),
-                Ok(index) => index.segments[0].segment.verify().first().map(|e| e.to_string()),
+                Ok(index) => index.segments[0]
+                    .segment
+                    .verify()
+                    .first()
+                    .map(|e| e.to_string()),
             });
             let msg = outcome.unwrap_or_else(|_| panic!("panic on {f} case {i}"));
             let msg = msg.unwrap_or_else(|| panic!("corruption of {f} case {i} went unnoticed"));
-            assert!(msg.contains(&f) || msg.contains("seg-"), "{f} case {i}: {msg}");
+            assert!(
+                msg.contains(&f) || msg.contains("seg-"),
+                "{f} case {i}: {msg}"
+            );
         }
         std::fs::write(&p, &orig).unwrap();
     }

@@ -499,6 +499,13 @@ fn parse(lang: Language, source: &str) -> Option<(tree_sitter::Tree, &'static dy
     Some((tree, spec))
 }
 
+/// Cheap check for C++-only syntax in a header.
+fn looks_like_cpp(source: &str) -> bool {
+    ["namespace ", "template <", "template<", "std::", "class ", "public:", "private:"]
+        .iter()
+        .any(|m| source.contains(m))
+}
+
 fn extract_code(
     lang: Language,
     repo: &str,
@@ -506,9 +513,12 @@ fn extract_code(
     source: &str,
     opts: &ChunkOptions,
 ) -> Option<FileExtract> {
-    let (mut tree, mut spec) = parse(lang, source)?;
-    // `.h` files are C by default; a header that only parses as C++ is read as C++.
-    if lang == Language::C && tree.root_node().has_error() {
+    let header = lang == Language::C && rel_path.ends_with(".h");
+    // `.h` files are C by default; one with C++-only syntax is parsed as C++ straight away, and
+    // a header that only parses as C++ is read as C++.
+    let first = if header && looks_like_cpp(source) { Language::Cpp } else { lang };
+    let (mut tree, mut spec) = parse(first, source)?;
+    if header && first == Language::C && tree.root_node().has_error() {
         if let Some((t, s)) = parse(Language::Cpp, source) {
             if !t.root_node().has_error() {
                 tree = t;
