@@ -75,7 +75,11 @@ impl SegmentBuilder {
                 self.vectors.len()
             ));
         }
-        if self.files.windows(2).any(|w| (&w[0].repo, &w[0].path) >= (&w[1].repo, &w[1].path)) {
+        if self
+            .files
+            .windows(2)
+            .any(|w| (&w[0].repo, &w[0].path) >= (&w[1].repo, &w[1].path))
+        {
             return bad("files must be sorted by (repo, path) and unique".into());
         }
         let mut next = 0u32;
@@ -110,7 +114,12 @@ impl SegmentBuilder {
 
     /// Writes the segment into `index_dir/seg-<id>/` and returns its id and manifest. Writing
     /// the same content twice yields the same id and leaves the existing directory untouched.
-    pub fn write(self, index_dir: &Path, model_id: &str, dim: usize) -> Result<(String, SegmentMeta)> {
+    pub fn write(
+        self,
+        index_dir: &Path,
+        model_id: &str,
+        dim: usize,
+    ) -> Result<(String, SegmentMeta)> {
         self.validate(dim)?;
         let n = self.chunks.len() as u32;
         let nf = self.files.len() as u32;
@@ -140,15 +149,30 @@ impl SegmentBuilder {
         let mut outputs: Vec<(&str, Vec<u8>)> = vec![
             (
                 Component::Chunks.file_name(),
-                header::frame(Component::Chunks, d, model_id, &enc("chunks", rkyv::to_bytes(&table))?),
+                header::frame(
+                    Component::Chunks,
+                    d,
+                    model_id,
+                    &enc("chunks", rkyv::to_bytes(&table))?,
+                ),
             ),
             (
                 Component::Postings.file_name(),
-                header::frame(Component::Postings, d, model_id, &enc("postings", rkyv::to_bytes(&postings))?),
+                header::frame(
+                    Component::Postings,
+                    d,
+                    model_id,
+                    &enc("postings", rkyv::to_bytes(&postings))?,
+                ),
             ),
             (
                 Component::Graph.file_name(),
-                header::frame(Component::Graph, d, model_id, &enc("graph", rkyv::to_bytes(&graph))?),
+                header::frame(
+                    Component::Graph,
+                    d,
+                    model_id,
+                    &enc("graph", rkyv::to_bytes(&graph))?,
+                ),
             ),
             (
                 Component::Vectors.file_name(),
@@ -242,7 +266,10 @@ pub struct Segment {
 
 impl std::fmt::Debug for Segment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Segment").field("id", &self.id).field("meta", &self.meta).finish()
+        f.debug_struct("Segment")
+            .field("id", &self.id)
+            .field("meta", &self.meta)
+            .finish()
     }
 }
 
@@ -287,12 +314,23 @@ impl Segment {
             let p = dir.join(&f.name);
             let len = std::fs::metadata(&p).map_err(io_err(&p))?.len();
             if len != f.size {
-                return Err(corrupt(&p, format!("{len} bytes, the segment manifest says {}", f.size)));
+                return Err(corrupt(
+                    &p,
+                    format!("{len} bytes, the segment manifest says {}", f.size),
+                ));
             }
         }
-        for c in [Component::Chunks, Component::Postings, Component::Graph, Component::Vectors] {
+        for c in [
+            Component::Chunks,
+            Component::Postings,
+            Component::Graph,
+            Component::Vectors,
+        ] {
             if !meta.files.iter().any(|f| f.name == c.file_name()) {
-                return Err(corrupt(&meta_path, format!("does not list {}", c.file_name())));
+                return Err(corrupt(
+                    &meta_path,
+                    format!("does not list {}", c.file_name()),
+                ));
             }
         }
         let open = |c: Component| -> Result<Mmap> {
@@ -331,19 +369,28 @@ impl Segment {
         let mut next = 0u32;
         for (fi, f) in table.files.iter().enumerate() {
             if f.first_chunk.to_native() != next {
-                return Err(corrupt(&chunks_path, "file chunk ranges are not contiguous"));
+                return Err(corrupt(
+                    &chunks_path,
+                    "file chunk ranges are not contiguous",
+                ));
             }
             next = next.saturating_add(f.chunk_count.to_native());
             if next > n {
                 return Err(corrupt(&chunks_path, "file chunk range past the end"));
             }
             let range = f.first_chunk.to_native() as usize..next as usize;
-            if table.chunks[range].iter().any(|c| c.file.to_native() != fi as u32) {
+            if table.chunks[range]
+                .iter()
+                .any(|c| c.file.to_native() != fi as u32)
+            {
                 return Err(corrupt(&chunks_path, "chunk and file tables disagree"));
             }
         }
         if next != n {
-            return Err(corrupt(&chunks_path, "file chunk ranges do not cover all chunks"));
+            return Err(corrupt(
+                &chunks_path,
+                "file chunk ranges do not cover all chunks",
+            ));
         }
         if table
             .chunks
@@ -353,8 +400,9 @@ impl Segment {
             return Err(corrupt(&chunks_path, "a chunk's parent is past the end"));
         }
         let pp = self.path_of(Component::Postings);
-        let postings = rkyv::access::<ArchivedPostingsArchive, rancor::Error>(&self.postings[HEADER_LEN..])
-            .map_err(|e| corrupt(&pp, format!("archive check failed: {e}")))?;
+        let postings =
+            rkyv::access::<ArchivedPostingsArchive, rancor::Error>(&self.postings[HEADER_LEN..])
+                .map_err(|e| corrupt(&pp, format!("archive check failed: {e}")))?;
         bm25::validate(&pp, postings, n)?;
         let gp = self.path_of(Component::Graph);
         let g = rkyv::access::<ArchivedGraphArchive, rancor::Error>(&self.graph[HEADER_LEN..])
@@ -363,7 +411,13 @@ impl Segment {
         let vp = self.path_of(Component::Vectors);
         let expect = n as usize * self.meta.dim as usize * 4;
         if self.vectors.len() - HEADER_LEN != expect {
-            return Err(corrupt(&vp, format!("{} vector bytes, expected {expect}", self.vectors.len() - HEADER_LEN)));
+            return Err(corrupt(
+                &vp,
+                format!(
+                    "{} vector bytes, expected {expect}",
+                    self.vectors.len() - HEADER_LEN
+                ),
+            ));
         }
         Ok(())
     }
@@ -427,9 +481,13 @@ impl Segment {
                 .ok_or_else(|| format!("{}: segment.json does not list it", p.display()))?;
             let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
             if crate::blake3_hex(&bytes) != entry.blake3 {
-                return Err(format!("{} is corrupt: checksum mismatch; re-run `indexer build`", p.display()));
+                return Err(format!(
+                    "{} is corrupt: checksum mismatch; re-run `indexer build`",
+                    p.display()
+                ));
             }
-            Ivf::load(&p, self.meta.dim as usize, self.meta.chunk_count as usize).map_err(|e| e.to_string())
+            Ivf::load(&p, self.meta.dim as usize, self.meta.chunk_count as usize)
+                .map_err(|e| e.to_string())
         });
         match r {
             Ok(ivf) => Ok(Some(ivf)),
@@ -460,7 +518,14 @@ impl Segment {
         let small_allow = allow.is_some_and(|a| a.len() < vectors::IVF_THRESHOLD as u64);
         let ivf = if small_allow { None } else { self.ivf()? };
         let Some(ivf) = ivf else {
-            return Ok(vectors::exact_search(self.vectors(), d, query, k, allow, deny));
+            return Ok(vectors::exact_search(
+                self.vectors(),
+                d,
+                query,
+                k,
+                allow,
+                deny,
+            ));
         };
         let fetch = (k * 4).max(64) + deny.map_or(0, |x| x.len() as usize).min(1024);
         let cands = ivf.candidates(query, fetch, nprobe)?;

@@ -149,6 +149,16 @@ pub fn build(
         }
     };
     if let Some(ix) = &existing {
+        // Vectors and records are reused from it: a flipped byte must not be copied into a new
+        // segment under fresh checksums. Full checksums cost one sequential read of the index.
+        let t = Instant::now();
+        if let Some(e) = ix.segments.iter().flat_map(|ls| ls.segment.verify()).next() {
+            return Err(IndexerError::ExistingIndex {
+                path: out.clone(),
+                source: e,
+            });
+        }
+        report.timings.push(("verify", t.elapsed()));
         if ix.manifest.model_id != embedder.model_id() || ix.manifest.dim as usize != embedder.dim()
         {
             return Err(IndexerError::ModelChanged {
@@ -276,8 +286,7 @@ pub fn build(
     }
     dead_files.sort_unstable();
 
-    if report.files_changed == 0 && dead_files.is_empty() && existing.is_some() {
-        let ix = existing.as_ref().expect("checked");
+    if let (0, true, Some(ix)) = (report.files_changed, dead_files.is_empty(), &existing) {
         report.generation = ix.manifest.generation;
         report.live_chunks = ix.live_chunks();
         progress.line("index is up to date; nothing to write");

@@ -356,12 +356,15 @@ fn filter(ctx: &CallCtx, cands: &[Sym], step: Step) -> Vec<Sym> {
             if !typed.is_empty() {
                 return typed;
             }
+            // A capitalised qualifier names a type (`HashMap::new`, `Math.max`): a type we did
+            // not find owns none of these candidates, so only module-like matches remain.
+            let type_like = last.chars().next().is_some_and(char::is_uppercase);
             cands
                 .iter()
                 .copied()
                 .filter(|s| {
                     if is_method(q(s)) {
-                        return true;
+                        return !type_like;
                     }
                     // `module.func()` / `pkg.Func()`: a free function of a file named like the
                     // qualifier (or in a directory named like it).

@@ -92,6 +92,11 @@ pub struct Timings {
     pub fusion: Duration,
 }
 
+/// (segment ordinal, chunk ordinal).
+type ChunkRef = (usize, u32);
+/// (fused score, vector rank, lexical rank).
+type Fused = (f32, Option<usize>, Option<usize>);
+
 /// True when a query looks like an identifier (`parse_config`, `HttpServer`, `a::b`), which
 /// BM25 matches exactly and a sentence encoder only approximates.
 pub fn identifier_like(q: &str) -> bool {
@@ -195,8 +200,7 @@ pub fn search(
     } else {
         (1.0, 0.6)
     };
-    let mut fused: std::collections::HashMap<(usize, u32), (f32, Option<usize>, Option<usize>)> =
-        std::collections::HashMap::new();
+    let mut fused: std::collections::HashMap<ChunkRef, Fused> = std::collections::HashMap::new();
     for (r, (si, c, _)) in vec_list.iter().enumerate() {
         let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
         e.0 += wv / (o.rrf_k + r as f32 + 1.0);
@@ -207,8 +211,7 @@ pub fn search(
         e.0 += wl / (o.rrf_k + r as f32 + 1.0);
         e.2 = Some(r + 1);
     }
-    let mut ranked: Vec<((usize, u32), (f32, Option<usize>, Option<usize>))> =
-        fused.into_iter().collect();
+    let mut ranked: Vec<(ChunkRef, Fused)> = fused.into_iter().collect();
     ranked.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0).then(a.0.cmp(&b.0)));
     ranked.truncate(o.limit);
     let hits = ranked

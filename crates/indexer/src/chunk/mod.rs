@@ -501,9 +501,17 @@ fn parse(lang: Language, source: &str) -> Option<(tree_sitter::Tree, &'static dy
 
 /// Cheap check for C++-only syntax in a header.
 fn looks_like_cpp(source: &str) -> bool {
-    ["namespace ", "template <", "template<", "std::", "class ", "public:", "private:"]
-        .iter()
-        .any(|m| source.contains(m))
+    [
+        "namespace ",
+        "template <",
+        "template<",
+        "std::",
+        "class ",
+        "public:",
+        "private:",
+    ]
+    .iter()
+    .any(|m| source.contains(m))
 }
 
 fn extract_code(
@@ -516,7 +524,11 @@ fn extract_code(
     let header = lang == Language::C && rel_path.ends_with(".h");
     // `.h` files are C by default; one with C++-only syntax is parsed as C++ straight away, and
     // a header that only parses as C++ is read as C++.
-    let first = if header && looks_like_cpp(source) { Language::Cpp } else { lang };
+    let first = if header && looks_like_cpp(source) {
+        Language::Cpp
+    } else {
+        lang
+    };
     let (mut tree, mut spec) = parse(first, source)?;
     if header && first == Language::C && tree.root_node().has_error() {
         if let Some((t, s)) = parse(Language::Cpp, source) {
@@ -1195,9 +1207,14 @@ impl<'s> Builder<'s> {
             }
         }
         for (i, t) in set {
-            if self.chunks[i].parent.is_none() {
+            // The type is a closer owner than an enclosing namespace/module (`namespace ns {
+            // Foo Foo::bar() {} }`); body parts of the method keep pointing at the method.
+            let replace = match self.chunks[i].parent {
+                None => true,
+                Some(p) => self.chunks[p].kind == ChunkKind::Module,
+            };
+            if replace {
                 self.chunks[i].parent = Some(t);
-                // Body parts of this method keep pointing at the method.
             }
         }
     }

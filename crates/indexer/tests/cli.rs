@@ -1,0 +1,245 @@
+//! The `indexer` binary end to end: build the polyglot fixture with the real model, inspect,
+//! verify, corrupt, and the error paths a user meets first (missing input, missing model).
+//!
+//! The model must be present (`scripts/fetch-model.sh`, or `CIX_MODEL_DIR`); these tests fail
+//! without it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// `$CIX_MODEL_DIR` (relative to the workspace root when relative), else the default location.
+fn model_dir() -> PathBuf {
+    let dir = match std::env::var_os("CIX_MODEL_DIR") {
+        Some(d) if !d.is_empty() => {
+            let p = PathBuf::from(d);
+            if p.is_absolute() {
+                p
+            } else {
+                workspace_root().join(p)
+            }
+        }
+        _ => workspace_root().join("models/all-MiniLM-L6-v2"),
+    };
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "the embedding model is missing at {}: run scripts/fetch-model.sh (or set CIX_MODEL_DIR)",
+        dir.display()
+    );
+    dir
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    let mut entries: Vec<_> = std::fs::read_dir(src)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let ty = e.file_type().unwrap();
+        if ty.is_dir() {
+            copy_dir(&e.path(), &dst.join(e.file_name()));
+        } else if ty.is_file() {
+            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Runs the binary in `cwd` with the model taken from the environment.
+fn indexer(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_indexer"))
+        .args(args)
+        .current_dir(cwd)
+        .env("CIX_MODEL_DIR", model_dir())
+        .output()
+        .expect("run the indexer binary")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn describe(args: &[&str], o: &Output) -> String {
+    let (out, err) = text(o);
+    format!(
+        "indexer {}: {}\n--- stdout\n{out}\n--- stderr\n{err}",
+        args.join(" "),
+        o.status
+    )
+}
+
+/// The only `seg-*` directory of an index.
+fn segment_dir(index: &Path) -> PathBuf {
+    let segs: Vec<PathBuf> = std::fs::read_dir(index)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("seg-"))
+        })
+        .collect();
+    assert_eq!(segs.len(), 1, "segments in {}: {segs:?}", index.display());
+    segs.into_iter().next().unwrap()
+}
+
+#[test]
+fn build_inspect_verify_then_detect_a_truncated_graph() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("polyglot");
+    copy_dir(&workspace_root().join("tests/fixtures/polyglot"), &repo);
+    let index = tmp.path().join("index");
+    let (repo_s, index_s) = (repo.to_str().unwrap(), index.to_str().unwrap());
+
+    let args = ["build", repo_s, "--out", index_s, "--quiet"];
+    let o = indexer(tmp.path(), &args);
+    assert!(o.status.success(), "{}", describe(&args, &o));
+    let (out, _) = text(&o);
+    let summary = out.lines().next().unwrap_or("");
+    assert!(
+        summary.starts_with("indexed 15 files (15 changed, 0 unchanged, 0 deleted)"),
+        "{}",
+        describe(&args, &o)
+    );
+    assert!(
+        out.contains("wrote segment seg-"),
+        "{}",
+        describe(&args, &o)
+    );
+
+    let args = ["inspect", index_s];
+    let o = indexer(tmp.path(), &args);
+    assert!(o.status.success(), "{}", describe(&args, &o));
+    let (out, _) = text(&o);
+    assert!(
+        out.contains("chunks by language:"),
+        "{}",
+        describe(&args, &o)
+    );
+    for lang in [
+        "rust",
+        "python",
+        "typescript",
+        "tsx",
+        "javascript",
+        "go",
+        "java",
+        "c",
+        "cpp",
+        "markdown",
+        "toml",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.split_whitespace().next() == Some(lang)),
+            "{lang} missing from {}",
+            describe(&args, &o)
+        );
+    }
+    let args = ["inspect", index_s, "--json"];
+    let o = indexer(tmp.path(), &args);
+    assert!(o.status.success(), "{}", describe(&args, &o));
+    assert!(text(&o).0.contains("\"chunks_by_language\""));
+
+    let args = ["verify", index_s];
+    let o = indexer(tmp.path(), &args);
+    assert!(o.status.success(), "{}", describe(&args, &o));
+    assert!(text(&o).0.starts_with("ok: "), "{}", describe(&args, &o));
+
+    // Building again over an unchanged tree writes nothing.
+    let args = ["build", repo_s, "--out", index_s, "--quiet"];
+    let o = indexer(tmp.path(), &args);
+    assert!(o.status.success(), "{}", describe(&args, &o));
+    assert!(
+        text(&o).0.contains("is up to date"),
+        "{}",
+        describe(&args, &o)
+    );
+
+    // Truncate graph.rkyv: verify fails and names the file; so does the next build.
+    let graph = segment_dir(&index).join("graph.rkyv");
+    let len = std::fs::metadata(&graph).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&graph)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let args = ["verify", index_s];
+    let o = indexer(tmp.path(), &args);
+    assert!(!o.status.success(), "{}", describe(&args, &o));
+    let (out, err) = text(&o);
+    assert!(
+        out.contains("graph.rkyv") || err.contains("graph.rkyv"),
+        "{}",
+        describe(&args, &o)
+    );
+    let args = ["build", repo_s, "--out", index_s, "--quiet"];
+    let o = indexer(tmp.path(), &args);
+    assert!(!o.status.success(), "{}", describe(&args, &o));
+    let (_, err) = text(&o);
+    assert!(err.contains("graph.rkyv"), "{}", describe(&args, &o));
+    assert!(err.contains("indexer verify"), "{}", describe(&args, &o));
+}
+
+#[test]
+fn build_errors_are_clear() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("index");
+    let out_s = out.to_str().unwrap();
+
+    // A missing input.
+    let args = ["build", "/nonexistent/cix-input", "--out", out_s, "--quiet"];
+    let o = indexer(tmp.path(), &args);
+    assert!(!o.status.success(), "{}", describe(&args, &o));
+    let (_, err) = text(&o);
+    assert!(
+        err.contains("/nonexistent/cix-input") && err.contains("does not exist"),
+        "{}",
+        describe(&args, &o)
+    );
+    assert!(!out.join("MANIFEST").exists());
+
+    // A missing model.
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("a.py"), "def a():\n    return 1\n").unwrap();
+    let args = [
+        "build",
+        repo.to_str().unwrap(),
+        "--out",
+        out_s,
+        "--model",
+        "/nonexistent/cix-model",
+    ];
+    let o = indexer(tmp.path(), &args);
+    assert!(!o.status.success(), "{}", describe(&args, &o));
+    let (_, err) = text(&o);
+    assert!(err.contains("fetch-model.sh"), "{}", describe(&args, &o));
+    assert!(
+        err.contains("/nonexistent/cix-model"),
+        "{}",
+        describe(&args, &o)
+    );
+    assert!(!out.join("MANIFEST").exists());
+
+    // Not an index.
+    let args = ["verify", repo.to_str().unwrap()];
+    let o = indexer(tmp.path(), &args);
+    assert!(!o.status.success(), "{}", describe(&args, &o));
+    assert!(
+        text(&o).0.contains("not an index directory"),
+        "{}",
+        describe(&args, &o)
+    );
+}

@@ -1,0 +1,128 @@
+//! Workspace-level end-to-end tests live in `tests/tests/`; this library holds their shared
+//! helpers: where the real model is, one encoder per test binary, the fixture repositories and
+//! small file utilities.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use kernels::{DeviceChoice, Encoder};
+
+/// The workspace root (the parent of this package).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// The real model directory: `$CIX_MODEL_DIR` (relative paths are taken from the workspace
+/// root), else `<workspace>/models/all-MiniLM-L6-v2`.
+pub fn model_dir() -> PathBuf {
+    match std::env::var_os("CIX_MODEL_DIR") {
+        Some(d) if !d.is_empty() => {
+            let p = PathBuf::from(d);
+            if p.is_absolute() {
+                p
+            } else {
+                workspace_root().join(p)
+            }
+        }
+        _ => workspace_root().join("models/all-MiniLM-L6-v2"),
+    }
+}
+
+static ENCODER: OnceLock<Encoder> = OnceLock::new();
+
+/// The real encoder on the CPU, loaded once per test binary. Panics (fails the test) when the
+/// model is missing: these tests never skip.
+pub fn encoder() -> &'static Encoder {
+    ENCODER.get_or_init(|| {
+        let dir = model_dir();
+        match Encoder::load(&dir, DeviceChoice::Cpu) {
+            Ok(e) => e,
+            Err(e) => panic!(
+                "cannot load the embedding model from {}: {e}\n\
+                 run scripts/fetch-model.sh (or set CIX_MODEL_DIR) before running these tests",
+                dir.display()
+            ),
+        }
+    })
+}
+
+/// Embeds one text with the shared encoder.
+pub fn embed_one(text: &str) -> Vec<f32> {
+    let (v, _) = encoder()
+        .embed(&[text])
+        .unwrap_or_else(|e| panic!("embedding {text:?} failed: {e}"));
+    v
+}
+
+/// A fixture repository under `tests/fixtures/`.
+pub fn fixture(name: &str) -> PathBuf {
+    workspace_root().join("tests/fixtures").join(name)
+}
+
+/// Recursively copies the regular files and directories of `src` into `dst` (created).
+pub fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap_or_else(|e| panic!("mkdir {}: {e}", dst.display()));
+    let mut entries: Vec<_> = std::fs::read_dir(src)
+        .unwrap_or_else(|e| panic!("read_dir {}: {e}", src.display()))
+        .map(|e| e.expect("dir entry"))
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let from = entry.path();
+        let to = dst.join(entry.file_name());
+        let ty = entry.file_type().expect("file type");
+        if ty.is_dir() {
+            copy_dir(&from, &to);
+        } else if ty.is_file() {
+            std::fs::copy(&from, &to)
+                .unwrap_or_else(|e| panic!("copy {} -> {}: {e}", from.display(), to.display()));
+        }
+    }
+}
+
+/// 1-based number of the only line of `text` that contains `needle`; panics when there is
+/// none or more than one, so expectations are always computed from the fixture itself.
+pub fn line_of(text: &str, needle: &str) -> u32 {
+    let hits: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(needle))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(
+        hits.len(),
+        1,
+        "expected exactly one line containing {needle:?}, found lines {hits:?}"
+    );
+    hits[0] as u32
+}
+
+/// 1-based line of the first line at or after `from` (1-based) that is exactly `closing`
+/// once trimmed at its end (e.g. `}` or `    }`).
+pub fn closing_line(text: &str, from: u32, closing: &str) -> u32 {
+    text.lines()
+        .enumerate()
+        .skip(from as usize - 1)
+        .find(|(_, l)| l.trim_end() == closing)
+        .map(|(i, _)| i as u32 + 1)
+        .unwrap_or_else(|| panic!("no line {closing:?} after line {from}"))
+}
+
+/// Start line of a definition on line `def_line` once the comment lines directly above it
+/// (which the chunker attaches to the definition) are included.
+pub fn with_leading_comments(text: &str, def_line: u32, markers: &[&str]) -> u32 {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut start = def_line;
+    while start > 1 {
+        let prev = lines[start as usize - 2].trim_start();
+        if markers.iter().any(|m| prev.starts_with(m)) {
+            start -= 1;
+        } else {
+            break;
+        }
+    }
+    start
+}
