@@ -1,0 +1,319 @@
+//! BERT encoder forward pass (embeddings, post-LN transformer layers, pooling) in burn.
+
+use burn::tensor::activation::{gelu, gelu_approximate};
+use burn::tensor::module::{attention, layer_norm, linear};
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+use crate::cpu;
+use crate::load::{Activation, BertConfig, Pooling, Weights};
+use crate::ModelError;
+
+/// Affine map `x @ weight + bias` with `weight` stored `[in, out]`.
+struct Linear {
+    weight: Tensor<2>,
+    bias: Tensor<1>,
+}
+
+impl Linear {
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        linear(x, self.weight.clone(), Some(self.bias.clone()))
+    }
+}
+
+/// Layer normalisation over the last dimension.
+struct LayerNorm {
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
+    eps: f64,
+}
+
+impl LayerNorm {
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        layer_norm(x, self.gamma.clone(), Some(self.beta.clone()), self.eps)
+    }
+}
+
+/// One post-LN transformer block. Q, K and V projections are fused into one `[h, 3h]` matmul.
+struct EncoderLayer {
+    qkv: Linear,
+    attn_out: Linear,
+    attn_norm: LayerNorm,
+    ffn_in: Linear,
+    /// Host copy of `ffn_in.bias` for the fused CPU bias+GELU kernel.
+    ffn_in_bias_host: Vec<f32>,
+    ffn_out: Linear,
+    ffn_norm: LayerNorm,
+}
+
+/// A loaded BERT encoder with pooling.
+pub(crate) struct Bert {
+    device: Device,
+    cfg: BertConfig,
+    word: Tensor<2>,
+    /// Position embeddings plus the token-type-0 embedding, `[max_tokens, h]`.
+    pos_type: Tensor<2>,
+    emb_norm: LayerNorm,
+    layers: Vec<EncoderLayer>,
+    /// Device memory is host memory (flex): run the fused host kernels in `cpu`.
+    host_kernels: bool,
+}
+
+struct Loader<'w, 'a> {
+    weights: &'w Weights<'a>,
+    device: &'w Device,
+    eps: f64,
+}
+
+impl Loader<'_, '_> {
+    fn tensor1(&self, name: &str, len: usize) -> Result<Tensor<1>, ModelError> {
+        let v = self.weights.get(name, &[len])?;
+        Ok(Tensor::from_data(TensorData::new(v, [len]), self.device))
+    }
+
+    fn tensor2(&self, data: Vec<f32>, rows: usize, cols: usize) -> Tensor<2> {
+        Tensor::from_data(TensorData::new(data, [rows, cols]), self.device)
+    }
+
+    fn linear(&self, prefix: &str, in_dim: usize, out_dim: usize) -> Result<Linear, ModelError> {
+        let w = self
+            .weights
+            .get_linear_t(&format!("{prefix}.weight"), out_dim, in_dim)?;
+        Ok(Linear {
+            weight: self.tensor2(w, in_dim, out_dim),
+            bias: self.tensor1(&format!("{prefix}.bias"), out_dim)?,
+        })
+    }
+
+    fn layer_norm(&self, prefix: &str, dim: usize) -> Result<LayerNorm, ModelError> {
+        Ok(LayerNorm {
+            gamma: self.tensor1(&format!("{prefix}.weight"), dim)?,
+            beta: self.tensor1(&format!("{prefix}.bias"), dim)?,
+            eps: self.eps,
+        })
+    }
+
+    /// Fused `[h, 3h]` Q|K|V projection from the three HF `[h, h]` weights.
+    fn qkv(&self, prefix: &str, h: usize) -> Result<Linear, ModelError> {
+        let parts = ["query", "key", "value"]
+            .iter()
+            .map(|p| self.weights.get(&format!("{prefix}.{p}.weight"), &[h, h]))
+            .collect::<Result<Vec<_>, _>>()?;
+        let biases = ["query", "key", "value"]
+            .iter()
+            .map(|p| self.weights.get(&format!("{prefix}.{p}.bias"), &[h]))
+            .collect::<Result<Vec<_>, _>>()?;
+        // weight[i, part*h + o] = W_part[o, i]
+        let mut w = vec![0.0f32; h * 3 * h];
+        for (p, part) in parts.iter().enumerate() {
+            for o in 0..h {
+                for i in 0..h {
+                    w[i * 3 * h + p * h + o] = part[o * h + i];
+                }
+            }
+        }
+        let bias: Vec<f32> = biases.concat();
+        Ok(Linear {
+            weight: self.tensor2(w, h, 3 * h),
+            bias: Tensor::from_data(TensorData::new(bias, [3 * h]), self.device),
+        })
+    }
+}
+
+impl Bert {
+    /// Builds the model from parsed weights, checking every tensor against `cfg`.
+    pub(crate) fn load(
+        cfg: BertConfig,
+        weights: &Weights<'_>,
+        device: Device,
+        host_kernels: bool,
+    ) -> Result<Self, ModelError> {
+        let h = cfg.hidden_size;
+        let l = Loader {
+            weights,
+            device: &device,
+            eps: cfg.layer_norm_eps,
+        };
+        let word = weights.get("embeddings.word_embeddings.weight", &[cfg.vocab_size, h])?;
+        let pos = weights.get(
+            "embeddings.position_embeddings.weight",
+            &[cfg.max_position_embeddings, h],
+        )?;
+        let types = weights.get(
+            "embeddings.token_type_embeddings.weight",
+            &[cfg.type_vocab_size, h],
+        )?;
+        let pos_type: Vec<f32> = pos[..cfg.max_tokens * h]
+            .chunks_exact(h)
+            .flat_map(|row| row.iter().zip(&types[..h]).map(|(p, t)| p + t))
+            .collect();
+
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let p = format!("encoder.layer.{i}");
+            layers.push(EncoderLayer {
+                qkv: l.qkv(&format!("{p}.attention.self"), h)?,
+                attn_out: l.linear(&format!("{p}.attention.output.dense"), h, h)?,
+                attn_norm: l.layer_norm(&format!("{p}.attention.output.LayerNorm"), h)?,
+                ffn_in: l.linear(&format!("{p}.intermediate.dense"), h, cfg.intermediate_size)?,
+                ffn_in_bias_host: weights.get(
+                    &format!("{p}.intermediate.dense.bias"),
+                    &[cfg.intermediate_size],
+                )?,
+                ffn_out: l.linear(&format!("{p}.output.dense"), cfg.intermediate_size, h)?,
+                ffn_norm: l.layer_norm(&format!("{p}.output.LayerNorm"), h)?,
+            });
+        }
+        Ok(Self {
+            word: l.tensor2(word, cfg.vocab_size, h),
+            pos_type: l.tensor2(pos_type, cfg.max_tokens, h),
+            emb_norm: l.layer_norm("embeddings.LayerNorm", h)?,
+            layers,
+            host_kernels,
+            device: device.clone(),
+            cfg,
+        })
+    }
+
+    /// Forces the backend-generic burn ops (the GPU code path) even on the CPU backend.
+    pub(crate) fn disable_host_kernels(&mut self) {
+        self.host_kernels = false;
+    }
+
+    pub(crate) fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
+    }
+
+    pub(crate) fn max_tokens(&self) -> usize {
+        self.cfg.max_tokens
+    }
+
+    /// `act(x @ W_in + b_in)`: on the CPU backend a fused, vectorised, multi-threaded host
+    /// pass (flex's GELU is scalar `libm::erff` and dominated the profile); elsewhere burn ops.
+    fn ffn_in_act(&self, layer: &EncoderLayer, x: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        let tanh = self.cfg.activation == Activation::GeluTanh;
+        if !self.host_kernels {
+            let inner = layer.ffn_in.forward(x);
+            return Ok(if tanh {
+                gelu_approximate(inner)
+            } else {
+                gelu(inner)
+            });
+        }
+        let pre = linear(x, layer.ffn_in.weight.clone(), None);
+        let mut data = pre
+            .try_into_data()
+            .map_err(|e| ModelError::Inference(e.to_string()))?;
+        let shape = data.shape().clone();
+        if let Ok(values) = data.as_mut_slice::<f32>() {
+            cpu::bias_gelu(values, &layer.ffn_in_bias_host, tanh);
+        } else {
+            // Misaligned buffer: fall back to an owned copy.
+            let mut values = data
+                .try_into_vec::<f32>()
+                .map_err(|e| ModelError::Inference(format!("{e:?}")))?;
+            cpu::bias_gelu(&mut values, &layer.ffn_in_bias_host, tanh);
+            data = TensorData::new(values, shape);
+        }
+        Ok(Tensor::from_data(data, &self.device))
+    }
+
+    /// Encodes one padded batch.
+    ///
+    /// `ids` is `[lengths.len(), seq]` row-major, right-padded; `lengths[b] <= seq` are the real
+    /// token counts. Returns `[batch, hidden]` pooled (not yet normalised) vectors.
+    pub(crate) fn forward(
+        &self,
+        ids: Vec<i64>,
+        lengths: &[usize],
+        seq: usize,
+    ) -> Result<Vec<f32>, ModelError> {
+        let b = lengths.len();
+        let h = self.cfg.hidden_size;
+        let nh = self.cfg.num_attention_heads;
+        let dh = h / nh;
+        let dev = &self.device;
+
+        // Embeddings: word + (position + token type 0), then LayerNorm. x is [b*seq, h].
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [b * seq]), dev);
+        let words = self.word.clone().select(0, ids).reshape([b, seq, h]);
+        let pos = self.pos_type.clone().narrow(0, 0, seq).unsqueeze::<3>();
+        let mut x = self.emb_norm.forward((words + pos).reshape([b * seq, h]));
+
+        // Key-padding mask for burn's attention, built once per batch: true = masked out.
+        // Skipped when the batch has no padding, and on the CPU path (which skips padding).
+        let mask = if !self.host_kernels && lengths.iter().any(|&len| len < seq) {
+            let mut m = Vec::with_capacity(b * seq * seq);
+            for &len in lengths {
+                for _query in 0..seq {
+                    m.extend((0..seq).map(|key| key >= len));
+                }
+            }
+            Some(Tensor::<4, Bool>::from_data(
+                TensorData::new(m, [b, 1, seq, seq]),
+                dev,
+            ))
+        } else {
+            None
+        };
+
+        for layer in &self.layers {
+            let qkv = layer.qkv.forward(x.clone()); // [b*seq, 3h]
+            let ctx = if self.host_kernels {
+                let data = qkv
+                    .try_into_data()
+                    .map_err(|e| ModelError::Inference(e.to_string()))?;
+                let ctx = match data.as_slice::<f32>() {
+                    Ok(values) => cpu::attention(values, lengths, seq, nh, dh),
+                    Err(_) => {
+                        let values = data
+                            .try_into_vec::<f32>()
+                            .map_err(|e| ModelError::Inference(format!("{e:?}")))?;
+                        cpu::attention(&values, lengths, seq, nh, dh)
+                    }
+                };
+                Tensor::<2>::from_data(TensorData::new(ctx, [b * seq, h]), dev)
+            } else {
+                // [b*seq, 3h] -> [3, b, nh, seq, dh]
+                let qkv = qkv.reshape([b, seq, 3, nh, dh]).permute([2, 0, 3, 1, 4]);
+                let q = qkv.clone().narrow(0, 0, 1).squeeze_dim::<4>(0);
+                let k = qkv.clone().narrow(0, 1, 1).squeeze_dim::<4>(0);
+                let v = qkv.narrow(0, 2, 1).squeeze_dim::<4>(0);
+                attention(
+                    q,
+                    k,
+                    v,
+                    mask.clone(),
+                    None,
+                    AttentionModuleOptions::default(),
+                )
+                .swap_dims(1, 2)
+                .reshape([b * seq, h])
+            };
+            x = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
+
+            let inner = self.ffn_in_act(layer, x.clone())?;
+            x = layer.ffn_norm.forward(layer.ffn_out.forward(inner) + x);
+        }
+
+        let x = x.reshape([b, seq, h]);
+        let pooled = match self.cfg.pooling {
+            Pooling::Mean => {
+                // Masked mean as one batched matmul: [b, 1, seq] @ [b, seq, h].
+                let mut w = vec![0.0f32; b * seq];
+                for (row, &len) in w.chunks_exact_mut(seq).zip(lengths) {
+                    let inv = 1.0 / len.max(1) as f32;
+                    row[..len].fill(inv);
+                }
+                let w = Tensor::<3>::from_data(TensorData::new(w, [b, 1, seq]), dev);
+                w.matmul(x).reshape([b, h])
+            }
+            Pooling::Cls => x.narrow(1, 0, 1).reshape([b, h]),
+        };
+        pooled
+            .try_into_data()
+            .map_err(|e| ModelError::Inference(e.to_string()))?
+            .try_into_vec::<f32>()
+            .map_err(|e| ModelError::Inference(format!("{e:?}")))
+    }
+}

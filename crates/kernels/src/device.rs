@@ -1,0 +1,216 @@
+//! Compute-device choice: the one place that maps a [`DeviceChoice`] to a burn [`Device`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::{Device, Tensor, TensorData};
+
+use crate::ModelError;
+
+/// Which compute device to run the encoder on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    /// CUDA if compiled in and working, else wgpu if compiled in and working, else CPU.
+    #[default]
+    Auto,
+    /// Pure-Rust CPU backend (burn flex).
+    Cpu,
+    /// wgpu (Vulkan/Metal/DX12/WebGPU); needs the `wgpu` cargo feature.
+    Wgpu,
+    /// CUDA; needs the `cuda` cargo feature.
+    Cuda,
+}
+
+impl FromStr for DeviceChoice {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "cpu" => Ok(Self::Cpu),
+            "wgpu" => Ok(Self::Wgpu),
+            "cuda" => Ok(Self::Cuda),
+            _ => Err(ModelError::UnknownDevice(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Cpu => "cpu",
+            Self::Wgpu => "wgpu",
+            Self::Cuda => "cuda",
+        })
+    }
+}
+
+/// A resolved device plus a human-readable description of what was chosen and why.
+pub(crate) struct SelectedDevice {
+    pub device: Device,
+    pub description: String,
+    /// Device memory is host memory, so host-side fused kernels can run in place.
+    pub host_memory: bool,
+}
+
+/// Resolves a [`DeviceChoice`] to a working burn device. This is the only function that
+/// decides on a backend.
+pub(crate) fn select_device(choice: DeviceChoice) -> Result<SelectedDevice, ModelError> {
+    let cpu = || SelectedDevice {
+        device: Device::flex(),
+        description: "cpu (burn flex)".to_string(),
+        host_memory: true,
+    };
+    match choice {
+        DeviceChoice::Cpu => Ok(cpu()),
+        DeviceChoice::Cuda => cuda_device().map_err(ModelError::UnsupportedDevice),
+        DeviceChoice::Wgpu => wgpu_device().map_err(ModelError::UnsupportedDevice),
+        DeviceChoice::Auto => {
+            if !cfg!(any(feature = "cuda", feature = "wgpu")) {
+                let mut sel = cpu();
+                sel.description
+                    .push_str("; auto: built without GPU features (cuda, wgpu)");
+                return Ok(sel);
+            }
+            let mut reasons = Vec::new();
+            if cfg!(feature = "cuda") {
+                match cuda_device() {
+                    Ok(mut sel) => {
+                        sel.description.push_str("; auto: CUDA works");
+                        return Ok(sel);
+                    }
+                    Err(e) => reasons.push(e),
+                }
+            }
+            if cfg!(feature = "wgpu") {
+                match wgpu_device() {
+                    Ok(mut sel) => {
+                        sel.description.push_str("; auto: ");
+                        if !reasons.is_empty() {
+                            sel.description.push_str(&reasons.join("; "));
+                            sel.description.push_str("; ");
+                        }
+                        sel.description.push_str("wgpu works");
+                        return Ok(sel);
+                    }
+                    Err(e) => reasons.push(e),
+                }
+            }
+            let mut sel = cpu();
+            sel.description.push_str("; auto: ");
+            sel.description.push_str(&reasons.join("; "));
+            Ok(sel)
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_device() -> Result<SelectedDevice, String> {
+    let device = Device::cuda(0);
+    probe(&device).map_err(|e| format!("CUDA device 0 unusable ({e})"))?;
+    Ok(SelectedDevice {
+        device,
+        description: "cuda:0 (burn cuda)".to_string(),
+        host_memory: false,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device() -> Result<SelectedDevice, String> {
+    Err("cuda requested but this binary was built without the `cuda` feature; rebuild with --features cuda".to_string())
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu_device() -> Result<SelectedDevice, String> {
+    let device = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+    probe(&device).map_err(|e| format!("wgpu default adapter unusable ({e})"))?;
+    Ok(SelectedDevice {
+        device,
+        description: "wgpu default adapter (burn wgpu)".to_string(),
+        host_memory: false,
+    })
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn wgpu_device() -> Result<SelectedDevice, String> {
+    Err("wgpu requested but this binary was built without the `wgpu` feature; rebuild with --features wgpu".to_string())
+}
+
+/// Runs a tiny computation on `device` and reads it back; GPU runtimes report a missing
+/// driver or adapter by panicking, so the probe catches unwinds too.
+#[allow(dead_code)] // unused in CPU-only builds
+fn probe(device: &Device) -> Result<(), String> {
+    let device = device.clone();
+    let outcome = std::panic::catch_unwind(move || {
+        let t = Tensor::<1>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0], [3]), &device);
+        let v = (t.clone() * t)
+            .sum()
+            .try_into_data()
+            .map_err(|e| e.to_string())?
+            .try_into_vec::<f32>()
+            .map_err(|e| format!("{e:?}"))?;
+        if v.first().copied() == Some(14.0) {
+            Ok(())
+        } else {
+            Err(format!("probe computed {v:?}, expected [14.0]"))
+        }
+    });
+    match outcome {
+        Ok(r) => r,
+        Err(panic) => Err(panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "backend panicked during initialisation".to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_display_round_trip() {
+        for (s, c) in [
+            ("auto", DeviceChoice::Auto),
+            ("cpu", DeviceChoice::Cpu),
+            ("wgpu", DeviceChoice::Wgpu),
+            ("cuda", DeviceChoice::Cuda),
+        ] {
+            assert_eq!(s.parse::<DeviceChoice>().unwrap(), c);
+            assert_eq!(c.to_string(), s);
+        }
+        assert_eq!(" CPU ".parse::<DeviceChoice>().unwrap(), DeviceChoice::Cpu);
+        assert_eq!(DeviceChoice::default(), DeviceChoice::Auto);
+    }
+
+    #[test]
+    fn parse_rejects_unknown() {
+        let err = "tpu".parse::<DeviceChoice>().unwrap_err();
+        assert!(matches!(err, ModelError::UnknownDevice(_)));
+        assert!(err.to_string().contains("auto, cpu, wgpu, cuda"));
+        assert!("".parse::<DeviceChoice>().is_err());
+    }
+
+    #[test]
+    fn cpu_always_available() {
+        let sel = select_device(DeviceChoice::Cpu).unwrap();
+        assert!(sel.description.starts_with("cpu"));
+        probe(&sel.device).unwrap();
+    }
+
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    #[test]
+    fn cpu_only_build_auto_is_cpu_and_gpu_is_unsupported() {
+        let sel = select_device(DeviceChoice::Auto).unwrap();
+        assert!(sel.description.starts_with("cpu"), "{}", sel.description);
+        for choice in [DeviceChoice::Wgpu, DeviceChoice::Cuda] {
+            let err = select_device(choice).err().unwrap();
+            assert!(matches!(err, ModelError::UnsupportedDevice(_)));
+            assert!(err
+                .to_string()
+                .contains(&format!("rebuild with --features {choice}")));
+        }
+    }
+}
