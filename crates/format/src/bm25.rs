@@ -208,7 +208,7 @@ impl ArchivedPostingsArchive {
             let idf = ((n as f32 - df + 0.5) / (df + 0.5) + 1.0).ln();
             for (d, tf) in docs.iter().zip(tfs) {
                 let d = d.to_native();
-                if allow.is_some_and(|a| !a.contains(d)) || deny.is_some_and(|x| x.contains(d)) {
+                if !crate::admitted(d, allow, deny) {
                     continue;
                 }
                 let tf = tf.to_native() as f32;

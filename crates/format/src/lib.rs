@@ -97,6 +97,16 @@ compile_error!(
     "the segment format is little-endian and read zero-copy; big-endian hosts are not supported"
 );
 
+/// True when chunk `id` passes the filter: in `allow` (when given) and not in `deny` (when given).
+#[inline]
+pub fn admitted(
+    id: u32,
+    allow: Option<&roaring::RoaringBitmap>,
+    deny: Option<&roaring::RoaringBitmap>,
+) -> bool {
+    allow.is_none_or(|a| a.contains(id)) && deny.is_none_or(|d| !d.contains(id))
+}
+
 /// The `k` best (id, score) pairs by descending score, ties broken by ascending id so results
 /// are deterministic.
 pub fn top_k(items: impl Iterator<Item = (u32, f32)>, k: usize) -> Vec<(u32, f32)> {

@@ -530,7 +530,7 @@ impl Segment {
         let fetch = (k * 4).max(64) + deny.map_or(0, |x| x.len() as usize).min(1024);
         let cands = ivf.candidates(query, fetch, nprobe)?;
         let rows = cands.into_iter().filter_map(|i| {
-            if allow.is_some_and(|a| !a.contains(i)) || deny.is_some_and(|x| x.contains(i)) {
+            if !crate::admitted(i, allow, deny) {
                 return None;
             }
             Some((i, vectors::dot(self.vector(i)?, query)))

@@ -61,7 +61,7 @@ pub fn exact_search(
         .enumerate()
         .filter_map(|(i, row)| {
             let i = i as u32;
-            if allow.is_some_and(|a| !a.contains(i)) || deny.is_some_and(|d| d.contains(i)) {
+            if !crate::admitted(i, allow, deny) {
                 return None;
             }
             Some((i, dot(row, query)))
