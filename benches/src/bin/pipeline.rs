@@ -80,6 +80,14 @@ fn main() -> anyhow::Result<()> {
             mb / (total - embed),
             phases.join(", ")
         );
+        let ins = indexer::inspect::inspect(&dir.path().join("index"))?;
+        println!(
+            "  segment size {} bytes; raw f32 vectors + text {} bytes; ratio {:.3}; vector index {}",
+            ins.total_bytes,
+            ins.raw_vector_and_text_bytes,
+            ins.total_bytes as f64 / ins.raw_vector_and_text_bytes.max(1) as f64,
+            ins.segments.iter().map(|s| s.vector_index.as_str()).collect::<Vec<_>>().join(",")
+        );
     }
     Ok(())
 }
