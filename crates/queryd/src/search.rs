@@ -45,6 +45,9 @@ pub struct SearchOptions {
     pub kind: Option<String>,
     /// Only files whose path starts with this prefix.
     pub path_prefix: Option<String>,
+    /// RRF weights of the (vector, lexical) lists; `None` routes by query shape
+    /// ([`identifier_like`] queries lean lexical, sentences lean dense).
+    pub weights: Option<(f32, f32)>,
 }
 
 impl Default for SearchOptions {
@@ -57,6 +60,7 @@ impl Default for SearchOptions {
             language: None,
             kind: None,
             path_prefix: None,
+            weights: None,
         }
     }
 }
