@@ -262,26 +262,29 @@ pub fn build(
         .collect();
     report.files_changed = changed.iter().filter(|c| **c).count();
     report.files_unchanged = files.len() - report.files_changed;
-    let present: std::collections::HashSet<(String, String)> = files
+    let index_of: HashMap<(&str, &str), usize> = files
         .iter()
-        .map(|f| (f.cand.repo.clone(), f.cand.rel_path.clone()))
+        .enumerate()
+        .map(|(i, f)| ((f.cand.repo.as_str(), f.cand.rel_path.as_str()), i))
+        .collect();
+    // Repositories of this build's roots: only their files can count as deleted (others may
+    // live in another repository indexed into the same directory).
+    let root_repos: std::collections::HashSet<String> = opts
+        .roots
+        .iter()
+        .map(|r| opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)))
         .collect();
     // Files to tombstone: changed ones that were live, and live ones that are gone.
     let mut dead_files: Vec<(usize, u32)> = Vec::new();
     for (key, (si, fi, _)) in &live {
-        let idx = files
-            .iter()
-            .position(|f| f.cand.repo == key.0 && f.cand.rel_path == key.1);
-        match idx {
-            Some(i) if changed[i] => dead_files.push((*si, *fi)),
+        match index_of.get(&(key.0.as_str(), key.1.as_str())) {
+            Some(&i) if changed[i] => dead_files.push((*si, *fi)),
             Some(_) => {}
-            None => {
-                // Only files under the roots of this build count as deleted.
-                if !present.contains(key) && under_roots(&key.1, &key.0, opts) {
-                    dead_files.push((*si, *fi));
-                    report.files_deleted += 1;
-                }
+            None if root_repos.contains(&key.0) => {
+                dead_files.push((*si, *fi));
+                report.files_deleted += 1;
             }
+            None => {}
         }
     }
     dead_files.sort_unstable();
@@ -503,6 +506,8 @@ pub fn build(
                 .or_default()
                 .insert_range(first..first + f.chunk_count.to_native());
         }
+        let dead_set: std::collections::HashSet<(usize, u32)> =
+            dead_files.iter().copied().collect();
         let mut entries = Vec::new();
         for (si, ls) in ix.segments.iter().enumerate() {
             let mut entry = manifest.segments[si].clone();
@@ -511,7 +516,7 @@ pub fn build(
                 let before = bits.len();
                 bits |= newly;
                 report.chunks_tombstoned += bits.len() - before;
-                if bits.len() >= u64::from(entry.chunks) && all_files_dead(ls, &dead_files, si) {
+                if bits.len() >= u64::from(entry.chunks) && all_files_dead(ls, &dead_set, si) {
                     continue; // fully dead: drop the segment
                 }
                 let name = tombstones::file_name(&entry.id, generation);
@@ -549,7 +554,11 @@ pub fn build(
     Ok(report)
 }
 
-fn all_files_dead(ls: &format::manifest::LiveSegment, dead: &[(usize, u32)], si: usize) -> bool {
+fn all_files_dead(
+    ls: &format::manifest::LiveSegment,
+    dead: &std::collections::HashSet<(usize, u32)>,
+    si: usize,
+) -> bool {
     let n = ls.segment.table().files.len() as u32;
     (0..n).all(|fi| {
         let f = &ls.segment.table().files[fi as usize];
@@ -559,12 +568,4 @@ fn all_files_dead(ls: &format::manifest::LiveSegment, dead: &[(usize, u32)], si:
             && (first..first + f.chunk_count.to_native()).all(|c| ls.tombstones.contains(c));
         dead_now || dead_before
     })
-}
-
-/// True when an indexed file belongs to one of this build's roots (so its absence means it was
-/// deleted, not that it lives in another repository indexed into the same directory).
-fn under_roots(_rel_path: &str, repo: &str, opts: &BuildOptions) -> bool {
-    opts.roots
-        .iter()
-        .any(|r| opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)) == repo)
 }
