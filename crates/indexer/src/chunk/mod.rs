@@ -491,12 +491,30 @@ fn grammar(lang: Language) -> Option<(tree_sitter::Language, &'static dyn Spec)>
     })
 }
 
+thread_local! {
+    /// One parser per language per thread: creating a parser and loading its language for every
+    /// file costs allocations and table set-up that a long walk would repeat thousands of times.
+    static PARSERS: std::cell::RefCell<HashMap<Language, tree_sitter::Parser>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
 fn parse(lang: Language, source: &str) -> Option<(tree_sitter::Tree, &'static dyn Spec)> {
     let (ts_lang, spec) = grammar(lang)?;
-    let mut parser = tree_sitter::Parser::new();
-    parser.set_language(&ts_lang).ok()?;
-    let tree = parser.parse(source, None)?;
-    Some((tree, spec))
+    PARSERS.with(|cell| {
+        let mut parsers = cell.borrow_mut();
+        let parser = match parsers.entry(lang) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let mut p = tree_sitter::Parser::new();
+                p.set_language(&ts_lang).ok()?;
+                v.insert(p)
+            }
+        };
+        // A previous parse that was cut short leaves state behind; start clean.
+        parser.reset();
+        let tree = parser.parse(source, None)?;
+        Some((tree, spec))
+    })
 }
 
 /// Cheap check for C++-only syntax in a header.
