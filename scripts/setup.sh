@@ -20,3 +20,11 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 "$here/scripts/fetch-model.sh"
+
+# The official MCP Inspector CLI, for the end-to-end MCP test, where the machine has Node.
+# Installed once into .cache/npm (pinned: 0.15.0 runs on Node 20).
+if command -v npm >/dev/null 2>&1 && [ ! -x "$here/.cache/npm/node_modules/.bin/mcp-inspector" ]; then
+  echo "setup: installing @modelcontextprotocol/inspector@0.15.0 into .cache/npm"
+  npm install --prefix "$here/.cache/npm" --no-audit --no-fund --loglevel=error \
+    @modelcontextprotocol/inspector@0.15.0 >/dev/null
+fi

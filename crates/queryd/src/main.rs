@@ -1,5 +1,6 @@
-//! The `queryd` command. Today: `queryd search`, a one-shot hybrid query for people and
-//! scripts. The MCP server (stdio and HTTP) builds on the same library.
+//! The `queryd` command: `queryd --index DIR` serves MCP over stdio (what MCP clients launch)
+//! or, with `--http ADDR`, over streamable HTTP; `queryd search` is a one-shot hybrid query for
+//! people and scripts. Logs go to stderr; on stdio, stdout carries only MCP messages.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,9 +16,42 @@ use queryd::{Mode, SearchOptions};
     version,
     about = "Query code search indexes built by `indexer build`"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// Without a subcommand: serve MCP.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Index directory written by `indexer build --out` (serve MCP on stdio, or HTTP with --http).
+    #[arg(long)]
+    index: Option<PathBuf>,
+    /// Model directory (default: $CIX_MODEL_DIR, else ./models/all-MiniLM-L6-v2).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Serve streamable HTTP on this address (`PORT` or `IP:PORT`; loopback unless
+    /// --allow-remote) instead of stdio.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// Also accept this Host header on HTTP (`name` or `name:port`); repeatable.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_host: Vec<String>,
+    /// Also accept this Origin on HTTP (`scheme://host:port`); repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
+    /// Allow binding HTTP to a non-loopback address.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Largest accepted HTTP request body in bytes.
+    #[arg(long, default_value_t = queryd::http::DEFAULT_MAX_BODY_BYTES)]
+    max_body_bytes: usize,
+    /// Do not watch MANIFEST for new index generations.
+    #[arg(long)]
+    no_watch: bool,
 }
 
 #[derive(Subcommand)]
@@ -43,7 +77,8 @@ enum Cmd {
         /// Only this chunk kind (function, method, struct, class, …).
         #[arg(long)]
         kind: Option<String>,
-        /// Only paths starting with this prefix.
+        /// Only paths under this directory or file (`src/`), or matching this glob (`*.py`,
+        /// `src/**/*.rs`).
         #[arg(long)]
         path: Option<String>,
         /// Lines of each result's text to print.
@@ -68,7 +103,17 @@ fn main() -> ExitCode {
     }
 }
 
+fn model_dir(model: Option<PathBuf>) -> PathBuf {
+    model
+        .or_else(|| std::env::var_os("CIX_MODEL_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"))
+}
+
 fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let Some(cmd) = cli.cmd else {
+        return serve(cli.serve);
+    };
     let Cmd::Search {
         index,
         query,
@@ -81,7 +126,7 @@ fn run() -> anyhow::Result<()> {
         lines,
         json,
         debug,
-    } = Cli::parse().cmd;
+    } = cmd;
     if query.trim().is_empty() {
         anyhow::bail!("the query is empty; pass some words or an identifier");
     }
@@ -93,9 +138,7 @@ fn run() -> anyhow::Result<()> {
     let qv = if mode == Mode::Lexical {
         None
     } else {
-        let dir = model
-            .or_else(|| std::env::var_os("CIX_MODEL_DIR").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"));
+        let dir = model_dir(model);
         let enc = kernels::Encoder::load(&dir, kernels::DeviceChoice::Cpu)
             .with_context(|| format!("loading the model from {}", dir.display()))?;
         if enc.model_id() != ix.manifest.model_id {
@@ -117,7 +160,11 @@ fn run() -> anyhow::Result<()> {
         mode,
         language: lang,
         kind,
-        path_prefix: path,
+        path_glob: path
+            .as_deref()
+            .map(queryd::search::path_glob)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
         ..Default::default()
     };
     let (hits, tm) = queryd::search(&ix, &query, qv.as_deref(), &opts)?;
@@ -160,4 +207,84 @@ fn run() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+fn parse_addr(s: &str, allow_remote: bool) -> anyhow::Result<std::net::SocketAddr> {
+    let addr: std::net::SocketAddr = match s.parse::<u16>() {
+        Ok(port) => (std::net::Ipv4Addr::LOCALHOST, port).into(),
+        Err(_) => s.parse().with_context(|| {
+            format!("--http {s}: expected PORT or IP:PORT, e.g. 127.0.0.1:8765")
+        })?,
+    };
+    if !addr.ip().is_loopback() && !allow_remote {
+        anyhow::bail!(
+            "--http {s} is not a loopback address; the server has no authentication, so pass \
+             --allow-remote (and --allow-host NAME for the names clients use) if you mean it"
+        );
+    }
+    Ok(addr)
+}
+
+fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let Some(index) = a.index else {
+        anyhow::bail!(
+            "pass --index DIR to serve an index over MCP (build one with `indexer build REPO --out DIR`), \
+             or use `queryd search --index DIR \"query\"`; see --help"
+        );
+    };
+    let addr = a
+        .http
+        .as_deref()
+        .map(|s| parse_addr(s, a.allow_remote))
+        .transpose()?;
+    let model = model_dir(a.model);
+    let t = Instant::now();
+    let engine = std::sync::Arc::new(
+        queryd::Engine::open(&index, &model)
+            .with_context(|| format!("starting the server for {}", index.display()))?,
+    );
+    let snap = engine.snapshot();
+    eprintln!(
+        "queryd: index {} generation {} ({} live chunks, {} segments), model {}, ready in {:.2?}",
+        index.display(),
+        snap.generation(),
+        snap.index.live_chunks(),
+        snap.index.segments.len(),
+        engine.encoder().model_id(),
+        t.elapsed()
+    );
+    drop(snap);
+    if !a.no_watch {
+        engine.spawn_watcher(queryd::engine::WATCH_INTERVAL);
+    }
+    let server =
+        queryd::mcp::Server::new(engine, std::sync::Arc::new(queryd::metrics::Metrics::new()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        match addr {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding {addr}"))?;
+                let bound = listener.local_addr()?;
+                let mut cfg = queryd::http::HttpConfig::for_addr(bound, &a.allow_host, &a.allow_origin);
+                cfg.max_body_bytes = a.max_body_bytes;
+                eprintln!("queryd: serving MCP on http://{bound}/mcp (also /health, /health/ready, /metrics, /status)");
+                queryd::http::serve(listener, server, cfg).await?;
+                Ok(())
+            }
+            None => {
+                use rmcp::ServiceExt;
+                let running = server
+                    .serve(rmcp::transport::stdio())
+                    .await
+                    .context("starting MCP on stdio")?;
+                running.waiting().await.context("serving MCP on stdio")?;
+                Ok(())
+            }
+        }
+    })
 }

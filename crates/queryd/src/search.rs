@@ -45,6 +45,10 @@ pub struct SearchOptions {
     pub kind: Option<String>,
     /// Only files whose path starts with this prefix.
     pub path_prefix: Option<String>,
+    /// Only files whose repository-relative path matches this glob (see [`path_glob`]).
+    pub path_glob: Option<globset::GlobMatcher>,
+    /// Only files of this repository.
+    pub repo: Option<String>,
     /// RRF weights of the (vector, lexical) lists; `None` routes by query shape
     /// ([`identifier_like`] queries lean lexical, sentences lean dense).
     pub weights: Option<(f32, f32)>,
@@ -60,6 +64,8 @@ impl Default for SearchOptions {
             language: None,
             kind: None,
             path_prefix: None,
+            path_glob: None,
+            repo: None,
             weights: None,
         }
     }
@@ -113,8 +119,39 @@ pub fn identifier_like(q: &str) -> bool {
             || q.chars().skip(1).any(char::is_uppercase))
 }
 
+/// Compiles a path filter: a pattern without glob characters is a directory or file (`src/`,
+/// `src/lib.rs`); a
+/// pattern without `/` matches at any depth (`*.rs` is `**/*.rs`); `*` stays inside one
+/// directory, `**` crosses directories.
+pub fn path_glob(pattern: &str) -> Result<globset::GlobMatcher, String> {
+    let p = pattern.trim();
+    if p.is_empty() {
+        return Err("the path filter is empty".into());
+    }
+    let has_meta = p.contains(['*', '?', '[', '{']);
+    let full = if !has_meta {
+        // A directory (everything under it) or a file.
+        let d = globset::escape(p.trim_start_matches("./").trim_end_matches('/'));
+        format!("{{{d},{d}/**}}")
+    } else if !p.contains('/') {
+        format!("**/{p}")
+    } else {
+        p.trim_start_matches("./").to_string()
+    };
+    globset::GlobBuilder::new(&full)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| format!("invalid path glob `{pattern}`: {e}"))
+}
+
 fn allow_bitmap(ls: &LiveSegment, o: &SearchOptions) -> Option<RoaringBitmap> {
-    if o.language.is_none() && o.kind.is_none() && o.path_prefix.is_none() {
+    if o.language.is_none()
+        && o.kind.is_none()
+        && o.path_prefix.is_none()
+        && o.path_glob.is_none()
+        && o.repo.is_none()
+    {
         return None;
     }
     let t = ls.segment.table();
@@ -126,6 +163,10 @@ fn allow_bitmap(ls: &LiveSegment, o: &SearchOptions) -> Option<RoaringBitmap> {
             || o.path_prefix
                 .as_deref()
                 .is_some_and(|p| !f.path.as_str().starts_with(p))
+            || o.path_glob
+                .as_ref()
+                .is_some_and(|g| !g.is_match(f.path.as_str()))
+            || o.repo.as_deref().is_some_and(|r| f.repo.as_str() != r)
         {
             continue;
         }
@@ -199,11 +240,11 @@ pub fn search(
 
     let t = Instant::now();
     // Identifier-like queries lean lexical, sentences lean dense.
-    let (wv, wl) = if identifier_like(query) {
+    let (wv, wl) = o.weights.unwrap_or(if identifier_like(query) {
         (0.5, 1.0)
     } else {
         (1.0, 0.6)
-    };
+    });
     let mut fused: std::collections::HashMap<ChunkRef, Fused> = std::collections::HashMap::new();
     for (r, (si, c, _)) in vec_list.iter().enumerate() {
         let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
@@ -259,5 +300,26 @@ mod tests {
         assert!(!identifier_like("parse"));
         assert!("hybrid".parse::<Mode>().is_ok());
         assert!("nope".parse::<Mode>().is_err());
+    }
+
+    #[test]
+    fn path_globs() {
+        let g = path_glob("*.rs").unwrap();
+        assert!(g.is_match("src/lib.rs") && g.is_match("lib.rs") && !g.is_match("src/lib.py"));
+        let g = path_glob("src/*.rs").unwrap();
+        assert!(g.is_match("src/lib.rs") && !g.is_match("src/a/lib.rs"));
+        let g = path_glob("src/**/*.rs").unwrap();
+        assert!(g.is_match("src/a/b/lib.rs") && g.is_match("src/lib.rs"));
+        let g = path_glob("crates/queryd").unwrap();
+        assert!(g.is_match("crates/queryd/src/x.rs") && !g.is_match("crates/format/x.rs"));
+        assert!(!g.is_match("crates/queryd2/x.rs"));
+        assert!(path_glob("src/").unwrap().is_match("src/lib.rs"));
+        assert!(path_glob("src/lib.rs").unwrap().is_match("src/lib.rs"));
+        let g = path_glob("web/{api,util}.*").unwrap();
+        assert!(
+            g.is_match("web/api.ts") && g.is_match("web/util.js") && !g.is_match("web/app.tsx")
+        );
+        assert!(path_glob("src/[").is_err());
+        assert!(path_glob(" ").is_err());
     }
 }

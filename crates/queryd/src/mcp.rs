@@ -1,0 +1,216 @@
+//! The MCP server (`rmcp`): the tool list with JSON schemas, and `call_tool`, which parses the
+//! arguments, runs the tool on a blocking thread against the current snapshot and returns
+//! compact JSON (as text content and as structured content).
+//!
+//! Errors: an unknown tool or arguments that do not fit the schema (wrong types, unknown or
+//! missing fields) are protocol errors (`-32602 invalid params`); input the tool can judge (an
+//! empty or oversized query, an unknown symbol) is a tool error (`isError: true`) whose text the
+//! agent sees, with suggestions. Neither stops the server.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rmcp::handler::server::common::schema_for_type;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+use crate::tools::{
+    CallArgs, DuplicatesArgs, ImpactArgs, SearchCodeArgs, StatusArgs, SymbolArgs, ToolError,
+};
+
+/// Every tool, in the order `tools/list` gives them.
+pub const TOOL_NAMES: [&str; 8] = [
+    "search_code",
+    "get_symbol",
+    "find_callers",
+    "find_callees",
+    "impact_analysis",
+    "explain_code",
+    "find_duplicates",
+    "index_status",
+];
+
+const INSTRUCTIONS: &str = "Code search over a pre-built index of one or more repositories. \
+Start with search_code (natural language or identifiers); results carry symbol ids that \
+get_symbol, find_callers, find_callees, impact_analysis, explain_code and find_duplicates \
+accept (names work too). Results are compact: raise `limit` or `snippet_lines` when needed. \
+Pass debug: true for a per-phase timing breakdown.";
+
+/// The tool list with descriptions and input schemas.
+pub fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "search_code",
+            "Hybrid code search (embeddings + BM25, fused with weighted reciprocal rank fusion) over \
+             the indexed repositories. Use a sentence for behaviour (\"where are retries configured\") \
+             or an identifier for exact names (`parse_config`). Filters: language, kind, path glob, \
+             repo. Top results are expanded along the code graph (callees, callers, members), marked \
+             source=graph. Returns ranked chunks with path, lines, symbol id and a snippet.",
+            schema_for_type::<SearchCodeArgs>(),
+        ),
+        Tool::new(
+            "get_symbol",
+            "The code and location of a symbol (by symbol id, qualified name like `Server::run` / \
+             `Circle.area`, or simple name), with its enclosing symbols and its members.",
+            schema_for_type::<SymbolArgs>(),
+        ),
+        Tool::new(
+            "find_callers",
+            "Who calls a function or method. Cascade: code-graph CALLS edges; else whole-word text \
+             matches in indexed code; else semantic search on the name's words; else not found with \
+             suggested names. `stage` says which answered (graph results are exact, the others are \
+             leads).",
+            schema_for_type::<CallArgs>(),
+        ),
+        Tool::new(
+            "find_callees",
+            "What a function or method calls. Cascade: code-graph CALLS edges; else indexed symbols \
+             called by name in its code; else semantic search; else not found with suggested names. \
+             `stage` says which answered.",
+            schema_for_type::<CallArgs>(),
+        ),
+        Tool::new(
+            "impact_analysis",
+            "What may break if a symbol changes: its transitive callers up to `depth` levels, each \
+             with the call path from the symbol, and the files involved.",
+            schema_for_type::<ImpactArgs>(),
+        ),
+        Tool::new(
+            "explain_code",
+            "Context to understand a symbol in one call: its code, doc comment, location, parents, \
+             members, direct callers and callees, and its file's imports.",
+            schema_for_type::<SymbolArgs>(),
+        ),
+        Tool::new(
+            "find_duplicates",
+            "Code that is near-identical in meaning to a given code fragment or symbol (cosine \
+             similarity of embeddings above `threshold`): copy-paste, parallel implementations.",
+            schema_for_type::<DuplicatesArgs>(),
+        ),
+        Tool::new(
+            "index_status",
+            "The served index: health, generation, segments, live chunks and files, languages, \
+             model, index age, reload errors and embedding-cache statistics.",
+            schema_for_type::<StatusArgs>(),
+        ),
+    ]
+}
+
+/// The MCP service: cheap to clone (one per HTTP session).
+#[derive(Clone)]
+pub struct Server {
+    pub engine: Arc<Engine>,
+    pub metrics: Arc<Metrics>,
+}
+
+fn parse<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ErrorData> {
+    serde_json::from_value(args).map_err(|e| {
+        ErrorData::invalid_params(
+            format!(
+                "invalid arguments for `{tool}`: {e}; see the tool's input schema (tools/list)"
+            ),
+            None,
+        )
+    })
+}
+
+fn to_json<T: Serialize>(r: Result<T, ToolError>) -> Result<Value, ToolError> {
+    r.and_then(|v| serde_json::to_value(v).map_err(|e| ToolError::Internal(e.to_string())))
+}
+
+impl Server {
+    pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>) -> Server {
+        Server { engine, metrics }
+    }
+
+    /// Runs a tool by name on already-parsed JSON arguments. `Err` is a protocol error (unknown
+    /// tool, arguments that do not fit the schema); `Ok(Err)` a tool error.
+    pub fn dispatch(&self, name: &str, args: Value) -> Result<Result<Value, ToolError>, ErrorData> {
+        let e = &self.engine;
+        Ok(match name {
+            "search_code" => to_json(e.search_code(&parse::<SearchCodeArgs>(name, args)?)),
+            "get_symbol" => to_json(e.get_symbol(&parse::<SymbolArgs>(name, args)?)),
+            "find_callers" => to_json(e.find_callers(&parse::<CallArgs>(name, args)?)),
+            "find_callees" => to_json(e.find_callees(&parse::<CallArgs>(name, args)?)),
+            "impact_analysis" => to_json(e.impact_analysis(&parse::<ImpactArgs>(name, args)?)),
+            "explain_code" => to_json(e.explain_code(&parse::<SymbolArgs>(name, args)?)),
+            "find_duplicates" => to_json(e.find_duplicates(&parse::<DuplicatesArgs>(name, args)?)),
+            "index_status" => to_json(e.index_status(&parse::<StatusArgs>(name, args)?)),
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "unknown tool `{name}`; the tools are: {}",
+                        TOOL_NAMES.join(", ")
+                    ),
+                    None,
+                ))
+            }
+        })
+    }
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("cix-queryd", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools().into_iter().find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let t = Instant::now();
+        let name = request.name.to_string();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let this = self.clone();
+        let n = name.clone();
+        let r = tokio::task::spawn_blocking(move || this.dispatch(&n, args))
+            .await
+            .map_err(|e| {
+                ErrorData::internal_error(format!("the tool `{name}` failed: {e}"), None)
+            })?;
+        let (outcome, out) = match r {
+            Err(e) => ("invalid_input", Err(e)),
+            Ok(Ok(v)) => ("ok", Ok(CallToolResult::structured(v))),
+            Ok(Err(e)) => {
+                let (outcome, extra) = match &e {
+                    ToolError::InvalidInput(_) => ("invalid_input", Value::Null),
+                    ToolError::NotFound { suggestions, .. } => {
+                        ("not_found", serde_json::json!(suggestions))
+                    }
+                    ToolError::Internal(_) => ("error", Value::Null),
+                };
+                let mut body = serde_json::json!({ "error": e.to_string() });
+                if !extra.is_null() {
+                    body["suggestions"] = extra;
+                }
+                (outcome, Ok(CallToolResult::structured_error(body)))
+            }
+        };
+        self.metrics.record_call(&name, outcome, t.elapsed());
+        out.map(CallToolResponse::from)
+    }
+}

@@ -1,0 +1,609 @@
+//! The real `queryd` binary over MCP: stdio with rmcp's client (list tools, call each one, bad
+//! input answered with errors while the server keeps serving), and streamable HTTP with a plain
+//! HTTP client (MCP session, tools, Origin/Host rejection, body cap, health, metrics, status).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::ServiceExt;
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_queryd");
+
+fn args(v: Value) -> serde_json::Map<String, Value> {
+    v.as_object().expect("an object").clone()
+}
+
+fn structured(r: &CallToolResult) -> Value {
+    r.structured_content.clone().expect("structured content")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_lists_and_calls_every_tool_and_survives_bad_input() {
+    let ix = common::indexed_fixture();
+    let transport = TokioChildProcess::new(tokio::process::Command::new(BIN).configure(|c| {
+        c.arg("--index")
+            .arg(&ix.index)
+            .arg("--model")
+            .arg(common::model_dir());
+    }))
+    .expect("spawn queryd");
+    let client = ().serve(transport).await.expect("MCP handshake over stdio");
+
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "explain_code",
+            "find_callees",
+            "find_callers",
+            "find_duplicates",
+            "get_symbol",
+            "impact_analysis",
+            "index_status",
+            "search_code"
+        ]
+    );
+    for t in &tools {
+        assert!(t.description.as_deref().is_some_and(|d| d.len() > 40));
+        assert_eq!(
+            t.input_schema.get("type"),
+            Some(&json!("object")),
+            "{}",
+            t.name
+        );
+    }
+    let search = tools.iter().find(|t| t.name == "search_code").unwrap();
+    assert!(search.input_schema["properties"]["query"].is_object());
+
+    let call = |name: &'static str, a: Value| {
+        let client = &client;
+        async move {
+            client
+                .call_tool(CallToolRequestParams::new(name).with_arguments(args(a)))
+                .await
+        }
+    };
+
+    let r = call(
+        "search_code",
+        json!({"query": "edit distance between two strings", "limit": 3, "debug": true}),
+    )
+    .await
+    .unwrap();
+    let v = structured(&r);
+    assert_eq!(v["results"][0]["name"], "levenshtein_distance", "{v:#}");
+    assert!(v["debug"]["embed_ms"].as_f64().unwrap() > 0.0);
+    // The text content is the same JSON, compact.
+    let text = r.content[0].as_text().expect("text content").text.clone();
+    assert!(!text.contains('\n') || text.len() < 200 || !text.contains("\n  "));
+
+    let v = structured(
+        &call("get_symbol", json!({"symbol": "closest_match"}))
+            .await
+            .unwrap(),
+    );
+    assert!(v["code"].as_str().unwrap().contains("fn closest_match"));
+
+    let v = structured(
+        &call("find_callers", json!({"symbol": "levenshtein_distance"}))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(v["stage"], "graph");
+    assert!(
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "closest_match"),
+        "{v:#}"
+    );
+
+    let v = structured(
+        &call("find_callees", json!({"symbol": "closest_match"}))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(v["stage"], "graph");
+    assert!(v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["name"] == "levenshtein_distance"));
+
+    let v = structured(
+        &call(
+            "impact_analysis",
+            json!({"symbol": "levenshtein_distance", "depth": 2}),
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(
+        v["affected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == "suggest" && a["depth"] == 2),
+        "{v:#}"
+    );
+
+    let v = structured(
+        &call("explain_code", json!({"symbol": "Dictionary::suggest"}))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(v["name"], "suggest", "{v:#}");
+    assert!(v["callees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["name"] == "closest_match"));
+
+    let v = structured(
+        &call(
+            "find_duplicates",
+            json!({"symbol": "Circle.area", "threshold": 0.3}),
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(v["duplicates"].is_array());
+
+    let v = structured(&call("index_status", json!({})).await.unwrap());
+    assert_eq!(v["health"], "ok");
+    assert!(v["live_chunks"].as_u64().unwrap() > 0);
+
+    // Protocol errors: unknown tool, wrong types, unknown arguments, missing arguments.
+    let e = call("no_such_tool", json!({}))
+        .await
+        .expect_err("unknown tool");
+    assert!(e.to_string().contains("unknown tool"), "{e}");
+    let e = call("search_code", json!({"query": 5}))
+        .await
+        .expect_err("wrong type");
+    assert!(e.to_string().contains("invalid arguments"), "{e}");
+    let e = call("search_code", json!({"query": "x", "bogus": 1}))
+        .await
+        .expect_err("unknown field");
+    assert!(e.to_string().contains("bogus"), "{e}");
+    let e = call("get_symbol", json!({}))
+        .await
+        .expect_err("missing field");
+    assert!(e.to_string().contains("symbol"), "{e}");
+    // Tool errors the agent sees: empty and oversized queries, unknown symbols.
+    let r = call("search_code", json!({"query": "  "})).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert!(structured(&r)["error"].as_str().unwrap().contains("empty"));
+    let r = call("search_code", json!({"query": "y".repeat(9000)}))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert!(structured(&r)["error"].as_str().unwrap().contains("8192"));
+    let r = call("get_symbol", json!({"symbol": "levenshtein_distanse"}))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let v = structured(&r);
+    assert_eq!(v["suggestions"][0], "levenshtein_distance", "{v:#}");
+
+    // Still serving.
+    let v = structured(
+        &call(
+            "search_code",
+            json!({"query": "ServeHTTP", "mode": "lexical"}),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(v["results"][0]["name"], "ServeHTTP", "{v:#}");
+    client.cancel().await.expect("close the session");
+}
+
+/// A running `queryd --http` child and its port.
+struct HttpServer {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_http(index: &std::path::Path, extra: &[&str]) -> HttpServer {
+    let mut child = Command::new(BIN)
+        .arg("--index")
+        .arg(index)
+        .arg("--model")
+        .arg(common::model_dir())
+        .args(["--http", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn queryd --http");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let port = loop {
+        line.clear();
+        if err.read_line(&mut line).unwrap() == 0 {
+            panic!("queryd exited before serving HTTP");
+        }
+        if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
+            break rest.split('/').next().unwrap().parse::<u16>().unwrap();
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    HttpServer { child, port }
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The JSON-RPC message of a JSON or SSE body.
+    fn message(&self) -> Value {
+        if let Ok(v) = serde_json::from_str(&self.body) {
+            return v;
+        }
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("id").is_some())
+            .unwrap_or_else(|| panic!("no JSON-RPC response in {:?}", self.body))
+    }
+}
+
+fn dechunk(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    loop {
+        let end = raw[i..].windows(2).position(|w| w == b"\r\n")? + i;
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&raw[i..end]).ok()?.trim(), 16).ok()?;
+        i = end + 2;
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(raw.get(i..i + size)?);
+        i += size + 2;
+    }
+}
+
+/// One HTTP/1.1 request; reads until the response is complete (or, for an event stream, until
+/// it holds a JSON-RPC response).
+fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16384];
+    let t = Instant::now();
+    loop {
+        let n = s.read(&mut buf).unwrap_or(0);
+        raw.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&raw);
+        let done_sse = text.contains("text/event-stream")
+            && text.contains("\"id\":")
+            && text.contains("data:");
+        if n == 0 || done_sse && text.ends_with("\n\n") || t.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let rest = &raw[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        // A stream cut short still holds whole chunks up to the cut.
+        dechunk(rest).unwrap_or_else(|| {
+            let t = String::from_utf8_lossy(rest).to_string();
+            t.lines()
+                .filter(|l| !l.chars().all(|c| c.is_ascii_hexdigit()))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .into_bytes()
+        })
+    } else {
+        rest.to_vec()
+    };
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).to_string(),
+    }
+}
+
+const ACCEPT: (&str, &str) = ("Accept", "application/json, text/event-stream");
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+
+#[test]
+fn http_serves_mcp_health_metrics_and_rejects_foreign_origins() {
+    let ix = common::indexed_fixture();
+    let srv = start_http(&ix.index, &[]);
+    let port = srv.port;
+
+    let r = request(port, "GET", "/health", &[], "");
+    assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
+    let r = request(port, "GET", "/health/ready", &[], "");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.body).unwrap()["ready"],
+        true
+    );
+    let r = request(port, "GET", "/status", &[], "");
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["health"], "ok");
+
+    // MCP session: initialize, initialized, tools/list, tools/call.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "e2e", "version": "0"}}});
+    let r = request(port, "POST", "/mcp", &[ACCEPT, JSON], &init.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let m = r.message();
+    assert_eq!(m["result"]["serverInfo"]["name"], "cix-queryd", "{m:#}");
+    let version = m["result"]["protocolVersion"].as_str().unwrap().to_string();
+    let session = r.header("mcp-session-id").map(str::to_string);
+    let mut hs: Vec<(&str, &str)> = vec![ACCEPT, JSON, ("MCP-Protocol-Version", &version)];
+    if let Some(s) = &session {
+        hs.push(("Mcp-Session-Id", s));
+    }
+    let r = request(
+        port,
+        "POST",
+        "/mcp",
+        &hs,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+    );
+    assert!(
+        r.status == 202 || r.status == 200,
+        "{} {}",
+        r.status,
+        r.body
+    );
+    let r = request(
+        port,
+        "POST",
+        "/mcp",
+        &hs,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string(),
+    );
+    assert_eq!(r.message()["result"]["tools"].as_array().unwrap().len(), 8);
+    let call = |id: u64, name: &str, a: Value| {
+        request(
+            port,
+            "POST",
+            "/mcp",
+            &hs,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": a}})
+            .to_string(),
+        )
+        .message()
+    };
+    let m = call(3, "find_callers", json!({"symbol": "levenshtein_distance"}));
+    assert_eq!(m["result"]["structuredContent"]["stage"], "graph", "{m:#}");
+    let m = call(
+        4,
+        "search_code",
+        json!({"query": "area of a circle", "language": "python", "limit": 2}),
+    );
+    assert_eq!(
+        m["result"]["structuredContent"]["results"][0]["name"], "area",
+        "{m:#}"
+    );
+    let m = call(5, "nope", json!({}));
+    assert!(
+        m["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool"),
+        "{m:#}"
+    );
+    let m = call(6, "index_status", json!({}));
+    assert_eq!(m["result"]["structuredContent"]["health"], "ok");
+
+    // An allowed Origin passes; a foreign Origin or Host is refused with 403, on every endpoint.
+    let ok_origin = format!("http://localhost:{port}");
+    let r = request(port, "GET", "/health", &[("Origin", &ok_origin)], "");
+    assert_eq!(r.status, 200);
+    let r = request(
+        port,
+        "POST",
+        "/mcp",
+        &[ACCEPT, JSON, ("Origin", "http://evil.example")],
+        &init.to_string(),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("Origin"));
+    let r = request(
+        port,
+        "GET",
+        "/metrics",
+        &[("Origin", "http://evil.example")],
+        "",
+    );
+    assert_eq!(r.status, 403);
+    let r = request(
+        port,
+        "POST",
+        "/mcp",
+        &[ACCEPT, JSON, ("Host", "evil.example:80")],
+        &init.to_string(),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+
+    // Oversized bodies are refused.
+    let big = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "search_code",
+        "arguments": {"query": "z".repeat(2 * 1024 * 1024)}}});
+    let r = request(port, "POST", "/mcp", &hs, &big.to_string());
+    assert_eq!(r.status, 413, "{}", r.body);
+
+    // Still serving, and the metrics counted the calls.
+    let m = call(
+        10,
+        "search_code",
+        json!({"query": "ServeHTTP", "mode": "lexical", "limit": 1}),
+    );
+    assert_eq!(
+        m["result"]["structuredContent"]["results"][0]["name"],
+        "ServeHTTP"
+    );
+    let r = request(port, "GET", "/metrics", &[], "");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body
+            .contains("queryd_tool_calls_total{tool=\"search_code\",outcome=\"ok\"} 2"),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body
+            .contains("queryd_tool_calls_total{tool=\"unknown\",outcome=\"invalid_input\"} 1"),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body.contains("queryd_tool_latency_seconds_bucket{le="),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body
+            .contains("queryd_http_requests_total{endpoint=\"/mcp\",status=\"403\"}"),
+        "{}",
+        r.body
+    );
+}
+
+#[test]
+fn bad_start_exits_with_a_clear_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .arg("--index")
+        .arg(tmp.path().join("missing"))
+        .arg("--model")
+        .arg(common::model_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "stdout carries only MCP messages");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no MANIFEST") && err.contains("indexer build"),
+        "{err}"
+    );
+
+    let out = Command::new(BIN)
+        .args(["--index", "x", "--http", "0.0.0.0:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-remote"));
+}
+
+/// The official MCP Inspector's CLI (npm `@modelcontextprotocol/inspector`, installed into
+/// `.cache/npm` by `scripts/setup.sh` wherever the machine has Node) against the binary over
+/// stdio. On a machine without Node there is nothing to run; with Node, a missing install fails.
+#[test]
+fn mcp_inspector_cli_lists_and_calls_tools() {
+    if Command::new("node").arg("--version").output().is_err() {
+        eprintln!("note: no Node.js on PATH; the MCP Inspector check needs it");
+        return;
+    }
+    let cli = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.cache/npm/node_modules/.bin/mcp-inspector");
+    assert!(
+        cli.exists(),
+        "{} is missing: run scripts/setup.sh (it installs the MCP Inspector where Node exists)",
+        cli.display()
+    );
+    let ix = common::indexed_fixture();
+    let inspector = |extra: &[&str]| {
+        let out = Command::new(&cli)
+            .args(["--cli", BIN, "--index"])
+            .arg(&ix.index)
+            .arg("--model")
+            .arg(common::model_dir())
+            .args(extra)
+            .output()
+            .expect("run the MCP Inspector CLI");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (ok, out, err) = inspector(&["--method", "tools/list"]);
+    assert!(ok, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["tools"].as_array().unwrap().len(), 8);
+    let (ok, out, err) = inspector(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "find_callers",
+        "--tool-arg",
+        "symbol=levenshtein_distance",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["structuredContent"]["stage"], "graph", "{v:#}");
+    let (ok, out, err) = inspector(&["--method", "tools/call", "--tool-name", "nope"]);
+    assert!(!ok);
+    assert!(
+        format!("{out}{err}").contains("unknown tool"),
+        "{out}\n{err}"
+    );
+}
