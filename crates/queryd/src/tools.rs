@@ -236,8 +236,8 @@ pub struct SearchCodeArgs {
     /// hybrid (default) | vector | lexical.
     #[serde(default)]
     pub mode: Option<ModeArg>,
-    /// RRF weights of the [vector, lexical] rankings in hybrid mode (default: by query shape,
-    /// identifiers lean lexical, sentences lean vector).
+    /// Weights of the [vector, lexical] rankings in hybrid mode (default: by query shape,
+    /// identifiers lean lexical, sentences weigh both equally).
     #[serde(default)]
     pub weights: Option<[f32; 2]>,
     /// Only this language: rust, python, typescript, tsx, javascript, go, java, c, cpp, markdown, toml, ...
