@@ -199,25 +199,37 @@ impl ArchivedPostingsArchive {
         let mut qterms: BTreeMap<String, u32> = BTreeMap::new();
         text::for_each_token(query, |t| *qterms.entry(t.to_string()).or_insert(0) += 1);
         let avg = (self.total_len.to_native() as f32 / n as f32).max(1.0);
-        let mut acc: HashMap<u32, f32> = HashMap::new();
+        // Dense accumulator (zeroed pages come lazily from the allocator) plus the list of
+        // touched documents; filters run once per touched document, not once per posting.
+        let mut acc = vec![0f32; n as usize];
+        let mut touched: Vec<u32> = Vec::new();
+        let norm = K1 / avg * B;
+        let base = K1 * (1.0 - B);
         for (term, qtf) in &qterms {
             let Some((docs, tfs)) = self.postings(term) else {
                 continue;
             };
             let df = docs.len() as f32;
-            let idf = ((n as f32 - df + 0.5) / (df + 0.5) + 1.0).ln();
+            let idf = ((n as f32 - df + 0.5) / (df + 0.5) + 1.0).ln() * *qtf as f32;
             for (d, tf) in docs.iter().zip(tfs) {
                 let d = d.to_native();
-                if !crate::admitted(d, allow, deny) {
-                    continue;
-                }
                 let tf = tf.to_native() as f32;
                 let dl = self.doc_lens[d as usize].to_native() as f32;
-                let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * dl / avg));
-                *acc.entry(d).or_insert(0.0) += s * *qtf as f32;
+                let s = idf * tf * (K1 + 1.0) / (tf + base + norm * dl);
+                let slot = &mut acc[d as usize];
+                if *slot == 0.0 {
+                    touched.push(d);
+                }
+                *slot += s;
             }
         }
-        crate::top_k(acc.into_iter(), k)
+        crate::top_k(
+            touched
+                .into_iter()
+                .filter(|&d| crate::admitted(d, allow, deny))
+                .map(|d| (d, acc[d as usize])),
+            k,
+        )
     }
 }
 
