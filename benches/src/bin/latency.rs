@@ -1,0 +1,617 @@
+//! Search latency and vector recall on large synthetic segments.
+//!
+//! The generator writes one segment of N chunks through `SegmentBuilder` (so BM25 postings and
+//! the IVF-SQ8 index are built exactly as in production): vectors are either uniformly random
+//! unit vectors (the worst case for IVF recall) or a mixture of Gaussians around 2,000 random
+//! centres (closer to real embeddings, which cluster); chunk texts are drawn from a vocabulary
+//! of identifiers harvested from real source files (the cargo registry cache), sampled with
+//! their empirical, Zipf-like frequencies.
+//!
+//! Then, single-threaded (FAISS/OpenMP at one thread), in a fresh process: p50/p99 latency of
+//! `queryd::search` for vector-only, BM25-only and hybrid with the query vector given, recall@10
+//! of the vector index against `exact_search` at several nprobe values, build time, segment size
+//! and the process RSS after opening the index and after the queries.
+//!
+//! Segments are cached under `.cache/latency/`. Run:
+//! `cargo run --release -p cix-benches --bin latency -- [--sizes 100000,1000000] [--dists random,clustered]`
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use format::manifest::{IndexManifest, SegmentEntry};
+use format::records::{ChunkRecord, FileRecord, NO_PARENT};
+use format::vectors::{exact_search, set_faiss_threads, DEFAULT_NPROBE};
+use format::{Index, SegmentBuilder};
+use queryd::search::{search, Mode, SearchOptions};
+
+const DIM: usize = 384;
+const MODEL: &str = "synthetic-384";
+
+#[derive(Parser, Clone)]
+struct Args {
+    /// Segment sizes (chunks).
+    #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
+    sizes: Vec<usize>,
+    /// Vector distributions: random, clustered.
+    #[arg(long, value_delimiter = ',', default_value = "random,clustered")]
+    dists: Vec<String>,
+    /// Timed queries per mode.
+    #[arg(long, default_value_t = 1000)]
+    queries: usize,
+    /// Queries used for recall (exact search costs ~60 ms per query at 1M).
+    #[arg(long, default_value_t = 300)]
+    recall_queries: usize,
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,32,64")]
+    nprobes: Vec<usize>,
+    /// Segments the N chunks are split into (one 1M-chunk segment with 120-token texts needed
+    /// more than 20 GB to write).
+    #[arg(long, default_value_t = 1)]
+    segments: usize,
+    /// Mean tokens per chunk text.
+    #[arg(long, default_value_t = 120)]
+    tokens: usize,
+    /// Gaussian mixture centres for `clustered`.
+    #[arg(long, default_value_t = 2000)]
+    centres: usize,
+    /// Noise scale of `clustered` (cosine to the centre ≈ 1/√(1+s²)).
+    #[arg(long, default_value_t = 0.8)]
+    spread: f32,
+    #[arg(long, default_value = ".cache/latency")]
+    cache: PathBuf,
+    /// Internal: measure one cached index in this process.
+    #[arg(long, hide = true)]
+    measure: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    dist: Option<String>,
+}
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.unit() * n as f64) as usize % n.max(1)
+    }
+    fn gauss(&mut self) -> f32 {
+        let u1 = self.unit().max(1e-300);
+        let u2 = self.unit();
+        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    }
+    fn unit_vec(&mut self, out: &mut [f32]) {
+        for x in out.iter_mut() {
+            *x = self.gauss();
+        }
+        normalise(out);
+    }
+}
+
+fn normalise(v: &mut [f32]) {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    v.iter_mut().for_each(|x| *x /= n);
+}
+
+/// Identifier vocabulary with empirical frequencies, from real Rust sources.
+struct Vocab {
+    words: Vec<String>,
+    cum: Vec<f64>,
+}
+
+impl Vocab {
+    fn harvest(max_bytes: usize) -> anyhow::Result<Vocab> {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let mut files = Vec::new();
+        collect(&home.join(".cargo/registry/src"), &mut files, 200_000);
+        files.sort();
+        // Spread the sample over many crates: every k-th file.
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        let mut read = 0usize;
+        let step = (files.len() / 4000).max(1);
+        for p in files.iter().step_by(step) {
+            let Ok(s) = std::fs::read_to_string(p) else {
+                continue;
+            };
+            read += s.len();
+            let mut cur = String::new();
+            for ch in s.chars().chain(std::iter::once(' ')) {
+                if ch.is_ascii_alphanumeric() || ch == '_' {
+                    cur.push(ch);
+                } else {
+                    if cur.len() >= 2 && !cur.as_bytes()[0].is_ascii_digit() {
+                        *counts.entry(std::mem::take(&mut cur)).or_default() += 1;
+                    }
+                    cur.clear();
+                }
+            }
+            if read >= max_bytes {
+                break;
+            }
+        }
+        let mut v: Vec<(String, u64)> = counts.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.truncate(60_000);
+        anyhow::ensure!(v.len() > 1000, "too few identifiers harvested");
+        let total: f64 = v.iter().map(|x| x.1 as f64).sum();
+        let mut acc = 0.0;
+        let mut cum = Vec::with_capacity(v.len());
+        for (_, c) in &v {
+            acc += *c as f64 / total;
+            cum.push(acc);
+        }
+        eprintln!(
+            "vocabulary: {} identifiers from {:.1} MB of Rust source (top: {})",
+            v.len(),
+            read as f64 / 1e6,
+            v.iter()
+                .take(8)
+                .map(|x| x.0.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        Ok(Vocab {
+            words: v.into_iter().map(|x| x.0).collect(),
+            cum,
+        })
+    }
+    fn sample(&self, r: &mut Rng) -> &str {
+        let u = r.unit();
+        let i = self
+            .cum
+            .partition_point(|c| *c < u)
+            .min(self.words.len() - 1);
+        &self.words[i]
+    }
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>, cap: usize) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if out.len() >= cap {
+            return;
+        }
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => collect(&p, out, cap),
+            Ok(t) if t.is_file() && p.extension().is_some_and(|x| x == "rs") => out.push(p),
+            _ => {}
+        }
+    }
+}
+
+/// Code-looking text of about `tokens` identifiers.
+fn chunk_text(v: &Vocab, r: &mut Rng, tokens: usize) -> String {
+    let n = tokens / 2 + r.below(tokens + 1);
+    let mut s = String::with_capacity(n * 8);
+    let mut on_line = 0;
+    for i in 0..n {
+        s.push_str(v.sample(r));
+        on_line += 1;
+        if on_line >= 4 + r.below(6) {
+            s.push_str(if i % 3 == 0 { ");\n    " } else { ";\n    " });
+            on_line = 0;
+        } else {
+            s.push_str(match r.below(5) {
+                0 => "(",
+                1 => ".",
+                2 => ", ",
+                3 => "::",
+                _ => " ",
+            });
+        }
+    }
+    s
+}
+
+fn dir_size(d: &Path) -> u64 {
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                n += dir_size(&p);
+            } else if let Ok(m) = e.metadata() {
+                n += m.len();
+            }
+        }
+    }
+    n
+}
+
+/// Vectors for `dist`; the same seed gives the same rows (queries use another seed).
+fn gen_vectors(dist: &str, n: usize, args: &Args, seed: u64, centres_seed: u64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    let mut out = vec![0f32; n * DIM];
+    if dist == "random" {
+        for row in out.chunks_exact_mut(DIM) {
+            r.unit_vec(row);
+        }
+    } else {
+        let mut cr = Rng(centres_seed);
+        let mut centres = vec![0f32; args.centres * DIM];
+        for c in centres.chunks_exact_mut(DIM) {
+            cr.unit_vec(c);
+        }
+        let s = args.spread / (DIM as f32).sqrt();
+        for row in out.chunks_exact_mut(DIM) {
+            let c = r.below(args.centres);
+            for (j, x) in row.iter_mut().enumerate() {
+                *x = centres[c * DIM + j] + s * r.gauss();
+            }
+            normalise(row);
+        }
+    }
+    out
+}
+
+fn build(dir: &Path, n: usize, dist: &str, vocab: &Vocab, args: &Args) -> anyhow::Result<()> {
+    let nseg = args.segments.max(1);
+    std::fs::create_dir_all(dir)?;
+    let mut m = IndexManifest::empty(MODEL, DIM as u32);
+    m.generation = 1;
+    let (mut gen_s, mut write_s, mut text_bytes) = (0.0, 0.0, 0usize);
+    let mut kinds = Vec::new();
+    for si in 0..nseg {
+        let (lo, hi) = (si * n / nseg, (si + 1) * n / nseg);
+        let sn = hi - lo;
+        let t = Instant::now();
+        let mut r = Rng(0xC0DE ^ n as u64 ^ ((si as u64) << 40));
+        let mut b = SegmentBuilder::default();
+        let per_file = 25usize;
+        let nfiles = sn.div_ceil(per_file);
+        let mut paths: Vec<String> = (0..nfiles)
+            .map(|i| {
+                format!(
+                    "src/{}/{}_{si}_{i:07}.rs",
+                    vocab.sample(&mut r),
+                    vocab.sample(&mut r)
+                )
+            })
+            .collect();
+        paths.sort();
+        for (fi, path) in paths.iter().enumerate() {
+            let first = (fi * per_file) as u32;
+            let count = per_file.min(sn - fi * per_file) as u32;
+            b.files.push(FileRecord {
+                repo: "synthetic".into(),
+                path: path.clone(),
+                language: "rust".into(),
+                content_hash: *blake3::hash(path.as_bytes()).as_bytes(),
+                size: 0,
+                first_chunk: first,
+                chunk_count: count,
+                imports: Vec::new(),
+            });
+            for c in 0..count {
+                let name = vocab.sample(&mut r).to_string();
+                let text = format!(
+                    "fn {name}() {{\n    {}\n}}",
+                    chunk_text(vocab, &mut r, args.tokens)
+                );
+                text_bytes += text.len();
+                b.chunks.push(ChunkRecord {
+                    file: fi as u32,
+                    kind: "function".into(),
+                    name: name.clone(),
+                    qualified: name.clone(),
+                    symbol_id: format!("rust synthetic {path}/{name}()."),
+                    start_line: 1 + c * 10,
+                    end_line: 10 + c * 10,
+                    start_byte: 0,
+                    end_byte: text.len() as u32,
+                    parent: NO_PARENT,
+                    content_hash: *blake3::hash(text.as_bytes()).as_bytes(),
+                    text,
+                });
+            }
+        }
+        b.vectors = gen_vectors(
+            dist,
+            sn,
+            args,
+            0xBEEF ^ n as u64 ^ ((si as u64) << 40),
+            0xCE17,
+        );
+        gen_s += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let (id, meta) = b.write(dir, MODEL, DIM)?;
+        write_s += t.elapsed().as_secs_f64();
+        kinds.push(meta.vector_index.clone());
+        m.segments.push(SegmentEntry {
+            id,
+            chunks: sn as u32,
+            tombstones: None,
+        });
+        eprintln!(
+            "  segment {si}: {sn} chunks, peak RSS so far {} MB",
+            hwm_kib() / 1024
+        );
+    }
+    m.commit(dir)?;
+    let info = serde_json::json!({
+        "chunks": n, "dist": dist, "generate_s": gen_s, "write_s": write_s,
+        "text_bytes": text_bytes, "vector_index": kinds.join(" + "),
+        "build_peak_rss_mb": hwm_kib() / 1024, "segments": nseg,
+    });
+    std::fs::write(
+        dir.join("bench-build.json"),
+        serde_json::to_vec_pretty(&info)?,
+    )?;
+    Ok(())
+}
+
+fn hwm_kib() -> u64 {
+    status_kib("VmHWM:")
+}
+
+fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+fn status_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn pct(v: &mut [Duration], p: f64) -> f64 {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i].as_secs_f64() * 1e3
+}
+
+/// Measures one cached index (run in a fresh process so RSS reflects only the open index).
+fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
+    set_faiss_threads(1);
+    let rss0 = rss_kib();
+    let t = Instant::now();
+    let index = Index::open(dir)?;
+    let open_ms = t.elapsed().as_secs_f64() * 1e3;
+    let rss_open = rss_kib();
+    let n = index.live_chunks() as usize;
+    let segs: Vec<&format::Segment> = index.segments.iter().map(|l| &l.segment).collect();
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("bench-build.json"))?)?;
+
+    // Queries: vectors from the same distribution (new rows), texts of 2-4 words from chunks.
+    let nq = args.queries;
+    let qv = gen_vectors(dist, nq, args, 0x5EED ^ n as u64, 0xCE17);
+    let mut r = Rng(0xFACE);
+    let mut qtexts = Vec::with_capacity(nq);
+    for _ in 0..nq {
+        let t = segs[r.below(segs.len())].table();
+        let c = &t.chunks[r.below(t.chunks.len())];
+        let toks = format::text::tokenize(c.text.as_str());
+        let words: Vec<&String> = toks.iter().filter(|w| w.len() >= 3).collect();
+        let k = 2 + r.below(3);
+        let mut q = Vec::new();
+        for _ in 0..k {
+            if !words.is_empty() {
+                q.push(words[r.below(words.len())].as_str());
+            }
+        }
+        qtexts.push(q.join(" "));
+    }
+
+    // Cold first vector query (loads the IVF into FAISS memory).
+    let t0 = Instant::now();
+    let o = SearchOptions {
+        mode: Mode::Vector,
+        ..SearchOptions::default()
+    };
+    search(&index, &qtexts[0], Some(&qv[..DIM]), &o)?;
+    let cold_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let rss_ivf = rss_kib();
+
+    println!(
+        "\n### {n} chunks in {} segment(s), {dist} vectors\n\nbuild (peak RSS {} MB): generate {:.1}s, segment write (BM25 + rkyv + IVF train/add + fsync) {:.1}s; {}; segment {:.1} MB (raw vectors + text {:.1} MB, ratio {:.2})",
+        segs.len(),
+        info["build_peak_rss_mb"].as_u64().unwrap_or(0),
+        info["generate_s"].as_f64().unwrap_or(0.0),
+        info["write_s"].as_f64().unwrap_or(0.0),
+        segs.iter().map(|s| s.meta().vector_index.clone()).collect::<Vec<_>>().join(" + "),
+        dir_size(dir) as f64 / 1e6,
+        (n * DIM * 4) as f64 / 1e6 + info["text_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+        dir_size(dir) as f64
+            / ((n * DIM * 4) as f64 + info["text_bytes"].as_f64().unwrap_or(0.0)),
+    );
+    println!(
+        "open {open_ms:.1} ms; RSS: process start {:.0} MB, after open {:.0} MB, after first vector query (IVF loaded, cold {cold_ms:.0} ms) {:.0} MB",
+        rss0 as f64 / 1024.0,
+        rss_open as f64 / 1024.0,
+        rss_ivf as f64 / 1024.0
+    );
+
+    // Latency per mode, queryd::search, limit 10, one thread.
+    println!("\n| mode (queryd::search, limit 10, 1 thread) | p50 ms | p99 ms | mean ms |\n|---|---:|---:|---:|");
+    for (name, mode) in [
+        ("vector only (query vector given)", Mode::Vector),
+        ("BM25 only", Mode::Lexical),
+        ("hybrid (query vector given)", Mode::Hybrid),
+    ] {
+        let o = SearchOptions {
+            mode,
+            ..SearchOptions::default()
+        };
+        for i in 0..20.min(nq) {
+            search(&index, &qtexts[i], Some(&qv[i * DIM..(i + 1) * DIM]), &o)?;
+        }
+        let mut ds = Vec::with_capacity(nq);
+        for i in 0..nq {
+            let t = Instant::now();
+            let (h, _) = search(&index, &qtexts[i], Some(&qv[i * DIM..(i + 1) * DIM]), &o)?;
+            ds.push(t.elapsed());
+            std::hint::black_box(h);
+        }
+        let mean = ds.iter().map(|d| d.as_secs_f64()).sum::<f64>() / ds.len() as f64 * 1e3;
+        println!(
+            "| {name} | {:.3} | {:.3} | {mean:.3} |",
+            pct(&mut ds, 0.5),
+            pct(&mut ds, 0.99)
+        );
+    }
+    let rss_q = rss_kib();
+
+    // Where the vector time goes: FAISS candidate generation alone (first segment), the full
+    // `Segment::search_vectors` (candidates + exact re-rank on the mapped rows), and BM25 alone
+    // on the first segment.
+    let s0 = segs[0];
+    if let Some(ivf) = s0.ivf()? {
+        let mut dc = Vec::new();
+        let mut dsv = Vec::new();
+        let mut db = Vec::new();
+        for i in 0..nq {
+            let q = &qv[i * DIM..(i + 1) * DIM];
+            let t = Instant::now();
+            std::hint::black_box(ivf.candidates(q, 200, DEFAULT_NPROBE)?);
+            dc.push(t.elapsed());
+            let t = Instant::now();
+            std::hint::black_box(s0.search_vectors(q, 50, DEFAULT_NPROBE, None, None)?);
+            dsv.push(t.elapsed());
+            let t = Instant::now();
+            std::hint::black_box(s0.search_bm25(&qtexts[i], 50, None, None));
+            db.push(t.elapsed());
+        }
+        println!(
+            "\nphase breakdown on one segment of {} chunks ({}): FAISS candidates (200, nprobe {DEFAULT_NPROBE}) p50 {:.3} ms p99 {:.3} ms; Segment::search_vectors(k=50) p50 {:.3} ms p99 {:.3} ms; Segment::search_bm25(k=50) p50 {:.3} ms p99 {:.3} ms",
+            s0.meta().chunk_count,
+            s0.meta().vector_index,
+            pct(&mut dc, 0.5),
+            pct(&mut dc, 0.99),
+            pct(&mut dsv, 0.5),
+            pct(&mut dsv, 0.99),
+            pct(&mut db, 0.5),
+            pct(&mut db, 0.99)
+        );
+    }
+
+    // Recall@10 vs exact, per nprobe; vector search latency per nprobe.
+    let nr = args.recall_queries.min(nq);
+    let t = Instant::now();
+    let exact: Vec<Vec<(usize, u32)>> = (0..nr)
+        .map(|i| {
+            let q = &qv[i * DIM..(i + 1) * DIM];
+            let mut all: Vec<(usize, u32, f32)> = Vec::new();
+            for (si, sg) in segs.iter().enumerate() {
+                for (c, sc) in exact_search(sg.vectors(), DIM, q, 10, None, None) {
+                    all.push((si, c, sc));
+                }
+            }
+            all.sort_by(|a, b| b.2.total_cmp(&a.2));
+            all.into_iter().take(10).map(|x| (x.0, x.1)).collect()
+        })
+        .collect();
+    let exact_ms = t.elapsed().as_secs_f64() * 1e3 / nr as f64;
+    println!(
+        "\n| nprobe | recall@10 vs exact ({nr} queries) | vector-only queryd::search p50 ms | p99 ms |\n|---:|---:|---:|---:|"
+    );
+    let mut probes = args.nprobes.clone();
+    if !probes.contains(&DEFAULT_NPROBE) {
+        probes.push(DEFAULT_NPROBE);
+    }
+    probes.sort();
+    for &np in &probes {
+        let mut hit = 0usize;
+        let mut ds = Vec::new();
+        for i in 0..nq {
+            let q = &qv[i * DIM..(i + 1) * DIM];
+            let t = Instant::now();
+            let o = SearchOptions {
+                mode: Mode::Vector,
+                nprobe: np,
+                ..SearchOptions::default()
+            };
+            let (res, _) = search(&index, "", Some(q), &o)?;
+            ds.push(t.elapsed());
+            if i < nr {
+                hit += res
+                    .iter()
+                    .filter(|h| exact[i].contains(&(h.segment, h.chunk)))
+                    .count();
+            }
+        }
+        println!(
+            "| {np}{} | {:.3} | {:.3} | {:.3} |",
+            if np == DEFAULT_NPROBE {
+                " (default)"
+            } else {
+                ""
+            },
+            hit as f64 / (nr * 10) as f64,
+            pct(&mut ds, 0.5),
+            pct(&mut ds, 0.99)
+        );
+    }
+    println!(
+        "\nexact scan: {exact_ms:.1} ms per query; RSS after all queries {:.0} MB",
+        rss_q.max(rss_kib()) as f64 / 1024.0
+    );
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(d) = &args.measure {
+        return measure(d, args.dist.as_deref().unwrap_or("random"), &args);
+    }
+    let mut vocab: Option<Vocab> = None;
+    println!("## Search latency on synthetic segments\n");
+    for &n in &args.sizes {
+        for dist in &args.dists {
+            anyhow::ensure!(
+                dist == "random" || dist == "clustered",
+                "unknown dist {dist}"
+            );
+            let tag = if dist == "clustered" {
+                format!(
+                    "n{n}-{dist}-c{}-s{}-t{}",
+                    args.centres, args.spread, args.tokens
+                )
+            } else {
+                format!("n{n}-{dist}-t{}", args.tokens)
+            };
+            let dir = args.cache.join(tag);
+            if !dir.join("MANIFEST").exists() {
+                if dir.exists() {
+                    std::fs::remove_dir_all(&dir)?;
+                }
+                if vocab.is_none() {
+                    vocab = Some(Vocab::harvest(40_000_000)?);
+                }
+                eprintln!("building {} ...", dir.display());
+                set_faiss_threads(std::thread::available_parallelism().map_or(1, |x| x.get()));
+                build(&dir, n, dist, vocab.as_ref().unwrap(), &args)?;
+            }
+            let exe = std::env::current_exe()?;
+            let mut cmd = std::process::Command::new(exe);
+            cmd.args(std::env::args().skip(1))
+                .arg("--measure")
+                .arg(&dir)
+                .arg("--dist")
+                .arg(dist);
+            let st = cmd.status().context("measure process")?;
+            anyhow::ensure!(st.success(), "measure failed for {}", dir.display());
+        }
+    }
+    Ok(())
+}
