@@ -32,10 +32,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let model = args
-        .model
-        .or_else(|| std::env::var_os("CIX_MODEL_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"));
+    let model = kernels::resolve_model_dir(args.model);
     let repo = walk::repo_name(&args.path);
     let w = walk::walk(&args.path, &repo, walk::DEFAULT_MAX_FILE_BYTES);
     let mut texts = Vec::new();

@@ -731,10 +731,7 @@ fn process_file(root: &Root, path: &Path, args: &Args, opts: &ChunkOptions) -> O
 }
 
 fn model_dir(args: &Args) -> PathBuf {
-    args.model
-        .clone()
-        .or_else(|| std::env::var_os("CIX_MODEL_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"))
+    kernels::resolve_model_dir(args.model.clone())
 }
 
 fn write_f32(p: &Path, v: &[f32]) -> anyhow::Result<()> {

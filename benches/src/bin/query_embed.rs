@@ -100,10 +100,7 @@ fn pct(v: &mut [Duration], p: f64) -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let model = args
-        .model
-        .or_else(|| std::env::var_os("CIX_MODEL_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"));
+    let model = kernels::resolve_model_dir(args.model);
     let t = Instant::now();
     let enc = kernels::Encoder::load(&model, kernels::DeviceChoice::Cpu)
         .with_context(|| format!("load {}", model.display()))?;

@@ -65,12 +65,6 @@ enum Cmd {
     Verify { dir: PathBuf },
 }
 
-/// Resolves the model directory: flag, then $CIX_MODEL_DIR, then ./models/all-MiniLM-L6-v2.
-pub fn model_dir(flag: Option<PathBuf>) -> PathBuf {
-    flag.or_else(|| std::env::var_os("CIX_MODEL_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"))
-}
-
 fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
@@ -102,7 +96,7 @@ fn run() -> anyhow::Result<ExitCode> {
             json,
         } => {
             let progress = Progress::auto(quiet);
-            let model = model_dir(model);
+            let model = kernels::resolve_model_dir(model);
             let t = Instant::now();
             let encoder = kernels::Encoder::load(&model, device)
                 .with_context(|| format!("loading the model from {}", model.display()))?;

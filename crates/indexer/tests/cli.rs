@@ -7,49 +7,17 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("workspace root")
-}
+use cix_tests::{copy_dir, workspace_root};
 
-/// `$CIX_MODEL_DIR` (relative to the workspace root when relative), else the default location.
+/// The model directory; fails the test when the model is missing.
 fn model_dir() -> PathBuf {
-    let dir = match std::env::var_os("CIX_MODEL_DIR") {
-        Some(d) if !d.is_empty() => {
-            let p = PathBuf::from(d);
-            if p.is_absolute() {
-                p
-            } else {
-                workspace_root().join(p)
-            }
-        }
-        _ => workspace_root().join("models/all-MiniLM-L6-v2"),
-    };
+    let dir = cix_tests::model_dir();
     assert!(
         dir.join("model.safetensors").is_file(),
         "the embedding model is missing at {}: run scripts/fetch-model.sh (or set CIX_MODEL_DIR)",
         dir.display()
     );
     dir
-}
-
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    let mut entries: Vec<_> = std::fs::read_dir(src)
-        .unwrap()
-        .map(|e| e.unwrap())
-        .collect();
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let ty = e.file_type().unwrap();
-        if ty.is_dir() {
-            copy_dir(&e.path(), &dst.join(e.file_name()));
-        } else if ty.is_file() {
-            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// Runs the binary in `cwd` with the model taken from the environment.

@@ -23,6 +23,13 @@ pub use error::{ModelError, FETCH_HINT};
 use bert::Bert;
 use tokenize::TextTokenizer;
 
+/// The model directory a command uses: the `--model` flag if given, else `$CIX_MODEL_DIR`, else
+/// `./models/all-MiniLM-L6-v2` (where `scripts/fetch-model.sh` puts it).
+pub fn resolve_model_dir(flag: Option<std::path::PathBuf>) -> std::path::PathBuf {
+    flag.or_else(|| std::env::var_os("CIX_MODEL_DIR").map(std::path::PathBuf::from))
+        .unwrap_or_else(|| std::path::PathBuf::from("models/all-MiniLM-L6-v2"))
+}
+
 /// Counters describing one [`Encoder::embed`] call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EmbedStats {

@@ -103,12 +103,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn model_dir(model: Option<PathBuf>) -> PathBuf {
-    model
-        .or_else(|| std::env::var_os("CIX_MODEL_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"))
-}
-
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let Some(cmd) = cli.cmd else {
@@ -138,7 +132,7 @@ fn run() -> anyhow::Result<()> {
     let qv = if mode == Mode::Lexical {
         None
     } else {
-        let dir = model_dir(model);
+        let dir = kernels::resolve_model_dir(model);
         let enc = kernels::Encoder::load(&dir, kernels::DeviceChoice::Cpu)
             .with_context(|| format!("loading the model from {}", dir.display()))?;
         if enc.model_id() != ix.manifest.model_id {
@@ -237,7 +231,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|s| parse_addr(s, a.allow_remote))
         .transpose()?;
-    let model = model_dir(a.model);
+    let model = kernels::resolve_model_dir(a.model);
     let t = Instant::now();
     let engine = std::sync::Arc::new(
         queryd::Engine::open(&index, &model)
