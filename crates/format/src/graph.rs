@@ -11,7 +11,7 @@ use std::path::Path;
 
 use rkyv::{Archive, Deserialize, Serialize};
 
-use crate::records::{EdgeInput, EdgeKind, ExternalEdge, EDGE_RESOLVED};
+use crate::records::{ArchivedExternalEdge, EdgeInput, EdgeKind, ExternalEdge, EDGE_RESOLVED};
 use crate::{corrupt, Result};
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
@@ -33,7 +33,10 @@ pub struct GraphArchive {
     pub chunk_count: u32,
     /// Indexed by `EdgeKind as usize`.
     pub kinds: Vec<CsrPair>,
+    /// Sorted by (kind, src, dst, flags).
     pub external: Vec<ExternalEdge>,
+    /// Indices into `external` sorted by (dst, kind, index).
+    pub external_by_dst: Vec<u32>,
 }
 
 fn csr(node_count: u32, mut edges: Vec<(u32, u32, u8)>) -> Csr {
@@ -82,11 +85,45 @@ pub fn build(
         .collect();
     external.sort();
     external.dedup();
+    let mut external_by_dst: Vec<u32> = (0..external.len() as u32).collect();
+    external_by_dst.sort_by(|&a, &b| {
+        let (x, y) = (&external[a as usize], &external[b as usize]);
+        x.dst.cmp(&y.dst).then(x.kind.cmp(&y.kind)).then(a.cmp(&b))
+    });
     GraphArchive {
         node_count,
         chunk_count,
         kinds,
         external,
+        external_by_dst,
+    }
+}
+
+impl ArchivedGraphArchive {
+    /// External edges of `kind` leaving node `src`.
+    pub fn external_from(&self, src: u32, kind: EdgeKind) -> &[ArchivedExternalEdge] {
+        let k = kind as u8;
+        let key = |e: &ArchivedExternalEdge| (e.kind, e.src.to_native());
+        let lo = self.external.partition_point(|e| key(e) < (k, src));
+        let hi = lo + self.external[lo..].partition_point(|e| key(e) == (k, src));
+        &self.external[lo..hi]
+    }
+
+    /// External edges of `kind` naming `dst` (a symbol id or `file:<path>`).
+    pub fn external_to(
+        &self,
+        dst: &str,
+        kind: EdgeKind,
+    ) -> impl Iterator<Item = &ArchivedExternalEdge> {
+        let k = kind as u8;
+        let e = |i: &rkyv::rend::u32_le| &self.external[i.to_native() as usize];
+        let lo = self
+            .external_by_dst
+            .partition_point(|i| (e(i).dst.as_str(), e(i).kind) < (dst, k));
+        let hi = lo
+            + self.external_by_dst[lo..]
+                .partition_point(|i| (e(i).dst.as_str(), e(i).kind) == (dst, k));
+        self.external_by_dst[lo..hi].iter().map(e)
     }
 }
 
@@ -135,6 +172,13 @@ pub fn validate(path: &Path, g: &ArchivedGraphArchive, chunks: u32, files: u32) 
     }
     if g.external.iter().any(|e| e.src.to_native() >= nodes) {
         return Err(corrupt(path, "an external edge starts past the last node"));
+    }
+    if g.external_by_dst.len() != g.external.len()
+        || g.external_by_dst
+            .iter()
+            .any(|i| i.to_native() as usize >= g.external.len())
+    {
+        return Err(corrupt(path, "external edge lookup table is inconsistent"));
     }
     Ok(())
 }

@@ -46,11 +46,164 @@ pub struct ChunkRecord {
     pub text: String,
 }
 
-/// The root of `chunks.rkyv`.
+/// The root of `chunks.rkyv`: the records, and sorted lookup tables over them so readers find
+/// symbols, names and paths by binary search in the mapped file instead of building hash maps.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct ChunkTable {
     pub files: Vec<FileRecord>,
     pub chunks: Vec<ChunkRecord>,
+    /// Ordinals of the chunks that have a symbol id, sorted by (symbol id, ordinal).
+    pub by_symbol: Vec<u32>,
+    /// Sorted, unique lookup keys: every chunk's [`name_key`] and [`qualified_key`].
+    pub name_keys: Vec<String>,
+    /// Key `i`'s chunks are `name_chunks[name_offsets[i]..name_offsets[i + 1]]`, ascending.
+    pub name_offsets: Vec<u32>,
+    pub name_chunks: Vec<u32>,
+    /// File ordinals sorted by (path, ordinal): the same path may exist in several repos.
+    pub files_by_path: Vec<u32>,
+}
+
+/// Lookup key of a simple name: lower-cased.
+pub fn name_key(name: &str) -> String {
+    name.trim().to_lowercase()
+}
+
+/// Lookup key of a qualified name: lower-cased, with `::`, `#` and `/` as `.`
+/// (`Dictionary::suggest`, `Dictionary#suggest` → `dictionary.suggest`).
+pub fn qualified_key(q: &str) -> String {
+    q.trim()
+        .to_lowercase()
+        .replace("::", ".")
+        .replace(['#', '/'], ".")
+        .trim_matches('.')
+        .to_string()
+}
+
+impl ChunkTable {
+    /// Fills the lookup tables from `files` and `chunks`.
+    pub fn with_lookups(files: Vec<FileRecord>, chunks: Vec<ChunkRecord>) -> ChunkTable {
+        let mut by_symbol: Vec<u32> = (0..chunks.len() as u32)
+            .filter(|&c| !chunks[c as usize].symbol_id.is_empty())
+            .collect();
+        by_symbol.sort_by(|&a, &b| {
+            chunks[a as usize]
+                .symbol_id
+                .cmp(&chunks[b as usize].symbol_id)
+                .then(a.cmp(&b))
+        });
+        let mut pairs: Vec<(String, u32)> = Vec::new();
+        for (i, c) in chunks.iter().enumerate() {
+            if c.name.is_empty() {
+                continue;
+            }
+            let n = name_key(&c.name);
+            let q = qualified_key(&c.qualified);
+            if !q.is_empty() && q != n {
+                pairs.push((q, i as u32));
+            }
+            pairs.push((n, i as u32));
+        }
+        pairs.sort_unstable();
+        pairs.dedup();
+        let mut name_keys: Vec<String> = Vec::new();
+        let mut name_offsets = vec![0u32];
+        let mut name_chunks = Vec::with_capacity(pairs.len());
+        for (k, c) in pairs {
+            if name_keys.last() != Some(&k) {
+                if !name_keys.is_empty() {
+                    name_offsets.push(name_chunks.len() as u32);
+                }
+                name_keys.push(k);
+            }
+            name_chunks.push(c);
+        }
+        if !name_keys.is_empty() {
+            name_offsets.push(name_chunks.len() as u32);
+        }
+        let mut files_by_path: Vec<u32> = (0..files.len() as u32).collect();
+        files_by_path.sort_by(|&a, &b| {
+            files[a as usize]
+                .path
+                .cmp(&files[b as usize].path)
+                .then(a.cmp(&b))
+        });
+        ChunkTable {
+            files,
+            chunks,
+            by_symbol,
+            name_keys,
+            name_offsets,
+            name_chunks,
+            files_by_path,
+        }
+    }
+}
+
+impl ArchivedChunkTable {
+    /// Chunks with this symbol id, ascending.
+    pub fn symbol_chunks(&self, id: &str) -> impl Iterator<Item = u32> + '_ {
+        let key = |c: &rkyv::rend::u32_le| self.chunks[c.to_native() as usize].symbol_id.as_str();
+        let lo = self.by_symbol.partition_point(|c| key(c) < id);
+        let hi = lo + self.by_symbol[lo..].partition_point(|c| key(c) == id);
+        self.by_symbol[lo..hi].iter().map(|c| c.to_native())
+    }
+
+    /// Chunks whose [`name_key`] or [`qualified_key`] is `key` (already a key), ascending.
+    pub fn name_chunks(&self, key: &str) -> impl Iterator<Item = u32> + '_ {
+        let r = match self.name_keys.binary_search_by(|k| k.as_str().cmp(key)) {
+            Ok(i) => {
+                self.name_offsets[i].to_native() as usize
+                    ..self.name_offsets[i + 1].to_native() as usize
+            }
+            Err(_) => 0..0,
+        };
+        self.name_chunks[r].iter().map(|c| c.to_native())
+    }
+
+    /// Every lookup key with its chunks.
+    pub fn names(&self) -> impl Iterator<Item = (&str, &[rkyv::rend::u32_le])> + '_ {
+        self.name_keys.iter().enumerate().map(|(i, k)| {
+            let r = self.name_offsets[i].to_native() as usize
+                ..self.name_offsets[i + 1].to_native() as usize;
+            (k.as_str(), &self.name_chunks[r])
+        })
+    }
+
+    /// Ordinals of the files with this path, ascending.
+    pub fn files_with_path(&self, path: &str) -> impl Iterator<Item = u32> + '_ {
+        let key = |f: &rkyv::rend::u32_le| self.files[f.to_native() as usize].path.as_str();
+        let lo = self.files_by_path.partition_point(|f| key(f) < path);
+        let hi = lo + self.files_by_path[lo..].partition_point(|f| key(f) == path);
+        self.files_by_path[lo..hi].iter().map(|f| f.to_native())
+    }
+
+    /// Structural checks of the lookup tables (ranges and lengths; ordering only affects what
+    /// lookups find, never memory safety).
+    pub fn validate_lookups(&self) -> Result<(), &'static str> {
+        let n = self.chunks.len() as u32;
+        if self.by_symbol.iter().any(|c| c.to_native() >= n) {
+            return Err("symbol lookup names a chunk past the end");
+        }
+        if self.name_offsets.len() != self.name_keys.len() + usize::from(!self.name_keys.is_empty())
+            || (!self.name_keys.is_empty() && self.name_offsets[0] != 0)
+            || self.name_offsets.windows(2).any(|w| w[0] > w[1])
+            || self.name_offsets.last().map_or(0, |o| o.to_native()) as usize
+                != self.name_chunks.len()
+            || self.name_chunks.iter().any(|c| c.to_native() >= n)
+        {
+            return Err("name lookup tables are inconsistent");
+        }
+        let nf = self.files.len();
+        if self.files_by_path.len() != nf
+            || self
+                .files_by_path
+                .iter()
+                .any(|f| f.to_native() as usize >= nf)
+        {
+            return Err("path lookup table is inconsistent");
+        }
+        Ok(())
+    }
 }
 
 /// A file as the writer takes it.

@@ -141,10 +141,7 @@ impl SegmentBuilder {
         drop(fields);
         let graph = graph::build(n, n + nf, &self.edges, self.external_edges);
         let vector_bytes: Vec<u8> = self.vectors.iter().flat_map(|f| f.to_le_bytes()).collect();
-        let table = ChunkTable {
-            files: self.files,
-            chunks: self.chunks,
-        };
+        let table = ChunkTable::with_lookups(self.files, self.chunks);
         let d = dim as u32;
         let mut outputs: Vec<(&str, Vec<u8>)> = vec![
             (
@@ -399,6 +396,9 @@ impl Segment {
         {
             return Err(corrupt(&chunks_path, "a chunk's parent is past the end"));
         }
+        table
+            .validate_lookups()
+            .map_err(|e| corrupt(&chunks_path, e))?;
         let pp = self.path_of(Component::Postings);
         let postings =
             rkyv::access::<ArchivedPostingsArchive, rancor::Error>(&self.postings[HEADER_LEN..])

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use format::graph::Direction;
 use format::manifest::MANIFEST;
-use format::records::{ArchivedChunkRecord, ArchivedFileRecord, EdgeKind};
+use format::records::{name_key, qualified_key, ArchivedChunkRecord, ArchivedFileRecord, EdgeKind};
 use format::{FormatError, Index, IndexManifest};
 use serde::Serialize;
 
@@ -34,25 +34,14 @@ pub const WATCH_INTERVAL: Duration = Duration::from_millis(500);
 /// Query vectors kept in the LRU cache.
 pub const EMBED_CACHE_ENTRIES: usize = 1024;
 
-/// One generation of the index, immutable once built.
+/// One generation of the index, immutable once built. Everything it knows is read from the
+/// mapped segments: symbols, names, paths and external edges are found by binary search in
+/// each segment's lookup tables (written by `format`), so opening a snapshot costs no heap
+/// proportional to the index and a swap is cheap.
 pub struct Snapshot {
     pub index: Index,
     pub loaded_at: SystemTime,
     pub manifest_mtime: Option<SystemTime>,
-    /// Live chunks by symbol id (several for a long body split into pieces, in order).
-    live_by_symbol: HashMap<String, Vec<NodeRef>>,
-    /// Tombstoned chunks by symbol id: old targets of edges that must be remapped.
-    dead_by_symbol: HashMap<String, Vec<NodeRef>>,
-    /// Live chunks by lower-cased simple name and by lower-cased qualified name.
-    by_name: HashMap<String, Vec<NodeRef>>,
-    /// The live file node of each path (the newest segment holding the file).
-    file_by_path: HashMap<String, NodeRef>,
-    /// Every file node of each path, live or not.
-    files_all: HashMap<String, Vec<NodeRef>>,
-    /// External edges by source node: (kind, destination, flags).
-    ext_out: HashMap<NodeRef, Vec<(u8, String, u8)>>,
-    /// External edges by destination (symbol id or `file:<path>`): (kind, source, flags).
-    ext_in: HashMap<String, Vec<(u8, NodeRef, u8)>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -71,76 +60,20 @@ fn manifest_mtime(dir: &Path) -> Option<SystemTime> {
 }
 
 impl Snapshot {
-    /// Opens the index at `dir` and builds the symbol maps.
+    /// Opens the index at `dir`.
     pub fn load(dir: &Path) -> Result<Snapshot, FormatError> {
         let mtime = manifest_mtime(dir);
         let index = Index::open(dir)?;
         Ok(Snapshot::from_index(index, mtime))
     }
 
-    /// Builds the maps of an opened index.
+    /// Wraps an opened index.
     pub fn from_index(index: Index, manifest_mtime: Option<SystemTime>) -> Snapshot {
-        let mut s = Snapshot {
+        Snapshot {
             index,
             loaded_at: SystemTime::now(),
             manifest_mtime,
-            live_by_symbol: HashMap::new(),
-            dead_by_symbol: HashMap::new(),
-            by_name: HashMap::new(),
-            file_by_path: HashMap::new(),
-            files_all: HashMap::new(),
-            ext_out: HashMap::new(),
-            ext_in: HashMap::new(),
-        };
-        for (si, ls) in s.index.segments.iter().enumerate() {
-            let t = ls.segment.table();
-            let cc = t.chunks.len() as u32;
-            for (ci, c) in t.chunks.iter().enumerate() {
-                let ci = ci as u32;
-                let live = !ls.tombstones.contains(ci);
-                let sym = c.symbol_id.as_str();
-                if !sym.is_empty() {
-                    let m = if live {
-                        &mut s.live_by_symbol
-                    } else {
-                        &mut s.dead_by_symbol
-                    };
-                    m.entry(sym.to_string()).or_default().push((si, ci));
-                }
-                if live && !c.name.is_empty() {
-                    let n = c.name.to_lowercase();
-                    let q = norm_qualified(&c.qualified);
-                    if q != n && !q.is_empty() {
-                        s.by_name.entry(q).or_default().push((si, ci));
-                    }
-                    s.by_name.entry(n).or_default().push((si, ci));
-                }
-            }
-            for (fi, f) in t.files.iter().enumerate() {
-                let node = (si, cc + fi as u32);
-                let first = f.first_chunk.to_native();
-                let n = f.chunk_count.to_native();
-                let live = n == 0 || (first..first + n).any(|c| !ls.tombstones.contains(c));
-                s.files_all
-                    .entry(f.path.to_string())
-                    .or_default()
-                    .push(node);
-                if live {
-                    s.file_by_path.insert(f.path.to_string(), node);
-                }
-            }
-            for e in ls.segment.graph().external.iter() {
-                let src = (si, e.src.to_native());
-                let (k, d, fl) = (e.kind, e.dst.to_string(), e.flags);
-                s.ext_in.entry(d.clone()).or_default().push((k, src, fl));
-                s.ext_out.entry(src).or_default().push((k, d, fl));
-            }
         }
-        // Pieces of one symbol in chunk order, the symbol's own chunk first.
-        for v in s.live_by_symbol.values_mut() {
-            v.sort_unstable();
-        }
-        s
     }
 
     pub fn generation(&self) -> u64 {
@@ -181,16 +114,91 @@ impl Snapshot {
         self.index.segments[s].segment.vector(n)
     }
 
-    /// Live chunks with exactly this symbol id.
-    pub fn by_symbol_id(&self, id: &str) -> &[NodeRef] {
-        self.live_by_symbol.get(id).map_or(&[], Vec::as_slice)
+    /// Chunks with exactly this symbol id, live or tombstoned, in (segment, chunk) order.
+    fn symbol_nodes(&self, id: &str) -> impl Iterator<Item = NodeRef> + '_ {
+        let id = id.to_string();
+        self.index
+            .segments
+            .iter()
+            .enumerate()
+            .flat_map(move |(si, ls)| {
+                ls.segment
+                    .table()
+                    .symbol_chunks(&id)
+                    .map(move |c| (si, c))
+                    .collect::<Vec<_>>()
+            })
+    }
+
+    /// Live chunks with exactly this symbol id (several for a long body split into pieces), in
+    /// (segment, chunk) order: the symbol's own chunk first.
+    pub fn by_symbol_id(&self, id: &str) -> Vec<NodeRef> {
+        if id.is_empty() {
+            return Vec::new();
+        }
+        self.symbol_nodes(id)
+            .filter(|&n| self.is_live_chunk(n))
+            .collect()
+    }
+
+    /// The first live chunk of a symbol id.
+    fn first_live(&self, id: &str) -> Option<NodeRef> {
+        if id.is_empty() {
+            return None;
+        }
+        self.symbol_nodes(id).find(|&n| self.is_live_chunk(n))
+    }
+
+    /// Live chunks under a lookup key (see [`format::records::name_key`]).
+    fn by_key(&self, key: &str) -> Vec<NodeRef> {
+        let mut out = Vec::new();
+        for (si, ls) in self.index.segments.iter().enumerate() {
+            for c in ls.segment.table().name_chunks(key) {
+                if !ls.tombstones.contains(c) {
+                    out.push((si, c));
+                }
+            }
+        }
+        out
     }
 
     /// Live chunks whose simple or qualified name is `name` (case-insensitive).
-    pub fn by_name(&self, name: &str) -> &[NodeRef] {
-        self.by_name
-            .get(&name.to_lowercase())
-            .map_or(&[], Vec::as_slice)
+    pub fn by_name(&self, name: &str) -> Vec<NodeRef> {
+        self.by_key(&name_key(name))
+    }
+
+    /// Every file node of a path, live or not, in (segment, file) order.
+    fn files_all(&self, path: &str) -> Vec<NodeRef> {
+        let mut out = Vec::new();
+        for (si, ls) in self.index.segments.iter().enumerate() {
+            let t = ls.segment.table();
+            let cc = t.chunks.len() as u32;
+            out.extend(t.files_with_path(path).map(|f| (si, cc + f)));
+        }
+        out
+    }
+
+    /// The live file node of a path: the newest segment whose file still has a live chunk (or
+    /// has no chunks at all).
+    fn file_by_path(&self, path: &str) -> Option<NodeRef> {
+        for (si, ls) in self.index.segments.iter().enumerate().rev() {
+            let t = ls.segment.table();
+            let cc = t.chunks.len() as u32;
+            for fi in t
+                .files_with_path(path)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
+                let f = &t.files[fi as usize];
+                let first = f.first_chunk.to_native();
+                let n = f.chunk_count.to_native();
+                if n == 0 || (first..first + n).any(|c| !ls.tombstones.contains(c)) {
+                    return Some((si, cc + fi));
+                }
+            }
+        }
+        None
     }
 
     /// Resolves a symbol id, else a qualified or simple name (`Dictionary::suggest`,
@@ -198,23 +206,22 @@ impl Snapshot {
     /// chunk).
     pub fn resolve(&self, symbol: &str) -> Vec<NodeRef> {
         let symbol = symbol.trim();
-        if let Some(v) = self.live_by_symbol.get(symbol) {
-            return v[..1].to_vec();
+        if let Some(n) = self.first_live(symbol) {
+            return vec![n];
         }
-        let mut found = self.by_name(symbol).to_vec();
+        let mut found = self.by_name(symbol);
         if found.is_empty() {
             // `Type::method`, `Type.method`, `Type#method` spellings of a qualified name.
-            let norm = norm_qualified(symbol);
-            found = self.by_name(&norm).to_vec();
+            let norm = qualified_key(symbol);
+            found = self.by_key(&norm);
             if found.is_empty() {
                 // A qualified suffix: `Circle.area` for `geometry.Circle.area`.
                 if let Some(last) = norm.rsplit('.').next().filter(|l| *l != norm) {
                     let suffix = format!(".{norm}");
                     found = self
-                        .by_name(last)
-                        .iter()
-                        .copied()
-                        .filter(|&n| norm_qualified(&self.chunk(n).qualified).ends_with(&suffix))
+                        .by_key(last)
+                        .into_iter()
+                        .filter(|&n| qualified_key(&self.chunk(n).qualified).ends_with(&suffix))
                         .collect();
                 }
             }
@@ -229,8 +236,8 @@ impl Snapshot {
         found
             .into_iter()
             .map(|n| {
-                let id = self.chunk(n).symbol_id.as_str();
-                self.live_by_symbol.get(id).map_or(n, |v| v[0])
+                self.first_live(self.chunk(n).symbol_id.as_str())
+                    .unwrap_or(n)
             })
             .collect()
     }
@@ -246,17 +253,30 @@ impl Snapshot {
         if q.is_empty() {
             return Vec::new();
         }
-        let mut scored: Vec<(usize, &str, NodeRef)> = self
-            .by_name
-            .iter()
-            .filter(|(n, _)| !n.contains(['.', ':']))
-            .map(|(n, nodes)| {
-                let d = if n.contains(&q) || q.contains(n.as_str()) {
+        // Keys without separators, each with its first live chunk (segments in order).
+        let mut keys: std::collections::BTreeMap<&str, NodeRef> = std::collections::BTreeMap::new();
+        for (si, ls) in self.index.segments.iter().enumerate() {
+            for (k, chunks) in ls.segment.table().names() {
+                if k.contains(['.', ':']) || keys.contains_key(k) {
+                    continue;
+                }
+                if let Some(c) = chunks
+                    .iter()
+                    .find(|c| !ls.tombstones.contains(c.to_native()))
+                {
+                    keys.insert(k, (si, c.to_native()));
+                }
+            }
+        }
+        let mut scored: Vec<(usize, &str, NodeRef)> = keys
+            .into_iter()
+            .map(|(n, node)| {
+                let d = if n.contains(&q) || q.contains(n) {
                     n.len().abs_diff(q.len()) / 4
                 } else {
                     levenshtein(&q, n)
                 };
-                (d, n.as_str(), nodes[0])
+                (d, n, node)
             })
             .filter(|(d, n, _)| *d <= (q.len().max(n.len()) / 2).max(2))
             .collect();
@@ -286,22 +306,22 @@ impl Snapshot {
         if self.is_chunk(node) {
             if self.is_live_chunk(node) {
                 out.push((node, fl));
-            } else if let Some(v) = self.live_by_symbol.get(self.chunk(node).symbol_id.as_str()) {
-                out.push((v[0], fl));
+            } else if let Some(n) = self.first_live(self.chunk(node).symbol_id.as_str()) {
+                out.push((n, fl));
             }
         } else {
             let path = self.file(node).path.as_str();
-            out.push((self.file_by_path.get(path).copied().unwrap_or(node), fl));
+            out.push((self.file_by_path(path).unwrap_or(node), fl));
         }
     }
 
     fn push_external(&self, dst: &str, fl: u8, out: &mut Vec<(NodeRef, u8)>) {
         if let Some(p) = dst.strip_prefix("file:") {
-            if let Some(&n) = self.file_by_path.get(p) {
+            if let Some(n) = self.file_by_path(p) {
                 out.push((n, fl));
             }
-        } else if let Some(v) = self.live_by_symbol.get(dst) {
-            out.push((v[0], fl));
+        } else if let Some(n) = self.first_live(dst) {
+            out.push((n, fl));
         }
     }
 
@@ -310,7 +330,7 @@ impl Snapshot {
         if self.is_chunk(n) {
             self.is_live_chunk(n)
         } else {
-            self.file_by_path.get(self.file(n).path.as_str()) == Some(&n)
+            self.file_by_path(self.file(n).path.as_str()) == Some(n)
         }
     }
 
@@ -326,12 +346,12 @@ impl Snapshot {
         {
             self.push_target(s, t, fl, &mut out);
         }
-        if let Some(ext) = self.ext_out.get(&node) {
-            for (k, dst, fl) in ext {
-                if *k == kind as u8 {
-                    self.push_external(dst, *fl, &mut out);
-                }
-            }
+        for e in self.index.segments[s]
+            .segment
+            .graph()
+            .external_from(n, kind)
+        {
+            self.push_external(e.dst.as_str(), e.flags, &mut out);
         }
         dedup_nodes(out, node)
     }
@@ -343,27 +363,12 @@ impl Snapshot {
         let mut aliases = vec![node];
         let key = if self.is_chunk(node) {
             let id = self.chunk(node).symbol_id.as_str();
-            if !id.is_empty() {
-                aliases.extend(self.by_symbol_id(id).iter().copied().filter(|&x| x != node));
-                aliases.extend(
-                    self.dead_by_symbol
-                        .get(id)
-                        .map_or(&[][..], Vec::as_slice)
-                        .iter()
-                        .copied(),
-                );
-            }
+            // Other pieces of the symbol, live or tombstoned (old targets of edges).
+            aliases.extend(self.symbol_nodes(id).filter(|&x| x != node));
             (!id.is_empty()).then(|| id.to_string())
         } else {
             let p = self.file(node).path.to_string();
-            aliases.extend(
-                self.files_all
-                    .get(&p)
-                    .map_or(&[][..], Vec::as_slice)
-                    .iter()
-                    .copied()
-                    .filter(|&x| x != node),
-            );
+            aliases.extend(self.files_all(&p).into_iter().filter(|&x| x != node));
             Some(format!("file:{p}"))
         };
         let mut out = Vec::new();
@@ -379,10 +384,13 @@ impl Snapshot {
                 }
             }
         }
-        if let Some(ext) = key.and_then(|k| self.ext_in.get(&k)) {
-            for (k, src, fl) in ext {
-                if *k == kind as u8 && self.is_current_source(*src) {
-                    out.push((*src, *fl));
+        if let Some(key) = key {
+            for (si, ls) in self.index.segments.iter().enumerate() {
+                for e in ls.segment.graph().external_to(&key, kind) {
+                    let src = (si, e.src.to_native());
+                    if self.is_current_source(src) {
+                        out.push((src, e.flags));
+                    }
                 }
             }
         }
@@ -397,16 +405,6 @@ impl Snapshot {
                 .map(move |c| (si, c))
         })
     }
-}
-
-/// Lower-cased qualified name with `::`, `#` and `/` as `.`.
-pub fn norm_qualified(q: &str) -> String {
-    q.trim()
-        .to_lowercase()
-        .replace("::", ".")
-        .replace(['#', '/'], ".")
-        .trim_matches('.')
-        .to_string()
 }
 
 /// Drops duplicates (keeping the first, i.e. the strongest flags seen first) and self-loops.
@@ -862,7 +860,7 @@ mod tests {
         assert_eq!(nodes(s.out_edges(callee, EdgeKind::Calls)), vec![caller]);
         assert_eq!(nodes(s.in_edges(caller, EdgeKind::Calls)), vec![callee]);
         // The file node of b.rs is the new segment's.
-        assert_eq!(s.file_by_path["b.rs"], (1, 2));
+        assert_eq!(s.file_by_path("b.rs"), Some((1, 2)));
         assert_eq!(s.suggest("calee", 3)[0], "callee");
     }
 
