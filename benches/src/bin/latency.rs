@@ -66,6 +66,10 @@ struct Args {
     measure: Option<PathBuf>,
     #[arg(long, hide = true)]
     dist: Option<String>,
+    /// Internal, for profiling: with --measure, run only BM25 (k=50) on the first segment this
+    /// many times over the query set.
+    #[arg(long, hide = true)]
+    bm25_rounds: Option<usize>,
 }
 
 /// splitmix64.
@@ -389,7 +393,7 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     let open_ms = t.elapsed().as_secs_f64() * 1e3;
     let rss_open = rss_kib();
     let n = index.live_chunks() as usize;
-    let segs: Vec<&format::Segment> = index.segments.iter().map(|l| &l.segment).collect();
+    let segs: Vec<&format::Segment> = index.segments.iter().map(|l| &*l.segment).collect();
     let info: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("bench-build.json"))?)?;
 
@@ -411,6 +415,20 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
             }
         }
         qtexts.push(q.join(" "));
+    }
+
+    if let Some(rounds) = args.bm25_rounds {
+        let t = Instant::now();
+        for _ in 0..rounds {
+            for q in &qtexts {
+                std::hint::black_box(segs[0].search_bm25(q, 50, None, None));
+            }
+        }
+        println!(
+            "BM25 only: {:.3} ms per query",
+            t.elapsed().as_secs_f64() * 1e3 / (rounds * nq) as f64
+        );
+        return Ok(());
     }
 
     // Cold first vector query (loads the IVF into FAISS memory).

@@ -115,6 +115,20 @@ fn doc_terms(d: &DocFields<'_>) -> (Vec<(String, u32)>, u32) {
     (counts.into_iter().collect(), len)
 }
 
+/// The terms of a document with their frequencies, sorted by term, and its length: exactly
+/// what [`build`] indexes for it (for in-memory indexes that must score like segments).
+pub fn document_terms(d: &DocFields<'_>) -> (Vec<(String, u32)>, u32) {
+    let (mut t, len) = doc_terms(d);
+    t.sort_unstable();
+    (t, len)
+}
+
+/// BM25 score of one term in one document, as [`ArchivedPostingsArchive::search`] computes it:
+/// `idf(n, df) · qtf · factor(tf, dl)` with `avgdl = total_len / n`.
+pub fn term_score(n: u32, df: u32, qtf: u32, tf: u32, dl: u32, total_len: u64) -> f32 {
+    weight(n, df, qtf) * Params::new(total_len, n).factor(tf, dl)
+}
+
 /// The per-segment constants of the score factor. Computed the same way when writing (block
 /// maxima) and when searching (scores), so the maxima are exact bounds.
 #[derive(Clone, Copy)]
@@ -397,6 +411,19 @@ impl ArchivedPostingsArchive {
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
     ) -> Vec<(u32, f32)> {
+        self.search_above(query, k, allow, deny, f32::NEG_INFINITY)
+    }
+
+    /// [`Self::search`] restricted to scores strictly above `floor`. A caller merging several
+    /// segments passes the k-th best score found so far, so later segments skip more.
+    pub fn search_above(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Vec<(u32, f32)> {
         if self.doc_count() == 0 || k == 0 {
             return Vec::new();
         }
@@ -407,7 +434,7 @@ impl ArchivedPostingsArchive {
             .enumerate()
             .map(|(qi, &(t, w))| Cursor::new(self, t, qi, w))
             .collect();
-        let mut heap = TopK::new(k);
+        let mut heap = TopK::new(k, floor);
         let mut contrib = vec![0f32; qt.len()];
         // Cursor indices by ascending window maximum, and the prefix sums of those maxima.
         let mut order: Vec<usize> = Vec::with_capacity(cursors.len());
@@ -680,6 +707,7 @@ impl<'a> Cursor<'a> {
 /// The best `k` (doc, score) seen, documents arriving in ascending order.
 struct TopK {
     k: usize,
+    floor: f32,
     heap: std::collections::BinaryHeap<Worst>,
 }
 
@@ -700,19 +728,21 @@ impl Ord for Worst {
 }
 
 impl TopK {
-    fn new(k: usize) -> TopK {
+    fn new(k: usize, floor: f32) -> TopK {
         TopK {
             k,
+            floor: floor.max(-1.0),
             heap: std::collections::BinaryHeap::with_capacity(k + 1),
         }
     }
 
-    /// The score a new (higher-numbered) document must exceed to enter: −1 until `k` are held.
+    /// The score a new (higher-numbered) document must exceed to enter: the floor (at least
+    /// −1, below every BM25 score) until `k` are held.
     fn threshold(&self) -> f32 {
         if self.heap.len() < self.k {
-            -1.0
+            self.floor
         } else {
-            self.heap.peek().map_or(-1.0, |w| w.0)
+            self.heap.peek().map_or(self.floor, |w| w.0.max(self.floor))
         }
     }
 
@@ -838,6 +868,12 @@ mod tests {
                     let slow = a.search_exhaustive(&query, k, al, de);
                     assert_eq!(fast, slow, "query {query:?} k {k}");
                     checked += fast.len();
+                    // With a floor: exactly the hits strictly above it.
+                    if let Some(&(_, f)) = slow.get(slow.len() / 2) {
+                        let above: Vec<_> = slow.iter().copied().filter(|h| h.1 > f).collect();
+                        let got = a.search_above(&query, k, al, de, f);
+                        assert_eq!(got, above, "query {query:?} k {k} floor {f}");
+                    }
                 }
             }
         }

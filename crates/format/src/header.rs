@@ -30,6 +30,7 @@ pub enum Component {
     Graph = 3,
     Vectors = 4,
     Tombstones = 5,
+    Memories = 6,
 }
 
 impl Component {
@@ -40,6 +41,7 @@ impl Component {
             Component::Graph => "graph.rkyv",
             Component::Vectors => "vectors.f32",
             Component::Tombstones => "tombstones.del",
+            Component::Memories => "memories.rkyv",
         }
     }
 }

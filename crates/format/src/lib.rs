@@ -10,6 +10,7 @@ pub mod bm25;
 pub mod graph;
 pub mod header;
 pub mod manifest;
+pub mod memory;
 pub mod records;
 pub mod segment;
 pub mod text;

@@ -39,6 +39,36 @@ pub struct IndexManifest {
     pub model_id: String,
     pub dim: u32,
     pub segments: Vec<SegmentEntry>,
+    /// Memory segments (see [`crate::memory`]), oldest first.
+    #[serde(default)]
+    pub memory_segments: Vec<SegmentEntry>,
+    /// Sequence number of the last memory write-ahead-log record that the memory segments
+    /// contain; replay skips records up to it.
+    #[serde(default)]
+    pub memory_lsn: u64,
+}
+
+/// An exclusive advisory lock on an index directory (`dir/LOCK`), held by every
+/// read-modify-write of `MANIFEST` (the indexer committing code segments, queryd flushing
+/// memories), so neither overwrites the other's commit. Released on drop.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: std::fs::File,
+}
+
+impl DirLock {
+    /// Blocks until the lock is held.
+    pub fn acquire(dir: &Path) -> Result<DirLock> {
+        let p = dir.join("LOCK");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .map_err(io_err(&p))?;
+        f.lock().map_err(io_err(&p))?;
+        Ok(DirLock { _file: f })
+    }
 }
 
 impl IndexManifest {
@@ -49,6 +79,8 @@ impl IndexManifest {
             model_id: model_id.to_string(),
             dim,
             segments: Vec::new(),
+            memory_segments: Vec::new(),
+            memory_lsn: 0,
         }
     }
 
@@ -73,7 +105,7 @@ impl IndexManifest {
                 expected: FORMAT_VERSION,
             });
         }
-        for s in &m.segments {
+        for s in m.segments.iter().chain(&m.memory_segments) {
             let ok_id = !s.id.is_empty() && s.id.bytes().all(|b| b.is_ascii_hexdigit());
             let ok_tomb = s.tombstones.as_ref().is_none_or(|t| {
                 !t.file.contains('/') && !t.file.contains("..") && t.file.starts_with("tomb-")
@@ -100,7 +132,8 @@ impl IndexManifest {
 /// A segment of an open index with its current tombstones.
 #[derive(Debug)]
 pub struct LiveSegment {
-    pub segment: Segment,
+    /// Shared between generations: reopening an index reuses the segments it already mapped.
+    pub segment: std::sync::Arc<Segment>,
     pub tombstones: RoaringBitmap,
 }
 
@@ -110,42 +143,44 @@ pub struct Index {
     pub dir: PathBuf,
     pub manifest: IndexManifest,
     pub segments: Vec<LiveSegment>,
+    /// Memory segments, in manifest order.
+    pub memory: Vec<LiveSegment>,
 }
 
 impl Index {
     /// Opens and validates every segment named by `dir/MANIFEST`.
     pub fn open(dir: &Path) -> Result<Index> {
+        Index::open_reusing(dir, None)
+    }
+
+    /// Opens the index at `dir`, taking segments that `previous` already opened (same id) from
+    /// it instead of mapping and validating them again; only tombstones are re-read. A new
+    /// generation that adds one segment costs one segment's validation.
+    pub fn open_reusing(dir: &Path, previous: Option<&Index>) -> Result<Index> {
         let manifest = IndexManifest::read(dir)?;
-        let mut segments = Vec::with_capacity(manifest.segments.len());
-        for e in &manifest.segments {
-            let segment = Segment::open(dir, &e.id, &manifest.model_id, manifest.dim)?;
-            if segment.meta().chunk_count != e.chunks {
-                return Err(corrupt(
-                    &dir.join(MANIFEST),
-                    format!(
-                        "segment {} has {} chunks, MANIFEST says {}",
-                        e.id,
-                        segment.meta().chunk_count,
-                        e.chunks
-                    ),
-                ));
+        let mut known: std::collections::HashMap<&str, &std::sync::Arc<Segment>> =
+            std::collections::HashMap::new();
+        if let Some(p) = previous {
+            for ls in p.segments.iter().chain(&p.memory) {
+                known.insert(ls.segment.id(), &ls.segment);
             }
-            let tombstones = match &e.tombstones {
-                Some(t) => {
-                    tombstones::read(&dir.join(&t.file), &manifest.model_id, &t.blake3, e.chunks)?
-                }
-                None => RoaringBitmap::new(),
-            };
-            segments.push(LiveSegment {
-                segment,
-                tombstones,
-            });
         }
+        let segments = open_all(dir, &manifest, &manifest.segments, false, &known)?;
+        let memory = open_all(dir, &manifest, &manifest.memory_segments, true, &known)?;
         Ok(Index {
             dir: dir.to_path_buf(),
             manifest,
             segments,
+            memory,
         })
+    }
+
+    /// Live memories in the memory segments.
+    pub fn live_memories(&self) -> u64 {
+        self.memory
+            .iter()
+            .map(|s| u64::from(s.segment.meta().chunk_count) - s.tombstones.len())
+            .sum()
     }
 
     /// Live (not tombstoned) chunk count.
@@ -160,12 +195,9 @@ impl Index {
     /// does not name. Open memory maps stay valid (unlink semantics). Returns what was removed.
     pub fn collect_garbage(dir: &Path) -> Result<Vec<PathBuf>> {
         let m = IndexManifest::read(dir)?;
-        let mut keep: Vec<String> = m.segments.iter().map(|s| dir_name(&s.id)).collect();
-        keep.extend(
-            m.segments
-                .iter()
-                .filter_map(|s| s.tombstones.as_ref().map(|t| t.file.clone())),
-        );
+        let all = || m.segments.iter().chain(&m.memory_segments);
+        let mut keep: Vec<String> = all().map(|s| dir_name(&s.id)).collect();
+        keep.extend(all().filter_map(|s| s.tombstones.as_ref().map(|t| t.file.clone())));
         let mut removed = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
             let entry = entry.map_err(io_err(dir))?;
@@ -187,4 +219,56 @@ impl Index {
         }
         Ok(removed)
     }
+}
+
+/// Opens the segments of `entries` with their tombstones; `memory` says which list they are
+/// from (memory segments must carry `memories.rkyv`, code segments must not).
+fn open_all(
+    dir: &Path,
+    manifest: &IndexManifest,
+    entries: &[SegmentEntry],
+    memory: bool,
+    known: &std::collections::HashMap<&str, &std::sync::Arc<Segment>>,
+) -> Result<Vec<LiveSegment>> {
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        let segment = match known.get(e.id.as_str()) {
+            Some(s) if s.meta().model_id == manifest.model_id && s.meta().dim == manifest.dim => {
+                std::sync::Arc::clone(s)
+            }
+            _ => std::sync::Arc::new(Segment::open(dir, &e.id, &manifest.model_id, manifest.dim)?),
+        };
+        if segment.meta().chunk_count != e.chunks {
+            return Err(corrupt(
+                &dir.join(MANIFEST),
+                format!(
+                    "segment {} has {} chunks, MANIFEST says {}",
+                    e.id,
+                    segment.meta().chunk_count,
+                    e.chunks
+                ),
+            ));
+        }
+        if segment.memories().is_some() != memory {
+            return Err(corrupt(
+                &dir.join(MANIFEST),
+                format!(
+                    "segment {} is listed as a {} segment but is not one",
+                    e.id,
+                    if memory { "memory" } else { "code" }
+                ),
+            ));
+        }
+        let tombstones = match &e.tombstones {
+            Some(t) => {
+                tombstones::read(&dir.join(&t.file), &manifest.model_id, &t.blake3, e.chunks)?
+            }
+            None => RoaringBitmap::new(),
+        };
+        out.push(LiveSegment {
+            segment,
+            tombstones,
+        });
+    }
+    Ok(out)
 }

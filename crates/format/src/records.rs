@@ -106,20 +106,16 @@ impl ChunkTable {
         pairs.sort_unstable();
         pairs.dedup();
         let mut name_keys: Vec<String> = Vec::new();
-        let mut name_offsets = vec![0u32];
+        let mut name_offsets = Vec::new();
         let mut name_chunks = Vec::with_capacity(pairs.len());
         for (k, c) in pairs {
             if name_keys.last() != Some(&k) {
-                if !name_keys.is_empty() {
-                    name_offsets.push(name_chunks.len() as u32);
-                }
+                name_offsets.push(name_chunks.len() as u32);
                 name_keys.push(k);
             }
             name_chunks.push(c);
         }
-        if !name_keys.is_empty() {
-            name_offsets.push(name_chunks.len() as u32);
-        }
+        name_offsets.push(name_chunks.len() as u32);
         let mut files_by_path: Vec<u32> = (0..files.len() as u32).collect();
         files_by_path.sort_by(|&a, &b| {
             files[a as usize]
@@ -184,8 +180,8 @@ impl ArchivedChunkTable {
         if self.by_symbol.iter().any(|c| c.to_native() >= n) {
             return Err("symbol lookup names a chunk past the end");
         }
-        if self.name_offsets.len() != self.name_keys.len() + usize::from(!self.name_keys.is_empty())
-            || (!self.name_keys.is_empty() && self.name_offsets[0] != 0)
+        if self.name_offsets.len() != self.name_keys.len() + 1
+            || self.name_offsets[0] != 0
             || self.name_offsets.windows(2).any(|w| w[0] > w[1])
             || self.name_offsets.last().map_or(0, |o| o.to_native()) as usize
                 != self.name_chunks.len()
@@ -257,4 +253,71 @@ pub struct ExternalEdge {
     /// A symbol id, or `file:<path>` for a file node.
     pub dst: String,
     pub flags: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(file: u32, name: &str, qualified: &str, symbol: &str) -> ChunkRecord {
+        ChunkRecord {
+            file,
+            kind: "function".into(),
+            name: name.into(),
+            qualified: qualified.into(),
+            symbol_id: symbol.into(),
+            start_line: 1,
+            end_line: 1,
+            start_byte: 0,
+            end_byte: 1,
+            parent: NO_PARENT,
+            content_hash: [0; 32],
+            text: String::new(),
+        }
+    }
+
+    fn file(repo: &str, path: &str, first: u32, n: u32) -> FileRecord {
+        FileRecord {
+            repo: repo.into(),
+            path: path.into(),
+            language: "rust".into(),
+            content_hash: [0; 32],
+            size: 0,
+            first_chunk: first,
+            chunk_count: n,
+            imports: vec![],
+        }
+    }
+
+    #[test]
+    fn lookups_find_symbols_names_and_paths() {
+        let t = ChunkTable::with_lookups(
+            vec![file("a", "src/x.rs", 0, 3), file("b", "src/x.rs", 3, 1)],
+            vec![
+                chunk(0, "Parse", "Config::Parse", "s/parse"),
+                chunk(0, "render", "render", "s/render"),
+                chunk(0, "Parse", "Config::Parse", "s/parse"), // second piece
+                chunk(1, "", "", ""),
+            ],
+        );
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&t).unwrap();
+        let a = rkyv::access::<ArchivedChunkTable, rkyv::rancor::Error>(&bytes).unwrap();
+        a.validate_lookups().unwrap();
+        assert_eq!(a.symbol_chunks("s/parse").collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(a.symbol_chunks("s/render").collect::<Vec<_>>(), [1]);
+        assert_eq!(a.symbol_chunks("s/none").count(), 0);
+        assert_eq!(a.name_chunks("parse").collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(a.name_chunks("config.parse").collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(a.name_chunks("Parse").count(), 0, "keys are lower-cased");
+        assert_eq!(a.files_with_path("src/x.rs").collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(a.files_with_path("src/y.rs").count(), 0);
+        let keys: Vec<&str> = a.names().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["config.parse", "parse", "render"]);
+        assert_eq!(qualified_key("a::B#c/d"), "a.b.c.d");
+        let empty = ChunkTable::with_lookups(vec![], vec![]);
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&empty).unwrap();
+        let a = rkyv::access::<ArchivedChunkTable, rkyv::rancor::Error>(&bytes).unwrap();
+        a.validate_lookups().unwrap();
+        assert_eq!(a.name_chunks("x").count(), 0);
+    }
 }

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::bm25::{self, ArchivedPostingsArchive, DocFields};
 use crate::graph::{self, ArchivedGraphArchive};
 use crate::header::{self, Component, HEADER_LEN};
+use crate::memory::{self, ArchivedMemoryTable, MemoryRecord, MemoryTable};
 use crate::records::{
     ArchivedChunkTable, ChunkInput, ChunkTable, EdgeInput, ExternalEdge, FileInput, NO_PARENT,
 };
@@ -60,6 +61,9 @@ pub struct SegmentBuilder {
     pub vectors: Vec<f32>,
     pub edges: Vec<EdgeInput>,
     pub external_edges: Vec<ExternalEdge>,
+    /// For a memory segment: one record per chunk, in chunk order (see [`crate::memory`]);
+    /// empty for a code segment.
+    pub memories: Vec<MemoryRecord>,
 }
 
 impl SegmentBuilder {
@@ -105,11 +109,28 @@ impl SegmentBuilder {
                 return bad(format!("chunk {i} has an invalid line or byte range"));
             }
         }
+        if !self.memories.is_empty() && self.memories.len() != n {
+            return bad(format!(
+                "{} memory records for {n} chunks",
+                self.memories.len()
+            ));
+        }
         let nodes = (n + self.files.len()) as u32;
         if let Some(e) = self.edges.iter().find(|e| e.src >= nodes || e.dst >= nodes) {
             return bad(format!("edge {e:?} points past the last node"));
         }
         Ok(())
+    }
+
+    /// A memory segment of `memories` with their vectors (`memories.len() × dim` floats).
+    pub fn for_memories(memories: Vec<MemoryRecord>, vectors: Vec<f32>) -> SegmentBuilder {
+        SegmentBuilder {
+            files: vec![memory::memory_file(memories.len() as u32)],
+            chunks: memories.iter().map(memory::memory_chunk).collect(),
+            vectors,
+            memories,
+            ..SegmentBuilder::default()
+        }
     }
 
     /// Writes the segment into `index_dir/seg-<id>/` and returns its id and manifest. Writing
@@ -141,6 +162,9 @@ impl SegmentBuilder {
         drop(fields);
         let graph = graph::build(n, n + nf, &self.edges, self.external_edges);
         let vector_bytes: Vec<u8> = self.vectors.iter().flat_map(|f| f.to_le_bytes()).collect();
+        let memories = (!self.memories.is_empty()).then(|| MemoryTable {
+            memories: self.memories,
+        });
         let table = ChunkTable::with_lookups(self.files, self.chunks);
         let d = dim as u32;
         let mut outputs: Vec<(&str, Vec<u8>)> = vec![
@@ -176,6 +200,17 @@ impl SegmentBuilder {
                 header::frame(Component::Vectors, d, model_id, &vector_bytes),
             ),
         ];
+        if let Some(m) = &memories {
+            outputs.push((
+                Component::Memories.file_name(),
+                header::frame(
+                    Component::Memories,
+                    d,
+                    model_id,
+                    &enc("memories", rkyv::to_bytes(m))?,
+                ),
+            ));
+        }
 
         let tmp = index_dir.join(format!(".tmp-seg-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
@@ -258,6 +293,8 @@ pub struct Segment {
     postings: Mmap,
     graph: Mmap,
     vectors: Mmap,
+    /// `memories.rkyv`, in memory segments only.
+    memories: Option<Mmap>,
     ivf: OnceLock<std::result::Result<Ivf, String>>,
 }
 
@@ -341,6 +378,15 @@ impl Segment {
             postings: open(Component::Postings)?,
             graph: open(Component::Graph)?,
             vectors: open(Component::Vectors)?,
+            memories: if meta
+                .files
+                .iter()
+                .any(|f| f.name == Component::Memories.file_name())
+            {
+                Some(open(Component::Memories)?)
+            } else {
+                None
+            },
             dir,
             id: id.to_string(),
             meta,
@@ -408,6 +454,20 @@ impl Segment {
         let g = rkyv::access::<ArchivedGraphArchive, rancor::Error>(&self.graph[HEADER_LEN..])
             .map_err(|e| corrupt(&gp, format!("archive check failed: {e}")))?;
         graph::validate(&gp, g, n, nf)?;
+        if let Some(m) = &self.memories {
+            let mp = self.path_of(Component::Memories);
+            let mt = rkyv::access::<ArchivedMemoryTable, rancor::Error>(&m[HEADER_LEN..])
+                .map_err(|e| corrupt(&mp, format!("archive check failed: {e}")))?;
+            if mt.memories.len() != n as usize {
+                return Err(corrupt(&mp, "memory count differs from the chunk count"));
+            }
+            for (m, c) in mt.memories.iter().zip(table.chunks.iter()) {
+                let sym = c.symbol_id.as_str();
+                if sym.strip_prefix(memory::MEMORY_SYMBOL_PREFIX) != Some(m.id.as_str()) {
+                    return Err(corrupt(&mp, "memory records and chunks disagree"));
+                }
+            }
+        }
         let vp = self.path_of(Component::Vectors);
         let expect = n as usize * self.meta.dim as usize * 4;
         if self.vectors.len() - HEADER_LEN != expect {
@@ -432,6 +492,15 @@ impl Segment {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The memory records of a memory segment (`None` for a code segment).
+    pub fn memories(&self) -> Option<&ArchivedMemoryTable> {
+        // SAFETY: `open` validated these exact bytes with `rkyv::access` (bytecheck) and the map
+        // is immutable for the life of `self`.
+        self.memories
+            .as_ref()
+            .map(|m| unsafe { rkyv::access_unchecked::<ArchivedMemoryTable>(&m[HEADER_LEN..]) })
     }
 
     /// The chunk and file tables.
@@ -547,6 +616,19 @@ impl Segment {
         deny: Option<&RoaringBitmap>,
     ) -> Vec<(u32, f32)> {
         self.postings().search(query, k, allow, deny)
+    }
+
+    /// BM25 top-`k` among scores strictly above `floor` (see
+    /// [`ArchivedPostingsArchive::search_above`]).
+    pub fn search_bm25_above(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Vec<(u32, f32)> {
+        self.postings().search_above(query, k, allow, deny, floor)
     }
 
     /// Recomputes the blake3 of every file and compares with `segment.json`.

@@ -21,8 +21,11 @@ use crate::{top_k, FormatError, Result};
 
 /// Segments with at least this many vectors get an IVF index; smaller ones are scanned exactly.
 pub const IVF_THRESHOLD: usize = 4096;
-/// Default number of IVF lists probed per query.
-pub const DEFAULT_NPROBE: usize = 16;
+/// Default number of IVF lists probed per query. On real MiniLM code embeddings (the quality
+/// harness, 5,220 chunks, 144 lists) recall@10 against exact search was 0.928 at 16 and 0.971 at
+/// 32; synthetic clustered data at 1M (2,000 lists) reaches 1.000 already at 4. 32 is the
+/// smallest value that meets the 0.95 target on the real data.
+pub const DEFAULT_NPROBE: usize = 32;
 pub const IVF_FILE: &str = "ivf.faiss";
 
 extern "C" {

@@ -478,10 +478,30 @@ pub fn build(
     // 7. Write the segment, the tombstones, then commit the manifest.
     let t = Instant::now();
     let model_id = embedder.model_id().to_string();
-    let mut manifest = existing
-        .as_ref()
-        .map(|ix| ix.manifest.clone())
-        .unwrap_or_else(|| IndexManifest::empty(&model_id, dim as u32));
+    // Segment write, tombstones, commit and garbage collection happen under the directory lock:
+    // queryd flushes memory segments into the same MANIFEST, and garbage collection must never
+    // see a segment that is written but not yet committed.
+    std::fs::create_dir_all(out).map_err(|e| IndexerError::Io {
+        path: out.to_path_buf(),
+        source: e,
+    })?;
+    let _lock = format::manifest::DirLock::acquire(out).map_err(IndexerError::Format)?;
+    let mut manifest = match &existing {
+        Some(ix) => {
+            // Memory segments may have changed since the build started; code segments must not.
+            let current = IndexManifest::read(out).map_err(IndexerError::Format)?;
+            if current.segments != ix.manifest.segments {
+                return Err(IndexerError::ConcurrentBuild(out.to_path_buf()));
+            }
+            current
+        }
+        None => match IndexManifest::read(out) {
+            // An index appeared meanwhile (or holds only memories): keep its memories.
+            Ok(current) if current.segments.is_empty() => current,
+            Ok(_) => return Err(IndexerError::ConcurrentBuild(out.to_path_buf())),
+            Err(_) => IndexManifest::empty(&model_id, dim as u32),
+        },
+    };
     let generation = manifest.generation + 1;
     let write_segment = !builder.chunks.is_empty() || !builder.files.is_empty();
     let new_seg = if write_segment {

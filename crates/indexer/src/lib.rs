@@ -8,6 +8,7 @@ pub mod build;
 pub mod chunk;
 pub mod graph;
 pub mod inspect;
+pub mod memories;
 pub mod progress;
 pub mod walk;
 
@@ -45,6 +46,13 @@ pub enum IndexerError {
     },
     #[error("embedding failed: {0}")]
     Embed(String),
+    #[error(
+        "the index at {0} changed while this build ran (another `indexer build`?); nothing was \
+         committed, run the build again"
+    )]
+    ConcurrentBuild(PathBuf),
+    #[error("memory dump {path}: {message}; nothing was written")]
+    Dump { path: PathBuf, message: String },
     #[error(transparent)]
     Format(format::FormatError),
 }

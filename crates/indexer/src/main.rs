@@ -27,8 +27,11 @@ enum Cmd {
     /// existing index.
     Build {
         /// Directories or files to index.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "memories")]
         paths: Vec<PathBuf>,
+        /// A memory dump (JSONL, the format `queryd export` writes) to ingest into the index.
+        #[arg(long, value_name = "FILE.jsonl")]
+        memories: Option<PathBuf>,
         /// Index directory (created if missing).
         #[arg(long)]
         out: PathBuf,
@@ -86,6 +89,7 @@ fn run() -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Build {
             paths,
+            memories,
             out,
             model,
             device,
@@ -109,6 +113,30 @@ fn run() -> anyhow::Result<ExitCode> {
             ));
             if rebuild && out.join("MANIFEST").exists() {
                 remove_index(&out)?;
+            }
+            if let Some(dump) = &memories {
+                let r = indexer::memories::ingest(dump, &out, &encoder)?;
+                let line = format!(
+                    "memories: {} read from {}, {} replaced, embedded in {:.2}s ({} tokens); generation {}",
+                    r.read,
+                    dump.display(),
+                    r.replaced,
+                    r.embed_secs,
+                    r.tokens,
+                    r.generation
+                );
+                if json && paths.is_empty() {
+                    println!(
+                        "{}",
+                        serde_json::json!({"memories_read": r.read, "memories_replaced": r.replaced,
+                            "segment": r.segment_id, "generation": r.generation})
+                    );
+                } else {
+                    eprintln!("{line}");
+                }
+                if paths.is_empty() {
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
             let mut opts = BuildOptions::new(paths, out.clone());
             opts.repo = repo;
@@ -155,8 +183,19 @@ fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Removes an index's own files (MANIFEST, segments, tombstones) and nothing else.
+/// Removes an index's code (MANIFEST, segments, tombstones) and nothing else. Memories are
+/// kept: when the index holds memory segments, only the code segments leave `MANIFEST`.
 fn remove_index(dir: &Path) -> anyhow::Result<()> {
+    let _lock = format::manifest::DirLock::acquire(dir)?;
+    if let Ok(mut m) = format::IndexManifest::read(dir) {
+        if !m.memory_segments.is_empty() {
+            m.segments.clear();
+            m.generation += 1;
+            m.commit(dir)?;
+            format::Index::collect_garbage(dir)?;
+            return Ok(());
+        }
+    }
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().to_string();

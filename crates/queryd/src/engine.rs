@@ -23,6 +23,8 @@ use format::graph::Direction;
 use format::manifest::MANIFEST;
 use format::records::{name_key, qualified_key, ArchivedChunkRecord, ArchivedFileRecord, EdgeKind};
 use format::{FormatError, Index, IndexManifest};
+
+use crate::memory::{self, wal::Wal, Delta, MemSegState};
 use serde::Serialize;
 
 /// A graph node: (segment ordinal, node id). Node ids are chunk ordinals, then
@@ -39,9 +41,13 @@ pub const EMBED_CACHE_ENTRIES: usize = 1024;
 /// each segment's lookup tables (written by `format`), so opening a snapshot costs no heap
 /// proportional to the index and a swap is cheap.
 pub struct Snapshot {
-    pub index: Index,
+    pub index: Arc<Index>,
     pub loaded_at: SystemTime,
     pub manifest_mtime: Option<SystemTime>,
+    /// Memories written since the last flush (see [`crate::memory`]).
+    pub delta: Delta,
+    /// Per memory segment: tombstoned or shadowed records, and inactive ones.
+    pub mem: Arc<Vec<MemSegState>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -67,12 +73,24 @@ impl Snapshot {
         Ok(Snapshot::from_index(index, mtime))
     }
 
-    /// Wraps an opened index.
+    /// Wraps an opened index (no delta).
     pub fn from_index(index: Index, manifest_mtime: Option<SystemTime>) -> Snapshot {
+        Snapshot::with_delta(Arc::new(index), manifest_mtime, Delta::default())
+    }
+
+    /// An index with a delta of live memory writes on top.
+    pub fn with_delta(
+        index: Arc<Index>,
+        manifest_mtime: Option<SystemTime>,
+        delta: Delta,
+    ) -> Snapshot {
+        let mem = Arc::new(memory::mem_states(&index, &delta.shadowed));
         Snapshot {
             index,
             loaded_at: SystemTime::now(),
             manifest_mtime,
+            delta,
+            mem,
         }
     }
 
@@ -511,6 +529,19 @@ pub struct Engine {
     seen: Mutex<(Option<SystemTime>, Option<u64>)>,
     pub reloads: AtomicU64,
     pub started: SystemTime,
+    /// Serialises memory writes, flushes and snapshot swaps (readers never take it).
+    pub(crate) writer: Mutex<Writer>,
+    /// Wakes the background flusher.
+    flush_tx: Mutex<Option<std::sync::mpsc::SyncSender<()>>>,
+}
+
+/// The write side of memories.
+pub(crate) struct Writer {
+    /// The open log, or why memory writes are disabled (a read-only index directory, another
+    /// queryd holding the log).
+    pub wal: Result<Wal, String>,
+    /// Delta size that triggers a flush.
+    pub flush_at: usize,
 }
 
 /// Errors of starting the engine.
@@ -555,11 +586,17 @@ impl Engine {
             });
         }
         let snap_key = (snap.manifest_mtime, snap.generation());
+        let (wal, snap) = memory::tools::recover(index_dir, snap);
         Ok(Engine {
             dir: index_dir.to_path_buf(),
             encoder,
             model_dir: model_dir.to_path_buf(),
             snap: ArcSwap::from_pointee(snap),
+            writer: Mutex::new(Writer {
+                wal,
+                flush_at: memory::DEFAULT_FLUSH_AT,
+            }),
+            flush_tx: Mutex::new(None),
             cache: EmbedCache::new(EMBED_CACHE_ENTRIES),
             last_failure: Mutex::new(None),
             reload_lock: Mutex::new(()),
@@ -584,6 +621,53 @@ impl Engine {
     /// The current snapshot; hold it for the whole request.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snap.load_full()
+    }
+
+    /// Installs a new snapshot (callers hold the writer lock).
+    pub(crate) fn store_snapshot(&self, s: Snapshot) {
+        self.snap.store(Arc::new(s));
+    }
+
+    /// Records that this (MANIFEST mtime, generation) is already served (after a flush
+    /// committed it), so the watcher does not reload it.
+    pub(crate) fn mark_seen(&self, mtime: Option<SystemTime>, generation: u64) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = (mtime, Some(generation));
+    }
+
+    /// Asks the background flusher (if started) to flush the delta.
+    pub(crate) fn request_flush(&self) {
+        if let Some(tx) = self
+            .flush_tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let _ = tx.try_send(());
+        }
+    }
+
+    /// Starts the thread that flushes the memory delta when a write finds it at the flush
+    /// size. Without it, flushes happen only when [`Engine::flush_memories`] is called.
+    pub fn spawn_flusher(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        *self.flush_tx.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        let weak: Weak<Engine> = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("queryd-flush".into())
+            .spawn(move || {
+                while rx.recv().is_ok() {
+                    let Some(e) = weak.upgrade() else { return };
+                    match e.flush_memories() {
+                        Ok(Some(r)) => eprintln!(
+                            "queryd: flushed {} memories into a segment ({} merged from older segments) in {:.0} ms (generation {})",
+                            r.memories, r.merged, r.ms, r.generation
+                        ),
+                        Ok(None) => {}
+                        Err(err) => eprintln!("queryd: memory flush failed (the log keeps the writes): {err}"),
+                    }
+                }
+            })
+            .expect("spawn the memory flusher")
     }
 
     /// The last failed reload, while the snapshot it could not replace is still served.
@@ -623,14 +707,25 @@ impl Engine {
                     ),
                 });
             }
-            if m.generation == cur.generation() && m.segments == cur.index.manifest.segments {
+            if m.generation == cur.generation()
+                && m.segments == cur.index.manifest.segments
+                && m.memory_segments == cur.index.manifest.memory_segments
+            {
                 return Ok(None); // the same generation (touched, or restored after a failure)
             }
-            Snapshot::load(&self.dir).map(Some)
+            Index::open_reusing(&self.dir, Some(&cur.index)).map(Some)
         });
         let out = match result {
-            Ok(Some(s)) => {
-                self.snap.store(Arc::new(s));
+            Ok(Some(index)) => {
+                // Keep the live delta: swap under the writer lock so no write is lost between
+                // reading the current delta and storing the new snapshot.
+                let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+                let now = self.snap.load_full();
+                self.snap.store(Arc::new(Snapshot::with_delta(
+                    Arc::new(index),
+                    mtime,
+                    now.delta.clone(),
+                )));
                 self.reloads.fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             }
@@ -840,6 +935,7 @@ mod tests {
                     tombstones: None,
                 },
             ],
+            ..IndexManifest::empty("", 0)
         }
         .commit(d)
         .unwrap();

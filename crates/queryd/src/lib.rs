@@ -5,6 +5,7 @@
 pub mod engine;
 pub mod http;
 pub mod mcp;
+pub mod memory;
 pub mod metrics;
 pub mod search;
 pub mod tools;

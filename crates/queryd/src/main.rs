@@ -52,10 +52,23 @@ struct ServeArgs {
     /// Do not watch MANIFEST for new index generations.
     #[arg(long)]
     no_watch: bool,
+    /// Flush live memory writes into a segment when this many are pending.
+    #[arg(long, default_value_t = queryd::memory::DEFAULT_FLUSH_AT)]
+    memory_flush_at: usize,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Write every memory of an index (including writes still in its log) as JSONL, sorted by
+    /// id: the dump format `indexer build --memories` reads.
+    Export {
+        /// Index directory.
+        #[arg(long)]
+        index: PathBuf,
+        /// Output file (default: standard output).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Run one query and print ranked results.
     Search {
         /// Index directory written by `indexer build --out`.
@@ -108,6 +121,26 @@ fn run() -> anyhow::Result<()> {
     let Some(cmd) = cli.cmd else {
         return serve(cli.serve);
     };
+    if let Cmd::Export { index, out } = &cmd {
+        let mems = queryd::memory::tools::export(index)
+            .map_err(|e| anyhow::anyhow!("exporting memories from {}: {e}", index.display()))?;
+        let mut buf = Vec::new();
+        for m in &mems {
+            serde_json::to_writer(&mut buf, m)?;
+            buf.push(b'\n');
+        }
+        match out {
+            Some(p) => {
+                std::fs::write(p, &buf).with_context(|| format!("writing {}", p.display()))?
+            }
+            None => {
+                use std::io::Write;
+                std::io::stdout().write_all(&buf)?;
+            }
+        }
+        eprintln!("queryd: exported {} memories", mems.len());
+        return Ok(());
+    }
     let Cmd::Search {
         index,
         query,
@@ -120,7 +153,10 @@ fn run() -> anyhow::Result<()> {
         lines,
         json,
         debug,
-    } = cmd;
+    } = cmd
+    else {
+        unreachable!("export returned above")
+    };
     if query.trim().is_empty() {
         anyhow::bail!("the query is empty; pass some words or an identifier");
     }
@@ -251,13 +287,17 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     if !a.no_watch {
         engine.spawn_watcher(queryd::engine::WATCH_INTERVAL);
     }
-    let server =
-        queryd::mcp::Server::new(engine, std::sync::Arc::new(queryd::metrics::Metrics::new()));
+    engine.set_flush_at(a.memory_flush_at);
+    engine.spawn_flusher();
+    let server = queryd::mcp::Server::new(
+        engine.clone(),
+        std::sync::Arc::new(queryd::metrics::Metrics::new()),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         match addr {
             Some(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr)
@@ -267,7 +307,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 let mut cfg = queryd::http::HttpConfig::for_addr(bound, &a.allow_host, &a.allow_origin);
                 cfg.max_body_bytes = a.max_body_bytes;
                 eprintln!("queryd: serving MCP on http://{bound}/mcp (also /health, /health/ready, /metrics, /status)");
-                queryd::http::serve(listener, server, cfg).await?;
+                tokio::select! {
+                    r = queryd::http::serve(listener, server, cfg) => r?,
+                    _ = tokio::signal::ctrl_c() => eprintln!("queryd: interrupted, shutting down"),
+                }
                 Ok(())
             }
             None => {
@@ -276,9 +319,20 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
                     .serve(rmcp::transport::stdio())
                     .await
                     .context("starting MCP on stdio")?;
-                running.waiting().await.context("serving MCP on stdio")?;
+                tokio::select! {
+                    r = running.waiting() => { r.context("serving MCP on stdio")?; }
+                    _ = tokio::signal::ctrl_c() => eprintln!("queryd: interrupted, shutting down"),
+                }
                 Ok(())
             }
         }
-    })
+    });
+    // Clean shutdown: pending memory writes go into a segment (they are safe in the log
+    // either way).
+    match engine.flush_memories() {
+        Ok(Some(r)) => eprintln!("queryd: flushed {} memories on shutdown", r.memories),
+        Ok(None) => {}
+        Err(e) => eprintln!("queryd: flush on shutdown failed (the log keeps the writes): {e}"),
+    }
+    served
 }

@@ -22,13 +22,17 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::Engine;
+use crate::memory::tools::{
+    AddMemoriesArgs, DeleteMemoriesArgs, GetMemoryArgs, ListMemoriesArgs, SearchMemoryArgs,
+    UpdateMemoryArgs,
+};
 use crate::metrics::Metrics;
 use crate::tools::{
     CallArgs, DuplicatesArgs, ImpactArgs, SearchCodeArgs, StatusArgs, SymbolArgs, ToolError,
 };
 
 /// Every tool, in the order `tools/list` gives them.
-pub const TOOL_NAMES: [&str; 8] = [
+pub const TOOL_NAMES: [&str; 14] = [
     "search_code",
     "get_symbol",
     "find_callers",
@@ -37,13 +41,20 @@ pub const TOOL_NAMES: [&str; 8] = [
     "explain_code",
     "find_duplicates",
     "index_status",
+    "add_memories",
+    "search_memory",
+    "get_memory",
+    "list_memories",
+    "update_memory",
+    "delete_memories",
 ];
 
-const INSTRUCTIONS: &str = "Code search over a pre-built index of one or more repositories. \
-Start with search_code (natural language or identifiers); results carry symbol ids that \
-get_symbol, find_callers, find_callees, impact_analysis, explain_code and find_duplicates \
-accept (names work too). Results are compact: raise `limit` or `snippet_lines` when needed. \
-Pass debug: true for a per-phase timing breakdown.";
+const INSTRUCTIONS: &str = "Code search over a pre-built index of one or more repositories, and \
+a memory of what you learned. Start with search_code (natural language or identifiers); results \
+carry symbol ids that get_symbol, find_callers, find_callees, impact_analysis, explain_code and \
+find_duplicates accept (names work too). Save durable facts, decisions and lessons with \
+add_memories and find them again with search_memory. Results are compact: raise `limit` or \
+`snippet_lines` when needed. Pass debug: true for a per-phase timing breakdown.";
 
 /// The tool list with descriptions and input schemas.
 pub fn tools() -> Vec<Tool> {
@@ -97,6 +108,47 @@ pub fn tools() -> Vec<Tool> {
             schema_for_type::<DuplicatesArgs>(),
         ),
         Tool::new(
+            "add_memories",
+            "Save one or more memories (facts, decisions, conventions, lessons) so later sessions \
+             can find them. Each has text and optional category, scope (user|session|project|team|\
+             org), entity, tags (`key` or `key=value`), source (user|agent|inferred), evidence and \
+             code_refs. Durable when this returns (write-ahead log, fsynced) and searchable at \
+             once. Returns the new ids.",
+            schema_for_type::<AddMemoriesArgs>(),
+        ),
+        Tool::new(
+            "search_memory",
+            "Hybrid search (embeddings + BM25) over saved memories. Filters (exact, applied before \
+             ranking): category, scope, entity, source, tags (all|any), created_after/before, state \
+             (default active). Boosts: boost_entity, boost_category, boost_tags, recency \
+             (half_life_days, default 30).",
+            schema_for_type::<SearchMemoryArgs>(),
+        ),
+        Tool::new(
+            "get_memory",
+            "One memory by id (as returned by add_memories or search_memory), with all its fields.",
+            schema_for_type::<GetMemoryArgs>(),
+        ),
+        Tool::new(
+            "list_memories",
+            "Memories matching filters, newest first, a page at a time (limit, offset; the answer \
+             has total and next_offset).",
+            schema_for_type::<ListMemoriesArgs>(),
+        ),
+        Tool::new(
+            "update_memory",
+            "Change a memory: new text (re-embedded), category, scope, entity, tags (replace, \
+             add_tags, remove_tags), source, evidence (replace or add_evidence), code_refs, state \
+             (archived or deleted keeps it but hides it from default searches). Unspecified \
+             fields stay.",
+            schema_for_type::<UpdateMemoryArgs>(),
+        ),
+        Tool::new(
+            "delete_memories",
+            "Delete memories by id for good (all ids must exist, else nothing is deleted).",
+            schema_for_type::<DeleteMemoriesArgs>(),
+        ),
+        Tool::new(
             "index_status",
             "The served index: health, generation, segments, live chunks and files, languages, \
              model, index age, reload errors and embedding-cache statistics.",
@@ -145,6 +197,14 @@ impl Server {
             "explain_code" => to_json(e.explain_code(&parse::<SymbolArgs>(name, args)?)),
             "find_duplicates" => to_json(e.find_duplicates(&parse::<DuplicatesArgs>(name, args)?)),
             "index_status" => to_json(e.index_status(&parse::<StatusArgs>(name, args)?)),
+            "add_memories" => to_json(e.add_memories(&parse::<AddMemoriesArgs>(name, args)?)),
+            "search_memory" => to_json(e.search_memory(&parse::<SearchMemoryArgs>(name, args)?)),
+            "get_memory" => to_json(e.get_memory(&parse::<GetMemoryArgs>(name, args)?)),
+            "list_memories" => to_json(e.list_memories(&parse::<ListMemoriesArgs>(name, args)?)),
+            "update_memory" => to_json(e.update_memory(&parse::<UpdateMemoryArgs>(name, args)?)),
+            "delete_memories" => {
+                to_json(e.delete_memories(&parse::<DeleteMemoriesArgs>(name, args)?))
+            }
             _ => {
                 return Err(ErrorData::invalid_params(
                     format!(

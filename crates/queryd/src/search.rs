@@ -228,6 +228,99 @@ fn squash(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// The global BM25 top `depth` over every segment, by descending score, ties by (segment,
+/// chunk). Segments are searched in order, each only above the depth-th score found so far: a
+/// later segment's hit with an equal score would rank after it, so the merged list is exactly
+/// the global top `depth`, and later segments skip more.
+fn lexical_list(
+    index: &Index,
+    query: &str,
+    depth: usize,
+    allows: &[Option<RoaringBitmap>],
+) -> Vec<(usize, u32, f32)> {
+    let mut list: Vec<(usize, u32, f32)> = Vec::new();
+    for (si, ls) in index.segments.iter().enumerate() {
+        let floor = if list.len() >= depth {
+            list[depth - 1].2
+        } else {
+            f32::NEG_INFINITY
+        };
+        for (c, s) in ls.segment.search_bm25_above(
+            query,
+            depth,
+            allows[si].as_ref(),
+            Some(&ls.tombstones),
+            floor,
+        ) {
+            list.push((si, c, s));
+        }
+        list.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+        list.truncate(depth);
+    }
+    list
+}
+
+/// Fuses a vector and a lexical list (each by descending score, keyed by (segment, item)) as
+/// `o.fusion` says, with `o.weights` or weights routed by query shape. Returns the best
+/// `o.limit` keys with (fused score, vector rank, lexical rank), best first.
+pub fn fuse(
+    vec_list: &[(usize, u32, f32)],
+    lex_list: &[(usize, u32, f32)],
+    query: &str,
+    o: &SearchOptions,
+) -> Vec<((usize, u32), (f32, Option<usize>, Option<usize>))> {
+    // Identifier-like queries lean lexical; for sentences both lists weigh the same (the best
+    // setting on the quality harness).
+    let (wv, wl) = o.weights.unwrap_or(if identifier_like(query) {
+        (0.5, 1.0)
+    } else {
+        (1.0, 1.0)
+    });
+    let mut fused: std::collections::HashMap<ChunkRef, Fused> = std::collections::HashMap::new();
+    match o.fusion {
+        Fusion::Rrf { k } => {
+            for (r, (si, c, _)) in vec_list.iter().enumerate() {
+                let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
+                e.0 += wv / (k + r as f32 + 1.0);
+                e.1 = Some(r + 1);
+            }
+            for (r, (si, c, _)) in lex_list.iter().enumerate() {
+                let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
+                e.0 += wl / (k + r as f32 + 1.0);
+                e.2 = Some(r + 1);
+            }
+        }
+        Fusion::LinearZScore => {
+            let alpha = if wv + wl > 0.0 { wv / (wv + wl) } else { 0.5 };
+            let (zv, fv) = zscores(vec_list);
+            let (zl, fl) = zscores(lex_list);
+            for (r, (si, c, _)) in vec_list.iter().enumerate() {
+                let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
+                e.1 = Some(r + 1);
+            }
+            for (r, (si, c, _)) in lex_list.iter().enumerate() {
+                let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
+                e.2 = Some(r + 1);
+            }
+            for e in fused.values_mut() {
+                let v = match e.1 {
+                    Some(r) => zv[r - 1],
+                    None => fv,
+                };
+                let l = match e.2 {
+                    Some(r) => zl[r - 1],
+                    None => fl,
+                };
+                e.0 = squash(alpha * v + (1.0 - alpha) * l);
+            }
+        }
+    }
+    let mut ranked: Vec<(ChunkRef, Fused)> = fused.into_iter().collect();
+    ranked.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    ranked.truncate(o.limit);
+    ranked
+}
+
 /// Searches every live segment. `query_vec` is the embedded query (required unless the mode is
 /// lexical).
 pub fn search(
@@ -269,69 +362,12 @@ pub fn search(
     let mut lex_list: Vec<(usize, u32, f32)> = Vec::new();
     if o.mode != Mode::Vector {
         let t = Instant::now();
-        for (si, ls) in index.segments.iter().enumerate() {
-            for (c, s) in
-                ls.segment
-                    .search_bm25(query, depth, allows[si].as_ref(), Some(&ls.tombstones))
-            {
-                lex_list.push((si, c, s));
-            }
-        }
-        lex_list.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
-        lex_list.truncate(depth);
+        lex_list = lexical_list(index, query, depth, &allows);
         tm.bm25 = t.elapsed();
     }
 
     let t = Instant::now();
-    // Identifier-like queries lean lexical; for sentences both lists weigh the same (the best
-    // setting on the quality harness).
-    let (wv, wl) = o.weights.unwrap_or(if identifier_like(query) {
-        (0.5, 1.0)
-    } else {
-        (1.0, 1.0)
-    });
-    let mut fused: std::collections::HashMap<ChunkRef, Fused> = std::collections::HashMap::new();
-    match o.fusion {
-        Fusion::Rrf { k } => {
-            for (r, (si, c, _)) in vec_list.iter().enumerate() {
-                let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
-                e.0 += wv / (k + r as f32 + 1.0);
-                e.1 = Some(r + 1);
-            }
-            for (r, (si, c, _)) in lex_list.iter().enumerate() {
-                let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
-                e.0 += wl / (k + r as f32 + 1.0);
-                e.2 = Some(r + 1);
-            }
-        }
-        Fusion::LinearZScore => {
-            let alpha = if wv + wl > 0.0 { wv / (wv + wl) } else { 0.5 };
-            let (zv, fv) = zscores(&vec_list);
-            let (zl, fl) = zscores(&lex_list);
-            for (r, (si, c, _)) in vec_list.iter().enumerate() {
-                let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
-                e.1 = Some(r + 1);
-            }
-            for (r, (si, c, _)) in lex_list.iter().enumerate() {
-                let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
-                e.2 = Some(r + 1);
-            }
-            for e in fused.values_mut() {
-                let v = match e.1 {
-                    Some(r) => zv[r - 1],
-                    None => fv,
-                };
-                let l = match e.2 {
-                    Some(r) => zl[r - 1],
-                    None => fl,
-                };
-                e.0 = squash(alpha * v + (1.0 - alpha) * l);
-            }
-        }
-    }
-    let mut ranked: Vec<(ChunkRef, Fused)> = fused.into_iter().collect();
-    ranked.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0).then(a.0.cmp(&b.0)));
-    ranked.truncate(o.limit);
+    let ranked = fuse(&vec_list, &lex_list, query, o);
     let hits = ranked
         .into_iter()
         .map(|((si, c), (score, vr, lr))| {
@@ -375,6 +411,100 @@ mod tests {
         assert_eq!(floor, -1.0);
         assert!(zscores(&[]).0.is_empty());
         assert!(squash(2.0) > squash(1.0) && squash(-5.0) > 0.0 && squash(5.0) < 1.0);
+    }
+
+    /// The floor passed from segment to segment must not change the merged BM25 list.
+    #[test]
+    fn lexical_list_across_segments_equals_brute_force() {
+        use format::manifest::{IndexManifest, SegmentEntry};
+        use format::records::{ChunkRecord, FileRecord, NO_PARENT};
+        const DIM: usize = 4;
+        let dir = tempfile::tempdir().unwrap();
+        let words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "tau"];
+        let mut seed = 7u64;
+        let mut rnd = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let mut entries = Vec::new();
+        for _ in 0..3 {
+            let mut b = format::SegmentBuilder::default();
+            for i in 0..400u32 {
+                let len = 1 + rnd() % 12;
+                // Skewed: low word indices are common.
+                let text: Vec<&str> = (0..len)
+                    .map(|_| words[(rnd() % 7).min(rnd() % 7)])
+                    .collect();
+                b.chunks.push(ChunkRecord {
+                    file: 0,
+                    kind: "function".into(),
+                    name: String::new(),
+                    qualified: String::new(),
+                    symbol_id: String::new(),
+                    start_line: i + 1,
+                    end_line: i + 1,
+                    start_byte: 0,
+                    end_byte: 1,
+                    parent: NO_PARENT,
+                    content_hash: [0; 32],
+                    text: text.join(" "),
+                });
+                b.vectors.extend([1.0, 0.0, 0.0, 0.0]);
+            }
+            b.files.push(FileRecord {
+                repo: "r".into(),
+                path: "a.rs".into(),
+                language: "rust".into(),
+                content_hash: [0; 32],
+                size: 1,
+                first_chunk: 0,
+                chunk_count: 400,
+                imports: vec![],
+            });
+            let (id, _) = b.write(dir.path(), "m", DIM).unwrap();
+            entries.push(SegmentEntry {
+                id,
+                chunks: 400,
+                tombstones: None,
+            });
+        }
+        IndexManifest {
+            format_version: format::FORMAT_VERSION,
+            generation: 1,
+            model_id: "m".into(),
+            dim: DIM as u32,
+            segments: entries,
+            ..IndexManifest::empty("", 0)
+        }
+        .commit(dir.path())
+        .unwrap();
+        let index = Index::open(dir.path()).unwrap();
+        let allows = vec![None, None, None];
+        for q in [
+            "alpha",
+            "beta tau",
+            "sigma omega alpha",
+            "tau",
+            "gamma delta",
+        ] {
+            for depth in [1, 5, 50, 2000] {
+                let mut all: Vec<(usize, u32, f32)> = Vec::new();
+                for (si, ls) in index.segments.iter().enumerate() {
+                    for (c, s) in ls
+                        .segment
+                        .postings()
+                        .search_exhaustive(q, usize::MAX, None, None)
+                    {
+                        all.push((si, c, s));
+                    }
+                }
+                all.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+                all.truncate(depth);
+                assert_eq!(lexical_list(&index, q, depth, &allows), all, "{q} {depth}");
+            }
+        }
     }
 
     #[test]

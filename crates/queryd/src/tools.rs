@@ -48,9 +48,9 @@ impl std::fmt::Display for ToolError {
     }
 }
 
-type ToolResult<T> = Result<T, ToolError>;
+pub(crate) type ToolResult<T> = Result<T, ToolError>;
 
-fn check_text(what: &str, q: &str) -> ToolResult<()> {
+pub(crate) fn check_text(what: &str, q: &str) -> ToolResult<()> {
     if q.trim().is_empty() {
         return Err(ToolError::InvalidInput(format!(
             "`{what}` is empty; pass some words, an identifier or code"
@@ -84,7 +84,7 @@ fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
 
-fn ms(d: std::time::Duration) -> f64 {
+pub(crate) fn ms(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
 

@@ -42,14 +42,20 @@ async fn stdio_lists_and_calls_every_tool_and_survives_bad_input() {
     assert_eq!(
         names,
         [
+            "add_memories",
+            "delete_memories",
             "explain_code",
             "find_callees",
             "find_callers",
             "find_duplicates",
+            "get_memory",
             "get_symbol",
             "impact_analysis",
             "index_status",
-            "search_code"
+            "list_memories",
+            "search_code",
+            "search_memory",
+            "update_memory"
         ]
     );
     for t in &tools {
@@ -588,7 +594,7 @@ fn mcp_inspector_cli_lists_and_calls_tools() {
     let (ok, out, err) = inspector(&["--method", "tools/list"]);
     assert!(ok, "{out}\n{err}");
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(v["tools"].as_array().unwrap().len(), 8);
+    assert_eq!(v["tools"].as_array().unwrap().len(), 14);
     let (ok, out, err) = inspector(&[
         "--method",
         "tools/call",

@@ -1,0 +1,334 @@
+//! Memory records: what agents save ("memories") and how a memory segment stores them.
+//!
+//! A memory segment is an ordinary segment (postings, vectors, IVF, tombstones all work the
+//! same) whose chunk table has one chunk per memory and which carries one more file,
+//! `memories.rkyv` ([`MemoryTable`]): the full records, in chunk order. The chunk of a memory
+//! has kind `memory`, the memory text as its text, the entity as its name (boosted in BM25 and
+//! findable through the name lookup), the tags as its qualified name, and `memory:<id>` as its
+//! symbol id (so a memory is found by id through the symbol lookup, by binary search).
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::records::{ChunkRecord, FileRecord, NO_PARENT};
+
+/// Symbol id prefix of memory chunks.
+pub const MEMORY_SYMBOL_PREFIX: &str = "memory:";
+/// Path of the one pseudo-file of a memory segment.
+pub const MEMORY_PATH: &str = "memories";
+/// Chunk kind and file language of memory chunks.
+pub const MEMORY_KIND: &str = "memory";
+
+/// A link from a memory to code (see the code-linked memories issue). Stored from the start.
+#[derive(
+    Archive, Serialize, Deserialize, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq,
+)]
+pub struct CodeRef {
+    #[serde(default)]
+    pub repo: String,
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
+    #[serde(default)]
+    pub symbol_id: String,
+    #[serde(default)]
+    pub git_commit: String,
+    /// `sha256:<hex>` of the referenced lines, or empty.
+    #[serde(default)]
+    pub code_hash: String,
+    /// Unix milliseconds.
+    #[serde(default)]
+    pub created_at: i64,
+    #[serde(default)]
+    pub last_verified_at: Option<i64>,
+    #[serde(default)]
+    pub stale_since: Option<i64>,
+    #[serde(default)]
+    pub confidence: Option<f32>,
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// One memory, as stored. Times are Unix milliseconds.
+#[derive(
+    Archive, Serialize, Deserialize, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq,
+)]
+pub struct MemoryRecord {
+    /// Time-ordered UUID (v7), lower-case hyphenated.
+    pub id: String,
+    pub text: String,
+    pub category: String,
+    /// `user`, `session`, `project`, `team` or `org`.
+    pub scope: String,
+    pub entity: String,
+    /// `key` or `key=value`, sorted, unique.
+    pub tags: Vec<String>,
+    /// `user`, `agent` or `inferred`.
+    pub source: String,
+    pub evidence: Vec<String>,
+    pub code_refs: Vec<CodeRef>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// `active`, `archived` or `deleted`.
+    pub state: String,
+}
+
+/// The root of `memories.rkyv`.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct MemoryTable {
+    pub memories: Vec<MemoryRecord>,
+}
+
+/// The chunk that stands for `m` in a memory segment's chunk table.
+pub fn memory_chunk(m: &MemoryRecord) -> ChunkRecord {
+    let lines = m.text.lines().count().max(1) as u32;
+    ChunkRecord {
+        file: 0,
+        kind: MEMORY_KIND.into(),
+        name: m.entity.clone(),
+        qualified: m.tags.join(" "),
+        symbol_id: format!("{MEMORY_SYMBOL_PREFIX}{}", m.id),
+        start_line: 1,
+        end_line: lines,
+        start_byte: 0,
+        end_byte: m.text.len() as u32,
+        parent: NO_PARENT,
+        content_hash: *blake3::hash(m.text.as_bytes()).as_bytes(),
+        text: m.text.clone(),
+    }
+}
+
+/// The one pseudo-file of a memory segment holding `n` memories.
+pub fn memory_file(n: u32) -> FileRecord {
+    FileRecord {
+        repo: String::new(),
+        path: MEMORY_PATH.into(),
+        language: MEMORY_KIND.into(),
+        content_hash: [0; 32],
+        size: 0,
+        first_chunk: 0,
+        chunk_count: n,
+        imports: Vec::new(),
+    }
+}
+
+/// Allowed scopes, sources and states.
+pub const SCOPES: [&str; 5] = ["user", "session", "project", "team", "org"];
+pub const SOURCES: [&str; 3] = ["user", "agent", "inferred"];
+pub const STATES: [&str; 3] = ["active", "archived", "deleted"];
+/// Longest memory text, in bytes.
+pub const MAX_TEXT_BYTES: usize = 16 * 1024;
+/// Longest category or entity, in bytes.
+pub const MAX_FIELD_BYTES: usize = 256;
+/// Most tags, evidence entries or code references on one memory.
+pub const MAX_LIST: usize = 64;
+/// Longest tag key and tag value, in bytes.
+pub const MAX_TAG_KEY: usize = 64;
+pub const MAX_TAG_VALUE: usize = 256;
+
+fn one_of(what: &str, v: &str, allowed: &[&str]) -> Result<(), String> {
+    if allowed.contains(&v) {
+        Ok(())
+    } else {
+        Err(format!(
+            "unknown {what} `{v}`; expected one of: {}",
+            allowed.join(", ")
+        ))
+    }
+}
+
+/// A tag in canonical form: `key` or `key=value`, key of letters, digits and `_ - . : /`,
+/// value without line breaks; surrounding spaces trimmed.
+pub fn normalize_tag(t: &str) -> Result<String, String> {
+    let t = t.trim();
+    let (k, v) = match t.split_once('=') {
+        Some((k, v)) => (k.trim(), Some(v.trim())),
+        None => (t, None),
+    };
+    let key_ok = !k.is_empty()
+        && k.len() <= MAX_TAG_KEY
+        && k.chars()
+            .all(|c| c.is_alphanumeric() || "_-.:/".contains(c));
+    if !key_ok {
+        return Err(format!(
+            "malformed tag `{t}`: a tag is `key` or `key=value`; the key is 1-{MAX_TAG_KEY} \
+             letters, digits or `_ - . : /`"
+        ));
+    }
+    match v {
+        None => Ok(k.to_string()),
+        Some(v) if v.is_empty() || v.len() > MAX_TAG_VALUE || v.contains(['\n', '\r']) => Err(
+            format!("malformed tag `{t}`: the value must be 1-{MAX_TAG_VALUE} bytes on one line"),
+        ),
+        Some(v) => Ok(format!("{k}={v}")),
+    }
+}
+
+/// The key of a canonical tag.
+pub fn tag_key(t: &str) -> &str {
+    t.split_once('=').map_or(t, |(k, _)| k)
+}
+
+/// True for a lower-case hyphenated UUID (`8-4-4-4-12` hex digits).
+pub fn is_uuid(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, &c)| match i {
+            8 | 13 | 18 | 23 => c == b'-',
+            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
+        })
+}
+
+/// Checks a code reference's shape: a relative path without `..`, lines 1-based with
+/// end ≥ start.
+pub fn validate_code_ref(r: &CodeRef) -> Result<(), String> {
+    if r.path.trim().is_empty() {
+        return Err("a code reference needs a `path`".into());
+    }
+    if r.path.starts_with('/') || r.path.split(['/', '\\']).any(|c| c == "..") {
+        return Err(format!(
+            "code reference path `{}` must be relative to the repository and must not contain `..`",
+            r.path
+        ));
+    }
+    if r.start_line == 0 || r.end_line < r.start_line {
+        return Err(format!(
+            "code reference lines {}-{} are invalid: lines are 1-based and end ≥ start",
+            r.start_line, r.end_line
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a whole record (ids, enumerations, sizes, tags in canonical form, sorted and unique).
+/// Used for every write and for every record of a memory dump.
+pub fn validate_record(m: &MemoryRecord) -> Result<(), String> {
+    if !is_uuid(&m.id) {
+        return Err(format!(
+            "`{}` is not a memory id (a lower-case hyphenated UUID)",
+            m.id
+        ));
+    }
+    if m.text.trim().is_empty() {
+        return Err("the memory text is empty".into());
+    }
+    if m.text.len() > MAX_TEXT_BYTES {
+        return Err(format!(
+            "the memory text is {} bytes; the limit is {MAX_TEXT_BYTES} bytes: split it into \
+             several memories",
+            m.text.len()
+        ));
+    }
+    for (what, v) in [("category", &m.category), ("entity", &m.entity)] {
+        if v.len() > MAX_FIELD_BYTES || v.contains(['\n', '\r']) {
+            return Err(format!(
+                "`{what}` must be at most {MAX_FIELD_BYTES} bytes on one line"
+            ));
+        }
+    }
+    if m.category.trim().is_empty() {
+        return Err("`category` is empty".into());
+    }
+    one_of("scope", &m.scope, &SCOPES)?;
+    one_of("source", &m.source, &SOURCES)?;
+    one_of("state", &m.state, &STATES)?;
+    for (what, n) in [
+        ("tags", m.tags.len()),
+        ("evidence entries", m.evidence.len()),
+        ("code references", m.code_refs.len()),
+    ] {
+        if n > MAX_LIST {
+            return Err(format!("{n} {what}; at most {MAX_LIST} are allowed"));
+        }
+    }
+    for t in &m.tags {
+        if normalize_tag(t)? != *t {
+            return Err(format!("tag `{t}` is not in canonical form"));
+        }
+    }
+    if m.tags.windows(2).any(|w| w[0] >= w[1]) {
+        return Err("tags must be sorted and unique".into());
+    }
+    if m.evidence
+        .iter()
+        .any(|e| e.trim().is_empty() || e.len() > 1024)
+    {
+        return Err("an evidence entry is empty or longer than 1024 bytes".into());
+    }
+    for r in &m.code_refs {
+        validate_code_ref(r)?;
+    }
+    if m.created_at < 0 || m.updated_at < m.created_at {
+        return Err("timestamps are invalid: updated_at must be ≥ created_at ≥ 0".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn record() -> MemoryRecord {
+        MemoryRecord {
+            id: "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e7f".into(),
+            text: "The upload handler retries three times".into(),
+            category: "decision".into(),
+            scope: "project".into(),
+            entity: "uploads".into(),
+            tags: vec!["area=io".into(), "retry".into()],
+            source: "agent".into(),
+            evidence: vec!["PR-12".into()],
+            code_refs: vec![],
+            created_at: 1,
+            updated_at: 2,
+            state: "active".into(),
+        }
+    }
+
+    #[test]
+    fn validation_rules() {
+        assert!(validate_record(&record()).is_ok());
+        let bad = |f: &dyn Fn(&mut MemoryRecord)| {
+            let mut r = record();
+            f(&mut r);
+            validate_record(&r).unwrap_err()
+        };
+        assert!(bad(&|r| r.id = "x".into()).contains("memory id"));
+        assert!(bad(&|r| r.text = " ".into()).contains("empty"));
+        assert!(bad(&|r| r.text = "a".repeat(MAX_TEXT_BYTES + 1)).contains("limit"));
+        assert!(bad(&|r| r.scope = "galaxy".into()).contains("unknown scope"));
+        assert!(bad(&|r| r.state = "gone".into()).contains("unknown state"));
+        assert!(bad(&|r| r.tags = vec!["b".into(), "a".into()]).contains("sorted"));
+        assert!(bad(&|r| r.tags = vec!["a b".into()]).contains("malformed"));
+        assert!(bad(&|r| r.updated_at = 0).contains("timestamps"));
+        assert_eq!(normalize_tag(" lang = rust ").unwrap(), "lang=rust");
+        assert!(normalize_tag("=x").is_err() && normalize_tag("k=").is_err());
+        assert_eq!(tag_key("lang=rust"), "lang");
+        let cr = |p: &str, s, e| CodeRef {
+            repo: String::new(),
+            path: p.into(),
+            start_line: s,
+            end_line: e,
+            symbol_id: String::new(),
+            git_commit: String::new(),
+            code_hash: String::new(),
+            created_at: 0,
+            last_verified_at: None,
+            stale_since: None,
+            confidence: None,
+            reason: String::new(),
+        };
+        assert!(validate_code_ref(&cr("src/a.rs", 1, 1)).is_ok());
+        assert!(validate_code_ref(&cr("src/a.rs", 0, 1)).is_err());
+        assert!(validate_code_ref(&cr("src/a.rs", 5, 4)).is_err());
+        assert!(validate_code_ref(&cr("../etc/passwd", 1, 1)).is_err());
+        assert!(validate_code_ref(&cr("/etc/passwd", 1, 1)).is_err());
+    }
+}
+
+impl ArchivedMemoryRecord {
+    /// An owned copy of the stored record.
+    pub fn to_record(&self) -> MemoryRecord {
+        rkyv::deserialize::<MemoryRecord, rkyv::rancor::Error>(self)
+            .expect("deserialising a validated archive cannot fail")
+    }
+}

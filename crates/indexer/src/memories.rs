@@ -1,0 +1,248 @@
+//! Memory dumps: `indexer build --memories FILE.jsonl` ingests one JSON object per line into a
+//! memory segment (see `format::memory`), the same records `queryd export` writes.
+//!
+//! A line is a memory record: `text` (required), `id` (a lower-case UUID; a new time-ordered one
+//! when absent), `category` (default `note`), `scope` (`user|session|project|team|org`, default
+//! `project`), `entity`, `tags` (`key` or `key=value`), `source` (`user|agent|inferred`, default
+//! `agent`), `evidence`, `code_refs`, `created_at` / `updated_at` (Unix milliseconds, default now),
+//! `state` (`active|archived|deleted`, default `active`). Unknown fields, invalid values and
+//! repeated ids are errors that name the line; then nothing is written. A memory whose id the
+//! index already holds is replaced (the old copy is tombstoned).
+
+use std::path::Path;
+use std::time::Instant;
+
+use format::manifest::{DirLock, IndexManifest, SegmentEntry, TombstoneRef};
+use format::memory::{normalize_tag, validate_record, CodeRef, MemoryRecord, MEMORY_SYMBOL_PREFIX};
+use format::{tombstones, Index, SegmentBuilder};
+use serde::Deserialize;
+
+use crate::build::Embedder;
+use crate::IndexerError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DumpRecord {
+    #[serde(default)]
+    id: Option<String>,
+    text: String,
+    #[serde(default)]
+    category: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    entity: Option<String>,
+    #[serde(default)]
+    tags: Option<Vec<String>>,
+    #[serde(default)]
+    source: Option<String>,
+    #[serde(default)]
+    evidence: Option<Vec<String>>,
+    #[serde(default)]
+    code_refs: Option<Vec<CodeRef>>,
+    #[serde(default)]
+    created_at: Option<i64>,
+    #[serde(default)]
+    updated_at: Option<i64>,
+    #[serde(default)]
+    state: Option<String>,
+}
+
+/// What an ingest did.
+#[derive(Debug, Default, Clone)]
+pub struct IngestReport {
+    pub read: usize,
+    /// Records that replaced a memory with the same id.
+    pub replaced: u64,
+    pub segment_id: Option<String>,
+    pub generation: u64,
+    pub embed_secs: f64,
+    pub tokens: usize,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Parses and validates a dump; errors name the line.
+pub fn parse_dump(path: &Path, text: &str) -> Result<Vec<MemoryRecord>, IndexerError> {
+    let err = |line: usize, m: String| IndexerError::Dump {
+        path: path.to_path_buf(),
+        message: format!("line {line}: {m}"),
+    };
+    let now = now_ms();
+    let mut out = Vec::new();
+    let mut ids = std::collections::HashSet::new();
+    for (i, l) in text.lines().enumerate() {
+        let line = i + 1;
+        if l.trim().is_empty() {
+            continue;
+        }
+        let d: DumpRecord = serde_json::from_str(l).map_err(|e| err(line, e.to_string()))?;
+        let mut tags = d
+            .tags
+            .unwrap_or_default()
+            .iter()
+            .map(|t| normalize_tag(t))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| err(line, e))?;
+        tags.sort();
+        tags.dedup();
+        let created = d.created_at.unwrap_or(now);
+        let r = MemoryRecord {
+            id: d
+                .id
+                .unwrap_or_else(|| uuid::Uuid::now_v7().hyphenated().to_string()),
+            text: d.text,
+            category: d.category.unwrap_or_else(|| "note".into()),
+            scope: d.scope.unwrap_or_else(|| "project".into()),
+            entity: d.entity.unwrap_or_default(),
+            tags,
+            source: d.source.unwrap_or_else(|| "agent".into()),
+            evidence: d.evidence.unwrap_or_default(),
+            code_refs: d.code_refs.unwrap_or_default(),
+            created_at: created,
+            updated_at: d.updated_at.unwrap_or(created),
+            state: d.state.unwrap_or_else(|| "active".into()),
+        };
+        validate_record(&r).map_err(|e| err(line, e))?;
+        if !ids.insert(r.id.clone()) {
+            return Err(err(line, format!("id {} appears twice", r.id)));
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Ingests the dump at `file` into the index at `out` (created when missing).
+pub fn ingest(
+    file: &Path,
+    out: &Path,
+    embedder: &dyn Embedder,
+) -> Result<IngestReport, IndexerError> {
+    let text = std::fs::read_to_string(file).map_err(|e| IndexerError::Io {
+        path: file.to_path_buf(),
+        source: e,
+    })?;
+    let mut recs = parse_dump(file, &text)?;
+    recs.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut report = IngestReport {
+        read: recs.len(),
+        ..IngestReport::default()
+    };
+    let dim = embedder.dim();
+    let t = Instant::now();
+    let mut vectors = Vec::with_capacity(recs.len() * dim);
+    for batch in recs.chunks(256) {
+        let texts: Vec<&str> = batch.iter().map(|r| r.text.as_str()).collect();
+        let (v, tokens) = embedder.embed(&texts).map_err(IndexerError::Embed)?;
+        vectors.extend(v);
+        report.tokens += tokens;
+    }
+    report.embed_secs = t.elapsed().as_secs_f64();
+
+    std::fs::create_dir_all(out).map_err(|e| IndexerError::Io {
+        path: out.to_path_buf(),
+        source: e,
+    })?;
+    let _lock = DirLock::acquire(out).map_err(IndexerError::Format)?;
+    let (mut m, index) = match Index::open(out) {
+        Ok(ix) => (ix.manifest.clone(), Some(ix)),
+        Err(format::FormatError::NotAnIndex { .. }) => {
+            (IndexManifest::empty(embedder.model_id(), dim as u32), None)
+        }
+        Err(e) => {
+            return Err(IndexerError::ExistingIndex {
+                path: out.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    if m.model_id != embedder.model_id() || m.dim as usize != dim {
+        return Err(IndexerError::ModelChanged {
+            path: out.to_path_buf(),
+            index_model: m.model_id.clone(),
+            model: embedder.model_id().to_string(),
+        });
+    }
+    let generation = m.generation + 1;
+    // Upsert: older copies of these ids are tombstoned.
+    if let Some(ix) = &index {
+        let mut kept = Vec::new();
+        for (si, ls) in ix.memory.iter().enumerate() {
+            let mut entry = m.memory_segments[si].clone();
+            let mut bits = ls.tombstones.clone();
+            for r in &recs {
+                for c in ls
+                    .segment
+                    .table()
+                    .symbol_chunks(&format!("{MEMORY_SYMBOL_PREFIX}{}", r.id))
+                {
+                    bits.insert(c);
+                }
+            }
+            if bits.len() != ls.tombstones.len() {
+                report.replaced += bits.len() - ls.tombstones.len();
+                if bits.len() >= u64::from(entry.chunks) {
+                    continue;
+                }
+                let name = tombstones::file_name(&entry.id, generation);
+                let bytes = tombstones::write(&out.join(&name), &m.model_id, &bits)
+                    .map_err(IndexerError::Format)?;
+                entry.tombstones = Some(TombstoneRef {
+                    file: name,
+                    blake3: format::blake3_hex(&bytes),
+                    count: bits.len(),
+                });
+            }
+            kept.push(entry);
+        }
+        m.memory_segments = kept;
+    }
+    if !recs.is_empty() {
+        let (id, meta) = SegmentBuilder::for_memories(recs, vectors)
+            .write(out, &m.model_id.clone(), dim)
+            .map_err(IndexerError::Format)?;
+        m.memory_segments.push(SegmentEntry {
+            id: id.clone(),
+            chunks: meta.chunk_count,
+            tombstones: None,
+        });
+        report.segment_id = Some(id);
+    }
+    m.generation = generation;
+    m.commit(out).map_err(IndexerError::Format)?;
+    let _ = Index::collect_garbage(out);
+    report.generation = generation;
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_lines_are_validated_with_line_numbers() {
+        let p = Path::new("d.jsonl");
+        let ok = parse_dump(
+            p,
+            "{\"text\": \"a\", \"tags\": [\"b\", \"a=1\"]}\n\n{\"text\": \"b\", \"id\": \"0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e7f\"}\n",
+        )
+        .unwrap();
+        assert_eq!(ok.len(), 2);
+        assert_eq!(ok[0].tags, ["a=1", "b"]);
+        assert_eq!(ok[0].scope, "project");
+        for (dump, want) in [
+            ("{\"text\": \"a\"}\n{\"txt\": \"b\"}", "line 2"),
+            ("{\"text\": \"\"}", "empty"),
+            ("{\"text\": \"a\", \"scope\": \"x\"}", "unknown scope"),
+            ("{\"text\": \"a\", \"id\": \"0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e7f\"}\n{\"text\": \"b\", \"id\": \"0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e7f\"}", "twice"),
+            ("not json", "line 1"),
+        ] {
+            let e = parse_dump(p, dump).unwrap_err().to_string();
+            assert!(e.contains(want), "{dump}: {e}");
+        }
+    }
+}

@@ -1,0 +1,1276 @@
+//! The memory tools on [`Engine`]: `add_memories`, `get_memory`, `list_memories`,
+//! `update_memory`, `delete_memories`, `search_memory`; recovery at start, the write path and
+//! the flush.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use format::manifest::{DirLock, IndexManifest, SegmentEntry, TombstoneRef};
+use format::memory::{normalize_tag, validate_record, CodeRef, MemoryRecord, MEMORY_SYMBOL_PREFIX};
+use format::{tombstones, Index, SegmentBuilder};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::search::{Boosts, MemFilter, MemHit, MemKey};
+use super::wal::{Wal, WalOp};
+#[cfg(test)]
+use super::Entry;
+use super::{find_in_segments, new_id, now_ms, shadow, Delta};
+use crate::engine::{Engine, Snapshot};
+use crate::search::{Mode, SearchOptions};
+use crate::tools::{check_text, ms, Debug, ToolError, ToolResult, MAX_LIMIT};
+
+/// A flush that would leave more memory segments than this merges them all into one.
+pub const MERGE_AT: usize = 8;
+
+/// Most memories in one `add_memories` or `delete_memories` call.
+pub const MAX_BATCH: usize = 256;
+
+/// Opens the log of `dir`, replays what `MANIFEST`'s `memory_lsn` does not cover into a delta
+/// on top of `snap`, and returns the log (or why writes are disabled) with the new snapshot.
+pub fn recover(dir: &Path, snap: Snapshot) -> (Result<Wal, String>, Snapshot) {
+    let done = snap.index.manifest.memory_lsn;
+    let (wal, rec) = match Wal::open(dir, done + 1) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("queryd: memory writes are disabled: {e}");
+            return (Err(e.to_string()), snap);
+        }
+    };
+    if rec.cut_bytes > 0 {
+        eprintln!(
+            "queryd: memory log {}: cut {} bytes at the end ({}); the records before it were replayed",
+            dir.join(super::wal::WAL_FILE).display(),
+            rec.cut_bytes,
+            rec.cut_reason.as_deref().unwrap_or("?")
+        );
+    }
+    let mut delta = Delta {
+        last_lsn: done,
+        ..Delta::default()
+    };
+    let mut n = 0;
+    for (lsn, op) in &rec.ops {
+        if *lsn > done {
+            delta.apply(*lsn, op, |id| find_in_segments(&snap.index, id).is_some());
+            n += 1;
+        }
+    }
+    if n > 0 {
+        eprintln!("queryd: replayed {n} memory writes from the log");
+    }
+    let s = Snapshot::with_delta(Arc::clone(&snap.index), snap.manifest_mtime, delta);
+    (Ok(wal), s)
+}
+
+/// Result of a flush.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FlushReport {
+    pub segment: Option<String>,
+    /// Memories from the delta.
+    pub memories: usize,
+    /// Memories copied from merged older segments.
+    pub merged: usize,
+    pub tombstoned: u64,
+    pub generation: u64,
+    pub ms: f64,
+}
+
+impl Engine {
+    /// Runs `prepare` on the current snapshot under the writer lock; the operations it returns
+    /// are logged (fsynced), applied and published before this returns.
+    pub(crate) fn write_with<T>(
+        &self,
+        prepare: impl FnOnce(&Snapshot) -> ToolResult<(Vec<WalOp>, T)>,
+    ) -> ToolResult<T> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let flush_at = w.flush_at;
+        let wal = w.wal.as_mut().map_err(|e| {
+            ToolError::Internal(format!("memory writes are disabled on this server: {e}"))
+        })?;
+        let cur = self.snapshot();
+        let (ops, out) = prepare(&cur)?;
+        if ops.is_empty() {
+            return Ok(out);
+        }
+        let lsns = wal
+            .append(&ops)
+            .map_err(|e| ToolError::Internal(format!("the write was not saved: {e}")))?;
+        let mut delta = cur.delta.clone();
+        let mut mem = None;
+        for (lsn, op) in lsns.into_iter().zip(&ops) {
+            if let Some(id) = delta.apply(lsn, op, |id| find_in_segments(&cur.index, id).is_some())
+            {
+                let m = mem.get_or_insert_with(|| (*cur.mem).clone());
+                shadow(&cur.index, m, &id);
+            }
+        }
+        let size = delta.entries.len();
+        self.store_snapshot(Snapshot {
+            index: Arc::clone(&cur.index),
+            loaded_at: cur.loaded_at,
+            manifest_mtime: cur.manifest_mtime,
+            delta,
+            mem: mem.map(Arc::new).unwrap_or_else(|| Arc::clone(&cur.mem)),
+        });
+        drop(w);
+        if size >= flush_at {
+            self.request_flush();
+        }
+        Ok(out)
+    }
+
+    /// Sets the delta size that triggers a flush.
+    pub fn set_flush_at(&self, n: usize) {
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .flush_at = n.max(1);
+    }
+
+    /// Writes the delta into a memory segment, tombstones what it supersedes, commits
+    /// `MANIFEST`, swaps the snapshot and truncates the log. `Ok(None)` when there was nothing
+    /// to flush.
+    pub fn flush_memories(&self) -> Result<Option<FlushReport>, String> {
+        let t0 = Instant::now();
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let cur = self.snapshot();
+        if cur.delta.entries.is_empty() && cur.delta.shadowed.is_empty() {
+            return Ok(None);
+        }
+        let Ok(wal) = w.wal.as_mut() else {
+            return Err("memory writes are disabled; nothing to flush".into());
+        };
+        let dir = self.dir().to_path_buf();
+        let _lock = DirLock::acquire(&dir).map_err(|e| e.to_string())?;
+        let mut m = IndexManifest::read(&dir).map_err(|e| e.to_string())?;
+        let base: Arc<Index> = if m.memory_segments == cur.index.manifest.memory_segments {
+            Arc::clone(&cur.index)
+        } else {
+            Arc::new(Index::open_reusing(&dir, Some(&cur.index)).map_err(|e| e.to_string())?)
+        };
+        let generation = m.generation + 1;
+        let model = m.model_id.clone();
+        let mut tombstoned = 0;
+        let mut kept = Vec::new();
+        // Merge: with many memory segments, their live records go into the new segment
+        // together with the delta (vectors are copied, nothing is re-embedded).
+        let merge = base.memory.len() + 1 > MERGE_AT;
+        let dim = m.dim as usize;
+        let mut recs = Vec::new();
+        let mut vecs = Vec::new();
+        let mut merged = 0usize;
+        for (si, ls) in base.memory.iter().enumerate() {
+            let mut entry = m.memory_segments[si].clone();
+            let mut bits = ls.tombstones.clone();
+            for id in &cur.delta.shadowed {
+                for c in ls
+                    .segment
+                    .table()
+                    .symbol_chunks(&format!("{MEMORY_SYMBOL_PREFIX}{id}"))
+                {
+                    bits.insert(c);
+                }
+            }
+            if merge {
+                if let Some(t) = ls.segment.memories() {
+                    for (i, r) in t.memories.iter().enumerate() {
+                        let Some(v) = ls.segment.vector(i as u32) else {
+                            continue;
+                        };
+                        if !bits.contains(i as u32) {
+                            recs.push(r.to_record());
+                            vecs.extend_from_slice(v);
+                            merged += 1;
+                        }
+                    }
+                }
+                tombstoned += bits.len() - ls.tombstones.len();
+                continue;
+            }
+            if bits.len() != ls.tombstones.len() {
+                tombstoned += bits.len() - ls.tombstones.len();
+                if bits.len() >= u64::from(entry.chunks) {
+                    continue; // every record superseded: drop the segment
+                }
+                let name = tombstones::file_name(&entry.id, generation);
+                let bytes = tombstones::write(&dir.join(&name), &model, &bits)
+                    .map_err(|e| e.to_string())?;
+                entry.tombstones = Some(TombstoneRef {
+                    file: name,
+                    blake3: format::blake3_hex(&bytes),
+                    count: bits.len(),
+                });
+            }
+            kept.push(entry);
+        }
+        m.memory_segments = kept;
+        let n = cur.delta.entries.len();
+        let mut segment = None;
+        for e in cur.delta.entries.values() {
+            recs.push(e.record.clone());
+            vecs.extend_from_slice(&e.vector);
+        }
+        if !recs.is_empty() {
+            // Record order inside a segment: by id (time order).
+            let mut order: Vec<usize> = (0..recs.len()).collect();
+            order.sort_by(|&a, &b| recs[a].id.cmp(&recs[b].id));
+            let recs: Vec<MemoryRecord> = order.iter().map(|&i| recs[i].clone()).collect();
+            let vecs: Vec<f32> = order
+                .iter()
+                .flat_map(|&i| vecs[i * dim..(i + 1) * dim].iter().copied())
+                .collect();
+            let (id, meta) = SegmentBuilder::for_memories(recs, vecs)
+                .write(&dir, &model, dim)
+                .map_err(|e| e.to_string())?;
+            m.memory_segments.push(SegmentEntry {
+                id: id.clone(),
+                chunks: meta.chunk_count,
+                tombstones: None,
+            });
+            segment = Some(id);
+        }
+        m.memory_lsn = cur.delta.last_lsn;
+        m.generation = generation;
+        m.commit(&dir).map_err(|e| e.to_string())?;
+        if let Err(e) = Index::collect_garbage(&dir) {
+            eprintln!("queryd: garbage collection after a memory flush: {e}");
+        }
+        let index = Index::open_reusing(&dir, Some(&base)).map_err(|e| e.to_string())?;
+        let mtime = std::fs::metadata(dir.join(format::manifest::MANIFEST))
+            .and_then(|x| x.modified())
+            .ok();
+        self.store_snapshot(Snapshot::with_delta(
+            Arc::new(index),
+            mtime,
+            Delta {
+                last_lsn: cur.delta.last_lsn,
+                ..Delta::default()
+            },
+        ));
+        self.mark_seen(mtime, generation);
+        // Committed: the log's records are in the segment (and `memory_lsn` says so, should
+        // this truncation not happen).
+        wal.truncate().map_err(|e| e.to_string())?;
+        Ok(Some(FlushReport {
+            segment,
+            memories: n,
+            merged,
+            tombstoned,
+            generation,
+            ms: ms(t0.elapsed()),
+        }))
+    }
+}
+
+/// A code reference as a tool takes it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodeRefInput {
+    /// Repository-relative path with `/` separators.
+    pub path: String,
+    /// First line, 1-based.
+    pub start_line: u32,
+    /// Last line, inclusive.
+    pub end_line: u32,
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// The index's symbol id of the referenced code.
+    #[serde(default)]
+    pub symbol_id: Option<String>,
+    #[serde(default)]
+    pub git_commit: Option<String>,
+    /// `sha256:<hex>` of the referenced lines.
+    #[serde(default)]
+    pub code_hash: Option<String>,
+}
+
+impl CodeRefInput {
+    fn into_ref(self, now: i64) -> CodeRef {
+        CodeRef {
+            repo: self.repo.unwrap_or_default(),
+            path: self.path,
+            start_line: self.start_line,
+            end_line: self.end_line,
+            symbol_id: self.symbol_id.unwrap_or_default(),
+            git_commit: self.git_commit.unwrap_or_default(),
+            code_hash: self.code_hash.unwrap_or_default(),
+            created_at: now,
+            last_verified_at: None,
+            stale_since: None,
+            confidence: None,
+            reason: String::new(),
+        }
+    }
+}
+
+/// One memory to add.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryInput {
+    /// What to remember: one fact, decision or lesson (at most 16 KiB).
+    pub text: String,
+    /// Free-form kind, e.g. `decision`, `bug`, `convention`, `preference` (default `note`).
+    #[serde(default)]
+    pub category: Option<String>,
+    /// `user`, `session`, `project` (default), `team` or `org`.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// What the memory is about (a component, service, person…).
+    #[serde(default)]
+    pub entity: Option<String>,
+    /// `key` or `key=value`.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    /// `user`, `agent` (default) or `inferred`.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// References backing the memory (ADRs, PRs, URLs).
+    #[serde(default)]
+    pub evidence: Option<Vec<String>>,
+    /// Code the memory is about.
+    #[serde(default)]
+    pub code_refs: Option<Vec<CodeRefInput>>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddMemoriesArgs {
+    /// One or more memories (at most 256).
+    pub memories: Vec<MemoryInput>,
+    #[serde(default)]
+    pub debug: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AddMemoriesAnswer {
+    /// Ids of the new memories, in input order.
+    pub ids: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+/// A memory as tools return it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct MemoryOut {
+    pub id: String,
+    pub text: String,
+    pub category: String,
+    pub scope: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub entity: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    pub source: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub code_refs: Vec<CodeRefOut>,
+    pub state: String,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector_rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lexical_rank: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CodeRefOut {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub repo: String,
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
+    /// `file:<path>#L<start>-L<end>`.
+    pub code_link: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub symbol_id: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub git_commit: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub code_hash: String,
+}
+
+/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's civil-from-days).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// (year, month, day) → days since 1970-01-01.
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Unix milliseconds → RFC 3339 (`2026-11-22T19:38:24.123Z`).
+pub fn rfc3339(ms: i64) -> String {
+    let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let (y, mo, d) = civil(days);
+    let s = rem / 1000;
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        rem % 1000
+    )
+}
+
+/// Parses `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM[:SS[.fff]][Z]` (UTC) into Unix milliseconds.
+pub fn parse_time(what: &str, s: &str) -> ToolResult<i64> {
+    let bad = || {
+        ToolError::InvalidInput(format!(
+            "`{what}` = `{s}` is not a date; use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC)"
+        ))
+    };
+    let s2 = s.trim().trim_end_matches('Z');
+    let (date, time) = s2.split_once(['T', ' ']).unwrap_or((s2, ""));
+    let p: Vec<&str> = date.split('-').collect();
+    if p.len() != 3 || p[0].len() != 4 {
+        return Err(bad());
+    }
+    let y: i64 = p[0].parse().map_err(|_| bad())?;
+    let m: u32 = p[1].parse().map_err(|_| bad())?;
+    let d: u32 = p[2].parse().map_err(|_| bad())?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(bad());
+    }
+    let mut secs = 0f64;
+    if !time.is_empty() {
+        let t: Vec<&str> = time.split(':').collect();
+        if t.len() < 2 || t.len() > 3 {
+            return Err(bad());
+        }
+        let h: f64 = t[0].parse().map_err(|_| bad())?;
+        let mi: f64 = t[1].parse().map_err(|_| bad())?;
+        let se: f64 = t.get(2).map_or(Ok(0.0), |x| x.parse()).map_err(|_| bad())?;
+        if !(0.0..24.0).contains(&h) || !(0.0..60.0).contains(&mi) || !(0.0..61.0).contains(&se) {
+            return Err(bad());
+        }
+        secs = h * 3600.0 + mi * 60.0 + se;
+    }
+    Ok(days_from_civil(y, m, d) * 86_400_000 + (secs * 1000.0).round() as i64)
+}
+
+fn code_ref_out(r: &CodeRef) -> CodeRefOut {
+    CodeRefOut {
+        repo: r.repo.clone(),
+        path: r.path.clone(),
+        start_line: r.start_line,
+        end_line: r.end_line,
+        code_link: format!("file:{}#L{}-L{}", r.path, r.start_line, r.end_line),
+        symbol_id: r.symbol_id.clone(),
+        git_commit: r.git_commit.clone(),
+        code_hash: r.code_hash.clone(),
+    }
+}
+
+fn out(m: &MemoryRecord) -> MemoryOut {
+    MemoryOut {
+        id: m.id.clone(),
+        text: m.text.clone(),
+        category: m.category.clone(),
+        scope: m.scope.clone(),
+        entity: m.entity.clone(),
+        tags: m.tags.clone(),
+        source: m.source.clone(),
+        evidence: m.evidence.clone(),
+        code_refs: m.code_refs.iter().map(code_ref_out).collect(),
+        state: m.state.clone(),
+        created_at: rfc3339(m.created_at),
+        updated_at: rfc3339(m.updated_at),
+        score: None,
+        vector_rank: None,
+        lexical_rank: None,
+    }
+}
+
+/// Canonical, sorted, unique tags.
+pub fn canonical_tags(tags: &[String]) -> ToolResult<Vec<String>> {
+    let mut out = tags
+        .iter()
+        .map(|t| normalize_tag(t).map_err(ToolError::InvalidInput))
+        .collect::<ToolResult<Vec<_>>>()?;
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn record_from(input: MemoryInput, id: String, now: i64) -> ToolResult<MemoryRecord> {
+    let r = MemoryRecord {
+        id,
+        text: input.text,
+        category: input
+            .category
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "note".into()),
+        scope: input.scope.unwrap_or_else(|| "project".into()),
+        entity: input
+            .entity
+            .map(|e| e.trim().to_string())
+            .unwrap_or_default(),
+        tags: canonical_tags(&input.tags.unwrap_or_default())?,
+        source: input.source.unwrap_or_else(|| "agent".into()),
+        evidence: input.evidence.unwrap_or_default(),
+        code_refs: input
+            .code_refs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.into_ref(now))
+            .collect(),
+        created_at: now,
+        updated_at: now,
+        state: "active".into(),
+    };
+    validate_record(&r).map_err(ToolError::InvalidInput)?;
+    Ok(r)
+}
+
+/// The current version of memory `id`, with its vector: from the delta, else the segments.
+fn lookup(snap: &Snapshot, id: &str) -> Option<(MemoryRecord, Vec<f32>)> {
+    if let Some(e) = snap.delta.entries.get(id) {
+        return Some((e.record.clone(), e.vector.clone()));
+    }
+    if snap.delta.shadowed.contains(id) {
+        return None; // deleted since the last flush
+    }
+    let (si, c) = find_in_segments(&snap.index, id)?;
+    let seg = &snap.index.memory[si].segment;
+    let m = seg.memories()?.memories.get(c as usize)?;
+    let rec: MemoryRecord = m.to_record();
+    Some((rec, seg.vector(c)?.to_vec()))
+}
+
+fn not_found(id: &str) -> ToolError {
+    ToolError::NotFound {
+        message: format!("no memory with id `{id}` (it may have been deleted)"),
+        suggestions: vec!["list_memories".into(), "search_memory".into()],
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetMemoryArgs {
+    pub id: String,
+    #[serde(default)]
+    pub debug: bool,
+}
+
+/// Filters shared by `list_memories` and `search_memory`.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryFilterArgs {
+    pub category: Option<String>,
+    pub scope: Option<String>,
+    pub entity: Option<String>,
+    pub source: Option<String>,
+    pub tags: Option<Vec<String>>,
+    pub tags_mode: Option<String>,
+    pub created_after: Option<String>,
+    pub created_before: Option<String>,
+    pub state: Option<String>,
+}
+
+/// Declares an argument struct with the memory filter fields inline (serde's `flatten` cannot
+/// be combined with `deny_unknown_fields`, which unknown-argument errors need).
+macro_rules! with_memory_filters {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident : $t:ty,)* }) => {
+        $(#[$m])*
+        pub struct $name {
+            $($(#[$fm])* pub $f: $t,)*
+            /// Only this category (exact).
+            #[serde(default)]
+            pub category: Option<String>,
+            /// Only this scope: user, session, project, team or org.
+            #[serde(default)]
+            pub scope: Option<String>,
+            /// Only memories about this entity (case-insensitive).
+            #[serde(default)]
+            pub entity: Option<String>,
+            /// Only this source: user, agent or inferred.
+            #[serde(default)]
+            pub source: Option<String>,
+            /// Only memories with these tags: `key` (any value) or `key=value`.
+            #[serde(default)]
+            pub tags: Option<Vec<String>>,
+            /// `all` (default) or `any` of `tags`.
+            #[serde(default)]
+            pub tags_mode: Option<String>,
+            /// Created at or after this time: YYYY-MM-DD or RFC 3339, UTC.
+            #[serde(default)]
+            pub created_after: Option<String>,
+            /// Created before this time.
+            #[serde(default)]
+            pub created_before: Option<String>,
+            /// `active` (default), `archived`, `deleted` or `all`.
+            #[serde(default)]
+            pub state: Option<String>,
+        }
+
+        impl $name {
+            fn filter_args(&self) -> MemoryFilterArgs {
+                MemoryFilterArgs {
+                    category: self.category.clone(),
+                    scope: self.scope.clone(),
+                    entity: self.entity.clone(),
+                    source: self.source.clone(),
+                    tags: self.tags.clone(),
+                    tags_mode: self.tags_mode.clone(),
+                    created_after: self.created_after.clone(),
+                    created_before: self.created_before.clone(),
+                    state: self.state.clone(),
+                }
+            }
+        }
+    };
+}
+
+impl MemoryFilterArgs {
+    fn filter(&self) -> ToolResult<MemFilter> {
+        let one = |what: &str,
+                   v: &Option<String>,
+                   allowed: &[&str]|
+         -> ToolResult<Option<String>> {
+            match v.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+                None => Ok(None),
+                Some(s) if allowed.is_empty() || allowed.contains(&s) => Ok(Some(s.to_string())),
+                Some(s) => Err(ToolError::InvalidInput(format!(
+                    "unknown {what} `{s}`; expected one of: {}",
+                    allowed.join(", ")
+                ))),
+            }
+        };
+        let states = match self.state.as_deref().map(str::trim) {
+            None | Some("") | Some("active") => vec!["active".to_string()],
+            Some("all") => format::memory::STATES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            Some(s) if format::memory::STATES.contains(&s) => vec![s.to_string()],
+            Some(s) => {
+                return Err(ToolError::InvalidInput(format!(
+                    "unknown state `{s}`; expected active, archived, deleted or all"
+                )))
+            }
+        };
+        Ok(MemFilter {
+            category: one("category", &self.category, &[])?,
+            scope: one("scope", &self.scope, &format::memory::SCOPES)?,
+            entity: one("entity", &self.entity, &[])?,
+            source: one("source", &self.source, &format::memory::SOURCES)?,
+            tags: canonical_tags(self.tags.as_deref().unwrap_or_default())?,
+            tags_all: match self.tags_mode.as_deref() {
+                None | Some("all") => true,
+                Some("any") => false,
+                Some(m) => {
+                    return Err(ToolError::InvalidInput(format!(
+                        "unknown tags_mode `{m}`; expected all or any"
+                    )))
+                }
+            },
+            created_after: self
+                .created_after
+                .as_deref()
+                .map(|s| parse_time("created_after", s))
+                .transpose()?,
+            created_before: self
+                .created_before
+                .as_deref()
+                .map(|s| parse_time("created_before", s))
+                .transpose()?,
+            states,
+        })
+    }
+}
+
+with_memory_filters! {
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListMemoriesArgs {
+    /// Page size (default 20, at most 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Memories to skip (from `next_offset` of the previous page).
+    #[serde(default)]
+    pub offset: Option<usize>,
+    #[serde(default)]
+    pub debug: bool,
+}
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ListMemoriesAnswer {
+    /// Newest first.
+    pub memories: Vec<MemoryOut>,
+    /// Memories matching the filters.
+    pub total: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateMemoryArgs {
+    pub id: String,
+    /// New text (re-embedded).
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub category: Option<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+    #[serde(default)]
+    pub entity: Option<String>,
+    /// Replaces all tags.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    pub add_tags: Option<Vec<String>>,
+    /// Tags to remove: `key` removes every tag with that key, `key=value` that tag.
+    #[serde(default)]
+    pub remove_tags: Option<Vec<String>>,
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Replaces the evidence list.
+    #[serde(default)]
+    pub evidence: Option<Vec<String>>,
+    #[serde(default)]
+    pub add_evidence: Option<Vec<String>>,
+    /// Replaces the code references.
+    #[serde(default)]
+    pub code_refs: Option<Vec<CodeRefInput>>,
+    /// `active`, `archived` or `deleted` (kept, hidden from default searches).
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub debug: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteMemoriesArgs {
+    /// Ids to delete (at most 256). All must exist, or nothing is deleted.
+    pub ids: Vec<String>,
+    #[serde(default)]
+    pub debug: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct DeleteMemoriesAnswer {
+    pub deleted: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct MemoryAnswer {
+    pub memory: MemoryOut,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+with_memory_filters! {
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchMemoryArgs {
+    /// What to look for: a sentence or keywords.
+    pub query: String,
+    /// Results (default 10, at most 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// `hybrid` (default), `vector` or `lexical`.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// [vector, lexical] weights for hybrid fusion.
+    #[serde(default)]
+    pub weights: Option<[f32; 2]>,
+    /// Rank memories about this entity higher.
+    #[serde(default)]
+    pub boost_entity: Option<String>,
+    /// Rank memories of this category higher.
+    #[serde(default)]
+    pub boost_category: Option<String>,
+    /// Rank memories with these tags higher.
+    #[serde(default)]
+    pub boost_tags: Option<Vec<String>>,
+    /// Recency half-life in days (default 30; 0 turns the recency boost off).
+    #[serde(default)]
+    pub half_life_days: Option<f64>,
+    /// Longest text per result, in characters (default 1000).
+    #[serde(default)]
+    pub max_chars: Option<usize>,
+    #[serde(default)]
+    pub debug: bool,
+}
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SearchMemoryAnswer {
+    pub query: String,
+    pub results: Vec<MemoryOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+fn one_of(what: &str, v: Option<String>, allowed: &[&str]) -> ToolResult<Option<String>> {
+    match v {
+        Some(s) if !allowed.contains(&s.as_str()) => Err(ToolError::InvalidInput(format!(
+            "unknown {what} `{s}`; expected one of: {}",
+            allowed.join(", ")
+        ))),
+        v => Ok(v),
+    }
+}
+
+fn check_id(id: &str) -> ToolResult<()> {
+    if format::memory::is_uuid(id) {
+        Ok(())
+    } else {
+        Err(ToolError::InvalidInput(format!(
+            "`{}` is not a memory id; ids are lower-case UUIDs as returned by add_memories",
+            id.chars().take(80).collect::<String>()
+        )))
+    }
+}
+
+/// Every live memory of a snapshot matching `f`: (record view as owned record, created_at).
+fn all_memories(snap: &Snapshot, f: &MemFilter) -> Vec<MemoryRecord> {
+    let mut out = Vec::new();
+    for (si, ls) in snap.index.memory.iter().enumerate() {
+        let Some(t) = ls.segment.memories() else {
+            continue;
+        };
+        for (i, m) in t.memories.iter().enumerate() {
+            if snap.mem[si].dead.contains(i as u32) || !f.matches(m) {
+                continue;
+            }
+            out.push(m.to_record());
+        }
+    }
+    for e in snap.delta.entries.values() {
+        if f.matches(&e.record) {
+            out.push(e.record.clone());
+        }
+    }
+    out
+}
+
+impl Engine {
+    pub fn add_memories(&self, a: &AddMemoriesArgs) -> ToolResult<AddMemoriesAnswer> {
+        let t0 = Instant::now();
+        if a.memories.is_empty() {
+            return Err(ToolError::InvalidInput(
+                "`memories` is empty; pass at least one {\"text\": …}".into(),
+            ));
+        }
+        if a.memories.len() > MAX_BATCH {
+            return Err(ToolError::InvalidInput(format!(
+                "{} memories in one call; at most {MAX_BATCH}: split the batch",
+                a.memories.len()
+            )));
+        }
+        let now = now_ms();
+        let mut recs = Vec::with_capacity(a.memories.len());
+        for (i, m) in a.memories.iter().enumerate() {
+            let r = record_from(m.clone(), new_id(), now).map_err(|e| match e {
+                ToolError::InvalidInput(s) if a.memories.len() > 1 => {
+                    ToolError::InvalidInput(format!("memory {i}: {s}; nothing was added"))
+                }
+                e => e,
+            })?;
+            recs.push(r);
+        }
+        let t = Instant::now();
+        let texts: Vec<&str> = recs.iter().map(|r| r.text.as_str()).collect();
+        let (vecs, _) = self
+            .encoder()
+            .embed(&texts)
+            .map_err(|e| ToolError::Internal(format!("embedding failed: {e}")))?;
+        let embed_ms = ms(t.elapsed());
+        let dim = self.encoder().dim();
+        let ids: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
+        let t = Instant::now();
+        let ops = recs
+            .into_iter()
+            .enumerate()
+            .map(|(i, record)| WalOp::Put {
+                record,
+                vector: vecs[i * dim..(i + 1) * dim].to_vec(),
+            })
+            .collect();
+        self.write_with(|_| Ok((ops, ())))?;
+        Ok(AddMemoriesAnswer {
+            ids,
+            debug: a.debug.then(|| Debug {
+                embed_ms,
+                other_ms: ms(t.elapsed()),
+                total_ms: ms(t0.elapsed()),
+                ..Debug::default()
+            }),
+        })
+    }
+
+    pub fn get_memory(&self, a: &GetMemoryArgs) -> ToolResult<MemoryAnswer> {
+        let t0 = Instant::now();
+        check_id(a.id.trim())?;
+        let snap = self.snapshot();
+        let (r, _) = lookup(&snap, a.id.trim()).ok_or_else(|| not_found(&a.id))?;
+        Ok(MemoryAnswer {
+            memory: out(&r),
+            debug: a.debug.then(|| Debug {
+                total_ms: ms(t0.elapsed()),
+                ..Debug::default()
+            }),
+        })
+    }
+
+    pub fn list_memories(&self, a: &ListMemoriesArgs) -> ToolResult<ListMemoriesAnswer> {
+        let t0 = Instant::now();
+        let f = a.filter_args().filter()?;
+        let limit = a.limit.unwrap_or(20).clamp(1, MAX_LIMIT);
+        let offset = a.offset.unwrap_or(0);
+        let snap = self.snapshot();
+        let mut all = all_memories(&snap, &f);
+        all.sort_by(|x, y| y.created_at.cmp(&x.created_at).then(y.id.cmp(&x.id)));
+        let total = all.len();
+        let page: Vec<MemoryOut> = all.iter().skip(offset).take(limit).map(out).collect();
+        let next = offset + page.len();
+        Ok(ListMemoriesAnswer {
+            memories: page,
+            total,
+            next_offset: (next < total).then_some(next),
+            debug: a.debug.then(|| Debug {
+                total_ms: ms(t0.elapsed()),
+                ..Debug::default()
+            }),
+        })
+    }
+
+    pub fn update_memory(&self, a: &UpdateMemoryArgs) -> ToolResult<MemoryAnswer> {
+        let t0 = Instant::now();
+        let id = a.id.trim().to_string();
+        check_id(&id)?;
+        // Embed a new text before taking the writer lock.
+        let mut embed_ms = 0.0;
+        let new_vec = match &a.text {
+            Some(t) => {
+                check_text("text", t)?;
+                if t.len() > format::memory::MAX_TEXT_BYTES {
+                    return Err(ToolError::InvalidInput(format!(
+                        "the memory text is {} bytes; the limit is {} bytes",
+                        t.len(),
+                        format::memory::MAX_TEXT_BYTES
+                    )));
+                }
+                let t1 = Instant::now();
+                let v = self
+                    .encoder()
+                    .embed(&[t.as_str()])
+                    .map_err(|e| ToolError::Internal(format!("embedding failed: {e}")))?
+                    .0;
+                embed_ms = ms(t1.elapsed());
+                Some(v)
+            }
+            None => None,
+        };
+        let add = canonical_tags(a.add_tags.as_deref().unwrap_or_default())?;
+        let remove = canonical_tags(a.remove_tags.as_deref().unwrap_or_default())?;
+        let replace = a.tags.as_deref().map(canonical_tags).transpose()?;
+        let scope = one_of("scope", a.scope.clone(), &format::memory::SCOPES)?;
+        let source = one_of("source", a.source.clone(), &format::memory::SOURCES)?;
+        let state = one_of("state", a.state.clone(), &format::memory::STATES)?;
+        let updated = self.write_with(|snap| {
+            let (mut r, old_vec) = lookup(snap, &id).ok_or_else(|| not_found(&id))?;
+            if let Some(t) = &a.text {
+                r.text = t.clone();
+            }
+            if let Some(c) = &a.category {
+                r.category = c.trim().to_string();
+            }
+            if let Some(s) = &scope {
+                r.scope = s.clone();
+            }
+            if let Some(e) = &a.entity {
+                r.entity = e.trim().to_string();
+            }
+            if let Some(t) = &replace {
+                r.tags = t.clone();
+            }
+            r.tags.retain(|t| {
+                !remove
+                    .iter()
+                    .any(|x| x == t || (!x.contains('=') && format::memory::tag_key(t) == x))
+            });
+            r.tags.extend(add.iter().cloned());
+            r.tags.sort();
+            r.tags.dedup();
+            if let Some(s) = &source {
+                r.source = s.clone();
+            }
+            if let Some(e) = &a.evidence {
+                r.evidence = e.clone();
+            }
+            for e in a.add_evidence.iter().flatten() {
+                if !r.evidence.contains(e) {
+                    r.evidence.push(e.clone());
+                }
+            }
+            let now = now_ms().max(r.created_at);
+            if let Some(c) = &a.code_refs {
+                r.code_refs = c.iter().cloned().map(|c| c.into_ref(now)).collect();
+            }
+            if let Some(s) = &state {
+                r.state = s.clone();
+            }
+            r.updated_at = now.max(r.updated_at);
+            validate_record(&r).map_err(ToolError::InvalidInput)?;
+            let vector = new_vec.clone().unwrap_or(old_vec);
+            Ok((
+                vec![WalOp::Put {
+                    record: r.clone(),
+                    vector,
+                }],
+                r,
+            ))
+        })?;
+        Ok(MemoryAnswer {
+            memory: out(&updated),
+            debug: a.debug.then(|| Debug {
+                embed_ms,
+                total_ms: ms(t0.elapsed()),
+                ..Debug::default()
+            }),
+        })
+    }
+
+    pub fn delete_memories(&self, a: &DeleteMemoriesArgs) -> ToolResult<DeleteMemoriesAnswer> {
+        let t0 = Instant::now();
+        if a.ids.is_empty() || a.ids.len() > MAX_BATCH {
+            return Err(ToolError::InvalidInput(format!(
+                "`ids` must hold 1 to {MAX_BATCH} memory ids"
+            )));
+        }
+        let mut ids: Vec<String> = a.ids.iter().map(|s| s.trim().to_string()).collect();
+        for id in &ids {
+            check_id(id)?;
+        }
+        ids.sort();
+        ids.dedup();
+        let deleted = self.write_with(|snap| {
+            let missing: Vec<&String> =
+                ids.iter().filter(|id| lookup(snap, id).is_none()).collect();
+            if !missing.is_empty() {
+                return Err(ToolError::NotFound {
+                    message: format!(
+                        "no memory with id {}; nothing was deleted",
+                        missing
+                            .iter()
+                            .map(|s| format!("`{s}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    suggestions: vec!["list_memories".into()],
+                });
+            }
+            let ops = ids
+                .iter()
+                .map(|id| WalOp::Delete { id: id.clone() })
+                .collect();
+            Ok((ops, ids.clone()))
+        })?;
+        Ok(DeleteMemoriesAnswer {
+            deleted,
+            debug: a.debug.then(|| Debug {
+                total_ms: ms(t0.elapsed()),
+                ..Debug::default()
+            }),
+        })
+    }
+
+    pub fn search_memory(&self, a: &SearchMemoryArgs) -> ToolResult<SearchMemoryAnswer> {
+        let t0 = Instant::now();
+        check_text("query", &a.query)?;
+        let f = a.filter_args().filter()?;
+        let mode: Mode = a
+            .mode
+            .as_deref()
+            .unwrap_or("hybrid")
+            .parse()
+            .map_err(ToolError::InvalidInput)?;
+        if a.half_life_days
+            .is_some_and(|h| !(h.is_finite() && h >= 0.0))
+        {
+            return Err(ToolError::InvalidInput(
+                "`half_life_days` must be a non-negative number (0 turns recency off)".into(),
+            ));
+        }
+        let o = SearchOptions {
+            limit: a.limit.unwrap_or(10).clamp(1, MAX_LIMIT),
+            mode,
+            weights: a.weights.map(|[v, l]| (v, l)),
+            ..SearchOptions::default()
+        };
+        if o.weights.is_some_and(|(v, l)| {
+            !(v.is_finite() && l.is_finite() && v >= 0.0 && l >= 0.0 && v + l > 0.0)
+        }) {
+            return Err(ToolError::InvalidInput(
+                "`weights` must be two non-negative numbers [vector, lexical], not both 0".into(),
+            ));
+        }
+        let boosts = Boosts {
+            entity: a.boost_entity.clone().filter(|s| !s.trim().is_empty()),
+            category: a.boost_category.clone().filter(|s| !s.trim().is_empty()),
+            tags: canonical_tags(a.boost_tags.as_deref().unwrap_or_default())?,
+            half_life_days: a
+                .half_life_days
+                .unwrap_or(super::search::DEFAULT_HALF_LIFE_DAYS),
+            recency_weight: super::search::DEFAULT_RECENCY_WEIGHT,
+            now_ms: now_ms(),
+        };
+        let mut dbg = Debug::default();
+        let snap = self.snapshot();
+        let qv = if mode == Mode::Lexical {
+            None
+        } else {
+            let t = Instant::now();
+            let (v, cached) = self
+                .embed_query(a.query.trim())
+                .map_err(ToolError::Internal)?;
+            dbg.embed_ms = ms(t.elapsed());
+            dbg.embed_cached = cached;
+            Some(v)
+        };
+        let (hits, tm) =
+            super::search::search(&snap, a.query.trim(), qv.as_deref(), &f, &boosts, &o)
+                .map_err(|e| ToolError::Internal(e.to_string()))?;
+        dbg.filter_ms = ms(tm.filter);
+        dbg.vector_ms = ms(tm.vector);
+        dbg.bm25_ms = ms(tm.bm25);
+        dbg.fusion_ms = ms(tm.fusion);
+        let t = Instant::now();
+        let max_chars = a.max_chars.unwrap_or(1000).max(1);
+        let results = hits
+            .iter()
+            .filter_map(|h: &MemHit| {
+                let rec = match &h.key {
+                    MemKey::Delta(e) => e.record.clone(),
+                    MemKey::Segment(si, c) => {
+                        let m = snap.index.memory[*si]
+                            .segment
+                            .memories()?
+                            .memories
+                            .get(*c as usize)?;
+                        m.to_record()
+                    }
+                };
+                let mut o = out(&rec);
+                if o.text.chars().count() > max_chars {
+                    o.text = o.text.chars().take(max_chars).collect::<String>() + "…";
+                }
+                o.score = Some((h.score * 1e4).round() / 1e4);
+                o.vector_rank = h.vector_rank;
+                o.lexical_rank = h.lexical_rank;
+                Some(o)
+            })
+            .collect();
+        dbg.format_ms = ms(t.elapsed());
+        dbg.total_ms = ms(t0.elapsed());
+        Ok(SearchMemoryAnswer {
+            query: a.query.clone(),
+            results,
+            debug: a.debug.then_some(dbg),
+        })
+    }
+}
+
+/// Every live memory of the index at `dir`, including unflushed writes in its log, sorted by
+/// id (the dump format of `indexer build --memories`). Reads only.
+pub fn export(dir: &Path) -> Result<Vec<MemoryRecord>, String> {
+    let index = Index::open(dir).map_err(|e| e.to_string())?;
+    let rec = super::wal::read_only(dir).map_err(|e| e.to_string())?;
+    let done = index.manifest.memory_lsn;
+    let mut delta = Delta::default();
+    for (lsn, op) in &rec.ops {
+        if *lsn > done {
+            delta.apply(*lsn, op, |id| find_in_segments(&index, id).is_some());
+        }
+    }
+    let snap = Snapshot::with_delta(Arc::new(index), None, delta);
+    let all = MemFilter {
+        states: format::memory::STATES
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        ..MemFilter::default()
+    };
+    let mut v = all_memories(&snap, &all);
+    v.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        let t = parse_time("t", "2026-11-22T19:38:24Z").unwrap();
+        assert_eq!(rfc3339(t), "2026-11-22T19:38:24.000Z");
+        assert_eq!(
+            parse_time("t", "2024-02-29").unwrap(),
+            days_from_civil(2024, 2, 29) * 86_400_000
+        );
+        assert_eq!(
+            rfc3339(parse_time("t", "2000-03-01").unwrap()),
+            "2000-03-01T00:00:00.000Z"
+        );
+        for bad in ["yesterday", "2026-13-01", "2026-1-1x", "2026-11-22T25:00"] {
+            assert!(parse_time("t", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn entries_index_like_segments() {
+        let e = Entry::new(
+            MemoryRecord {
+                id: new_id(),
+                text: "parseConfig reads TOML".into(),
+                category: "note".into(),
+                scope: "project".into(),
+                entity: "config".into(),
+                tags: vec!["lang=rust".into()],
+                source: "agent".into(),
+                evidence: vec![],
+                code_refs: vec![],
+                created_at: 1,
+                updated_at: 1,
+                state: "active".into(),
+            },
+            vec![0.0; 4],
+        );
+        assert!(e.tf("parse") > 0 && e.tf("toml") > 0 && e.tf("config") > 1);
+        assert_eq!(e.tf("absent"), 0);
+        assert!(format::memory::is_uuid(&new_id()));
+    }
+}

@@ -1,0 +1,550 @@
+//! Memories end to end over a real MCP client (rmcp over stdio against the `queryd` binary):
+//! every memory tool, bad input, flushes into segments, restart, export; and a crash test that
+//! SIGKILLs the server at random points while writes stream in.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_queryd");
+
+type Client = RunningService<RoleClient, ()>;
+
+async fn start(index: &std::path::Path, extra: &[&str]) -> (Client, u32) {
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let transport = TokioChildProcess::new(tokio::process::Command::new(BIN).configure(|c| {
+        c.arg("--index")
+            .arg(index)
+            .arg("--model")
+            .arg(common::model_dir())
+            .arg("--no-watch")
+            .args(&extra);
+    }))
+    .expect("spawn queryd");
+    let pid = transport.id().expect("child pid");
+    let client = ().serve(transport).await.expect("MCP handshake over stdio");
+    (client, pid)
+}
+
+async fn call(c: &Client, name: &str, a: Value) -> Result<Value, Value> {
+    let r: CallToolResult = c
+        .call_tool(
+            CallToolRequestParams::new(name.to_string())
+                .with_arguments(a.as_object().expect("object").clone()),
+        )
+        .await
+        .map_err(|e| json!({ "protocol": e.to_string() }))?;
+    let v = r.structured_content.clone().expect("structured content");
+    if r.is_error == Some(true) {
+        Err(v)
+    } else {
+        Ok(v)
+    }
+}
+
+fn err_text(e: Value) -> String {
+    e["error"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| e.to_string())
+}
+
+async fn list_all(c: &Client) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let v = call(
+            c,
+            "list_memories",
+            json!({"state": "all", "limit": 100, "offset": offset}),
+        )
+        .await
+        .unwrap();
+        out.extend(v["memories"].as_array().unwrap().iter().cloned());
+        match v["next_offset"].as_u64() {
+            Some(n) => offset = n,
+            None => return out,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_tools_flush_restart_and_export() {
+    let ix = common::indexed_fixture();
+    let (c, _) = start(&ix.index, &["--memory-flush-at", "4"]).await;
+
+    // add: one call, several memories; ids in order.
+    let v = call(
+        &c,
+        "add_memories",
+        json!({"memories": [
+            {"text": "The upload service retries failed chunk uploads three times with exponential backoff",
+             "category": "decision", "entity": "uploads", "tags": ["area=io", "retry"],
+             "evidence": ["PR-42"],
+             "code_refs": [{"path": "src/upload.rs", "start_line": 10, "end_line": 20}]},
+            {"text": "Use snake_case for all JSON field names in the public API",
+             "category": "convention", "scope": "team", "tags": ["area=api"], "source": "user"}
+        ], "debug": true}),
+    )
+    .await
+    .unwrap();
+    let ids: Vec<String> = v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(v["debug"]["embed_ms"].as_f64().unwrap() > 0.0);
+
+    // get: every field back, code link as a URI.
+    let m = call(&c, "get_memory", json!({"id": ids[0]})).await.unwrap()["memory"].clone();
+    assert_eq!(m["entity"], "uploads");
+    assert_eq!(m["tags"], json!(["area=io", "retry"]));
+    assert_eq!(m["scope"], "project");
+    assert_eq!(m["source"], "agent");
+    assert_eq!(m["code_refs"][0]["code_link"], "file:src/upload.rs#L10-L20");
+    assert!(m["created_at"].as_str().unwrap().ends_with('Z'));
+
+    // search: a paraphrase finds it (vector), a keyword finds it (BM25); filters apply.
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "how often do we retry uploads", "debug": true}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s["results"][0]["id"], ids[0], "{s:#}");
+    assert!(s["debug"]["vector_ms"].is_number());
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "snake_case", "mode": "lexical"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s["results"][0]["id"], ids[1]);
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "retry uploads", "tags": ["area=api"]}),
+    )
+    .await
+    .unwrap();
+    assert!(s["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["id"] == ids[1]));
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "retry uploads", "scope": "team"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s["results"].as_array().unwrap().len(), 1);
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "anything", "created_after": "2999-01-01"}),
+    )
+    .await
+    .unwrap();
+    assert!(s["results"].as_array().unwrap().is_empty());
+
+    // update: text re-embedded, tags merged, state hides from default search.
+    let u = call(
+        &c,
+        "update_memory",
+        json!({"id": ids[1], "text": "Public API JSON fields use camelCase since v2",
+               "add_tags": ["since=v2"], "remove_tags": ["area"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(u["memory"]["tags"], json!(["since=v2"]));
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "camelCase", "mode": "lexical"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s["results"][0]["id"], ids[1]);
+    call(
+        &c,
+        "update_memory",
+        json!({"id": ids[1], "state": "archived"}),
+    )
+    .await
+    .unwrap();
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "camelCase", "mode": "lexical"}),
+    )
+    .await
+    .unwrap();
+    assert!(s["results"].as_array().unwrap().is_empty());
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "camelCase", "mode": "lexical", "state": "archived"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s["results"][0]["id"], ids[1]);
+
+    // Bad input: clear errors, nothing written.
+    for (name, a, expect) in [
+        (
+            "add_memories",
+            json!({"memories": [{"text": "  "}]}),
+            "empty",
+        ),
+        (
+            "add_memories",
+            json!({"memories": [{"text": "x".repeat(20_000)}]}),
+            "limit",
+        ),
+        (
+            "add_memories",
+            json!({"memories": [{"text": "ok", "scope": "galaxy"}]}),
+            "unknown scope",
+        ),
+        (
+            "add_memories",
+            json!({"memories": [{"text": "ok", "tags": ["a b"]}]}),
+            "malformed tag",
+        ),
+        (
+            "add_memories",
+            json!({"memories": [{"text": "ok", "code_refs": [{"path": "a.rs", "start_line": 5, "end_line": 2}]}]}),
+            "end ≥ start",
+        ),
+        ("add_memories", json!({"memories": []}), "empty"),
+        ("get_memory", json!({"id": "nope"}), "not a memory id"),
+        (
+            "get_memory",
+            json!({"id": "00000000-0000-7000-8000-000000000000"}),
+            "no memory",
+        ),
+        (
+            "update_memory",
+            json!({"id": ids[0], "state": "gone"}),
+            "unknown state",
+        ),
+        (
+            "delete_memories",
+            json!({"ids": [ids[0], "00000000-0000-7000-8000-000000000000"]}),
+            "nothing was deleted",
+        ),
+        ("list_memories", json!({"tags_mode": "some"}), "tags_mode"),
+        (
+            "search_memory",
+            json!({"query": "x", "created_before": "tomorrow"}),
+            "not a date",
+        ),
+    ] {
+        let e = call(&c, name, a).await.expect_err(name);
+        assert!(err_text(e.clone()).contains(expect), "{name}: {e}");
+    }
+    let e = call(
+        &c,
+        "add_memories",
+        json!({"memories": [{"text": "x", "bogus": 1}]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("unknown field"), "{e}");
+    assert_eq!(list_all(&c).await.len(), 2);
+
+    // More writes cross the flush size (4): the delta becomes a segment in the background.
+    let mut more = Vec::new();
+    for i in 0..5 {
+        let v = call(
+            &c,
+            "add_memories",
+            json!({"memories": [{"text": format!("flush test memory number {i} about widgets"), "entity": "widgets"}]}),
+        )
+        .await
+        .unwrap();
+        more.push(v["ids"][0].as_str().unwrap().to_string());
+    }
+    let mut flushed = false;
+    for _ in 0..100 {
+        let st = std::fs::read_to_string(ix.index.join("MANIFEST")).unwrap();
+        let m: Value = serde_json::from_str(&st).unwrap();
+        if m["memory_segments"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+        {
+            flushed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(flushed, "no memory segment after crossing the flush size");
+    // Flushed records are still found, updated (shadowing the segment copy) and deleted.
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "widgets", "entity": "widgets", "limit": 20}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s["results"].as_array().unwrap().len(), 5, "{s:#}");
+    call(
+        &c,
+        "update_memory",
+        json!({"id": ids[0], "text": "Uploads retry five times now"}),
+    )
+    .await
+    .unwrap();
+    call(&c, "delete_memories", json!({"ids": [more[0]]}))
+        .await
+        .unwrap();
+    let e = call(&c, "get_memory", json!({"id": more[0]}))
+        .await
+        .unwrap_err();
+    assert!(err_text(e).contains("no memory"));
+    let all = list_all(&c).await;
+    assert_eq!(all.len(), 6);
+    let texts: Vec<&str> = all.iter().filter_map(|m| m["text"].as_str()).collect();
+    assert!(texts.contains(&"Uploads retry five times now"));
+    assert!(!texts.iter().any(|t| t.contains("three times")));
+    let before: Vec<Value> = all;
+
+    // Restart (clean shutdown flushes): everything is back, exactly once.
+    c.cancel().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (c, _) = start(&ix.index, &[]).await;
+    let after = list_all(&c).await;
+    assert_eq!(after, before);
+    let s = call(
+        &c,
+        "search_memory",
+        json!({"query": "how many times do uploads retry"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s["results"][0]["id"], ids[0]);
+    c.cancel().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Export: JSONL sorted by id, every record, exactly what list_memories shows.
+    let out = std::process::Command::new(BIN)
+        .args(["export", "--index"])
+        .arg(&ix.index)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 6);
+    let exported: HashSet<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    let listed: HashSet<&str> = after.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    assert_eq!(exported, listed);
+    assert!(lines
+        .windows(2)
+        .all(|w| w[0]["id"].as_str() < w[1]["id"].as_str()));
+
+    // Round trip: the dump ingested into a new index exports byte for byte the same.
+    let dump = ix.tmp.path().join("dump.jsonl");
+    std::fs::write(&dump, &out.stdout).unwrap();
+    let fresh = ix.tmp.path().join("fresh");
+    let r = indexer::memories::ingest(&dump, &fresh, common::encoder()).unwrap();
+    assert_eq!(r.read, 6);
+    let export = |dir: &std::path::Path| {
+        let o = std::process::Command::new(BIN)
+            .args(["export", "--index"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    assert_eq!(export(&fresh), out.stdout);
+    // Ingesting it again replaces every record instead of duplicating it.
+    let r = indexer::memories::ingest(&dump, &fresh, common::encoder()).unwrap();
+    assert_eq!(r.replaced, 6);
+    assert_eq!(export(&fresh), out.stdout);
+    // A bad dump names its line and writes nothing.
+    std::fs::write(
+        &dump,
+        "{\"text\": \"fine\"}\n{\"text\": \"x\", \"scope\": \"nowhere\"}\n",
+    )
+    .unwrap();
+    let e = indexer::memories::ingest(&dump, &fresh, common::encoder()).unwrap_err();
+    assert!(e.to_string().contains("line 2"), "{e}");
+    assert_eq!(export(&fresh), out.stdout);
+}
+
+/// Streams writes (adds and deletes) into a server and SIGKILLs it at random moments, many
+/// rounds. After each restart: every acknowledged add is present exactly once with its exact
+/// text, every acknowledged delete is absent, and anything else present is a complete write
+/// that was in flight when the server died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_sigkill() {
+    let ix = common::indexed_fixture();
+    let mut acked: HashMap<String, String> = HashMap::new(); // id → text
+    let mut deleted: HashSet<String> = HashSet::new();
+    let mut sent: HashSet<String> = HashSet::new(); // every text ever sent
+    let mut seed = 0x2545F4914F6CDD1Du64;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let rounds = 8;
+    for round in 0..rounds {
+        // A small flush size so some kills land during or right after a flush.
+        let (c, pid) = start(&ix.index, &["--memory-flush-at", "7"]).await;
+        let c = std::sync::Arc::new(c);
+        // Check what survived the previous kill.
+        let present = list_all(&c).await;
+        let mut seen: HashMap<String, String> = HashMap::new();
+        for m in &present {
+            let id = m["id"].as_str().unwrap().to_string();
+            let text = m["text"].as_str().unwrap().to_string();
+            assert!(
+                seen.insert(id.clone(), text.clone()).is_none(),
+                "{id} twice"
+            );
+            assert!(sent.contains(&text), "round {round}: unknown text {text:?}");
+        }
+        for (id, text) in &acked {
+            assert_eq!(
+                seen.get(id),
+                Some(text),
+                "round {round}: acknowledged {id} lost"
+            );
+        }
+        for id in &deleted {
+            assert!(
+                !seen.contains_key(id),
+                "round {round}: deleted {id} came back"
+            );
+        }
+        // Unacknowledged writes that made it are now facts.
+        for (id, text) in seen {
+            acked.entry(id).or_insert(text);
+        }
+
+        // Stream writes; kill at a random moment.
+        let kill_after = Duration::from_millis(300 + rnd(1500));
+        let writer = {
+            let c = c.clone();
+            let mut texts = Vec::new();
+            for w in 0..200 {
+                let n = 1 + rnd(3) as usize;
+                texts.push(
+                    (0..n)
+                        .map(|j| {
+                            format!(
+                                "crash round {round} write {w} part {j} token{}",
+                                rnd(1_000_000)
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                );
+            }
+            for t in texts.iter().flatten() {
+                sent.insert(t.clone());
+            }
+            let victims: Vec<String> = acked.keys().take(rnd(3) as usize).cloned().collect();
+            tokio::spawn(async move {
+                let mut ok: Vec<(String, String)> = Vec::new();
+                let mut del_ok: Vec<String> = Vec::new();
+                for (w, batch) in texts.into_iter().enumerate() {
+                    if w == 3 && !victims.is_empty() {
+                        if call(&c, "delete_memories", json!({"ids": victims}))
+                            .await
+                            .is_ok()
+                        {
+                            del_ok.extend(victims.iter().cloned());
+                        } else {
+                            break;
+                        }
+                    }
+                    let mems: Vec<Value> = batch.iter().map(|t| json!({"text": t})).collect();
+                    match call(&c, "add_memories", json!({"memories": mems})).await {
+                        Ok(v) => {
+                            for (id, t) in v["ids"].as_array().unwrap().iter().zip(batch) {
+                                ok.push((id.as_str().unwrap().to_string(), t));
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+                (ok, del_ok)
+            })
+        };
+        tokio::time::sleep(kill_after).await;
+        std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        let (ok, del_ok) = writer.await.unwrap();
+        for id in &del_ok {
+            acked.remove(id);
+            deleted.insert(id.clone());
+        }
+        for (id, t) in ok {
+            acked.insert(id, t);
+        }
+        drop(c);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        acked.len() > 20,
+        "too few writes were acknowledged: {}",
+        acked.len()
+    );
+    // Final check after the last kill.
+    let (c, _) = start(&ix.index, &[]).await;
+    let present = list_all(&c).await;
+    let got: HashMap<String, String> = present
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_str().unwrap().to_string(),
+                m["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), present.len(), "duplicate ids");
+    for (id, text) in &acked {
+        assert_eq!(got.get(id), Some(text), "acknowledged {id} lost");
+    }
+    for id in &deleted {
+        assert!(!got.contains_key(id));
+    }
+    for t in got.values() {
+        assert!(sent.contains(t));
+    }
+    // Flushes merged older memory segments instead of piling them up.
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(ix.index.join("MANIFEST")).unwrap()).unwrap();
+    let n = m["memory_segments"].as_array().unwrap().len();
+    assert!(
+        (1..=queryd::memory::tools::MERGE_AT).contains(&n),
+        "{n} memory segments"
+    );
+    c.cancel().await.unwrap();
+}
