@@ -263,6 +263,14 @@ pub fn validate_record(m: &MemoryRecord) -> Result<(), String> {
     Ok(())
 }
 
+impl ArchivedMemoryRecord {
+    /// An owned copy of the stored record.
+    pub fn to_record(&self) -> MemoryRecord {
+        rkyv::deserialize::<MemoryRecord, rkyv::rancor::Error>(self)
+            .expect("deserialising a validated archive cannot fail")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,13 +330,5 @@ mod tests {
         assert!(validate_code_ref(&cr("src/a.rs", 5, 4)).is_err());
         assert!(validate_code_ref(&cr("../etc/passwd", 1, 1)).is_err());
         assert!(validate_code_ref(&cr("/etc/passwd", 1, 1)).is_err());
-    }
-}
-
-impl ArchivedMemoryRecord {
-    /// An owned copy of the stored record.
-    pub fn to_record(&self) -> MemoryRecord {
-        rkyv::deserialize::<MemoryRecord, rkyv::rancor::Error>(self)
-            .expect("deserialising a validated archive cannot fail")
     }
 }

@@ -162,7 +162,7 @@ impl SegmentBuilder {
         drop(fields);
         let graph = graph::build(n, n + nf, &self.edges, self.external_edges);
         let vector_bytes: Vec<u8> = self.vectors.iter().flat_map(|f| f.to_le_bytes()).collect();
-        let memories = (!self.memories.is_empty()).then(|| MemoryTable {
+        let memories = (!self.memories.is_empty()).then_some(MemoryTable {
             memories: self.memories,
         });
         let table = ChunkTable::with_lookups(self.files, self.chunks);

@@ -122,9 +122,9 @@ pub struct Timings {
 }
 
 /// (segment ordinal, chunk ordinal).
-type ChunkRef = (usize, u32);
+pub type ChunkRef = (usize, u32);
 /// (fused score, vector rank, lexical rank).
-type Fused = (f32, Option<usize>, Option<usize>);
+pub type Fused = (f32, Option<usize>, Option<usize>);
 
 /// True when a query looks like an identifier (`parse_config`, `HttpServer`, `a::b`), which
 /// BM25 matches exactly and a sentence encoder only approximates.
@@ -268,7 +268,7 @@ pub fn fuse(
     lex_list: &[(usize, u32, f32)],
     query: &str,
     o: &SearchOptions,
-) -> Vec<((usize, u32), (f32, Option<usize>, Option<usize>))> {
+) -> Vec<(ChunkRef, Fused)> {
     // Identifier-like queries lean lexical; for sentences both lists weigh the same (the best
     // setting on the quality harness).
     let (wv, wl) = o.weights.unwrap_or(if identifier_like(query) {

@@ -424,7 +424,7 @@ fn http_serves_mcp_health_metrics_and_rejects_foreign_origins() {
         &hs,
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string(),
     );
-    assert_eq!(r.message()["result"]["tools"].as_array().unwrap().len(), 8);
+    assert_eq!(r.message()["result"]["tools"].as_array().unwrap().len(), 14);
     let call = |id: u64, name: &str, a: Value| {
         request(
             port,

@@ -89,7 +89,7 @@ impl Delta {
         self.last_lsn = self.last_lsn.max(lsn);
         let id = match op {
             WalOp::Put { record, vector } => {
-                let e = Entry::new(record.clone(), vector.clone());
+                let e = Entry::new((**record).clone(), vector.clone());
                 self.total_len += u64::from(e.len);
                 if let Some(old) = self.entries.insert(record.id.clone(), Arc::new(e)) {
                     self.total_len -= u64::from(old.len);

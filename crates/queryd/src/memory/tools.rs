@@ -914,7 +914,7 @@ impl Engine {
             .into_iter()
             .enumerate()
             .map(|(i, record)| WalOp::Put {
-                record,
+                record: Box::new(record),
                 vector: vecs[i * dim..(i + 1) * dim].to_vec(),
             })
             .collect();
@@ -928,6 +928,32 @@ impl Engine {
                 ..Debug::default()
             }),
         })
+    }
+
+    /// Writes complete records with precomputed vectors (`records.len() × dim` floats): the
+    /// write path of `add_memories` without validation of tool input or embedding. Records
+    /// are validated; ids must be new.
+    pub fn put_memories(&self, records: Vec<MemoryRecord>, vectors: &[f32]) -> ToolResult<()> {
+        let dim = self.encoder().dim();
+        if vectors.len() != records.len() * dim {
+            return Err(ToolError::InvalidInput(format!(
+                "{} floats for {} records of dimension {dim}",
+                vectors.len(),
+                records.len()
+            )));
+        }
+        for r in &records {
+            validate_record(r).map_err(ToolError::InvalidInput)?;
+        }
+        let ops = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, record)| WalOp::Put {
+                record: Box::new(record),
+                vector: vectors[i * dim..(i + 1) * dim].to_vec(),
+            })
+            .collect();
+        self.write_with(|_| Ok((ops, ())))
     }
 
     pub fn get_memory(&self, a: &GetMemoryArgs) -> ToolResult<MemoryAnswer> {
@@ -1047,7 +1073,7 @@ impl Engine {
             let vector = new_vec.clone().unwrap_or(old_vec);
             Ok((
                 vec![WalOp::Put {
-                    record: r.clone(),
+                    record: Box::new(r.clone()),
                     vector,
                 }],
                 r,

@@ -27,7 +27,7 @@ const MAX_PAYLOAD: usize = 64 << 20;
 #[derive(Debug, Clone, PartialEq)]
 pub enum WalOp {
     Put {
-        record: MemoryRecord,
+        record: Box<MemoryRecord>,
         vector: Vec<f32>,
     },
     Delete {
@@ -72,7 +72,7 @@ fn encode(lsn: u64, op: &WalOp) -> Vec<u8> {
     let (kind, json, vector): (u8, Vec<u8>, &[f32]) = match op {
         WalOp::Put { record, vector } => (
             1,
-            serde_json::to_vec(record).expect("a memory record serialises"),
+            serde_json::to_vec(&**record).expect("a memory record serialises"),
             vector,
         ),
         WalOp::Delete { id } => (2, serde_json::to_vec(id).expect("a string serialises"), &[]),
@@ -106,7 +106,7 @@ fn decode(p: &[u8]) -> Option<(u64, WalOp)> {
     }
     let op = match kind {
         1 => WalOp::Put {
-            record: serde_json::from_slice(json).ok()?,
+            record: Box::new(serde_json::from_slice(json).ok()?),
             vector: vb
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
@@ -316,7 +316,7 @@ mod tests {
 
     fn put(i: u32) -> WalOp {
         WalOp::Put {
-            record: rec(i),
+            record: Box::new(rec(i)),
             vector: vec![i as f32, 0.5, -1.0],
         }
     }
