@@ -27,8 +27,10 @@ use roaring::RoaringBitmap;
 
 use wal::WalOp;
 
-/// Delta size (memories) that triggers a flush into a segment.
-pub const DEFAULT_FLUSH_AT: usize = 10_000;
+/// Delta size (memories) that triggers a flush into a segment. The delta is searched by exact
+/// scan over individually allocated entries (memory-latency bound, ~0.55 µs per memory on the
+/// 2-core dev machine: 5.7 ms at 10,000), so it is kept small; a flush of 2,000 takes ~0.1 s.
+pub const DEFAULT_FLUSH_AT: usize = 2_000;
 
 /// A memory in the delta with what search needs: its vector and its BM25 terms.
 #[derive(Debug)]
@@ -38,6 +40,8 @@ pub struct Entry {
     /// Sorted (term, tf), as the segment writer would index the record.
     pub terms: Vec<(String, u32)>,
     pub len: u32,
+    /// Position in [`Delta::slots`].
+    pub slot: u32,
 }
 
 impl Entry {
@@ -54,6 +58,7 @@ impl Entry {
             vector,
             terms,
             len,
+            slot: 0,
         }
     }
 
@@ -64,11 +69,16 @@ impl Entry {
     }
 }
 
-/// The memories written since the last flush. Cloning is O(1) (persistent maps).
+/// The memories written since the last flush. Cloning is O(1) and an update O(log n) per
+/// touched key (persistent maps), so every write publishes a new version cheaply.
 #[derive(Debug, Clone, Default)]
 pub struct Delta {
     /// By id; ids are time-ordered UUIDs, so this is creation order.
     pub entries: imbl::OrdMap<String, Arc<Entry>>,
+    /// Every entry ever added since the flush, by slot; `None` once replaced or deleted.
+    pub slots: imbl::Vector<Option<Arc<Entry>>>,
+    /// BM25 postings of the live entries: term → slot → tf.
+    pub postings: imbl::HashMap<String, imbl::OrdMap<u32, u32>>,
     /// Sum of the entries' BM25 document lengths.
     pub total_len: u64,
     /// Ids whose copy in a memory segment is superseded (updated) or deleted.
@@ -78,6 +88,19 @@ pub struct Delta {
 }
 
 impl Delta {
+    fn unlink(&mut self, old: &Entry) {
+        self.total_len -= u64::from(old.len);
+        self.slots.set(old.slot as usize, None);
+        for (t, _) in &old.terms {
+            if let Some(pl) = self.postings.get_mut(t) {
+                pl.remove(&old.slot);
+                if pl.is_empty() {
+                    self.postings.remove(t);
+                }
+            }
+        }
+    }
+
     /// Applies one logged operation. `in_segments` says whether an id has a live copy in a
     /// memory segment (which the operation then shadows). Returns the shadowed id, if any.
     pub fn apply(
@@ -89,16 +112,26 @@ impl Delta {
         self.last_lsn = self.last_lsn.max(lsn);
         let id = match op {
             WalOp::Put { record, vector } => {
-                let e = Entry::new((**record).clone(), vector.clone());
-                self.total_len += u64::from(e.len);
-                if let Some(old) = self.entries.insert(record.id.clone(), Arc::new(e)) {
-                    self.total_len -= u64::from(old.len);
+                if let Some(old) = self.entries.remove(&record.id) {
+                    self.unlink(&old);
                 }
+                let mut e = Entry::new((**record).clone(), vector.clone());
+                e.slot = self.slots.len() as u32;
+                for (t, tf) in &e.terms {
+                    self.postings
+                        .entry(t.clone())
+                        .or_default()
+                        .insert(e.slot, *tf);
+                }
+                self.total_len += u64::from(e.len);
+                let e = Arc::new(e);
+                self.slots.push_back(Some(Arc::clone(&e)));
+                self.entries.insert(record.id.clone(), e);
                 &record.id
             }
             WalOp::Delete { id } => {
                 if let Some(old) = self.entries.remove(id) {
-                    self.total_len -= u64::from(old.len);
+                    self.unlink(&old);
                 }
                 id
             }
@@ -108,6 +141,11 @@ impl Delta {
             return Some(id.clone());
         }
         None
+    }
+
+    /// The live entry in `slot`.
+    pub fn slot(&self, slot: u32) -> Option<&Arc<Entry>> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
     }
 }
 

@@ -221,28 +221,32 @@ pub struct MemTimings {
     pub fusion: Duration,
 }
 
-/// BM25 over the delta: `n`, df and average length are the delta's own.
-fn delta_bm25(all: &[&Arc<Entry>], cands: &[Arc<Entry>], query: &str, total_len: u64) -> Vec<f32> {
+/// BM25 over the delta through its postings: `n`, df and average length are the delta's own,
+/// so scores are computed exactly as a segment of these memories would compute them. Returns
+/// (slot, score) for entries passing `filter`.
+fn delta_bm25(delta: &crate::memory::Delta, query: &str, filter: &MemFilter) -> Vec<(u32, f32)> {
     let mut q: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
     format::text::for_each_token(query, |t| *q.entry(t.to_string()).or_insert(0) += 1);
-    let n = all.len() as u32;
-    let df: Vec<u32> = q
-        .keys()
-        .map(|t| all.iter().filter(|e| e.tf(t) > 0).count() as u32)
-        .collect();
-    cands
-        .iter()
-        .map(|e| {
-            let mut s = 0f32;
-            for ((t, &qtf), &df) in q.iter().zip(&df) {
-                let tf = e.tf(t);
-                if tf > 0 {
-                    s += format::bm25::term_score(n, df, qtf, tf, e.len, total_len);
-                }
+    let n = delta.entries.len() as u32;
+    let mut acc: std::collections::HashMap<u32, f32> = std::collections::HashMap::new();
+    let mut admitted: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
+    for (t, &qtf) in &q {
+        let Some(pl) = delta.postings.get(t) else {
+            continue;
+        };
+        let df = pl.len() as u32;
+        for (&slot, &tf) in pl.iter() {
+            let Some(e) = delta.slot(slot) else { continue };
+            let ok = *admitted
+                .entry(slot)
+                .or_insert_with(|| filter.matches(&e.record));
+            if ok {
+                *acc.entry(slot).or_insert(0.0) +=
+                    format::bm25::term_score(n, df, qtf, tf, e.len, delta.total_len);
             }
-            s
-        })
-        .collect()
+        }
+    }
+    acc.into_iter().collect()
 }
 
 /// Searches memories. `o` gives mode, limit, weights and nprobe; `qv` is required unless the
@@ -283,14 +287,10 @@ pub fn search(
             &snap.mem[si].dead
         }
     };
-    let all: Vec<&Arc<Entry>> = snap.delta.entries.values().collect();
-    let cands: Vec<Arc<Entry>> = all
-        .iter()
-        .filter(|e| filter.matches(&e.record))
-        .map(|e| Arc::clone(e))
-        .collect();
+    let delta = &snap.delta;
+    let all_pass = filter.is_default();
     tm.filter = t.elapsed();
-    // The delta's items are keyed (segments.len(), index into `cands`).
+    // The delta's items are keyed (segments.len(), slot).
     let dseg = segs.len();
 
     let sort = |l: &mut Vec<(usize, u32, f32)>| {
@@ -312,8 +312,16 @@ pub fn search(
                     vec_list.push((si, c, s));
                 }
             }
-            for (i, e) in cands.iter().enumerate() {
-                vec_list.push((dseg, i as u32, format::vectors::dot(&e.vector, q)));
+            let scored = delta.slots.iter().flatten().filter_map(|e| {
+                let pass = if all_pass {
+                    e.record.state == "active"
+                } else {
+                    filter.matches(&e.record)
+                };
+                pass.then(|| (e.slot, format::vectors::dot(&e.vector, q)))
+            });
+            for (slot, s) in format::top_k(scored, depth) {
+                vec_list.push((dseg, slot, s));
             }
         }
         sort(&mut vec_list);
@@ -330,13 +338,8 @@ pub fn search(
                 lex_list.push((si, c, s));
             }
         }
-        for (i, s) in delta_bm25(&all, &cands, query, snap.delta.total_len)
-            .into_iter()
-            .enumerate()
-        {
-            if s > 0.0 {
-                lex_list.push((dseg, i as u32, s));
-            }
+        for (slot, s) in format::top_k(delta_bm25(delta, query, filter).into_iter(), depth) {
+            lex_list.push((dseg, slot, s));
         }
         sort(&mut lex_list);
         tm.bm25 = t.elapsed();
@@ -350,7 +353,7 @@ pub fn search(
         .into_iter()
         .filter_map(|((si, c), (score, vr, lr))| {
             let (key, b) = if si == dseg {
-                let e = cands.get(c as usize)?;
+                let e = delta.slot(c)?;
                 (MemKey::Delta(Arc::clone(e)), boosts.boost(&e.record))
             } else {
                 let m = &segs[si].segment.memories()?.memories[c as usize];
@@ -368,4 +371,140 @@ pub fn search(
     hits.truncate(o.limit);
     tm.fusion = t.elapsed();
     Ok((hits, tm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::wal::WalOp;
+    use crate::memory::{new_id, Delta};
+
+    fn rec(text: &str, entity: &str, tags: &[&str]) -> MemoryRecord {
+        MemoryRecord {
+            id: new_id(),
+            text: text.into(),
+            category: "note".into(),
+            scope: "project".into(),
+            entity: entity.into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            source: "agent".into(),
+            evidence: vec![],
+            code_refs: vec![],
+            created_at: 1,
+            updated_at: 1,
+            state: "active".into(),
+        }
+    }
+
+    /// The delta must score BM25 exactly like a segment of the same memories, so results do
+    /// not change when a flush moves them.
+    #[test]
+    fn delta_bm25_equals_segment_bm25() {
+        let words = [
+            "upload", "retry", "cache", "token", "parser", "deploy", "queue",
+        ];
+        let mut recs = Vec::new();
+        for i in 0..60usize {
+            let text: Vec<&str> = (0..3 + i % 7).map(|j| words[(i * 7 + j * 3) % 7]).collect();
+            recs.push(rec(&text.join(" "), words[i % 3], &["area=io"]));
+        }
+        let mut d = Delta::default();
+        for (i, r) in recs.iter().enumerate() {
+            let op = WalOp::Put {
+                record: Box::new(r.clone()),
+                vector: vec![0.0; 4],
+            };
+            d.apply(i as u64 + 1, &op, |_| false);
+        }
+        // Replace one and delete one: the delta's statistics must follow.
+        let mut changed = recs[5].clone();
+        changed.text = "totally different words here".into();
+        d.apply(
+            100,
+            &WalOp::Put {
+                record: Box::new(changed.clone()),
+                vector: vec![0.0; 4],
+            },
+            |_| false,
+        );
+        d.apply(
+            101,
+            &WalOp::Delete {
+                id: recs[9].id.clone(),
+            },
+            |_| false,
+        );
+        let mut live: Vec<MemoryRecord> = recs.clone();
+        live[5] = changed;
+        live.remove(9);
+        live.sort_by(|a, b| a.id.cmp(&b.id));
+        let dir = tempfile::tempdir().unwrap();
+        let n = live.len();
+        let (id, _) = format::SegmentBuilder::for_memories(live.clone(), vec![0.5; n * 4])
+            .write(dir.path(), "m", 4)
+            .unwrap();
+        let seg = format::Segment::open(dir.path(), &id, "m", 4).unwrap();
+        let f = MemFilter::default();
+        for q in [
+            "upload retry",
+            "cache",
+            "queue deploy parser",
+            "different",
+            "uploads",
+        ] {
+            let mut a: Vec<(String, f32)> = delta_bm25(&d, q, &f)
+                .into_iter()
+                .map(|(slot, s)| (d.slot(slot).unwrap().record.id.clone(), s))
+                .collect();
+            let mut b: Vec<(String, f32)> = seg
+                .search_bm25(q, 1000, None, None)
+                .into_iter()
+                .map(|(c, s)| (live[c as usize].id.clone(), s))
+                .collect();
+            a.sort_by(|x, y| x.0.cmp(&y.0));
+            b.sort_by(|x, y| x.0.cmp(&y.0));
+            assert_eq!(a, b, "{q}");
+            assert!(!a.is_empty() || q == "uploads");
+        }
+    }
+
+    #[test]
+    fn filters_and_boosts() {
+        let mut r = rec("x", "Uploads", &["area=io", "retry"]);
+        r.created_at = 1_000;
+        let f = MemFilter {
+            entity: Some("uploads".into()),
+            tags: vec!["area".into(), "retry".into()],
+            ..MemFilter::default()
+        };
+        assert!(f.matches(&r));
+        let f2 = MemFilter {
+            tags: vec!["area=db".into(), "retry".into()],
+            tags_all: false,
+            ..MemFilter::default()
+        };
+        assert!(f2.matches(&r));
+        let f3 = MemFilter {
+            tags: vec!["area=db".into(), "retry".into()],
+            ..MemFilter::default()
+        };
+        assert!(!f3.matches(&r));
+        assert!(!MemFilter {
+            created_after: Some(2_000),
+            ..MemFilter::default()
+        }
+        .matches(&r));
+        r.state = "archived".into();
+        assert!(!MemFilter::default().matches(&r));
+        let b = Boosts {
+            entity: Some("uploads".into()),
+            category: None,
+            tags: vec!["retry".into()],
+            half_life_days: 1.0,
+            recency_weight: 0.1,
+            now_ms: 1_000 + 86_400_000,
+        };
+        // entity 0.1 + tag 0.05 + recency 0.1 · 2^-1.
+        assert!((b.boost(&r) - 0.2).abs() < 1e-6, "{}", b.boost(&r));
+    }
 }
