@@ -12,9 +12,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use format::manifest::{DirLock, IndexManifest, SegmentEntry, TombstoneRef};
-use format::memory::{normalize_tag, validate_record, CodeRef, MemoryRecord, MEMORY_SYMBOL_PREFIX};
-use format::{tombstones, Index, SegmentBuilder};
+use format::manifest::{DirLock, IndexManifest, SegmentEntry};
+use format::memory::{normalize_tag, validate_record, CodeRef, MemoryRecord};
+use format::{Index, SegmentBuilder};
 use serde::Deserialize;
 
 use crate::build::Embedder;
@@ -170,36 +170,16 @@ pub fn ingest(
     let generation = m.generation + 1;
     // Upsert: older copies of these ids are tombstoned.
     if let Some(ix) = &index {
-        let mut kept = Vec::new();
-        for (si, ls) in ix.memory.iter().enumerate() {
-            let mut entry = m.memory_segments[si].clone();
-            let mut bits = ls.tombstones.clone();
-            for r in &recs {
-                for c in ls
-                    .segment
-                    .table()
-                    .symbol_chunks(&format!("{MEMORY_SYMBOL_PREFIX}{}", r.id))
-                {
-                    bits.insert(c);
-                }
-            }
-            if bits.len() != ls.tombstones.len() {
-                report.replaced += bits.len() - ls.tombstones.len();
-                if bits.len() >= u64::from(entry.chunks) {
-                    continue;
-                }
-                let name = tombstones::file_name(&entry.id, generation);
-                let bytes = tombstones::write(&out.join(&name), &m.model_id, &bits)
-                    .map_err(IndexerError::Format)?;
-                entry.tombstones = Some(TombstoneRef {
-                    file: name,
-                    blake3: format::blake3_hex(&bytes),
-                    count: bits.len(),
-                });
-            }
-            kept.push(entry);
-        }
+        let (kept, newly) = format::memory::tombstone_ids(
+            out,
+            ix,
+            &m.memory_segments,
+            recs.iter().map(|r| r.id.as_str()),
+            generation,
+        )
+        .map_err(IndexerError::Format)?;
         m.memory_segments = kept;
+        report.replaced = newly;
     }
     if !recs.is_empty() {
         let (id, meta) = SegmentBuilder::for_memories(recs, vectors)

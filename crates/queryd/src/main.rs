@@ -2,7 +2,7 @@
 //! or, with `--http ADDR`, over streamable HTTP; `queryd search` is a one-shot hybrid query for
 //! people and scripts. Logs go to stderr; on stdio, stdout carries only MCP messages.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -70,40 +70,43 @@ enum Cmd {
         out: Option<PathBuf>,
     },
     /// Run one query and print ranked results.
-    Search {
-        /// Index directory written by `indexer build --out`.
-        #[arg(long)]
-        index: PathBuf,
-        /// The query: words, a sentence or an identifier.
-        query: String,
-        /// Model directory (default: $CIX_MODEL_DIR, else ./models/all-MiniLM-L6-v2).
-        #[arg(long)]
-        model: Option<PathBuf>,
-        #[arg(long, default_value_t = 5)]
-        limit: usize,
-        /// hybrid | vector | lexical
-        #[arg(long, default_value = "hybrid")]
-        mode: Mode,
-        /// Only this language (rust, python, typescript, tsx, javascript, go, java, c, cpp, markdown, …).
-        #[arg(long)]
-        lang: Option<String>,
-        /// Only this chunk kind (function, method, struct, class, …).
-        #[arg(long)]
-        kind: Option<String>,
-        /// Only paths under this directory or file (`src/`), or matching this glob (`*.py`,
-        /// `src/**/*.rs`).
-        #[arg(long)]
-        path: Option<String>,
-        /// Lines of each result's text to print.
-        #[arg(long, default_value_t = 6)]
-        lines: usize,
-        /// Print results as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Print a per-phase timing breakdown on stderr.
-        #[arg(long)]
-        debug: bool,
-    },
+    Search(SearchArgs),
+}
+
+#[derive(clap::Args)]
+struct SearchArgs {
+    /// Index directory written by `indexer build --out`.
+    #[arg(long)]
+    index: PathBuf,
+    /// The query: words, a sentence or an identifier.
+    query: String,
+    /// Model directory (default: $CIX_MODEL_DIR, else ./models/all-MiniLM-L6-v2).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    #[arg(long, default_value_t = 5)]
+    limit: usize,
+    /// hybrid | vector | lexical
+    #[arg(long, default_value = "hybrid")]
+    mode: Mode,
+    /// Only this language (rust, python, typescript, tsx, javascript, go, java, c, cpp, markdown, …).
+    #[arg(long)]
+    lang: Option<String>,
+    /// Only this chunk kind (function, method, struct, class, …).
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only paths under this directory or file (`src/`), or matching this glob (`*.py`,
+    /// `src/**/*.rs`).
+    #[arg(long)]
+    path: Option<String>,
+    /// Lines of each result's text to print.
+    #[arg(long, default_value_t = 6)]
+    lines: usize,
+    /// Print results as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Print a per-phase timing breakdown on stderr.
+    #[arg(long)]
+    debug: bool,
 }
 
 fn main() -> ExitCode {
@@ -121,27 +124,33 @@ fn run() -> anyhow::Result<()> {
     let Some(cmd) = cli.cmd else {
         return serve(cli.serve);
     };
-    if let Cmd::Export { index, out } = &cmd {
-        let mems = queryd::memory::tools::export(index)
-            .map_err(|e| anyhow::anyhow!("exporting memories from {}: {e}", index.display()))?;
-        let mut buf = Vec::new();
-        for m in &mems {
-            serde_json::to_writer(&mut buf, m)?;
-            buf.push(b'\n');
-        }
-        match out {
-            Some(p) => {
-                std::fs::write(p, &buf).with_context(|| format!("writing {}", p.display()))?
-            }
-            None => {
-                use std::io::Write;
-                std::io::stdout().write_all(&buf)?;
-            }
-        }
-        eprintln!("queryd: exported {} memories", mems.len());
-        return Ok(());
+    match cmd {
+        Cmd::Export { index, out } => export(&index, out.as_deref()),
+        Cmd::Search(a) => search_cmd(a),
     }
-    let Cmd::Search {
+}
+
+fn export(index: &Path, out: Option<&Path>) -> anyhow::Result<()> {
+    let mems = queryd::memory::tools::export(index)
+        .map_err(|e| anyhow::anyhow!("exporting memories from {}: {e}", index.display()))?;
+    let mut buf = Vec::new();
+    for m in &mems {
+        serde_json::to_writer(&mut buf, m)?;
+        buf.push(b'\n');
+    }
+    match out {
+        Some(p) => std::fs::write(p, &buf).with_context(|| format!("writing {}", p.display()))?,
+        None => {
+            use std::io::Write;
+            std::io::stdout().write_all(&buf)?;
+        }
+    }
+    eprintln!("queryd: exported {} memories", mems.len());
+    Ok(())
+}
+
+fn search_cmd(a: SearchArgs) -> anyhow::Result<()> {
+    let SearchArgs {
         index,
         query,
         model,
@@ -153,10 +162,7 @@ fn run() -> anyhow::Result<()> {
         lines,
         json,
         debug,
-    } = cmd
-    else {
-        unreachable!("export returned above")
-    };
+    } = a;
     if query.trim().is_empty() {
         anyhow::bail!("the query is empty; pass some words or an identifier");
     }

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use format::manifest::{DirLock, IndexManifest, SegmentEntry, TombstoneRef};
-use format::memory::{normalize_tag, validate_record, CodeRef, MemoryRecord, MEMORY_SYMBOL_PREFIX};
-use format::{tombstones, Index, SegmentBuilder};
+use format::manifest::{DirLock, IndexManifest, SegmentEntry};
+use format::memory::{normalize_tag, validate_record, CodeRef, MemoryRecord};
+use format::{Index, SegmentBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -153,7 +153,6 @@ impl Engine {
         let generation = m.generation + 1;
         let model = m.model_id.clone();
         let mut tombstoned = 0;
-        let mut kept = Vec::new();
         // Merge: with many memory segments, their live records go into the new segment
         // together with the delta (vectors are copied, nothing is re-embedded).
         let merge = base.memory.len() + 1 > MERGE_AT;
@@ -161,50 +160,38 @@ impl Engine {
         let mut recs = Vec::new();
         let mut vecs = Vec::new();
         let mut merged = 0usize;
-        for (si, ls) in base.memory.iter().enumerate() {
-            let mut entry = m.memory_segments[si].clone();
-            let mut bits = ls.tombstones.clone();
-            for id in &cur.delta.shadowed {
-                for c in ls
-                    .segment
-                    .table()
-                    .symbol_chunks(&format!("{MEMORY_SYMBOL_PREFIX}{id}"))
-                {
-                    bits.insert(c);
-                }
-            }
-            if merge {
-                if let Some(t) = ls.segment.memories() {
-                    for (i, r) in t.memories.iter().enumerate() {
-                        let Some(v) = ls.segment.vector(i as u32) else {
-                            continue;
-                        };
-                        if !bits.contains(i as u32) {
-                            recs.push(r.to_record());
-                            vecs.extend_from_slice(v);
-                            merged += 1;
-                        }
+        let shadowed = || cur.delta.shadowed.iter().map(String::as_str);
+        let kept = if merge {
+            for ls in base.memory.iter() {
+                let Some(t) = ls.segment.memories() else {
+                    continue;
+                };
+                for (i, r) in t.memories.iter().enumerate() {
+                    let i = i as u32;
+                    let dead =
+                        ls.tombstones.contains(i) || cur.delta.shadowed.contains(r.id.as_str());
+                    if let (false, Some(v)) = (dead, ls.segment.vector(i)) {
+                        recs.push(r.to_record());
+                        vecs.extend_from_slice(v);
+                        merged += 1;
+                    } else if !ls.tombstones.contains(i) {
+                        tombstoned += 1;
                     }
                 }
-                tombstoned += bits.len() - ls.tombstones.len();
-                continue;
             }
-            if bits.len() != ls.tombstones.len() {
-                tombstoned += bits.len() - ls.tombstones.len();
-                if bits.len() >= u64::from(entry.chunks) {
-                    continue; // every record superseded: drop the segment
-                }
-                let name = tombstones::file_name(&entry.id, generation);
-                let bytes = tombstones::write(&dir.join(&name), &model, &bits)
-                    .map_err(|e| e.to_string())?;
-                entry.tombstones = Some(TombstoneRef {
-                    file: name,
-                    blake3: format::blake3_hex(&bytes),
-                    count: bits.len(),
-                });
-            }
-            kept.push(entry);
-        }
+            Vec::new()
+        } else {
+            let (kept, newly) = format::memory::tombstone_ids(
+                &dir,
+                &base,
+                &m.memory_segments,
+                shadowed(),
+                generation,
+            )
+            .map_err(|e| e.to_string())?;
+            tombstoned += newly;
+            kept
+        };
         m.memory_segments = kept;
         let n = cur.delta.entries.len();
         let mut segment = None;
