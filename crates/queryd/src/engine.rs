@@ -721,11 +721,25 @@ impl Engine {
                 // reading the current delta and storing the new snapshot.
                 let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
                 let now = self.snap.load_full();
-                self.snap.store(Arc::new(Snapshot::with_delta(
-                    Arc::new(index),
-                    mtime,
-                    now.delta.clone(),
-                )));
+                if !Arc::ptr_eq(&now.index, &cur.index) {
+                    // A flush installed a newer index while this one was opening: it is
+                    // already current, and installing ours would step back.
+                    return Ok(false);
+                }
+                let index = Arc::new(index);
+                // Segment copies of ids the delta holds are superseded (a dump ingested while
+                // we run may have added some).
+                let mut delta = now.delta.clone();
+                let ids: Vec<String> = delta.entries.keys().cloned().collect();
+                for id in ids {
+                    if !delta.shadowed.contains(&id)
+                        && memory::find_in_segments(&index, &id).is_some()
+                    {
+                        delta.shadowed.insert(id);
+                    }
+                }
+                self.snap
+                    .store(Arc::new(Snapshot::with_delta(index, mtime, delta)));
                 self.reloads.fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             }

@@ -404,6 +404,7 @@ async fn acknowledged_writes_survive_sigkill() {
     let mut acked: HashMap<String, String> = HashMap::new(); // id → text
     let mut deleted: HashSet<String> = HashSet::new();
     let mut sent: HashSet<String> = HashSet::new(); // every text ever sent
+    let mut batch_len: HashMap<String, usize> = HashMap::new(); // "round r write w" → parts
     let mut seed = 0x2545F4914F6CDD1Du64;
     let mut rnd = move |n: u64| {
         seed ^= seed << 13;
@@ -441,6 +442,21 @@ async fn acknowledged_writes_survive_sigkill() {
                 "round {round}: deleted {id} came back"
             );
         }
+        // An unacknowledged call that made it made it whole (one batch in the log).
+        let mut parts: HashMap<String, usize> = HashMap::new();
+        for (id, text) in &seen {
+            if !acked.contains_key(id) {
+                let batch = text.split(" part ").next().unwrap().to_string();
+                *parts.entry(batch).or_default() += 1;
+            }
+        }
+        for (batch, n) in parts {
+            assert_eq!(
+                Some(&n),
+                batch_len.get(&batch),
+                "round {round}: {batch} is half there"
+            );
+        }
         // Unacknowledged writes that made it are now facts.
         for (id, text) in seen {
             acked.entry(id).or_insert(text);
@@ -464,8 +480,11 @@ async fn acknowledged_writes_survive_sigkill() {
                         .collect::<Vec<_>>(),
                 );
             }
-            for t in texts.iter().flatten() {
-                sent.insert(t.clone());
+            for (w, batch) in texts.iter().enumerate() {
+                batch_len.insert(format!("crash round {round} write {w}"), batch.len());
+                for t in batch {
+                    sent.insert(t.clone());
+                }
             }
             let victims: Vec<String> = acked.keys().take(rnd(3) as usize).cloned().collect();
             tokio::spawn(async move {

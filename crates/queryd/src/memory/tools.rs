@@ -30,14 +30,30 @@ pub const MAX_BATCH: usize = 256;
 /// Opens the log of `dir`, replays what `MANIFEST`'s `memory_lsn` does not cover into a delta
 /// on top of `snap`, and returns the log (or why writes are disabled) with the new snapshot.
 pub fn recover(dir: &Path, snap: Snapshot) -> (Result<Wal, String>, Snapshot) {
-    let done = snap.index.manifest.memory_lsn;
-    let (wal, rec) = match Wal::open(dir, done + 1) {
+    let (mut wal, rec) = match Wal::open(dir, 1) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("queryd: memory writes are disabled: {e}");
             return (Err(e.to_string()), snap);
         }
     };
+    // The log is ours now. A previous server may have flushed (and truncated its log) after
+    // `snap` was loaded: start from the MANIFEST as it is now.
+    let snap = match IndexManifest::read(dir) {
+        Ok(m) if m.generation != snap.generation() => {
+            match Index::open_reusing(dir, Some(&snap.index)) {
+                Ok(ix) => Snapshot::from_index(ix, snap.manifest_mtime),
+                Err(e) => {
+                    eprintln!("queryd: memory writes are disabled: reopening the index: {e}");
+                    return (Err(e.to_string()), snap);
+                }
+            }
+        }
+        _ => snap,
+    };
+    let done = snap.index.manifest.memory_lsn;
+    wal.ensure_next_lsn(done + 1);
+    let dim = snap.index.manifest.dim as usize;
     if rec.cut_bytes > 0 {
         eprintln!(
             "queryd: memory log {}: cut {} bytes at the end ({}); the records before it were replayed",
@@ -52,10 +68,21 @@ pub fn recover(dir: &Path, snap: Snapshot) -> (Result<Wal, String>, Snapshot) {
     };
     let mut n = 0;
     for (lsn, op) in &rec.ops {
-        if *lsn > done {
-            delta.apply(*lsn, op, |id| find_in_segments(&snap.index, id).is_some());
-            n += 1;
+        if *lsn <= done {
+            continue;
         }
+        if let WalOp::Put { record, vector } = op {
+            if vector.len() != dim {
+                eprintln!(
+                    "queryd: memory log record {lsn} (memory {}) has a {}-d vector, the index is {dim}-d (a different model?); not replayed: re-add it",
+                    record.id,
+                    vector.len()
+                );
+                continue;
+            }
+        }
+        delta.apply(*lsn, op, |id| find_in_segments(&snap.index, id).is_some());
+        n += 1;
     }
     if n > 0 {
         eprintln!("queryd: replayed {n} memory writes from the log");
@@ -106,7 +133,8 @@ impl Engine {
                 shadow(&cur.index, m, &id);
             }
         }
-        let size = delta.entries.len();
+        // Dead slots (replaced versions) count too, so a stream of updates also flushes.
+        let size = delta.slots.len();
         self.store_snapshot(Snapshot {
             index: Arc::clone(&cur.index),
             loaded_at: cur.loaded_at,
@@ -134,17 +162,19 @@ impl Engine {
     /// to flush.
     pub fn flush_memories(&self) -> Result<Option<FlushReport>, String> {
         let t0 = Instant::now();
+        let dir = self.dir().to_path_buf();
+        // The directory lock first: an indexer build may hold it for minutes, and writes must
+        // not wait for that behind the writer lock.
+        let _lock = DirLock::acquire(&dir).map_err(|e| e.to_string())?;
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let cur = self.snapshot();
-        if cur.delta.entries.is_empty() && cur.delta.shadowed.is_empty() {
-            return Ok(None);
-        }
-        let Ok(wal) = w.wal.as_mut() else {
-            return Err("memory writes are disabled; nothing to flush".into());
-        };
-        let dir = self.dir().to_path_buf();
-        let _lock = DirLock::acquire(&dir).map_err(|e| e.to_string())?;
         let mut m = IndexManifest::read(&dir).map_err(|e| e.to_string())?;
+        if cur.delta.last_lsn <= m.memory_lsn {
+            return Ok(None); // nothing logged since the last flush
+        }
+        if w.wal.is_err() {
+            return Err("memory writes are disabled; nothing to flush".into());
+        }
         let base: Arc<Index> = if m.memory_segments == cur.index.manifest.memory_segments {
             Arc::clone(&cur.index)
         } else {
@@ -160,7 +190,16 @@ impl Engine {
         let mut recs = Vec::new();
         let mut vecs = Vec::new();
         let mut merged = 0usize;
-        let shadowed = || cur.delta.shadowed.iter().map(String::as_str);
+        // Every segment copy of an id the delta touched is superseded: ids shadowed at write
+        // time, and ids the delta holds (a dump ingested meanwhile may have added copies).
+        let superseded: Vec<&str> = cur
+            .delta
+            .shadowed
+            .iter()
+            .map(String::as_str)
+            .chain(cur.delta.entries.keys().map(String::as_str))
+            .collect();
+        let shadowed = || superseded.iter().copied();
         let kept = if merge {
             for ls in base.memory.iter() {
                 let Some(t) = ls.segment.memories() else {
@@ -168,8 +207,9 @@ impl Engine {
                 };
                 for (i, r) in t.memories.iter().enumerate() {
                     let i = i as u32;
-                    let dead =
-                        ls.tombstones.contains(i) || cur.delta.shadowed.contains(r.id.as_str());
+                    let dead = ls.tombstones.contains(i)
+                        || cur.delta.shadowed.contains(r.id.as_str())
+                        || cur.delta.entries.contains_key(r.id.as_str());
                     if let (false, Some(v)) = (dead, ls.segment.vector(i)) {
                         recs.push(r.to_record());
                         vecs.extend_from_slice(v);
@@ -220,11 +260,27 @@ impl Engine {
         }
         m.memory_lsn = cur.delta.last_lsn;
         m.generation = generation;
-        m.commit(&dir).map_err(|e| e.to_string())?;
+        // From the commit on, a failure leaves disk ahead of memory: the log's records are in
+        // the new segment. Serving on would flush them twice, so memory writes stop until a
+        // restart, which replays only what `memory_lsn` does not cover.
+        let poison = |w: &mut crate::engine::Writer, e: String| {
+            let msg = format!(
+                "a memory flush was committed but could not be installed ({e}); restart queryd"
+            );
+            eprintln!("queryd: {msg}");
+            w.wal = Err(msg.clone());
+            msg
+        };
+        if let Err(e) = m.commit(&dir) {
+            return Err(poison(&mut w, e.to_string()));
+        }
         if let Err(e) = Index::collect_garbage(&dir) {
             eprintln!("queryd: garbage collection after a memory flush: {e}");
         }
-        let index = Index::open_reusing(&dir, Some(&base)).map_err(|e| e.to_string())?;
+        let index = match Index::open_reusing(&dir, Some(&base)) {
+            Ok(ix) => ix,
+            Err(e) => return Err(poison(&mut w, e.to_string())),
+        };
         let mtime = std::fs::metadata(dir.join(format::manifest::MANIFEST))
             .and_then(|x| x.modified())
             .ok();
@@ -239,7 +295,9 @@ impl Engine {
         self.mark_seen(mtime, generation);
         // Committed: the log's records are in the segment (and `memory_lsn` says so, should
         // this truncation not happen).
-        wal.truncate().map_err(|e| e.to_string())?;
+        if let Ok(wal) = w.wal.as_mut() {
+            wal.truncate().map_err(|e| e.to_string())?;
+        }
         Ok(Some(FlushReport {
             segment,
             memories: n,
@@ -987,7 +1045,11 @@ impl Engine {
         let mut embed_ms = 0.0;
         let new_vec = match &a.text {
             Some(t) => {
-                check_text("text", t)?;
+                if t.trim().is_empty() {
+                    return Err(ToolError::InvalidInput(
+                        "`text` is empty; pass the new text or leave it out".into(),
+                    ));
+                }
                 if t.len() > format::memory::MAX_TEXT_BYTES {
                     return Err(ToolError::InvalidInput(format!(
                         "the memory text is {} bytes; the limit is {} bytes",
@@ -1219,6 +1281,9 @@ impl Engine {
 /// Every live memory of the index at `dir`, including unflushed writes in its log, sorted by
 /// id (the dump format of `indexer build --memories`). Reads only.
 pub fn export(dir: &Path) -> Result<Vec<MemoryRecord>, String> {
+    // Under the directory lock a flush cannot move records from the log into a segment
+    // between reading the one and the other.
+    let _lock = DirLock::acquire(dir).map_err(|e| e.to_string())?;
     let index = Index::open(dir).map_err(|e| e.to_string())?;
     let rec = super::wal::read_only(dir).map_err(|e| e.to_string())?;
     let done = index.manifest.memory_lsn;

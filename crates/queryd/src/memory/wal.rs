@@ -3,7 +3,9 @@
 //! Layout: an 8-byte magic, then records `[len: u32][crc32c(payload): u32][payload]`, little
 //! endian. A payload is `[lsn: u64][op: u8][json_len: u32][json][dim: u32][dim × f32]`: op 1 puts
 //! a record (the JSON [`MemoryRecord`]) with its vector, op 2 deletes the memory whose id is the
-//! JSON string. Sequence numbers (LSN) grow by one per record across truncations; `MANIFEST`'s
+//! JSON string; bit 0x80 of op marks the last record of a batch (one tool call). Replay applies
+//! whole batches only: a batch without its last record is a torn tail, so an unacknowledged
+//! call is never half there. Sequence numbers (LSN) grow by one per record across truncations; `MANIFEST`'s
 //! `memory_lsn` says which are already in memory segments.
 //!
 //! A write is acknowledged only after its records are appended and the file is fsynced. On
@@ -66,9 +68,13 @@ pub struct Wal {
     file: File,
     len: u64,
     next_lsn: u64,
+    /// Set when a failed append could not be cut back.
+    poisoned: Option<String>,
 }
 
-fn encode(lsn: u64, op: &WalOp) -> Vec<u8> {
+const END_OF_BATCH: u8 = 0x80;
+
+fn encode(lsn: u64, op: &WalOp, last: bool) -> Vec<u8> {
     let (kind, json, vector): (u8, Vec<u8>, &[f32]) = match op {
         WalOp::Put { record, vector } => (
             1,
@@ -79,7 +85,7 @@ fn encode(lsn: u64, op: &WalOp) -> Vec<u8> {
     };
     let mut p = Vec::with_capacity(17 + json.len() + 4 * vector.len());
     p.extend_from_slice(&lsn.to_le_bytes());
-    p.push(kind);
+    p.push(if last { kind | END_OF_BATCH } else { kind });
     p.extend_from_slice(&(json.len() as u32).to_le_bytes());
     p.extend_from_slice(&json);
     p.extend_from_slice(&(vector.len() as u32).to_le_bytes());
@@ -93,9 +99,10 @@ fn encode(lsn: u64, op: &WalOp) -> Vec<u8> {
     rec
 }
 
-fn decode(p: &[u8]) -> Option<(u64, WalOp)> {
+fn decode(p: &[u8]) -> Option<(u64, WalOp, bool)> {
     let lsn = u64::from_le_bytes(p.get(0..8)?.try_into().ok()?);
-    let kind = *p.get(8)?;
+    let last = *p.get(8)? & END_OF_BATCH != 0;
+    let kind = *p.get(8)? & !END_OF_BATCH;
     let jl = u32::from_le_bytes(p.get(9..13)?.try_into().ok()?) as usize;
     let json = p.get(13..13usize.checked_add(jl)?)?;
     let at = 13 + jl;
@@ -117,41 +124,73 @@ fn decode(p: &[u8]) -> Option<(u64, WalOp)> {
         },
         _ => return None,
     };
-    Some((lsn, op))
+    Some((lsn, op, last))
 }
 
 /// Reads every valid record of the log bytes `b` (after the magic). Returns the records and
 /// the offset where valid data ends, with the reason when that is not the end of `b`.
 fn scan(b: &[u8]) -> (Vec<(u64, WalOp)>, usize, Option<String>) {
+    let (mut ops, end, why, batch_start) = scan_records(b);
+    // Records of a batch whose last record is missing were never acknowledged.
+    if batch_start < end {
+        while ops.last().is_some_and(|o| !o.2) {
+            ops.pop();
+        }
+        let why = why.or_else(|| Some("incomplete batch".into()));
+        return (
+            ops.into_iter().map(|o| (o.0, o.1)).collect(),
+            batch_start,
+            why,
+        );
+    }
+    (ops.into_iter().map(|o| (o.0, o.1)).collect(), end, why)
+}
+
+/// Every valid record, where valid data ends (with why, when it is not the end of `b`), and
+/// where the last complete batch ends.
+/// A scan: records (lsn, op, last of its batch), where valid data ends, why it ends there
+/// (when not at the end), and where the last complete batch ends.
+type Scan = (Vec<(u64, WalOp, bool)>, usize, Option<String>, usize);
+
+fn scan_records(b: &[u8]) -> Scan {
     let mut ops = Vec::new();
     let mut at = MAGIC.len();
     let mut prev_lsn = 0u64;
+    let mut batch_end = at;
+    macro_rules! stop {
+        ($why:expr) => {
+            return (ops, at, Some($why.into()), batch_end)
+        };
+    }
     while at < b.len() {
         let Some(head) = b.get(at..at + 8) else {
-            return (ops, at, Some("incomplete record header".into()));
+            stop!("incomplete record header")
         };
         let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
         if len > MAX_PAYLOAD {
-            return (ops, at, Some(format!("record length {len} is implausible")));
+            stop!(format!("record length {len} is implausible"))
         }
         let Some(p) = b.get(at + 8..at + 8 + len) else {
-            return (ops, at, Some("incomplete record".into()));
+            stop!("incomplete record")
         };
         if crc32c::crc32c(p) != crc {
-            return (ops, at, Some("checksum mismatch".into()));
+            stop!("checksum mismatch")
         }
-        let Some((lsn, op)) = decode(p) else {
-            return (ops, at, Some("undecodable record".into()));
+        let Some((lsn, op, last)) = decode(p) else {
+            stop!("undecodable record")
         };
         if lsn <= prev_lsn && prev_lsn != 0 {
-            return (ops, at, Some("sequence numbers go backwards".into()));
+            stop!("sequence numbers go backwards")
         }
         prev_lsn = lsn;
-        ops.push((lsn, op));
+        ops.push((lsn, op, last));
         at += 8 + len;
+        if last {
+            batch_end = at;
+        }
     }
-    (ops, at, None)
+    (ops, at, None, batch_end)
 }
 
 impl Wal {
@@ -207,6 +246,7 @@ impl Wal {
                 file,
                 len: end as u64,
                 next_lsn: (last + 1).max(min_next_lsn).max(1),
+                poisoned: None,
             },
             rec,
         ))
@@ -218,9 +258,15 @@ impl Wal {
     pub fn append(&mut self, ops: &[WalOp]) -> Result<Vec<u64>, WalError> {
         let mut buf = Vec::new();
         let mut lsns = Vec::with_capacity(ops.len());
-        for op in ops {
+        if let Some(why) = &self.poisoned {
+            return Err(WalError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(why.clone()),
+            });
+        }
+        for (i, op) in ops.iter().enumerate() {
             let lsn = self.next_lsn + lsns.len() as u64;
-            buf.extend_from_slice(&encode(lsn, op));
+            buf.extend_from_slice(&encode(lsn, op, i + 1 == ops.len()));
             lsns.push(lsn);
         }
         let io = |source| WalError::Io {
@@ -232,8 +278,18 @@ impl Wal {
             .write_all(&buf)
             .and_then(|_| self.file.sync_data());
         if let Err(e) = r {
-            let _ = self.file.set_len(self.len);
-            let _ = self.file.seek(SeekFrom::Start(self.len));
+            // Cut the partial append back; if even that fails, refuse further appends (they
+            // would follow garbage) until a restart recovers the log.
+            let cut = self
+                .file
+                .set_len(self.len)
+                .and_then(|_| self.file.sync_data())
+                .and_then(|_| self.file.seek(SeekFrom::Start(self.len)).map(|_| ()));
+            if let Err(c) = cut {
+                self.poisoned = Some(format!(
+                    "the memory log could not be repaired after a failed write ({c}); restart queryd"
+                ));
+            }
             return Err(io(e));
         }
         self.len += buf.len() as u64;
@@ -254,6 +310,11 @@ impl Wal {
         self.file.sync_all().map_err(io)?;
         self.len = MAGIC.len() as u64;
         Ok(())
+    }
+
+    /// Makes the next sequence number at least `min` (after re-reading `MANIFEST`).
+    pub fn ensure_next_lsn(&mut self, min: u64) {
+        self.next_lsn = self.next_lsn.max(min);
     }
 
     /// Bytes in the log.
@@ -365,6 +426,21 @@ mod tests {
                 assert_eq!(op, &(i as u64 + 1, [put(1), put(2)][i].clone()));
             }
         }
+
+        // A batch is all or nothing: cutting inside the first batch (records 1-2) keeps none.
+        let rec1_end = {
+            let len = u32::from_le_bytes(full[8..12].try_into().unwrap()) as usize;
+            8 + 8 + len
+        };
+        std::fs::write(d.path().join(WAL_FILE), &full[..rec1_end]).unwrap();
+        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        assert!(r.ops.is_empty(), "half a batch was replayed");
+        assert_eq!(r.cut_reason.as_deref(), Some("incomplete batch"));
+        drop(w);
+        assert_eq!(
+            std::fs::metadata(d.path().join(WAL_FILE)).unwrap().len(),
+            MAGIC.len() as u64
+        );
 
         // LSNs continue after the manifest's memory_lsn once the log is truncated.
         std::fs::write(d.path().join(WAL_FILE), &full).unwrap();
