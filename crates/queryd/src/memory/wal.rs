@@ -233,7 +233,21 @@ impl Wal {
         let (ops, end, why) = scan(&b);
         if end < b.len() {
             rec.cut_bytes = (b.len() - end) as u64;
-            rec.cut_reason = why;
+            // Keep what is cut: a torn tail is garbage, but a flipped bit mid-log would
+            // otherwise take acknowledged records after it along.
+            let aside = path.with_extension(format!(
+                "wal.cut-{}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis())
+            ));
+            std::fs::write(&aside, &b[end..]).map_err(io)?;
+            rec.cut_reason = Some(format!(
+                "{}; the {} bytes cut are kept in {}",
+                why.unwrap_or_else(|| "corrupt record".into()),
+                b.len() - end,
+                aside.display()
+            ));
             file.set_len(end as u64).map_err(io)?;
             file.sync_all().map_err(io)?;
         }
@@ -427,6 +441,13 @@ mod tests {
             }
         }
 
+        // What was cut is kept beside the log.
+        assert!(std::fs::read_dir(d.path()).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains("wal.cut-")));
+
         // A batch is all or nothing: cutting inside the first batch (records 1-2) keeps none.
         let rec1_end = {
             let len = u32::from_le_bytes(full[8..12].try_into().unwrap()) as usize;
@@ -435,7 +456,11 @@ mod tests {
         std::fs::write(d.path().join(WAL_FILE), &full[..rec1_end]).unwrap();
         let (w, r) = Wal::open(d.path(), 1).unwrap();
         assert!(r.ops.is_empty(), "half a batch was replayed");
-        assert_eq!(r.cut_reason.as_deref(), Some("incomplete batch"));
+        assert!(r
+            .cut_reason
+            .as_deref()
+            .unwrap()
+            .starts_with("incomplete batch"));
         drop(w);
         assert_eq!(
             std::fs::metadata(d.path().join(WAL_FILE)).unwrap().len(),
