@@ -11,7 +11,13 @@ cd "$here"
 cargo build --release --bins
 out="$here/.cache/index-$(basename "$(cd "$repo" && pwd)")"
 export CIX_MODEL_DIR="$here/models/all-MiniLM-L6-v2"
-./target/release/indexer build "$repo" --out "$out"
+# The index is this script's own cache: one left by an older version (or damaged) is rebuilt.
+rebuild=()
+if [ -f "$out/MANIFEST" ] && ! ./target/release/indexer verify "$out" >/dev/null 2>&1; then
+    echo "quickstart: the cached index in $out is from another version or damaged; rebuilding it"
+    rebuild=(--rebuild)
+fi
+./target/release/indexer build "$repo" --out "$out" "${rebuild[@]}"
 echo
 echo "query: $query"
 ./target/release/queryd search --index "$out" "$query"
