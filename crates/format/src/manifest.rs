@@ -272,3 +272,46 @@ fn open_all(
     }
     Ok(out)
 }
+
+/// Tombstones, in the memory segments of `index` (whose manifest entries are `entries`, same
+/// order), every record whose id is in `ids`, on top of the existing tombstones; new tombstone
+/// files are named for `generation`. Returns the new entries (a segment left with no live
+/// record is dropped) and how many records were newly tombstoned.
+pub fn tombstone_memory_ids<'a>(
+    dir: &std::path::Path,
+    index: &Index,
+    entries: &[SegmentEntry],
+    ids: impl Iterator<Item = &'a str> + Clone,
+    generation: u64,
+) -> Result<(Vec<SegmentEntry>, u64)> {
+    let mut kept = Vec::with_capacity(entries.len());
+    let mut newly = 0;
+    for (ls, entry) in index.memory.iter().zip(entries) {
+        let mut entry = entry.clone();
+        let mut bits = ls.tombstones.clone();
+        for id in ids.clone() {
+            for c in ls
+                .segment
+                .table()
+                .symbol_chunks(&format!("{}{id}", crate::memory::MEMORY_SYMBOL_PREFIX))
+            {
+                bits.insert(c);
+            }
+        }
+        if bits.len() != ls.tombstones.len() {
+            newly += bits.len() - ls.tombstones.len();
+            if bits.len() >= u64::from(entry.chunks) {
+                continue;
+            }
+            let name = tombstones::file_name(&entry.id, generation);
+            let bytes = tombstones::write(&dir.join(&name), &index.manifest.model_id, &bits)?;
+            entry.tombstones = Some(TombstoneRef {
+                file: name,
+                blake3: crate::blake3_hex(&bytes),
+                count: bits.len(),
+            });
+        }
+        kept.push(entry);
+    }
+    Ok((kept, newly))
+}

@@ -263,50 +263,6 @@ pub fn validate_record(m: &MemoryRecord) -> Result<(), String> {
     Ok(())
 }
 
-/// Tombstones, in the memory segments of `index` (whose manifest entries are `entries`, same
-/// order), every record whose id is in `ids`, on top of the existing tombstones; new tombstone
-/// files are named for `generation`. Returns the new entries (a segment left with no live
-/// record is dropped) and how many records were newly tombstoned.
-pub fn tombstone_ids<'a>(
-    dir: &std::path::Path,
-    index: &crate::Index,
-    entries: &[crate::SegmentEntry],
-    ids: impl Iterator<Item = &'a str> + Clone,
-    generation: u64,
-) -> crate::Result<(Vec<crate::SegmentEntry>, u64)> {
-    let mut kept = Vec::with_capacity(entries.len());
-    let mut newly = 0;
-    for (ls, entry) in index.memory.iter().zip(entries) {
-        let mut entry = entry.clone();
-        let mut bits = ls.tombstones.clone();
-        for id in ids.clone() {
-            for c in ls
-                .segment
-                .table()
-                .symbol_chunks(&format!("{MEMORY_SYMBOL_PREFIX}{id}"))
-            {
-                bits.insert(c);
-            }
-        }
-        if bits.len() != ls.tombstones.len() {
-            newly += bits.len() - ls.tombstones.len();
-            if bits.len() >= u64::from(entry.chunks) {
-                continue;
-            }
-            let name = crate::tombstones::file_name(&entry.id, generation);
-            let bytes =
-                crate::tombstones::write(&dir.join(&name), &index.manifest.model_id, &bits)?;
-            entry.tombstones = Some(crate::manifest::TombstoneRef {
-                file: name,
-                blake3: crate::blake3_hex(&bytes),
-                count: bits.len(),
-            });
-        }
-        kept.push(entry);
-    }
-    Ok((kept, newly))
-}
-
 impl ArchivedMemoryRecord {
     /// An owned copy of the stored record.
     pub fn to_record(&self) -> MemoryRecord {

@@ -170,7 +170,7 @@ pub fn ingest(
     let generation = m.generation + 1;
     // Upsert: older copies of these ids are tombstoned.
     if let Some(ix) = &index {
-        let (kept, newly) = format::memory::tombstone_ids(
+        let (kept, newly) = format::manifest::tombstone_memory_ids(
             out,
             ix,
             &m.memory_segments,

@@ -221,7 +221,7 @@ impl Engine {
             }
             Vec::new()
         } else {
-            let (kept, newly) = format::memory::tombstone_ids(
+            let (kept, newly) = format::manifest::tombstone_memory_ids(
                 &dir,
                 &base,
                 &m.memory_segments,
