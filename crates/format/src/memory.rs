@@ -111,6 +111,13 @@ pub fn memory_file(n: u32) -> FileRecord {
     }
 }
 
+/// Milliseconds since the Unix epoch (the unit of a record's times).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Allowed scopes, sources and states.
 pub const SCOPES: [&str; 5] = ["user", "session", "project", "team", "org"];
 pub const SOURCES: [&str; 3] = ["user", "agent", "inferred"];

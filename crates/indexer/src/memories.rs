@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use format::manifest::{DirLock, IndexManifest, SegmentEntry};
-use format::memory::{normalize_tag, validate_record, CodeRef, MemoryRecord};
+use format::memory::{normalize_tag, now_ms, validate_record, CodeRef, MemoryRecord};
 use format::{Index, SegmentBuilder};
 use serde::Deserialize;
 
@@ -58,12 +58,6 @@ pub struct IngestReport {
     pub generation: u64,
     pub embed_secs: f64,
     pub tokens: usize,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Parses and validates a dump; errors name the line.

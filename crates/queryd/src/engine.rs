@@ -59,7 +59,7 @@ impl std::fmt::Debug for Snapshot {
     }
 }
 
-fn manifest_mtime(dir: &Path) -> Option<SystemTime> {
+pub(crate) fn manifest_mtime(dir: &Path) -> Option<SystemTime> {
     std::fs::metadata(dir.join(MANIFEST))
         .and_then(|m| m.modified())
         .ok()
@@ -569,7 +569,8 @@ impl Engine {
     /// index and on a model that differs from the one the index was built with.
     pub fn open(index_dir: &Path, model_dir: &Path) -> Result<Engine, OpenError> {
         format::vectors::set_faiss_threads(1);
-        let snap = Snapshot::load(index_dir)?;
+        let mtime = manifest_mtime(index_dir);
+        let index = Index::open(index_dir)?;
         let encoder =
             kernels::Encoder::load(model_dir, kernels::DeviceChoice::Cpu).map_err(|source| {
                 OpenError::Model {
@@ -577,16 +578,17 @@ impl Engine {
                     source,
                 }
             })?;
-        if encoder.model_id() != snap.index.manifest.model_id {
+        if encoder.model_id() != index.manifest.model_id {
             return Err(OpenError::ModelMismatch {
                 index: index_dir.to_path_buf(),
-                index_model: snap.index.manifest.model_id.clone(),
+                index_model: index.manifest.model_id.clone(),
                 model_dir: model_dir.to_path_buf(),
                 model: encoder.model_id().to_string(),
             });
         }
+        // One snapshot, built after recovery (which may have moved to a newer generation).
+        let (wal, snap) = memory::tools::recover(index_dir, index, mtime);
         let snap_key = (snap.manifest_mtime, snap.generation());
-        let (wal, snap) = memory::tools::recover(index_dir, snap);
         Ok(Engine {
             dir: index_dir.to_path_buf(),
             encoder,

@@ -84,6 +84,18 @@ fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
 
+/// `weights` of a hybrid search: two finite non-negative numbers, not both 0.
+pub(crate) fn check_weights(w: Option<(f32, f32)>) -> ToolResult<()> {
+    if w.is_some_and(|(v, l)| {
+        !(v.is_finite() && l.is_finite() && v >= 0.0 && l >= 0.0 && v + l > 0.0)
+    }) {
+        return Err(ToolError::InvalidInput(
+            "`weights` must be two non-negative numbers [vector, lexical], not both 0".into(),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn ms(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
@@ -329,13 +341,7 @@ impl Engine {
             weights: a.weights.map(|[v, l]| (v, l)),
             ..SearchOptions::default()
         };
-        if o.weights.is_some_and(|(v, l)| {
-            !(v.is_finite() && l.is_finite() && v >= 0.0 && l >= 0.0 && v + l > 0.0)
-        }) {
-            return Err(ToolError::InvalidInput(
-                "`weights` must be two non-negative numbers [vector, lexical], not both 0".into(),
-            ));
-        }
+        check_weights(o.weights)?;
         if let Some(p) = a.path.as_deref().filter(|p| !p.trim().is_empty()) {
             o.path_glob = Some(path_glob(p).map_err(ToolError::InvalidInput)?);
         }

@@ -217,12 +217,7 @@ pub fn sync_parent(path: &std::path::Path) {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use format::memory::now_ms;
 
 /// A new time-ordered memory id.
 pub fn new_id() -> String {

@@ -19,7 +19,7 @@ use super::Entry;
 use super::{find_in_segments, new_id, now_ms, shadow, Delta};
 use crate::engine::{Engine, Snapshot};
 use crate::search::{Mode, SearchOptions};
-use crate::tools::{check_text, ms, Debug, ToolError, ToolResult, MAX_LIMIT};
+use crate::tools::{check_text, check_weights, ms, Debug, ToolError, ToolResult, MAX_LIMIT};
 
 /// A flush that would leave more memory segments than this merges them all into one.
 pub const MERGE_AT: usize = 8;
@@ -29,31 +29,35 @@ pub const MAX_BATCH: usize = 256;
 
 /// Opens the log of `dir`, replays what `MANIFEST`'s `memory_lsn` does not cover into a delta
 /// on top of `snap`, and returns the log (or why writes are disabled) with the new snapshot.
-pub fn recover(dir: &Path, snap: Snapshot) -> (Result<Wal, String>, Snapshot) {
+pub fn recover(
+    dir: &Path,
+    index: Index,
+    mtime: Option<std::time::SystemTime>,
+) -> (Result<Wal, String>, Snapshot) {
     let (mut wal, rec) = match Wal::open(dir, 1) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("queryd: memory writes are disabled: {e}");
-            return (Err(e.to_string()), snap);
+            return (Err(e.to_string()), Snapshot::from_index(index, mtime));
         }
     };
     // The log is ours now. A previous server may have flushed (and truncated its log) after
-    // `snap` was loaded: start from the MANIFEST as it is now.
-    let snap = match IndexManifest::read(dir) {
-        Ok(m) if m.generation != snap.generation() => {
-            match Index::open_reusing(dir, Some(&snap.index)) {
-                Ok(ix) => Snapshot::from_index(ix, snap.manifest_mtime),
+    // `index` was opened: start from the MANIFEST as it is now.
+    let (index, mtime) = match IndexManifest::read(dir) {
+        Ok(m) if m.generation != index.manifest.generation => {
+            match Index::open_reusing(dir, Some(&index)) {
+                Ok(ix) => (ix, crate::engine::manifest_mtime(dir)),
                 Err(e) => {
                     eprintln!("queryd: memory writes are disabled: reopening the index: {e}");
-                    return (Err(e.to_string()), snap);
+                    return (Err(e.to_string()), Snapshot::from_index(index, mtime));
                 }
             }
         }
-        _ => snap,
+        _ => (index, mtime),
     };
-    let done = snap.index.manifest.memory_lsn;
+    let done = index.manifest.memory_lsn;
     wal.ensure_next_lsn(done + 1);
-    let dim = snap.index.manifest.dim as usize;
+    let dim = index.manifest.dim as usize;
     if rec.cut_bytes > 0 {
         eprintln!(
             "queryd: memory log {}: cut {} bytes at the end ({}); the records before it were replayed",
@@ -81,14 +85,13 @@ pub fn recover(dir: &Path, snap: Snapshot) -> (Result<Wal, String>, Snapshot) {
                 continue;
             }
         }
-        delta.apply(*lsn, op, |id| find_in_segments(&snap.index, id).is_some());
+        delta.apply(*lsn, op, |id| find_in_segments(&index, id).is_some());
         n += 1;
     }
     if n > 0 {
         eprintln!("queryd: replayed {n} memory writes from the log");
     }
-    let s = Snapshot::with_delta(Arc::clone(&snap.index), snap.manifest_mtime, delta);
-    (Ok(wal), s)
+    (Ok(wal), Snapshot::with_delta(Arc::new(index), mtime, delta))
 }
 
 /// Result of a flush.
@@ -281,9 +284,7 @@ impl Engine {
             Ok(ix) => ix,
             Err(e) => return Err(poison(&mut w, e.to_string())),
         };
-        let mtime = std::fs::metadata(dir.join(format::manifest::MANIFEST))
-            .and_then(|x| x.modified())
-            .ok();
+        let mtime = crate::engine::manifest_mtime(&dir);
         self.store_snapshot(Snapshot::with_delta(
             Arc::new(index),
             mtime,
@@ -1205,13 +1206,7 @@ impl Engine {
             weights: a.weights.map(|[v, l]| (v, l)),
             ..SearchOptions::default()
         };
-        if o.weights.is_some_and(|(v, l)| {
-            !(v.is_finite() && l.is_finite() && v >= 0.0 && l >= 0.0 && v + l > 0.0)
-        }) {
-            return Err(ToolError::InvalidInput(
-                "`weights` must be two non-negative numbers [vector, lexical], not both 0".into(),
-            ));
-        }
+        check_weights(o.weights)?;
         let boosts = Boosts {
             entity: a.boost_entity.clone().filter(|s| !s.trim().is_empty()),
             category: a.boost_category.clone().filter(|s| !s.trim().is_empty()),
