@@ -169,6 +169,7 @@ fn record(r: &mut Rng, now: i64) -> MemoryRecord {
         created_at: now - r.below(90 * 86_400_000) as i64,
         updated_at: now,
         state: "active".into(),
+        similar: vec![],
     }
 }
 

@@ -24,7 +24,7 @@ pub use records::{ChunkInput, EdgeInput, FileInput};
 pub use segment::{Segment, SegmentBuilder, SegmentMeta};
 
 /// Version of the on-disk format. Bumped on any incompatible change; readers refuse others.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Errors of the format layer. Every variant names the file it is about.
 #[derive(Debug, thiserror::Error)]

@@ -70,12 +70,113 @@ pub struct MemoryRecord {
     pub updated_at: i64,
     /// `active`, `archived` or `deleted`.
     pub state: String,
+    /// SIMILAR edges from this memory, computed when its text was written: its
+    /// [`SIMILAR_K`] nearest live memories with cosine similarity ≥ [`SIMILAR_MIN`], best
+    /// first. The reverse direction is found through [`MemoryTable::similar_in`] and the delta.
+    #[serde(default)]
+    pub similar: Vec<Similar>,
+}
+
+/// One SIMILAR edge: the other memory and the cosine similarity of the two vectors.
+#[derive(
+    Archive, Serialize, Deserialize, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq,
+)]
+pub struct Similar {
+    pub id: String,
+    pub score: f32,
+}
+
+/// How many SIMILAR edges a memory gets at write, and the least cosine similarity for one.
+pub const SIMILAR_K: usize = 5;
+pub const SIMILAR_MIN: f32 = 0.55;
+
+/// A reverse SIMILAR edge: memory `target` is similar to the memory in chunk `source`.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SimilarIn {
+    pub target: String,
+    pub source: u32,
 }
 
 /// The root of `memories.rkyv`.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct MemoryTable {
     pub memories: Vec<MemoryRecord>,
+    /// Every record's SIMILAR edges reversed, sorted by (target, source).
+    pub similar_in: Vec<SimilarIn>,
+}
+
+impl MemoryTable {
+    /// The table of `memories` (in chunk order) with its reverse SIMILAR edges.
+    pub fn new(memories: Vec<MemoryRecord>) -> MemoryTable {
+        let mut similar_in: Vec<SimilarIn> = memories
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| {
+                m.similar.iter().map(move |s| SimilarIn {
+                    target: s.id.clone(),
+                    source: i as u32,
+                })
+            })
+            .collect();
+        similar_in.sort_by(|a, b| (&a.target, a.source).cmp(&(&b.target, b.source)));
+        similar_in.dedup();
+        MemoryTable {
+            memories,
+            similar_in,
+        }
+    }
+}
+
+impl ArchivedMemoryTable {
+    /// Chunks of the records that have a SIMILAR edge to memory `id`.
+    pub fn similar_to<'a>(&'a self, id: &str) -> impl Iterator<Item = u32> + 'a {
+        let v = &self.similar_in;
+        let start = v.partition_point(|e| e.target.as_str() < id);
+        let id = id.to_string();
+        v[start..]
+            .iter()
+            .take_while(move |e| e.target.as_str() == id)
+            .map(|e| e.source.to_native())
+    }
+
+    /// Checks the reverse SIMILAR table against the records: sorted, in range, and exactly
+    /// the records' edges.
+    pub fn check_similar(&self) -> Result<(), String> {
+        let n = self.memories.len() as u32;
+        let v = &self.similar_in;
+        let mut count = 0usize;
+        for (i, e) in v.iter().enumerate() {
+            let src = e.source.to_native();
+            if src >= n {
+                return Err(format!(
+                    "reverse SIMILAR edge {i} names record {src} of {n}"
+                ));
+            }
+            if i > 0 {
+                let p = &v[i - 1];
+                if (p.target.as_str(), p.source.to_native()) >= (e.target.as_str(), src) {
+                    return Err("reverse SIMILAR edges are not sorted".into());
+                }
+            }
+            if !self.memories[src as usize]
+                .similar
+                .iter()
+                .any(|s| s.id.as_str() == e.target.as_str())
+            {
+                return Err(format!("reverse SIMILAR edge {i} is not a record's edge"));
+            }
+        }
+        for m in self.memories.iter() {
+            let mut ids: Vec<&str> = m.similar.iter().map(|s| s.id.as_str()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            count += ids.len();
+        }
+        if count != v.len() {
+            return Err("reverse SIMILAR edges and the records' edges differ in number".into());
+        }
+        Ok(())
+    }
 }
 
 /// The chunk that stands for `m` in a memory segment's chunk table.
@@ -264,6 +365,26 @@ pub fn validate_record(m: &MemoryRecord) -> Result<(), String> {
     for r in &m.code_refs {
         validate_code_ref(r)?;
     }
+    if m.similar.len() > MAX_LIST {
+        return Err(format!(
+            "{} SIMILAR edges; at most {MAX_LIST} are allowed",
+            m.similar.len()
+        ));
+    }
+    for e in &m.similar {
+        if !is_uuid(&e.id) || e.id == m.id {
+            return Err(format!(
+                "SIMILAR edge to `{}`: not another memory's id",
+                e.id
+            ));
+        }
+        if !(e.score.is_finite() && (-1.0..=1.0001).contains(&e.score)) {
+            return Err(format!(
+                "SIMILAR edge to `{}`: score {} is not a cosine similarity",
+                e.id, e.score
+            ));
+        }
+    }
     if m.created_at < 0 || m.updated_at < m.created_at {
         return Err("timestamps are invalid: updated_at must be ≥ created_at ≥ 0".into());
     }
@@ -296,7 +417,53 @@ mod tests {
             created_at: 1,
             updated_at: 2,
             state: "active".into(),
+            similar: vec![],
         }
+    }
+
+    #[test]
+    fn reverse_similar_edges() {
+        let id = |i: u8| format!("0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e{i:02x}");
+        let mut recs: Vec<MemoryRecord> = (0..4)
+            .map(|i| MemoryRecord {
+                id: id(i),
+                ..record()
+            })
+            .collect();
+        let e = |i: u8, s: f32| Similar {
+            id: id(i),
+            score: s,
+        };
+        recs[1].similar = vec![e(0, 0.9)];
+        recs[2].similar = vec![e(0, 0.8), e(1, 0.7)];
+        recs[3].similar = vec![e(9, 0.6)]; // a memory outside this table
+        let t = MemoryTable::new(recs);
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&t).unwrap();
+        let a = rkyv::access::<ArchivedMemoryTable, rkyv::rancor::Error>(&bytes).unwrap();
+        assert_eq!(a.similar_to(&id(0)).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(a.similar_to(&id(1)).collect::<Vec<_>>(), [2]);
+        assert_eq!(a.similar_to(&id(9)).collect::<Vec<_>>(), [3]);
+        assert_eq!(a.similar_to(&id(2)).count(), 0);
+        a.check_similar().unwrap();
+        // A table whose reverse edges disagree with its records is refused.
+        let mut bad = t.clone();
+        bad.similar_in.pop();
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&bad).unwrap();
+        let a = rkyv::access::<ArchivedMemoryTable, rkyv::rancor::Error>(&bytes).unwrap();
+        assert!(a.check_similar().is_err());
+        let mut bad = t;
+        bad.similar_in.swap(0, 1);
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&bad).unwrap();
+        let a = rkyv::access::<ArchivedMemoryTable, rkyv::rancor::Error>(&bytes).unwrap();
+        assert!(a.check_similar().is_err());
+        let mut r = record();
+        r.similar = vec![Similar {
+            id: r.id.clone(),
+            score: 0.9,
+        }];
+        assert!(validate_record(&r).unwrap_err().contains("SIMILAR"));
+        r.similar = vec![e(1, f32::NAN)];
+        assert!(validate_record(&r).unwrap_err().contains("cosine"));
     }
 
     #[test]

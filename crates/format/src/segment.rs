@@ -162,9 +162,7 @@ impl SegmentBuilder {
         drop(fields);
         let graph = graph::build(n, n + nf, &self.edges, self.external_edges);
         let vector_bytes: Vec<u8> = self.vectors.iter().flat_map(|f| f.to_le_bytes()).collect();
-        let memories = (!self.memories.is_empty()).then_some(MemoryTable {
-            memories: self.memories,
-        });
+        let memories = (!self.memories.is_empty()).then(|| MemoryTable::new(self.memories));
         let table = ChunkTable::with_lookups(self.files, self.chunks);
         let d = dim as u32;
         let mut outputs: Vec<(&str, Vec<u8>)> = vec![
@@ -467,6 +465,7 @@ impl Segment {
                     return Err(corrupt(&mp, "memory records and chunks disagree"));
                 }
             }
+            mt.check_similar().map_err(|e| corrupt(&mp, e))?;
         }
         let vp = self.path_of(Component::Vectors);
         let expect = n as usize * self.meta.dim as usize * 4;

@@ -5,7 +5,9 @@
 //! when absent), `category` (default `note`), `scope` (`user|session|project|team|org`, default
 //! `project`), `entity`, `tags` (`key` or `key=value`), `source` (`user|agent|inferred`, default
 //! `agent`), `evidence`, `code_refs`, `created_at` / `updated_at` (Unix milliseconds, default now),
-//! `state` (`active|archived|deleted`, default `active`). Unknown fields, invalid values and
+//! `state` (`active|archived|deleted`, default `active`), `similar` (SIMILAR edges, `[{"id", "score"}]`;
+//! computed at ingest when the field is absent, kept as given when present, so an export
+//! round-trips exactly). Unknown fields, invalid values and
 //! repeated ids are errors that name the line; then nothing is written. A memory whose id the
 //! index already holds is replaced (the old copy is tombstoned).
 
@@ -13,7 +15,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use format::manifest::{DirLock, IndexManifest, SegmentEntry};
-use format::memory::{normalize_tag, now_ms, validate_record, CodeRef, MemoryRecord};
+use format::memory::{
+    normalize_tag, now_ms, validate_record, CodeRef, MemoryRecord, Similar, SIMILAR_K, SIMILAR_MIN,
+};
 use format::{Index, SegmentBuilder};
 use serde::Deserialize;
 
@@ -46,6 +50,9 @@ struct DumpRecord {
     updated_at: Option<i64>,
     #[serde(default)]
     state: Option<String>,
+    /// SIMILAR edges as `queryd export` writes them; computed at ingest when absent.
+    #[serde(default)]
+    similar: Option<Vec<Similar>>,
 }
 
 /// What an ingest did.
@@ -57,11 +64,101 @@ pub struct IngestReport {
     pub segment_id: Option<String>,
     pub generation: u64,
     pub embed_secs: f64,
+    /// Computing SIMILAR edges for records without them.
+    pub similar_secs: f64,
     pub tokens: usize,
 }
 
-/// Parses and validates a dump; errors name the line.
-pub fn parse_dump(path: &Path, text: &str) -> Result<Vec<MemoryRecord>, IndexerError> {
+/// SIMILAR edges for `recs[i]`, `i` in `need`, as queryd computes them at write: the
+/// [`SIMILAR_K`] nearest active memories with cosine ≥ [`SIMILAR_MIN`], among the other records
+/// of the dump (exactly: a dot product per pair, in parallel) and the live records of the
+/// index's memory segments that the dump does not replace.
+fn similar_edges(
+    recs: &[MemoryRecord],
+    vectors: &[f32],
+    dim: usize,
+    need: &[usize],
+    index: Option<&Index>,
+) -> Vec<Vec<Similar>> {
+    use rayon::prelude::*;
+    let ids: std::collections::HashSet<&str> = recs.iter().map(|r| r.id.as_str()).collect();
+    let active: Vec<usize> = (0..recs.len())
+        .filter(|&j| recs[j].state == "active")
+        .collect();
+    // Per existing memory segment: records that cannot be targets (tombstoned, inactive).
+    let denies: Vec<roaring::RoaringBitmap> = index
+        .map(|ix| {
+            ix.memory
+                .iter()
+                .map(|ls| {
+                    let mut d = ls.tombstones.clone();
+                    if let Some(t) = ls.segment.memories() {
+                        for (i, m) in t.memories.iter().enumerate() {
+                            if m.state.as_str() != "active" {
+                                d.insert(i as u32);
+                            }
+                        }
+                    }
+                    d
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    need.par_iter()
+        .map(|&i| {
+            let q = &vectors[i * dim..(i + 1) * dim];
+            let mut c: Vec<(&str, f32)> = Vec::new();
+            for &j in &active {
+                if j != i {
+                    let s = format::vectors::dot(&vectors[j * dim..(j + 1) * dim], q);
+                    if s >= SIMILAR_MIN {
+                        c.push((recs[j].id.as_str(), s));
+                    }
+                }
+            }
+            let mut owned: Vec<(String, f32)> = Vec::new();
+            if let Some(ix) = index {
+                for (ls, deny) in ix.memory.iter().zip(&denies) {
+                    let Some(t) = ls.segment.memories() else {
+                        continue;
+                    };
+                    let hits = ls
+                        .segment
+                        .search_vectors(
+                            q,
+                            SIMILAR_K * 2,
+                            format::vectors::DEFAULT_NPROBE,
+                            None,
+                            Some(deny),
+                        )
+                        .unwrap_or_default();
+                    for (h, s) in hits {
+                        let id = t.memories[h as usize].id.as_str();
+                        if s >= SIMILAR_MIN && !ids.contains(id) {
+                            owned.push((id.to_string(), s));
+                        }
+                    }
+                }
+            }
+            let mut all: Vec<(String, f32)> =
+                c.into_iter().map(|(id, s)| (id.to_string(), s)).collect();
+            all.extend(owned);
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            all.dedup_by(|a, b| a.0 == b.0);
+            all.truncate(SIMILAR_K);
+            all.into_iter()
+                .map(|(id, s)| Similar {
+                    id,
+                    score: (s.clamp(-1.0, 1.0) * 1e4).round() / 1e4,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Parses and validates a dump; errors name the line. Each record comes with whether the line
+/// carried its SIMILAR edges (`similar`, as `queryd export` writes it).
+pub fn parse_dump(path: &Path, text: &str) -> Result<Vec<(MemoryRecord, bool)>, IndexerError> {
     let err = |line: usize, m: String| IndexerError::Dump {
         path: path.to_path_buf(),
         message: format!("line {line}: {m}"),
@@ -85,6 +182,7 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Vec<MemoryRecord>, IndexerE
         tags.sort();
         tags.dedup();
         let created = d.created_at.unwrap_or(now);
+        let has_similar = d.similar.is_some();
         let r = MemoryRecord {
             id: d
                 .id
@@ -100,12 +198,13 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Vec<MemoryRecord>, IndexerE
             created_at: created,
             updated_at: d.updated_at.unwrap_or(created),
             state: d.state.unwrap_or_else(|| "active".into()),
+            similar: d.similar.unwrap_or_default(),
         };
         validate_record(&r).map_err(|e| err(line, e))?;
         if !ids.insert(r.id.clone()) {
             return Err(err(line, format!("id {} appears twice", r.id)));
         }
-        out.push(r);
+        out.push((r, has_similar));
     }
     Ok(out)
 }
@@ -120,8 +219,10 @@ pub fn ingest(
         path: file.to_path_buf(),
         source: e,
     })?;
-    let mut recs = parse_dump(file, &text)?;
-    recs.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut parsed = parse_dump(file, &text)?;
+    parsed.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+    let has_similar: Vec<bool> = parsed.iter().map(|p| p.1).collect();
+    let mut recs: Vec<MemoryRecord> = parsed.into_iter().map(|p| p.0).collect();
     let mut report = IngestReport {
         read: recs.len(),
         ..IngestReport::default()
@@ -161,6 +262,15 @@ pub fn ingest(
             model: embedder.model_id().to_string(),
         });
     }
+    let t = Instant::now();
+    let need: Vec<usize> = (0..recs.len()).filter(|&i| !has_similar[i]).collect();
+    if !need.is_empty() {
+        let edges = similar_edges(&recs, &vectors, dim, &need, index.as_ref());
+        for (i, e) in need.into_iter().zip(edges) {
+            recs[i].similar = e;
+        }
+    }
+    report.similar_secs = t.elapsed().as_secs_f64();
     let generation = m.generation + 1;
     // Upsert: older copies of these ids are tombstoned.
     if let Some(ix) = &index {
@@ -206,8 +316,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.len(), 2);
-        assert_eq!(ok[0].tags, ["a=1", "b"]);
-        assert_eq!(ok[0].scope, "project");
+        assert_eq!(ok[0].0.tags, ["a=1", "b"]);
+        assert_eq!(ok[0].0.scope, "project");
+        assert!(!ok[0].1);
         for (dump, want) in [
             ("{\"text\": \"a\"}\n{\"txt\": \"b\"}", "line 2"),
             ("{\"text\": \"\"}", "empty"),

@@ -48,6 +48,8 @@ pub struct Snapshot {
     pub delta: Delta,
     /// Per memory segment: tombstoned or shadowed records, and inactive ones.
     pub mem: Arc<Vec<MemSegState>>,
+    /// The graph of the active memories, built on first use (see [`memory::graph`]).
+    pub graph: std::sync::OnceLock<Arc<memory::graph::MemGraph>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -91,6 +93,20 @@ impl Snapshot {
             manifest_mtime,
             delta,
             mem,
+            graph: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The memory graph of the memories passing `f`: cached for the default filter (active
+    /// memories), built for this call otherwise.
+    pub fn mem_graph(&self, f: &memory::search::MemFilter) -> Arc<memory::graph::MemGraph> {
+        if f.is_default() {
+            Arc::clone(
+                self.graph
+                    .get_or_init(|| Arc::new(memory::graph::MemGraph::build(self, f))),
+            )
+        } else {
+            Arc::new(memory::graph::MemGraph::build(self, f))
         }
     }
 

@@ -22,6 +22,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::Engine;
+use crate::memory::graph_tools::{
+    GraphAggregateArgs, GraphEntityNetworkArgs, GraphPathArgs, GraphRelatedArgs, GraphSimilarArgs,
+    GraphSubgraphArgs, GraphTagCooccurrenceArgs,
+};
 use crate::memory::tools::{
     AddMemoriesArgs, DeleteMemoriesArgs, GetMemoryArgs, ListMemoriesArgs, SearchMemoryArgs,
     UpdateMemoryArgs,
@@ -32,7 +36,7 @@ use crate::tools::{
 };
 
 /// Every tool, in the order `tools/list` gives them.
-pub const TOOL_NAMES: [&str; 14] = [
+pub const TOOL_NAMES: [&str; 21] = [
     "search_code",
     "get_symbol",
     "find_callers",
@@ -47,13 +51,21 @@ pub const TOOL_NAMES: [&str; 14] = [
     "list_memories",
     "update_memory",
     "delete_memories",
+    "graph_related_memories",
+    "graph_similar_memories",
+    "graph_subgraph",
+    "graph_aggregate",
+    "graph_tag_cooccurrence",
+    "graph_entity_network",
+    "graph_path_between_entities",
 ];
 
 const INSTRUCTIONS: &str = "Code search over a pre-built index of one or more repositories, and \
 a memory of what you learned. Start with search_code (natural language or identifiers); results \
 carry symbol ids that get_symbol, find_callers, find_callees, impact_analysis, explain_code and \
 find_duplicates accept (names work too). Save durable facts, decisions and lessons with \
-add_memories and find them again with search_memory. Results are compact: raise `limit` or \
+add_memories and find them again with search_memory; the graph_* tools walk the memory graph \
+(entities, tags, SIMILAR links). Results are compact: raise `limit` or \
 `snippet_lines` when needed. Pass debug: true for a per-phase timing breakdown.";
 
 /// The tool list with descriptions and input schemas.
@@ -121,7 +133,9 @@ pub fn tools() -> Vec<Tool> {
             "Hybrid search (embeddings + BM25) over saved memories. Filters (exact, applied before \
              ranking): category, scope, entity, source, tags (all|any), created_after/before, state \
              (default active). Boosts: boost_entity, boost_category, boost_tags, recency \
-             (half_life_days, default 30).",
+             (half_life_days, default 30). relation_detail none|minimal|standard|full sets how \
+             much graph context (SIMILAR memories, mentioned entities, related memories) each \
+             result carries.",
             schema_for_type::<SearchMemoryArgs>(),
         ),
         Tool::new(
@@ -147,6 +161,50 @@ pub fn tools() -> Vec<Tool> {
             "delete_memories",
             "Delete memories by id for good (all ids must exist, else nothing is deleted).",
             schema_for_type::<DeleteMemoriesArgs>(),
+        ),
+        Tool::new(
+            "graph_related_memories",
+            "Memories connected to a memory through shared entities (about or mentioned in the \
+             text) and shared tags, with what they share; rare tags weigh more.",
+            schema_for_type::<GraphRelatedArgs>(),
+        ),
+        Tool::new(
+            "graph_similar_memories",
+            "Memories semantically similar to a memory: its SIMILAR links (the 5 nearest \
+             memories with cosine >= 0.55 when it was written, and memories that found it), \
+             with scores.",
+            schema_for_type::<GraphSimilarArgs>(),
+        ),
+        Tool::new(
+            "graph_subgraph",
+            "The neighbourhood of a node (a memory id, `entity:<name>` or `tag:<tag>`) to a \
+             depth of 1-3: nodes (memories, entities, tags) and edges ABOUT, MENTIONS, TAGGED, \
+             SIMILAR.",
+            schema_for_type::<GraphSubgraphArgs>(),
+        ),
+        Tool::new(
+            "graph_aggregate",
+            "Count memories by category, scope, entity, tag, source or month, with the same \
+             filters as search_memory.",
+            schema_for_type::<GraphAggregateArgs>(),
+        ),
+        Tool::new(
+            "graph_tag_cooccurrence",
+            "Tag pairs that occur together on memories more than chance, ranked by pointwise \
+             mutual information (PMI), with counts.",
+            schema_for_type::<GraphTagCooccurrenceArgs>(),
+        ),
+        Tool::new(
+            "graph_entity_network",
+            "Entities mentioned together: around a centre entity, or the strongest pairs \
+             overall, with the number of memories linking each pair.",
+            schema_for_type::<GraphEntityNetworkArgs>(),
+        ),
+        Tool::new(
+            "graph_path_between_entities",
+            "The shortest chain of memories connecting two entities (entity - memory - entity \
+             ...), or found: false.",
+            schema_for_type::<GraphPathArgs>(),
         ),
         Tool::new(
             "index_status",
@@ -204,6 +262,25 @@ impl Server {
             "update_memory" => to_json(e.update_memory(&parse::<UpdateMemoryArgs>(name, args)?)),
             "delete_memories" => {
                 to_json(e.delete_memories(&parse::<DeleteMemoriesArgs>(name, args)?))
+            }
+            "graph_related_memories" => {
+                to_json(e.graph_related_memories(&parse::<GraphRelatedArgs>(name, args)?))
+            }
+            "graph_similar_memories" => {
+                to_json(e.graph_similar_memories(&parse::<GraphSimilarArgs>(name, args)?))
+            }
+            "graph_subgraph" => to_json(e.graph_subgraph(&parse::<GraphSubgraphArgs>(name, args)?)),
+            "graph_aggregate" => {
+                to_json(e.graph_aggregate(&parse::<GraphAggregateArgs>(name, args)?))
+            }
+            "graph_tag_cooccurrence" => {
+                to_json(e.graph_tag_cooccurrence(&parse::<GraphTagCooccurrenceArgs>(name, args)?))
+            }
+            "graph_entity_network" => {
+                to_json(e.graph_entity_network(&parse::<GraphEntityNetworkArgs>(name, args)?))
+            }
+            "graph_path_between_entities" => {
+                to_json(e.graph_path_between_entities(&parse::<GraphPathArgs>(name, args)?))
             }
             _ => {
                 return Err(ErrorData::invalid_params(

@@ -50,6 +50,13 @@ async fn stdio_lists_and_calls_every_tool_and_survives_bad_input() {
             "find_duplicates",
             "get_memory",
             "get_symbol",
+            "graph_aggregate",
+            "graph_entity_network",
+            "graph_path_between_entities",
+            "graph_related_memories",
+            "graph_similar_memories",
+            "graph_subgraph",
+            "graph_tag_cooccurrence",
             "impact_analysis",
             "index_status",
             "list_memories",
@@ -424,7 +431,7 @@ fn http_serves_mcp_health_metrics_and_rejects_foreign_origins() {
         &hs,
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string(),
     );
-    assert_eq!(r.message()["result"]["tools"].as_array().unwrap().len(), 14);
+    assert_eq!(r.message()["result"]["tools"].as_array().unwrap().len(), 21);
     let call = |id: u64, name: &str, a: Value| {
         request(
             port,
@@ -594,7 +601,7 @@ fn mcp_inspector_cli_lists_and_calls_tools() {
     let (ok, out, err) = inspector(&["--method", "tools/list"]);
     assert!(ok, "{out}\n{err}");
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(v["tools"].as_array().unwrap().len(), 14);
+    assert_eq!(v["tools"].as_array().unwrap().len(), 21);
     let (ok, out, err) = inspector(&[
         "--method",
         "tools/call",

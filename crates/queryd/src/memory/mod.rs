@@ -14,6 +14,8 @@
 //! delta; then the log is truncated. A crash anywhere in between replays the log on start and
 //! skips what `memory_lsn` says is already in a segment.
 
+pub mod graph;
+pub mod graph_tools;
 pub mod search;
 pub mod tools;
 pub mod wal;
@@ -81,6 +83,9 @@ pub struct Delta {
     pub postings: imbl::HashMap<String, imbl::OrdMap<u32, u32>>,
     /// Sum of the entries' BM25 document lengths.
     pub total_len: u64,
+    /// Reverse SIMILAR edges of the live entries: target id → slots whose record has an edge
+    /// to it.
+    pub similar_in: imbl::HashMap<String, imbl::OrdSet<u32>>,
     /// Ids whose copy in a memory segment is superseded (updated) or deleted.
     pub shadowed: imbl::OrdSet<String>,
     /// Sequence number of the last applied log record.
@@ -96,6 +101,14 @@ impl Delta {
                 pl.remove(&old.slot);
                 if pl.is_empty() {
                     self.postings.remove(t);
+                }
+            }
+        }
+        for s in &old.record.similar {
+            if let Some(set) = self.similar_in.get_mut(&s.id) {
+                set.remove(&old.slot);
+                if set.is_empty() {
+                    self.similar_in.remove(&s.id);
                 }
             }
         }
@@ -124,6 +137,12 @@ impl Delta {
                         .insert(e.slot, *tf);
                 }
                 self.total_len += u64::from(e.len);
+                for s in &e.record.similar {
+                    self.similar_in
+                        .entry(s.id.clone())
+                        .or_default()
+                        .insert(e.slot);
+                }
                 let e = Arc::new(e);
                 self.slots.push_back(Some(Arc::clone(&e)));
                 self.entries.insert(record.id.clone(), e);

@@ -393,6 +393,7 @@ mod tests {
             created_at: 1,
             updated_at: 1,
             state: "active".into(),
+            similar: vec![],
         }
     }
 

@@ -12,6 +12,8 @@ use format::{Index, SegmentBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::graph::similar_for;
+use super::graph_tools::{relations, RelationDetail};
 use super::search::{Boosts, MemFilter, MemHit, MemKey};
 use super::wal::{Wal, WalOp};
 #[cfg(test)]
@@ -20,6 +22,7 @@ use super::{find_in_segments, new_id, now_ms, shadow, Delta};
 use crate::engine::{Engine, Snapshot};
 use crate::search::{Mode, SearchOptions};
 use crate::tools::{check_text, check_weights, ms, Debug, ToolError, ToolResult, MAX_LIMIT};
+use format::vectors::DEFAULT_NPROBE;
 
 /// A flush that would leave more memory segments than this merges them all into one.
 pub const MERGE_AT: usize = 8;
@@ -144,6 +147,7 @@ impl Engine {
             manifest_mtime: cur.manifest_mtime,
             delta,
             mem: mem.map(Arc::new).unwrap_or_else(|| Arc::clone(&cur.mem)),
+            graph: std::sync::OnceLock::new(),
         });
         drop(w);
         if size >= flush_at {
@@ -423,6 +427,9 @@ pub struct MemoryOut {
     pub vector_rank: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lexical_rank: Option<usize>,
+    /// Graph context, as much as `relation_detail` asks for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relations: Option<super::graph_tools::RelationsOut>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -529,7 +536,7 @@ fn code_ref_out(r: &CodeRef) -> CodeRefOut {
     }
 }
 
-fn out(m: &MemoryRecord) -> MemoryOut {
+pub(crate) fn out(m: &MemoryRecord) -> MemoryOut {
     MemoryOut {
         id: m.id.clone(),
         text: m.text.clone(),
@@ -546,6 +553,7 @@ fn out(m: &MemoryRecord) -> MemoryOut {
         score: None,
         vector_rank: None,
         lexical_rank: None,
+        relations: None,
     }
 }
 
@@ -586,9 +594,34 @@ fn record_from(input: MemoryInput, id: String, now: i64) -> ToolResult<MemoryRec
         created_at: now,
         updated_at: now,
         state: "active".into(),
+        similar: vec![],
     };
     validate_record(&r).map_err(ToolError::InvalidInput)?;
     Ok(r)
+}
+
+/// Where the current version of memory `id` is: the delta, else the segments.
+pub(crate) fn key_of(snap: &Snapshot, id: &str) -> Option<MemKey> {
+    if let Some(e) = snap.delta.entries.get(id) {
+        return Some(MemKey::Delta(Arc::clone(e)));
+    }
+    if snap.delta.shadowed.contains(id) {
+        return None;
+    }
+    find_in_segments(&snap.index, id).map(|(si, c)| MemKey::Segment(si, c))
+}
+
+/// The record at `key` (a key of this snapshot).
+pub(crate) fn record_of(snap: &Snapshot, key: &MemKey) -> MemoryRecord {
+    match key {
+        MemKey::Delta(e) => e.record.clone(),
+        MemKey::Segment(si, c) => snap.index.memory[*si]
+            .segment
+            .memories()
+            .expect("a memory key names a memory segment")
+            .memories[*c as usize]
+            .to_record(),
+    }
 }
 
 /// The current version of memory `id`, with its vector: from the delta, else the segments.
@@ -606,7 +639,7 @@ fn lookup(snap: &Snapshot, id: &str) -> Option<(MemoryRecord, Vec<f32>)> {
     Some((rec, seg.vector(c)?.to_vec()))
 }
 
-fn not_found(id: &str) -> ToolError {
+pub(crate) fn not_found(id: &str) -> ToolError {
     ToolError::NotFound {
         message: format!("no memory with id `{id}` (it may have been deleted)"),
         suggestions: vec!["list_memories".into(), "search_memory".into()],
@@ -617,6 +650,11 @@ fn not_found(id: &str) -> ToolError {
 #[serde(deny_unknown_fields)]
 pub struct GetMemoryArgs {
     pub id: String,
+    /// Graph context: `none`, `minimal` (default: SIMILAR ids), `standard` (+ scores,
+    /// mentioned entities, 3 related memories) or `full` (+ what they share, co-mentioned
+    /// entities).
+    #[serde(default)]
+    pub relation_detail: Option<String>,
     #[serde(default)]
     pub debug: bool,
 }
@@ -672,7 +710,7 @@ macro_rules! with_memory_filters {
         }
 
         impl $name {
-            fn filter_args(&self) -> MemoryFilterArgs {
+            pub(crate) fn filter_args(&self) -> MemoryFilterArgs {
                 MemoryFilterArgs {
                     category: self.category.clone(),
                     scope: self.scope.clone(),
@@ -689,8 +727,10 @@ macro_rules! with_memory_filters {
     };
 }
 
+pub(crate) use with_memory_filters;
+
 impl MemoryFilterArgs {
-    fn filter(&self) -> ToolResult<MemFilter> {
+    pub(crate) fn filter(&self) -> ToolResult<MemFilter> {
         let one = |what: &str,
                    v: &Option<String>,
                    allowed: &[&str]|
@@ -865,6 +905,11 @@ pub struct SearchMemoryArgs {
     /// Longest text per result, in characters (default 1000).
     #[serde(default)]
     pub max_chars: Option<usize>,
+    /// Graph context per result: `none`, `minimal` (default: SIMILAR ids), `standard`
+    /// (+ scores, mentioned entities, 3 related memories) or `full` (+ what they share,
+    /// co-mentioned entities).
+    #[serde(default)]
+    pub relation_detail: Option<String>,
     #[serde(default)]
     pub debug: bool,
 }
@@ -888,7 +933,7 @@ fn one_of(what: &str, v: Option<String>, allowed: &[&str]) -> ToolResult<Option<
     }
 }
 
-fn check_id(id: &str) -> ToolResult<()> {
+pub(crate) fn check_id(id: &str) -> ToolResult<()> {
     if format::memory::is_uuid(id) {
         Ok(())
     } else {
@@ -956,6 +1001,10 @@ impl Engine {
         let dim = self.encoder().dim();
         let ids: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
         let t = Instant::now();
+        let sims = similar_for(&self.snapshot(), &ids, &vecs, dim, DEFAULT_NPROBE);
+        for (r, s) in recs.iter_mut().zip(sims) {
+            r.similar = s;
+        }
         let ops = recs
             .into_iter()
             .enumerate()
@@ -979,7 +1028,7 @@ impl Engine {
     /// Writes complete records with precomputed vectors (`records.len() × dim` floats): the
     /// write path of `add_memories` without validation of tool input or embedding. Records
     /// are validated; ids must be new.
-    pub fn put_memories(&self, records: Vec<MemoryRecord>, vectors: &[f32]) -> ToolResult<()> {
+    pub fn put_memories(&self, mut records: Vec<MemoryRecord>, vectors: &[f32]) -> ToolResult<()> {
         let dim = self.encoder().dim();
         if vectors.len() != records.len() * dim {
             return Err(ToolError::InvalidInput(format!(
@@ -988,7 +1037,10 @@ impl Engine {
                 records.len()
             )));
         }
-        for r in &records {
+        let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+        let sims = similar_for(&self.snapshot(), &ids, vectors, dim, DEFAULT_NPROBE);
+        for (r, s) in records.iter_mut().zip(sims) {
+            r.similar = s;
             validate_record(r).map_err(ToolError::InvalidInput)?;
         }
         let ops = records
@@ -1005,10 +1057,13 @@ impl Engine {
     pub fn get_memory(&self, a: &GetMemoryArgs) -> ToolResult<MemoryAnswer> {
         let t0 = Instant::now();
         check_id(a.id.trim())?;
+        let level = RelationDetail::parse(a.relation_detail.as_deref())?;
         let snap = self.snapshot();
         let (r, _) = lookup(&snap, a.id.trim()).ok_or_else(|| not_found(&a.id))?;
+        let mut o = out(&r);
+        o.relations = relations(&snap, &r.id, level);
         Ok(MemoryAnswer {
-            memory: out(&r),
+            memory: o,
             debug: a.debug.then(|| Debug {
                 total_ms: ms(t0.elapsed()),
                 ..Debug::default()
@@ -1075,10 +1130,25 @@ impl Engine {
         let scope = one_of("scope", a.scope.clone(), &format::memory::SCOPES)?;
         let source = one_of("source", a.source.clone(), &format::memory::SOURCES)?;
         let state = one_of("state", a.state.clone(), &format::memory::STATES)?;
+        // New text, new SIMILAR edges (against everything but the memory itself).
+        let new_sims = new_vec.as_ref().map(|v| {
+            let dim = self.encoder().dim();
+            similar_for(
+                &self.snapshot(),
+                std::slice::from_ref(&id),
+                v,
+                dim,
+                DEFAULT_NPROBE,
+            )
+            .remove(0)
+        });
         let updated = self.write_with(|snap| {
             let (mut r, old_vec) = lookup(snap, &id).ok_or_else(|| not_found(&id))?;
             if let Some(t) = &a.text {
                 r.text = t.clone();
+            }
+            if let Some(s) = &new_sims {
+                r.similar = s.clone();
             }
             if let Some(c) = &a.category {
                 r.category = c.trim().to_string();
@@ -1187,6 +1257,7 @@ impl Engine {
         let t0 = Instant::now();
         check_text("query", &a.query)?;
         let f = a.filter_args().filter()?;
+        let level = RelationDetail::parse(a.relation_detail.as_deref())?;
         let mode: Mode = a
             .mode
             .as_deref()
@@ -1260,6 +1331,7 @@ impl Engine {
                 o.score = Some((h.score * 1e4).round() / 1e4);
                 o.vector_rank = h.vector_rank;
                 o.lexical_rank = h.lexical_rank;
+                o.relations = relations(&snap, &o.id, level);
                 Some(o)
             })
             .collect();
@@ -1339,6 +1411,7 @@ mod tests {
                 created_at: 1,
                 updated_at: 1,
                 state: "active".into(),
+                similar: vec![],
             },
             vec![0.0; 4],
         );
