@@ -126,7 +126,22 @@ pub fn document_terms(d: &DocFields<'_>) -> (Vec<(String, u32)>, u32) {
 /// BM25 score of one term in one document, as [`ArchivedPostingsArchive::search`] computes it:
 /// `idf(n, df) · qtf · factor(tf, dl)` with `avgdl = total_len / n`.
 pub fn term_score(n: u32, df: u32, qtf: u32, tf: u32, dl: u32, total_len: u64) -> f32 {
-    weight(n, df, qtf) * Params::new(total_len, n).factor(tf, dl)
+    term_score_with(n, df, qtf, tf, dl, total_len, n)
+}
+
+/// [`term_score`] with IDF from `(n, df)` (index-wide, see [`TermStats`]) and the average
+/// length from the `local_n` documents of `total_len` tokens the document belongs to, as
+/// [`ArchivedPostingsArchive::search_above_with`] computes it.
+pub fn term_score_with(
+    n: u32,
+    df: u32,
+    qtf: u32,
+    tf: u32,
+    dl: u32,
+    total_len: u64,
+    local_n: u32,
+) -> f32 {
+    weight(n, df, qtf) * Params::new(total_len, local_n).factor(tf, dl)
 }
 
 /// The per-segment constants of the score factor. Computed the same way when writing (block
@@ -150,6 +165,48 @@ impl Params {
     fn factor(self, tf: u32, dl: u32) -> f32 {
         let tf = tf as f32;
         tf * (K1 + 1.0) / (tf + self.base + self.norm * dl as f32)
+    }
+}
+
+/// Index-wide statistics for IDF: documents in all segments and, per query term, in how many
+/// of them it occurs (tombstoned documents included, as in Lucene: they leave with merges).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TermStats {
+    pub n: u32,
+    pub df: BTreeMap<String, u32>,
+}
+
+impl TermStats {
+    /// Adds one segment's counts for the terms of `query`.
+    pub fn add_segment(&mut self, p: &ArchivedPostingsArchive, query: &str) {
+        self.n += p.doc_count();
+        let mut terms = std::collections::BTreeSet::new();
+        text::for_each_token(query, |t| {
+            terms.insert(t.to_string());
+        });
+        for t in terms {
+            let df = p.term_id(&t).map_or(0, |i| p.term_df[i].to_native());
+            *self.df.entry(t).or_insert(0) += df;
+        }
+    }
+
+    /// Adds documents that are not in a segment (the memory delta): `n` of them, `df(term)`
+    /// holding each term.
+    pub fn add_docs(&mut self, n: u32, query: &str, df: impl Fn(&str) -> u32) {
+        self.n += n;
+        let mut terms = std::collections::BTreeSet::new();
+        text::for_each_token(query, |t| {
+            terms.insert(t.to_string());
+        });
+        for t in terms {
+            let d = df(&t);
+            *self.df.entry(t).or_insert(0) += d;
+        }
+    }
+
+    /// (n, df) of `term`, when it was gathered.
+    pub fn get(&self, term: &str) -> Option<(u32, u32)> {
+        self.df.get(term).map(|&df| (self.n, df))
     }
 }
 
@@ -387,16 +444,18 @@ impl ArchivedPostingsArchive {
         out
     }
 
-    /// Query terms present in the dictionary, in term order, with their weights.
-    fn query_terms(&self, query: &str) -> Vec<(usize, f32)> {
+    /// Query terms present in the dictionary, in term order, with their weights: from this
+    /// segment's statistics, or from `stats` (index-wide) when given.
+    fn query_terms(&self, query: &str, stats: Option<&TermStats>) -> Vec<(usize, f32)> {
         let mut qterms: BTreeMap<String, u32> = BTreeMap::new();
         text::for_each_token(query, |t| *qterms.entry(t.to_string()).or_insert(0) += 1);
-        let n = self.doc_count();
         qterms
             .iter()
             .filter_map(|(term, &qtf)| {
                 let t = self.term_id(term)?;
-                Some((t, weight(n, self.term_df[t].to_native(), qtf)))
+                let local = (self.doc_count(), self.term_df[t].to_native());
+                let (n, df) = stats.map_or(local, |s| s.get(term).unwrap_or(local));
+                Some((t, weight(n, df, qtf)))
             })
             .collect()
     }
@@ -424,11 +483,27 @@ impl ArchivedPostingsArchive {
         deny: Option<&RoaringBitmap>,
         floor: f32,
     ) -> Vec<(u32, f32)> {
+        self.search_above_with(query, k, allow, deny, floor, None)
+    }
+
+    /// [`Self::search_above`] with index-wide IDF statistics (`stats`), so that scores of
+    /// several segments are comparable: a small new segment does not give its rare-looking
+    /// terms a low IDF. Length normalisation stays per segment (its average length is part
+    /// of the stored block maxima).
+    pub fn search_above_with(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+        stats: Option<&TermStats>,
+    ) -> Vec<(u32, f32)> {
         if self.doc_count() == 0 || k == 0 {
             return Vec::new();
         }
         let params = self.params();
-        let qt = self.query_terms(query);
+        let qt = self.query_terms(query, stats);
         let mut cursors: Vec<Cursor> = qt
             .iter()
             .enumerate()
@@ -538,6 +613,18 @@ impl ArchivedPostingsArchive {
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
     ) -> Vec<(u32, f32)> {
+        self.search_exhaustive_with(query, k, allow, deny, None)
+    }
+
+    /// [`Self::search_exhaustive`] with index-wide IDF statistics.
+    pub fn search_exhaustive_with(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        stats: Option<&TermStats>,
+    ) -> Vec<(u32, f32)> {
         let n = self.doc_count();
         if n == 0 || k == 0 {
             return Vec::new();
@@ -545,7 +632,7 @@ impl ArchivedPostingsArchive {
         let params = self.params();
         let mut acc = vec![0f32; n as usize];
         let mut touched: Vec<u32> = Vec::new();
-        for (qi, (t, w)) in self.query_terms(query).into_iter().enumerate() {
+        for (qi, (t, w)) in self.query_terms(query, stats).into_iter().enumerate() {
             let mut c = Cursor::new(self, t, qi, w);
             while c.doc != NO_DOC {
                 let d = c.doc;
@@ -802,6 +889,59 @@ mod tests {
         assert_eq!(a.search("config", 10, Some(&allow), None)[0].0, 2);
         assert!(a.search("nothing here zzz", 10, None, None).is_empty());
         assert!(validate(Path::new("p"), a, 2).is_err());
+    }
+
+    /// With index-wide statistics, a one-document segment scores a document like the same
+    /// document in a large segment (same length): IDF no longer depends on segment size; and
+    /// MaxScore still equals exhaustive scoring.
+    #[test]
+    fn index_wide_idf_makes_segments_comparable() {
+        let mk = |texts: &[String]| {
+            let fields: Vec<DocFields> = texts
+                .iter()
+                .map(|t| DocFields {
+                    text: t,
+                    path: "",
+                    name: "",
+                    qualified: "",
+                })
+                .collect();
+            rkyv::to_bytes::<rkyv::rancor::Error>(&build(&fields)).unwrap()
+        };
+        let big: Vec<String> = (0..200)
+            .map(|i| {
+                if i == 7 {
+                    "invoice total sum".to_string()
+                } else {
+                    format!("{} other thing", ["alpha", "beta", "gamma", "delta"][i % 4])
+                }
+            })
+            .collect();
+        let small = vec!["invoice total sum".to_string()];
+        let (bb, sb) = (mk(&big), mk(&small));
+        let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bb).unwrap();
+        let b = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&sb).unwrap();
+        let q = "invoice total invoice";
+        // Per-segment IDF: the lone document of the small segment scores far lower.
+        let (la, lb) = (
+            a.search(q, 1, None, None)[0].1,
+            b.search(q, 1, None, None)[0].1,
+        );
+        assert!(lb < la / 2.0, "{la} {lb}");
+        let mut st = TermStats::default();
+        st.add_segment(a, q);
+        st.add_segment(b, q);
+        assert_eq!(st.n, 201);
+        assert_eq!(st.get("invoice"), Some((201, 2)));
+        let ga = a.search_above_with(q, 1, None, None, f32::NEG_INFINITY, Some(&st));
+        let gb = b.search_above_with(q, 1, None, None, f32::NEG_INFINITY, Some(&st));
+        assert_eq!(ga[0].0, 7);
+        // Same text, both at their segment's average length: the same score.
+        assert!((ga[0].1 - gb[0].1).abs() < 1e-5 * ga[0].1, "{ga:?} {gb:?}");
+        assert_eq!(
+            a.search_above_with(q, 5, None, None, f32::NEG_INFINITY, Some(&st)),
+            a.search_exhaustive_with(q, 5, None, None, Some(&st))
+        );
     }
 
     /// Block-max MaxScore must return exactly what scoring every posting returns, scores bit

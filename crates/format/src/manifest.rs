@@ -46,6 +46,19 @@ pub struct IndexManifest {
     /// contain; replay skips records up to it.
     #[serde(default)]
     pub memory_lsn: u64,
+    /// The source roots code segments were built from (absolute paths), so a server can
+    /// re-index them (`reindex`). Sorted by repository name.
+    #[serde(default)]
+    pub roots: Vec<RootEntry>,
+}
+
+/// A repository root the index was built from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RootEntry {
+    /// Repository name (the `repo` of its files).
+    pub repo: String,
+    /// Absolute path of the root directory when it was last built.
+    pub path: String,
 }
 
 /// An exclusive advisory lock on an index directory (`dir/LOCK`), held by every
@@ -81,6 +94,7 @@ impl IndexManifest {
             segments: Vec::new(),
             memory_segments: Vec::new(),
             memory_lsn: 0,
+            roots: Vec::new(),
         }
     }
 

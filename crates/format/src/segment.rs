@@ -619,6 +619,7 @@ impl Segment {
 
     /// BM25 top-`k` among scores strictly above `floor` (see
     /// [`ArchivedPostingsArchive::search_above`]).
+    /// With `stats`, IDF comes from index-wide counts ([`crate::bm25::TermStats`]).
     pub fn search_bm25_above(
         &self,
         query: &str,
@@ -626,8 +627,10 @@ impl Segment {
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
         floor: f32,
+        stats: Option<&crate::bm25::TermStats>,
     ) -> Vec<(u32, f32)> {
-        self.postings().search_above(query, k, allow, deny, floor)
+        self.postings()
+            .search_above_with(query, k, allow, deny, floor, stats)
     }
 
     /// Recomputes the blake3 of every file and compares with `segment.json`.

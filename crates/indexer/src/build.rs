@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use format::manifest::{IndexManifest, SegmentEntry, TombstoneRef};
+use format::manifest::{IndexManifest, RootEntry, SegmentEntry, TombstoneRef};
 use format::records::{self as rec, ChunkRecord, EdgeInput, ExternalEdge, FileRecord, NO_PARENT};
 use format::{tombstones, Index, SegmentBuilder};
 use rayon::prelude::*;
@@ -55,6 +55,27 @@ pub struct BuildOptions {
     pub chunk: ChunkOptions,
     /// Texts per embedding call (progress granularity; the encoder batches inside).
     pub embed_group: usize,
+    /// Restricts what may change: (repository, repo-relative path prefix) pairs. Files
+    /// outside every prefix keep their indexed version (neither re-indexed nor deleted), even
+    /// if they changed on disk; all files are still parsed, for cross-file graph edges. `None`
+    /// (the default) re-indexes every changed file of the roots.
+    pub only: Option<Vec<(String, String)>>,
+}
+
+impl BuildOptions {
+    /// Whether `only` lets file `rel` of `repo` change.
+    pub fn in_scope(&self, repo: &str, rel: &str) -> bool {
+        self.only.as_ref().is_none_or(|o| {
+            o.iter().any(|(r, p)| {
+                r == repo
+                    && (p.is_empty()
+                        || rel == p
+                        || rel
+                            .strip_prefix(p.as_str())
+                            .is_some_and(|rest| rest.starts_with('/')))
+            })
+        })
+    }
 }
 
 impl BuildOptions {
@@ -66,6 +87,7 @@ impl BuildOptions {
             max_file_bytes: walk::DEFAULT_MAX_FILE_BYTES,
             chunk: ChunkOptions::default(),
             embed_group: 256,
+            only: None,
         }
     }
 }
@@ -256,8 +278,10 @@ pub fn build(
     let changed: Vec<bool> = files
         .iter()
         .map(|f| {
-            live.get(&(f.cand.repo.clone(), f.cand.rel_path.clone()))
-                .is_none_or(|(_, _, h)| *h != f.hash)
+            opts.in_scope(&f.cand.repo, &f.cand.rel_path)
+                && live
+                    .get(&(f.cand.repo.clone(), f.cand.rel_path.clone()))
+                    .is_none_or(|(_, _, h)| *h != f.hash)
         })
         .collect();
     report.files_changed = changed.iter().filter(|c| **c).count();
@@ -280,7 +304,7 @@ pub fn build(
         match index_of.get(&(key.0.as_str(), key.1.as_str())) {
             Some(&i) if changed[i] => dead_files.push((*si, *fi)),
             Some(_) => {}
-            None if root_repos.contains(&key.0) => {
+            None if root_repos.contains(&key.0) && opts.in_scope(&key.0, &key.1) => {
                 dead_files.push((*si, *fi));
                 report.files_deleted += 1;
             }
@@ -289,7 +313,31 @@ pub fn build(
     }
     dead_files.sort_unstable();
 
-    if let (0, true, Some(ix)) = (report.files_changed, dead_files.is_empty(), &existing) {
+    // The roots this build records in MANIFEST (absolute, so a server can re-index them).
+    let roots: Vec<RootEntry> = opts
+        .roots
+        .iter()
+        .map(|r| RootEntry {
+            repo: opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)),
+            path: std::fs::canonicalize(r)
+                .unwrap_or_else(|_| r.clone())
+                .to_string_lossy()
+                .into_owned(),
+        })
+        .collect();
+    // A repository the manifest has no root for is worth a commit of its own; a known one
+    // whose checkout moved is updated with the next real change.
+    let roots_known = existing.as_ref().is_some_and(|ix| {
+        roots
+            .iter()
+            .all(|r| ix.manifest.roots.iter().any(|x| x.repo == r.repo))
+    });
+    if let (0, true, Some(ix), true) = (
+        report.files_changed,
+        dead_files.is_empty(),
+        &existing,
+        roots_known,
+    ) {
         report.generation = ix.manifest.generation;
         report.live_chunks = ix.live_chunks();
         progress.line("index is up to date; nothing to write");
@@ -558,6 +606,11 @@ pub fn build(
             manifest.segments.push(s.clone());
         }
     }
+    for r in roots {
+        manifest.roots.retain(|x| x.repo != r.repo);
+        manifest.roots.push(r);
+    }
+    manifest.roots.sort();
     manifest.generation = generation;
     manifest.commit(out).map_err(IndexerError::Format)?;
     // Old generations are no longer named; readers that still map them keep working.

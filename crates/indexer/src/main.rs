@@ -117,12 +117,13 @@ fn run() -> anyhow::Result<ExitCode> {
             if let Some(dump) = &memories {
                 let r = indexer::memories::ingest(dump, &out, &encoder)?;
                 let line = format!(
-                    "memories: {} read from {}, {} replaced, embedded in {:.2}s ({} tokens); generation {}",
+                    "memories: {} read from {}, {} replaced, embedded in {:.2}s ({} tokens), SIMILAR edges in {:.2}s; generation {}",
                     r.read,
                     dump.display(),
                     r.replaced,
                     r.embed_secs,
                     r.tokens,
+                    r.similar_secs,
                     r.generation
                 );
                 if json && paths.is_empty() {

@@ -549,6 +549,8 @@ pub struct Engine {
     pub(crate) writer: Mutex<Writer>,
     /// Wakes the background flusher.
     flush_tx: Mutex<Option<std::sync::mpsc::SyncSender<()>>>,
+    /// Re-index jobs (see [`crate::reindex`]).
+    pub(crate) jobs: crate::reindex::Jobs,
 }
 
 /// The write side of memories.
@@ -615,6 +617,7 @@ impl Engine {
                 flush_at: memory::DEFAULT_FLUSH_AT,
             }),
             flush_tx: Mutex::new(None),
+            jobs: crate::reindex::Jobs::default(),
             cache: EmbedCache::new(EMBED_CACHE_ENTRIES),
             last_failure: Mutex::new(None),
             reload_lock: Mutex::new(()),

@@ -7,6 +7,7 @@ pub mod http;
 pub mod mcp;
 pub mod memory;
 pub mod metrics;
+pub mod reindex;
 pub mod search;
 pub mod tools;
 

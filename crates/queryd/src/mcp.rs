@@ -31,12 +31,13 @@ use crate::memory::tools::{
     UpdateMemoryArgs,
 };
 use crate::metrics::Metrics;
+use crate::reindex::{JobStatusArgs, ReindexArgs};
 use crate::tools::{
     CallArgs, DuplicatesArgs, ImpactArgs, SearchCodeArgs, StatusArgs, SymbolArgs, ToolError,
 };
 
 /// Every tool, in the order `tools/list` gives them.
-pub const TOOL_NAMES: [&str; 21] = [
+pub const TOOL_NAMES: [&str; 23] = [
     "search_code",
     "get_symbol",
     "find_callers",
@@ -45,6 +46,8 @@ pub const TOOL_NAMES: [&str; 21] = [
     "explain_code",
     "find_duplicates",
     "index_status",
+    "reindex",
+    "job_status",
     "add_memories",
     "search_memory",
     "get_memory",
@@ -212,6 +215,21 @@ pub fn tools() -> Vec<Tool> {
              model, index age, reload errors and embedding-cache statistics.",
             schema_for_type::<StatusArgs>(),
         ),
+        Tool::new(
+            "reindex",
+            "Re-index code after edits, inside the server: the indexed roots whole, or some files \
+             or directories (`paths`). Only files whose content changed are re-chunked and \
+             re-embedded; replaced and deleted files' chunks are tombstoned; queries keep \
+             working and see the new code when the job commits. Runs as a background job: \
+             returns its id (poll job_status), or its result with wait: true.",
+            schema_for_type::<ReindexArgs>(),
+        ),
+        Tool::new(
+            "job_status",
+            "State and counts of a reindex job (queued, running, done, failed), or of the \
+             recent jobs.",
+            schema_for_type::<JobStatusArgs>(),
+        ),
     ]
 }
 
@@ -255,6 +273,8 @@ impl Server {
             "explain_code" => to_json(e.explain_code(&parse::<SymbolArgs>(name, args)?)),
             "find_duplicates" => to_json(e.find_duplicates(&parse::<DuplicatesArgs>(name, args)?)),
             "index_status" => to_json(e.index_status(&parse::<StatusArgs>(name, args)?)),
+            "reindex" => to_json(e.reindex(&parse::<ReindexArgs>(name, args)?)),
+            "job_status" => to_json(e.job_status(&parse::<JobStatusArgs>(name, args)?)),
             "add_memories" => to_json(e.add_memories(&parse::<AddMemoriesArgs>(name, args)?)),
             "search_memory" => to_json(e.search_memory(&parse::<SearchMemoryArgs>(name, args)?)),
             "get_memory" => to_json(e.get_memory(&parse::<GetMemoryArgs>(name, args)?)),

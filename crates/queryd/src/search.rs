@@ -239,6 +239,12 @@ fn lexical_list(
     allows: &[Option<RoaringBitmap>],
 ) -> Vec<(usize, u32, f32)> {
     let mut list: Vec<(usize, u32, f32)> = Vec::new();
+    // IDF from all segments: a small segment (a re-indexed file) must not score its terms as
+    // if they were common.
+    let mut stats = format::bm25::TermStats::default();
+    for ls in &index.segments {
+        stats.add_segment(ls.segment.postings(), query);
+    }
     for (si, ls) in index.segments.iter().enumerate() {
         let floor = if list.len() >= depth {
             list[depth - 1].2
@@ -251,6 +257,7 @@ fn lexical_list(
             allows[si].as_ref(),
             Some(&ls.tombstones),
             floor,
+            Some(&stats),
         ) {
             list.push((si, c, s));
         }
@@ -489,14 +496,21 @@ mod tests {
             "tau",
             "gamma delta",
         ] {
+            // Brute force with the same index-wide IDF statistics.
+            let mut st = format::bm25::TermStats::default();
+            for ls in &index.segments {
+                st.add_segment(ls.segment.postings(), q);
+            }
             for depth in [1, 5, 50, 2000] {
                 let mut all: Vec<(usize, u32, f32)> = Vec::new();
                 for (si, ls) in index.segments.iter().enumerate() {
-                    for (c, s) in ls
-                        .segment
-                        .postings()
-                        .search_exhaustive(q, usize::MAX, None, None)
-                    {
+                    for (c, s) in ls.segment.postings().search_exhaustive_with(
+                        q,
+                        usize::MAX,
+                        None,
+                        None,
+                        Some(&st),
+                    ) {
                         all.push((si, c, s));
                     }
                 }

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use format::bm25::TermStats;
 use format::memory::{tag_key, ArchivedMemoryRecord, MemoryRecord};
 use roaring::RoaringBitmap;
 
@@ -221,20 +222,40 @@ pub struct MemTimings {
     pub fusion: Duration,
 }
 
-/// BM25 over the delta through its postings: `n`, df and average length are the delta's own,
-/// so scores are computed exactly as a segment of these memories would compute them. Returns
-/// (slot, score) for entries passing `filter`.
-fn delta_bm25(delta: &crate::memory::Delta, query: &str, filter: &MemFilter) -> Vec<(u32, f32)> {
+/// Index-wide IDF statistics of `query`'s terms over the memory segments and the delta.
+pub fn mem_term_stats(snap: &Snapshot, query: &str) -> TermStats {
+    let mut st = TermStats::default();
+    for ls in &snap.index.memory {
+        st.add_segment(ls.segment.postings(), query);
+    }
+    let d = &snap.delta;
+    st.add_docs(d.entries.len() as u32, query, |t| {
+        d.postings.get(t).map_or(0, |pl| pl.len() as u32)
+    });
+    st
+}
+
+/// BM25 over the delta through its postings: IDF from `stats` (index-wide), average length
+/// the delta's own, so scores are computed exactly as a segment of these memories would
+/// compute them. Returns (slot, score) for entries passing `filter`.
+fn delta_bm25(
+    delta: &crate::memory::Delta,
+    query: &str,
+    filter: &MemFilter,
+    stats: &TermStats,
+) -> Vec<(u32, f32)> {
     let mut q: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
     format::text::for_each_token(query, |t| *q.entry(t.to_string()).or_insert(0) += 1);
-    let n = delta.entries.len() as u32;
+    let live = delta.entries.len() as u32;
     let mut acc: std::collections::HashMap<u32, f32> = std::collections::HashMap::new();
     let mut admitted: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
     for (t, &qtf) in &q {
         let Some(pl) = delta.postings.get(t) else {
             continue;
         };
-        let df = pl.len() as u32;
+        let Some((n, df)) = stats.get(t) else {
+            continue;
+        };
         for (&slot, &tf) in pl.iter() {
             let Some(e) = delta.slot(slot) else { continue };
             let ok = *admitted
@@ -242,7 +263,7 @@ fn delta_bm25(delta: &crate::memory::Delta, query: &str, filter: &MemFilter) -> 
                 .or_insert_with(|| filter.matches(&e.record));
             if ok {
                 *acc.entry(slot).or_insert(0.0) +=
-                    format::bm25::term_score(n, df, qtf, tf, e.len, delta.total_len);
+                    format::bm25::term_score_with(n, df, qtf, tf, e.len, delta.total_len, live);
             }
         }
     }
@@ -330,15 +351,21 @@ pub fn search(
     let mut lex_list = Vec::new();
     if o.mode != Mode::Vector {
         let t = Instant::now();
+        let stats = mem_term_stats(snap, query);
         for (si, ls) in segs.iter().enumerate() {
-            for (c, s) in ls
-                .segment
-                .search_bm25(query, depth, allows[si].as_ref(), Some(deny(si)))
-            {
+            for (c, s) in ls.segment.search_bm25_above(
+                query,
+                depth,
+                allows[si].as_ref(),
+                Some(deny(si)),
+                f32::NEG_INFINITY,
+                Some(&stats),
+            ) {
                 lex_list.push((si, c, s));
             }
         }
-        for (slot, s) in format::top_k(delta_bm25(delta, query, filter).into_iter(), depth) {
+        for (slot, s) in format::top_k(delta_bm25(delta, query, filter, &stats).into_iter(), depth)
+        {
             lex_list.push((dseg, slot, s));
         }
         sort(&mut lex_list);
@@ -453,7 +480,11 @@ mod tests {
             "different",
             "uploads",
         ] {
-            let mut a: Vec<(String, f32)> = delta_bm25(&d, q, &f)
+            let mut st = TermStats::default();
+            st.add_docs(d.entries.len() as u32, q, |t| {
+                d.postings.get(t).map_or(0, |pl| pl.len() as u32)
+            });
+            let mut a: Vec<(String, f32)> = delta_bm25(&d, q, &f, &st)
                 .into_iter()
                 .map(|(slot, s)| (d.slot(slot).unwrap().record.id.clone(), s))
                 .collect();

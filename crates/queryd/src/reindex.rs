@@ -1,0 +1,413 @@
+//! Live re-index of code: the `reindex` and `job_status` tools.
+//!
+//! `reindex` runs the indexer library ([`indexer::build::build`]) inside the server, as a
+//! background job, on the source roots `MANIFEST` records (`indexer build` writes them) or on
+//! some paths under them. The build is the indexer's incremental one: every file of the root is
+//! walked and parsed (cross-file graph edges need them all), only files whose content hash
+//! changed (and, with `paths`, lie under one of them) are chunked into a new segment and
+//! embedded, the chunks they replace are tombstoned, deleted files' chunks too. The commit
+//! takes the index directory lock like a memory flush, so the two never overwrite each other.
+//! When the build has committed, the server swaps to the new snapshot; queries keep running on
+//! the old one meanwhile. Jobs run one at a time, in submission order.
+
+use std::collections::VecDeque;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use format::manifest::RootEntry;
+use indexer::build::{build, BuildOptions};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::Engine;
+use crate::memory::now_ms;
+use crate::memory::tools::rfc3339;
+use crate::tools::{ms, ToolError, ToolResult};
+
+/// Jobs kept for `job_status`.
+const KEEP_JOBS: usize = 64;
+/// Longest `wait: true` call.
+const MAX_WAIT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReindexArgs {
+    /// Files or directories to re-index: absolute, or relative to an indexed root. Default:
+    /// every indexed root, whole.
+    #[serde(default)]
+    pub paths: Option<Vec<String>>,
+    /// Wait for the job to finish (at most 10 minutes) and return its final status.
+    #[serde(default)]
+    pub wait: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobStatusArgs {
+    /// A job id from `reindex`; without it, the recent jobs, newest first.
+    #[serde(default)]
+    pub job_id: Option<u64>,
+}
+
+/// A re-index job.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct JobStatus {
+    pub job_id: u64,
+    /// `queued`, `running`, `done` or `failed`.
+    pub state: String,
+    /// Roots (absolute paths) the job re-indexes.
+    pub roots: Vec<String>,
+    /// Repo-relative path prefixes it is limited to (empty: whole roots).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    pub submitted_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elapsed_ms: Option<f64>,
+    pub files_seen: usize,
+    pub files_changed: usize,
+    pub files_deleted: usize,
+    pub chunks_embedded: usize,
+    pub chunks_reused: usize,
+    pub chunks_tombstoned: u64,
+    /// Index generation the job committed (unchanged when nothing changed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    /// Files that could not be indexed (unreadable, walk errors).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub file_errors: Vec<String>,
+    /// Why the job failed (nothing was committed for the root that failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct JobStatusAnswer {
+    pub jobs: Vec<JobStatus>,
+}
+
+/// The job table of an engine.
+#[derive(Default)]
+pub struct Jobs {
+    table: Mutex<(u64, VecDeque<JobStatus>)>,
+    changed: Condvar,
+    /// Held by the running job: one build at a time.
+    run: Mutex<()>,
+}
+
+impl Jobs {
+    fn update(&self, id: u64, f: impl FnOnce(&mut JobStatus)) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(j) = t.1.iter_mut().find(|j| j.job_id == id) {
+            f(j);
+        }
+        self.changed.notify_all();
+    }
+
+    fn get(&self, id: u64) -> Option<JobStatus> {
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.1.iter().find(|j| j.job_id == id).cloned()
+    }
+
+    fn wait(&self, id: u64, timeout: Duration) -> Option<JobStatus> {
+        let deadline = Instant::now() + timeout;
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let j = t.1.iter().find(|j| j.job_id == id).cloned()?;
+            let now = Instant::now();
+            if j.state == "done" || j.state == "failed" || now >= deadline {
+                return Some(j);
+            }
+            t = self
+                .changed
+                .wait_timeout(t, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// `p` without `.` components; `None` if it has `..` (it could leave the root).
+fn clean_relative(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(x) => out.push(x),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Resolves `p` to (root, repo-relative prefix with `/` separators). Absolute paths must lie
+/// inside a root (compared component by component after resolving symlinks, so
+/// `/src/app-old` is not inside `/src/app`); relative ones are taken relative to the root in
+/// which they exist (the first root, if they exist in none: a deleted file).
+fn resolve(roots: &[RootEntry], p: &str) -> ToolResult<(RootEntry, String)> {
+    let raw = Path::new(p.trim());
+    if p.trim().is_empty() {
+        return Err(ToolError::InvalidInput("an empty path in `paths`".into()));
+    }
+    let to_rel = |r: &Path| -> String {
+        r.components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    if raw.is_absolute() {
+        // Resolve symlinks of what exists (a deleted file: its parent).
+        let abs = std::fs::canonicalize(raw).or_else(|_| {
+            let parent = raw.parent().unwrap_or(raw);
+            std::fs::canonicalize(parent).map(|d| d.join(raw.file_name().unwrap_or_default()))
+        });
+        let abs = abs.unwrap_or_else(|_| raw.to_path_buf());
+        for r in roots {
+            if let Ok(rest) = abs.strip_prefix(&r.path) {
+                return Ok((r.clone(), to_rel(rest)));
+            }
+        }
+        return Err(ToolError::InvalidInput(format!(
+            "`{p}` is not inside an indexed root ({})",
+            roots
+                .iter()
+                .map(|r| r.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let rel = clean_relative(raw).ok_or_else(|| {
+        ToolError::InvalidInput(format!(
+            "`{p}` must stay inside its root: `..` and root components are not allowed"
+        ))
+    })?;
+    let hit = roots
+        .iter()
+        .find(|r| Path::new(&r.path).join(&rel).exists())
+        .or_else(|| roots.first())
+        .expect("roots is not empty");
+    // A symlink inside the root that points outside it is refused like an absolute path.
+    let full = Path::new(&hit.path).join(&rel);
+    if let Ok(c) = std::fs::canonicalize(&full) {
+        if !c.starts_with(&hit.path) {
+            return Err(ToolError::InvalidInput(format!(
+                "`{p}` resolves to {}, outside the root {}",
+                c.display(),
+                hit.path
+            )));
+        }
+    }
+    Ok((hit.clone(), to_rel(&rel)))
+}
+
+impl Engine {
+    /// Queues a re-index job (see the module doc) and returns its status (final with `wait`).
+    pub fn reindex(self: &Arc<Self>, a: &ReindexArgs) -> ToolResult<JobStatus> {
+        let snap = self.snapshot();
+        let roots = snap.index.manifest.roots.clone();
+        if roots.is_empty() {
+            return Err(ToolError::InvalidInput(
+                "this index records no source roots (it holds only memories, or was built \
+                 before roots were recorded): run `indexer build <root> --out <index>` once"
+                    .into(),
+            ));
+        }
+        // (root, prefixes); no prefixes: the whole root.
+        let mut targets: Vec<(RootEntry, Vec<String>)> = Vec::new();
+        match a.paths.as_deref() {
+            None | Some([]) => targets = roots.iter().map(|r| (r.clone(), Vec::new())).collect(),
+            Some(ps) => {
+                for p in ps {
+                    let (root, prefix) = resolve(&roots, p)?;
+                    match targets.iter_mut().find(|(r, _)| r.repo == root.repo) {
+                        Some((_, v)) if v.is_empty() => {} // already whole
+                        Some((_, v)) if prefix.is_empty() => v.clear(),
+                        Some((_, v)) => v.push(prefix),
+                        None if prefix.is_empty() => targets.push((root, Vec::new())),
+                        None => targets.push((root, vec![prefix])),
+                    }
+                }
+            }
+        }
+        for (r, _) in &targets {
+            if !Path::new(&r.path).is_dir() {
+                return Err(ToolError::InvalidInput(format!(
+                    "the root {} of repository `{}` is not a directory here any more",
+                    r.path, r.repo
+                )));
+            }
+        }
+        let id = {
+            let mut t = self.jobs.table.lock().unwrap_or_else(|e| e.into_inner());
+            t.0 += 1;
+            let id = t.0;
+            t.1.push_back(JobStatus {
+                job_id: id,
+                state: "queued".into(),
+                roots: targets.iter().map(|(r, _)| r.path.clone()).collect(),
+                paths: targets
+                    .iter()
+                    .flat_map(|(r, v)| v.iter().map(move |p| format!("{}/{p}", r.repo)))
+                    .collect(),
+                submitted_at: rfc3339(now_ms()),
+                started_at: None,
+                finished_at: None,
+                elapsed_ms: None,
+                files_seen: 0,
+                files_changed: 0,
+                files_deleted: 0,
+                chunks_embedded: 0,
+                chunks_reused: 0,
+                chunks_tombstoned: 0,
+                generation: None,
+                file_errors: Vec::new(),
+                error: None,
+            });
+            while t.1.len() > KEEP_JOBS {
+                t.1.pop_front();
+            }
+            id
+        };
+        let engine = Arc::clone(self);
+        std::thread::Builder::new()
+            .name(format!("queryd-reindex-{id}"))
+            .spawn(move || engine.run_job(id, targets))
+            .map_err(|e| ToolError::Internal(format!("cannot start the job: {e}")))?;
+        Ok(if a.wait {
+            self.jobs.wait(id, MAX_WAIT)
+        } else {
+            self.jobs.get(id)
+        }
+        .expect("the job was just queued"))
+    }
+
+    fn run_job(&self, id: u64, targets: Vec<(RootEntry, Vec<String>)>) {
+        let _one = self.jobs.run.lock().unwrap_or_else(|e| e.into_inner());
+        let t0 = Instant::now();
+        self.jobs.update(id, |j| {
+            j.state = "running".into();
+            j.started_at = Some(rfc3339(now_ms()));
+        });
+        let mut error = None;
+        for (root, prefixes) in targets {
+            let mut opts = BuildOptions::new(vec![PathBuf::from(&root.path)], self.dir().into());
+            opts.repo = Some(root.repo.clone());
+            if !prefixes.is_empty() {
+                opts.only = Some(
+                    prefixes
+                        .into_iter()
+                        .map(|p| (root.repo.clone(), p))
+                        .collect(),
+                );
+            }
+            match build(
+                &opts,
+                self.encoder(),
+                &indexer::progress::Progress::silent(),
+            ) {
+                Ok(r) => self.jobs.update(id, |j| {
+                    j.files_seen += r.files_seen;
+                    j.files_changed += r.files_changed;
+                    j.files_deleted += r.files_deleted;
+                    j.chunks_embedded += r.chunks_embedded;
+                    j.chunks_reused += r.chunks_reused;
+                    j.chunks_tombstoned += r.chunks_tombstoned;
+                    j.generation = Some(r.generation);
+                    j.file_errors.extend(r.errors);
+                }),
+                Err(e) => {
+                    error = Some(format!("{}: {e}", root.path));
+                    break;
+                }
+            }
+        }
+        // Serve what was committed. A reload can lose a race with a memory flush (which then
+        // installs the new generation itself); either way the snapshot catches up here.
+        let want = self.jobs.get(id).and_then(|j| j.generation).unwrap_or(0);
+        for _ in 0..20 {
+            if let Err(e) = self.reload_if_changed() {
+                error.get_or_insert(format!("the new generation could not be loaded: {e}"));
+                break;
+            }
+            if self.snapshot().generation() >= want {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let elapsed = ms(t0.elapsed());
+        self.jobs.update(id, |j| {
+            j.state = if error.is_some() { "failed" } else { "done" }.into();
+            j.error = error;
+            j.finished_at = Some(rfc3339(now_ms()));
+            j.elapsed_ms = Some(elapsed);
+        });
+    }
+
+    pub fn job_status(&self, a: &JobStatusArgs) -> ToolResult<JobStatusAnswer> {
+        let t = self.jobs.table.lock().unwrap_or_else(|e| e.into_inner());
+        let jobs: Vec<JobStatus> = match a.job_id {
+            Some(id) => vec![t
+                .1
+                .iter()
+                .find(|j| j.job_id == id)
+                .cloned()
+                .ok_or_else(|| ToolError::NotFound {
+                    message: format!(
+                        "no job {id}; this server keeps its last {KEEP_JOBS} jobs until it restarts"
+                    ),
+                    suggestions: vec!["job_status without job_id".into()],
+                })?],
+            None => t.1.iter().rev().take(20).cloned().collect(),
+        };
+        Ok(JobStatusAnswer { jobs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_confined_to_roots() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let app = base.join("app");
+        let old = base.join("app-old");
+        std::fs::create_dir_all(app.join("src")).unwrap();
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::write(app.join("src/a.rs"), "fn a() {}").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&old, app.join("out")).unwrap();
+        let roots = vec![RootEntry {
+            repo: "app".into(),
+            path: app.to_string_lossy().into_owned(),
+        }];
+        let ok = |p: &str| resolve(&roots, p).map(|(_, r)| r);
+        assert_eq!(ok("src/a.rs").unwrap(), "src/a.rs");
+        assert_eq!(ok("./src/").unwrap(), "src");
+        assert_eq!(
+            ok(app.join("src/a.rs").to_str().unwrap()).unwrap(),
+            "src/a.rs"
+        );
+        assert_eq!(ok(app.to_str().unwrap()).unwrap(), "");
+        // A deleted file is still a path under the root.
+        assert_eq!(
+            ok(app.join("src/gone.rs").to_str().unwrap()).unwrap(),
+            "src/gone.rs"
+        );
+        for bad in [
+            "../app-old/x.rs".to_string(),
+            old.join("x.rs").to_string_lossy().into_owned(),
+            "/etc/passwd".into(),
+            String::new(),
+        ] {
+            assert!(ok(&bad).is_err(), "{bad}");
+        }
+        #[cfg(unix)]
+        assert!(ok("out").unwrap_err().to_string().contains("outside"));
+    }
+}
