@@ -622,3 +622,149 @@ fn mcp_inspector_cli_lists_and_calls_tools() {
         "{out}\n{err}"
     );
 }
+
+/// An MCP session over HTTP: its request headers.
+fn http_session(port: u16, name: &str) -> Vec<(String, String)> {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": name, "version": "0"}}});
+    let r = request(port, "POST", "/mcp", &[ACCEPT, JSON], &init.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let version = r.message()["result"]["protocolVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut hs = vec![
+        (ACCEPT.0.to_string(), ACCEPT.1.to_string()),
+        (JSON.0.to_string(), JSON.1.to_string()),
+        ("MCP-Protocol-Version".to_string(), version),
+    ];
+    if let Some(s) = r.header("mcp-session-id") {
+        hs.push(("Mcp-Session-Id".to_string(), s.to_string()));
+    }
+    let h: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let r = request(
+        port,
+        "POST",
+        "/mcp",
+        &h,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+    );
+    assert!(r.status == 202 || r.status == 200, "{}", r.status);
+    hs
+}
+
+fn http_call(port: u16, hs: &[(String, String)], id: u64, name: &str, a: Value) -> Value {
+    let h: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let m = request(
+        port,
+        "POST",
+        "/mcp",
+        &h,
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": a}})
+        .to_string(),
+    )
+    .message();
+    assert!(m["result"]["isError"] != true, "{name}: {m:#}");
+    m["result"]["structuredContent"].clone()
+}
+
+/// Several HTTP sessions at once, each writing memories and reading its own writes back while
+/// the others write, search code and the delta is flushed (flush size 7) underneath them:
+/// every write is acknowledged, visible at once to its writer and to every other session,
+/// and present exactly once at the end.
+#[test]
+fn http_sessions_write_and_search_concurrently() {
+    let ix = common::indexed_fixture();
+    let srv = start_http(&ix.index, &["--memory-flush-at", "7"]);
+    let port = srv.port;
+    const CLIENTS: usize = 4;
+    const WRITES: usize = 12;
+    let words = ["falcon", "harbor", "meadow", "quartz"];
+    let written: Vec<Vec<String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                s.spawn(move || {
+                    let hs = http_session(port, &format!("client{c}"));
+                    let mut ids = Vec::new();
+                    for i in 0..WRITES {
+                        let text = format!("{} note {i} from client {c}", words[c]);
+                        let v = http_call(
+                            port,
+                            &hs,
+                            10 + i as u64 * 3,
+                            "add_memories",
+                            json!({"memories": [{"text": text, "entity": words[c]}]}),
+                        );
+                        let id = v["ids"][0].as_str().unwrap().to_string();
+                        // Read your write, through search (filters + BM25) and by id.
+                        let r = http_call(
+                            port,
+                            &hs,
+                            11 + i as u64 * 3,
+                            "search_memory",
+                            json!({"query": format!("{} note {i}", words[c]), "mode": "lexical",
+                                   "entity": words[c], "limit": 100}),
+                        );
+                        let found: Vec<&str> = r["results"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|m| m["id"].as_str().unwrap())
+                            .collect();
+                        assert!(found.contains(&id.as_str()), "client {c} write {i}: {r:#}");
+                        assert_eq!(found.len(), i + 1, "client {c} sees its {} writes", i + 1);
+                        let code = http_call(
+                            port,
+                            &hs,
+                            12 + i as u64 * 3,
+                            "search_code",
+                            json!({"query": "edit distance", "limit": 1}),
+                        );
+                        assert_eq!(code["results"][0]["name"], "levenshtein_distance");
+                        ids.push(id);
+                    }
+                    ids
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Every session's writes, exactly once, from a new session.
+    let hs = http_session(port, "checker");
+    let mut all = Vec::new();
+    let mut offset = 0;
+    loop {
+        let v = http_call(
+            port,
+            &hs,
+            1000 + offset as u64,
+            "list_memories",
+            json!({"limit": 100, "offset": offset}),
+        );
+        all.extend(
+            v["memories"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["id"].as_str().unwrap().to_string()),
+        );
+        match v["next_offset"].as_u64() {
+            Some(n) => offset = n as usize,
+            None => break,
+        }
+    }
+    let mut want: Vec<String> = written.into_iter().flatten().collect();
+    want.sort();
+    all.sort();
+    assert_eq!(all, want);
+    assert_eq!(all.len(), CLIENTS * WRITES);
+    // The delta was flushed into segments meanwhile.
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(ix.index.join("MANIFEST")).unwrap()).unwrap();
+    assert!(
+        !m["memory_segments"].as_array().unwrap().is_empty(),
+        "{m:#}"
+    );
+}
