@@ -8,6 +8,9 @@
 //!    then after flushing them into a segment; the fill uses precomputed vectors
 //!    (`Engine::put_memories`; embedding 100k texts on 2 CPU cores would take most of an hour).
 //! 4. Flush time for those deltas, and the time of a merging flush.
+//! 5. The memory graph at those sizes, in the delta and flushed: SIMILAR links of a new memory
+//!    (`similar_for`, part of every write), building the derived graph (first graph call after
+//!    a write), and the graph tools on the cached graph.
 //!
 //! Run: `cargo run --release -p cix-benches --bin memory -- [--sizes 10000,100000]`
 
@@ -209,6 +212,7 @@ fn main() -> anyhow::Result<()> {
     e.set_flush_at(usize::MAX);
     let mut total = Vec::new();
     let mut embed = Vec::new();
+    let mut similar = Vec::new();
     for i in 0..a.writes + 10 {
         let args = AddMemoriesArgs {
             memories: vec![MemoryInput {
@@ -228,9 +232,9 @@ fn main() -> anyhow::Result<()> {
         let d = t.elapsed();
         if i >= 10 {
             total.push(d);
-            embed.push(Duration::from_secs_f64(
-                ans.debug.map_or(0.0, |d| d.embed_ms) / 1e3,
-            ));
+            let d = ans.debug.expect("debug");
+            embed.push(Duration::from_secs_f64(d.embed_ms / 1e3));
+            similar.push(Duration::from_secs_f64(d.graph_ms / 1e3));
         }
     }
     let rest: Vec<Duration> = total
@@ -240,11 +244,12 @@ fn main() -> anyhow::Result<()> {
         .collect();
     let mut rest = rest;
     println!(
-        "add_memories, 1 memory per call ({} calls, 8-27 word texts): acknowledged (fsynced, visible) p50 {:.2} ms, p99 {:.2} ms; of which embedding p50 {:.2} ms; WAL append + fsync + publish p50 {:.3} ms, p99 {:.3} ms",
+        "add_memories, 1 memory per call ({} calls, 8-27 word texts): acknowledged (fsynced, visible) p50 {:.2} ms, p99 {:.2} ms; of which embedding p50 {:.2} ms; SIMILAR links p50 {:.3} ms; the rest (SIMILAR + WAL append + fsync + publish) p50 {:.3} ms, p99 {:.3} ms",
         total.len(),
         pct(&mut total, 0.5),
         pct(&mut total, 0.99),
         pct(&mut embed, 0.5),
+        pct(&mut similar, 0.5),
         pct(&mut rest, 0.5),
         pct(&mut rest, 0.99)
     );
@@ -313,6 +318,7 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let now = queryd::memory::now_ms();
+    let mut graph_lines = Vec::new();
     println!("\n| memories | where | vector p50 ms | BM25 p50 ms | hybrid p50 ms | hybrid p99 ms |\n|---:|---|---:|---:|---:|---:|");
     for &n in &a.sizes {
         let dir = new_index(&format!("n{n}"))?;
@@ -376,6 +382,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         };
         run("delta (in memory, exact)")?;
+        graph_lines.push(graph_bench(&e, &qv, dim, n, "delta", &mut r)?);
         let t = Instant::now();
         let rep = e
             .flush_memories()
@@ -383,6 +390,7 @@ fn main() -> anyhow::Result<()> {
             .expect("something to flush");
         let flush = t.elapsed();
         run("flushed segment")?;
+        graph_lines.push(graph_bench(&e, &qv, dim, n, "flushed", &mut r)?);
         eprintln!(
             "  {n}: fill through the write path (precomputed vectors) {:.1}s; flush {:.2}s ({} memories, segment {})",
             fill.as_secs_f64(),
@@ -399,6 +407,11 @@ fn main() -> anyhow::Result<()> {
                 "flat vectors"
             }
         );
+    }
+
+    println!("\n| memories | where | SIMILAR links of a new memory p50 / p99 ms | graph build ms | aggregate(tag) ms | tag PMI ms | entity network ms | related ms | subgraph(entity, depth 2, 50 nodes) ms | entity path ms |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for l in graph_lines {
+        println!("{l}");
     }
 
     // Merging flush: MERGE_AT segments of 1,000, then one more flush merges them.
@@ -430,4 +443,137 @@ fn main() -> anyhow::Result<()> {
         t.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Section 5 for one engine state: a table row.
+fn graph_bench(
+    e: &queryd::Engine,
+    qv: &[f32],
+    dim: usize,
+    n: usize,
+    where_: &str,
+    r: &mut Rng,
+) -> anyhow::Result<String> {
+    use queryd::memory::graph_tools::*;
+    let snap = e.snapshot();
+    let mut sims = Vec::new();
+    for i in 0..100.min(qv.len() / dim) {
+        let id = vec![queryd::memory::new_id()];
+        let t = Instant::now();
+        std::hint::black_box(queryd::memory::graph::similar_for(
+            &snap,
+            &id,
+            &qv[i * dim..(i + 1) * dim],
+            dim,
+            format::vectors::DEFAULT_NPROBE,
+        ));
+        sims.push(t.elapsed());
+    }
+    let t = Instant::now();
+    let g = queryd::memory::graph::MemGraph::build(&snap, &MemFilter::default());
+    let build = t.elapsed().as_secs_f64() * 1e3;
+    drop(g);
+    // Warm the snapshot's cached graph, then time each tool (median of 5 calls).
+    snap.mem_graph(&MemFilter::default());
+    let time = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<f64> {
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            f()?;
+            v.push(t.elapsed());
+        }
+        Ok(pct(&mut v, 0.5))
+    };
+    let err = |e: queryd::tools::ToolError| anyhow::anyhow!("{e}");
+    let filters = |group_by: &str| GraphAggregateArgs {
+        group_by: group_by.into(),
+        limit: None,
+        debug: false,
+        category: None,
+        scope: None,
+        entity: None,
+        source: None,
+        tags: None,
+        tags_mode: None,
+        created_after: None,
+        created_before: None,
+        state: None,
+    };
+    let agg = time(&mut || e.graph_aggregate(&filters("tag")).map(drop).map_err(err))?;
+    let pmi = time(&mut || {
+        e.graph_tag_cooccurrence(&GraphTagCooccurrenceArgs {
+            with_tag: None,
+            min_count: None,
+            limit: None,
+            debug: false,
+            category: None,
+            scope: None,
+            entity: None,
+            source: None,
+            tags: None,
+            tags_mode: None,
+            created_after: None,
+            created_before: None,
+            state: None,
+        })
+        .map(drop)
+        .map_err(err)
+    })?;
+    let net = time(&mut || {
+        e.graph_entity_network(&GraphEntityNetworkArgs {
+            center: None,
+            min_count: None,
+            limit: None,
+            debug: false,
+            category: None,
+            scope: None,
+            entity: None,
+            source: None,
+            tags: None,
+            tags_mode: None,
+            created_after: None,
+            created_before: None,
+            state: None,
+        })
+        .map(drop)
+        .map_err(err)
+    })?;
+    let g = snap.mem_graph(&MemFilter::default());
+    let some_id = g.nodes[r.below(g.nodes.len())].id.clone();
+    let related = time(&mut || {
+        e.graph_related_memories(&GraphRelatedArgs {
+            id: some_id.clone(),
+            limit: None,
+            max_chars: None,
+            debug: false,
+        })
+        .map(drop)
+        .map_err(err)
+    })?;
+    let sub = time(&mut || {
+        e.graph_subgraph(&GraphSubgraphArgs {
+            node: format!("entity:{}", WORDS[0]),
+            depth: Some(2),
+            limit: None,
+            edge_types: None,
+            debug: false,
+        })
+        .map(drop)
+        .map_err(err)
+    })?;
+    let path = time(&mut || {
+        e.graph_path_between_entities(&GraphPathArgs {
+            from: WORDS[1].into(),
+            to: WORDS[19].into(),
+            max_hops: None,
+            debug: false,
+        })
+        .map(drop)
+        .map_err(err)
+    })?;
+    Ok(format!(
+        "| {n} | {where_} | {:.3} / {:.3} | {build:.1} | {agg:.2} | {pmi:.2} | {net:.2} | {related:.2} | {sub:.2} | {path:.2} |",
+        pct(&mut sims, 0.5),
+        pct(&mut sims, 0.99)
+    ))
 }

@@ -212,6 +212,21 @@ impl Snapshot {
         out
     }
 
+    /// The live chunks of the file at repo-relative `path`, in order.
+    pub fn chunks_of_path(&self, path: &str) -> Vec<NodeRef> {
+        let Some((si, n)) = self.file_by_path(path) else {
+            return Vec::new();
+        };
+        let ls = &self.index.segments[si];
+        let t = ls.segment.table();
+        let f = &t.files[(n - t.chunks.len() as u32) as usize];
+        let first = f.first_chunk.to_native();
+        (first..first + f.chunk_count.to_native())
+            .filter(|c| !ls.tombstones.contains(*c))
+            .map(|c| (si, c))
+            .collect()
+    }
+
     /// The live file node of a path: the newest segment whose file still has a live chunk (or
     /// has no chunks at all).
     fn file_by_path(&self, path: &str) -> Option<NodeRef> {
@@ -551,6 +566,8 @@ pub struct Engine {
     flush_tx: Mutex<Option<std::sync::mpsc::SyncSender<()>>>,
     /// Re-index jobs (see [`crate::reindex`]).
     pub(crate) jobs: crate::reindex::Jobs,
+    /// Source files read by code-reference checks.
+    pub(crate) files: memory::coderefs::FileCache,
 }
 
 /// The write side of memories.
@@ -618,6 +635,7 @@ impl Engine {
             }),
             flush_tx: Mutex::new(None),
             jobs: crate::reindex::Jobs::default(),
+            files: memory::coderefs::FileCache::default(),
             cache: EmbedCache::new(EMBED_CACHE_ENTRIES),
             last_failure: Mutex::new(None),
             reload_lock: Mutex::new(()),
@@ -625,6 +643,18 @@ impl Engine {
             reloads: AtomicU64::new(0),
             started: SystemTime::now(),
         })
+    }
+
+    /// Why memory writes are disabled on this engine (another queryd holds the log, a
+    /// read-only directory…), if they are.
+    pub fn memory_writes_disabled(&self) -> Option<String> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .wal
+            .as_ref()
+            .err()
+            .cloned()
     }
 
     pub fn dir(&self) -> &Path {

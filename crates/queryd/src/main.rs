@@ -71,6 +71,22 @@ enum Cmd {
     },
     /// Run one query and print ranked results.
     Search(SearchArgs),
+    /// Re-check memories' code references and record which are stale (a git post-commit hook
+    /// runs this with the files the commit changed; see scripts/git-post-commit).
+    Staleness {
+        /// Index directory.
+        #[arg(long)]
+        index: PathBuf,
+        /// Model directory (default: $CIX_MODEL_DIR, else ./models/all-MiniLM-L6-v2).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Only memories referencing these files (repo-relative or absolute); default: all.
+        #[arg(long, num_args = 1..)]
+        changed_files: Vec<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -127,7 +143,53 @@ fn run() -> anyhow::Result<()> {
     match cmd {
         Cmd::Export { index, out } => export(&index, out.as_deref()),
         Cmd::Search(a) => search_cmd(a),
+        Cmd::Staleness {
+            index,
+            model,
+            changed_files,
+            json,
+        } => staleness_cmd(&index, model, changed_files, json),
     }
+}
+
+fn staleness_cmd(
+    index: &Path,
+    model: Option<PathBuf>,
+    changed: Vec<String>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let model = kernels::resolve_model_dir(model);
+    let e = queryd::Engine::open(index, &model)
+        .with_context(|| format!("opening {}", index.display()))?;
+    if let Some(why) = e.memory_writes_disabled() {
+        anyhow::bail!(
+            "cannot record staleness: {why}. A running queryd checks references when memories \
+             are read; ask it to record them with its check_staleness tool"
+        );
+    }
+    let args = queryd::memory::code_tools::CheckStalenessArgs {
+        ids: None,
+        changed_files: (!changed.is_empty()).then_some(changed),
+        debug: false,
+    };
+    let r = e
+        .check_staleness(&args)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Err(err) = e.flush_memories() {
+        eprintln!("queryd: flush after the check failed (the log keeps the writes): {err}");
+    }
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        eprintln!(
+            "queryd: {} memories, {} code references checked: {} fresh, {} relocated, {} stale, {} unverified; {} memories updated",
+            r.memories, r.checked, r.fresh, r.relocated, r.stale, r.unverified, r.updated
+        );
+    }
+    if !r.errors.is_empty() {
+        anyhow::bail!("{}", r.errors.join("; "));
+    }
+    Ok(())
 }
 
 fn export(index: &Path, out: Option<&Path>) -> anyhow::Result<()> {

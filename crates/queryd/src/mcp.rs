@@ -22,6 +22,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::Engine;
+use crate::memory::code_tools::{CheckStalenessArgs, MemoriesForCodeArgs};
 use crate::memory::graph_tools::{
     GraphAggregateArgs, GraphEntityNetworkArgs, GraphPathArgs, GraphRelatedArgs, GraphSimilarArgs,
     GraphSubgraphArgs, GraphTagCooccurrenceArgs,
@@ -37,7 +38,7 @@ use crate::tools::{
 };
 
 /// Every tool, in the order `tools/list` gives them.
-pub const TOOL_NAMES: [&str; 23] = [
+pub const TOOL_NAMES: [&str; 25] = [
     "search_code",
     "get_symbol",
     "find_callers",
@@ -54,6 +55,8 @@ pub const TOOL_NAMES: [&str; 23] = [
     "list_memories",
     "update_memory",
     "delete_memories",
+    "memories_for_code",
+    "check_staleness",
     "graph_related_memories",
     "graph_similar_memories",
     "graph_subgraph",
@@ -164,6 +167,23 @@ pub fn tools() -> Vec<Tool> {
             "delete_memories",
             "Delete memories by id for good (all ids must exist, else nothing is deleted).",
             schema_for_type::<DeleteMemoriesArgs>(),
+        ),
+        Tool::new(
+            "memories_for_code",
+            "Memories linked to code: those whose code references cover a line of a file \
+             (`direct`), or point at the same file or the symbol at that line (`related`), \
+             each with its references checked against the current file (fresh, relocated, \
+             stale) and its confidence.",
+            schema_for_type::<MemoriesForCodeArgs>(),
+        ),
+        Tool::new(
+            "check_staleness",
+            "Re-check the code references of some memories (ids), of memories referencing \
+             changed files (changed_files, e.g. from a commit), or of all, and record the \
+             result: stale since when and why (changed, deleted), or relocated lines when the \
+             same code moved. Returns counts (checked, fresh, relocated, stale, unverified, \
+             updated).",
+            schema_for_type::<CheckStalenessArgs>(),
         ),
         Tool::new(
             "graph_related_memories",
@@ -282,6 +302,12 @@ impl Server {
             "update_memory" => to_json(e.update_memory(&parse::<UpdateMemoryArgs>(name, args)?)),
             "delete_memories" => {
                 to_json(e.delete_memories(&parse::<DeleteMemoriesArgs>(name, args)?))
+            }
+            "memories_for_code" => {
+                to_json(e.memories_for_code(&parse::<MemoriesForCodeArgs>(name, args)?))
+            }
+            "check_staleness" => {
+                to_json(e.check_staleness(&parse::<CheckStalenessArgs>(name, args)?))
             }
             "graph_related_memories" => {
                 to_json(e.graph_related_memories(&parse::<GraphRelatedArgs>(name, args)?))

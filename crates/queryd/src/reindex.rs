@@ -77,6 +77,12 @@ pub struct JobStatus {
     /// Index generation the job committed (unchanged when nothing changed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
+    /// Code references re-checked after the commit (memories linked to code), and how many
+    /// turned out stale or relocated; memories whose references were written back.
+    pub refs_checked: usize,
+    pub refs_stale: usize,
+    pub refs_relocated: usize,
+    pub memories_updated: usize,
     /// Files that could not be indexed (unreadable, walk errors).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub file_errors: Vec<String>,
@@ -264,6 +270,10 @@ impl Engine {
                 chunks_reused: 0,
                 chunks_tombstoned: 0,
                 generation: None,
+                refs_checked: 0,
+                refs_stale: 0,
+                refs_relocated: 0,
+                memories_updated: 0,
                 file_errors: Vec::new(),
                 error: None,
             });
@@ -337,6 +347,26 @@ impl Engine {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+        // Eager staleness: memories linked to code are re-checked against the files now.
+        if error.is_none() {
+            let args = crate::memory::code_tools::CheckStalenessArgs {
+                ids: None,
+                changed_files: None,
+                debug: false,
+            };
+            match self.check_staleness(&args) {
+                Ok(r) => self.jobs.update(id, |j| {
+                    j.refs_checked = r.checked;
+                    j.refs_stale = r.stale;
+                    j.refs_relocated = r.relocated;
+                    j.memories_updated = r.updated;
+                    j.file_errors.extend(r.errors);
+                }),
+                Err(e) => self.jobs.update(id, |j| {
+                    j.file_errors.push(format!("staleness check: {e}"));
+                }),
+            }
         }
         let elapsed = ms(t0.elapsed());
         self.jobs.update(id, |j| {

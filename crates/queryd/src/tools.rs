@@ -1117,6 +1117,10 @@ pub struct ExplainAnswer {
     /// Imports of its file as written.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub file_imports: Vec<String>,
+    /// Active memories whose code references point at this symbol (by symbol id, or lines
+    /// overlapping it), each checked against the current file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub memories: Vec<crate::memory::tools::MemoryOut>,
 }
 
 fn leading_doc(code: &str) -> String {
@@ -1188,6 +1192,34 @@ impl Engine {
             .take(30)
             .collect();
         let graph = t.elapsed();
+        let memories = {
+            let c = snap.chunk(n);
+            let (sid, s, e) = (
+                c.symbol_id.to_string(),
+                c.start_line.to_native(),
+                c.end_line.to_native(),
+            );
+            let path = snap.file(n).path.to_string();
+            self.memories_for_code(&crate::memory::code_tools::MemoriesForCodeArgs {
+                path: path.clone(),
+                line: None,
+                include_inactive: false,
+                limit: Some(MAX_LIMIT),
+                debug: false,
+            })
+            .map(|a| a.memories)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| m.memory)
+            .filter(|m| {
+                m.code_refs.iter().any(|r| {
+                    (!sid.is_empty() && r.symbol_id == sid)
+                        || (r.path == path && r.start_line <= e && r.end_line >= s)
+                })
+            })
+            .take(10)
+            .collect()
+        };
         sym.debug = None;
         Ok(ExplainAnswer {
             symbol: SymbolAnswer {
@@ -1203,6 +1235,7 @@ impl Engine {
             callers,
             callees,
             file_imports,
+            memories,
         })
     }
 }

@@ -43,6 +43,7 @@ async fn stdio_lists_and_calls_every_tool_and_survives_bad_input() {
         names,
         [
             "add_memories",
+            "check_staleness",
             "delete_memories",
             "explain_code",
             "find_callees",
@@ -61,6 +62,7 @@ async fn stdio_lists_and_calls_every_tool_and_survives_bad_input() {
             "index_status",
             "job_status",
             "list_memories",
+            "memories_for_code",
             "reindex",
             "search_code",
             "search_memory",
@@ -433,7 +435,7 @@ fn http_serves_mcp_health_metrics_and_rejects_foreign_origins() {
         &hs,
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string(),
     );
-    assert_eq!(r.message()["result"]["tools"].as_array().unwrap().len(), 23);
+    assert_eq!(r.message()["result"]["tools"].as_array().unwrap().len(), 25);
     let call = |id: u64, name: &str, a: Value| {
         request(
             port,
@@ -603,7 +605,7 @@ fn mcp_inspector_cli_lists_and_calls_tools() {
     let (ok, out, err) = inspector(&["--method", "tools/list"]);
     assert!(ok, "{out}\n{err}");
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(v["tools"].as_array().unwrap().len(), 23);
+    assert_eq!(v["tools"].as_array().unwrap().len(), 25);
     let (ok, out, err) = inspector(&[
         "--method",
         "tools/call",

@@ -88,7 +88,7 @@ async fn memory_tools_flush_restart_and_export() {
             {"text": "The upload service retries failed chunk uploads three times with exponential backoff",
              "category": "decision", "entity": "uploads", "tags": ["area=io", "retry"],
              "evidence": ["PR-42"],
-             "code_refs": [{"path": "src/upload.rs", "start_line": 10, "end_line": 20}]},
+             "code_refs": [{"path": "src/lib.rs", "start_line": 10, "end_line": 20}]},
             {"text": "Use snake_case for all JSON field names in the public API",
              "category": "convention", "scope": "team", "tags": ["area=api"], "source": "user"}
         ], "debug": true}),
@@ -110,7 +110,7 @@ async fn memory_tools_flush_restart_and_export() {
     assert_eq!(m["tags"], json!(["area=io", "retry"]));
     assert_eq!(m["scope"], "project");
     assert_eq!(m["source"], "agent");
-    assert_eq!(m["code_refs"][0]["code_link"], "file:src/upload.rs#L10-L20");
+    assert_eq!(m["code_refs"][0]["code_link"], "file:src/lib.rs#L10-L20");
     assert!(m["created_at"].as_str().unwrap().ends_with('Z'));
 
     // search: a paraphrase finds it (vector), a keyword finds it (BM25); filters apply.
@@ -1096,4 +1096,294 @@ async fn reindex_jobs_update_the_served_index() {
         .unwrap_err();
     assert!(err_text(e).contains("no job 999"));
     c.cancel().await.unwrap();
+}
+
+/// Code-linked memories over MCP (the PRD's acceptance criteria): references completed from a
+/// symbol, a URI or path + lines (hash from the file), bad references refused (lines, paths
+/// outside the roots, missing files and symbols); after edits: a block shifted by an insertion
+/// above is relocated and fresh, an edit inside a block makes it stale with a reason, an edit
+/// elsewhere leaves it fresh, a deleted file is stale `deleted`; confidence bounds, reverse
+/// lookup by line, exclude_stale / min_confidence, check_staleness (idempotent), explain_code,
+/// and `queryd staleness`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_linked_memories_track_their_code() {
+    let ix = common::indexed_fixture();
+    let (c, _) = start(&ix.index, &[]).await;
+    let add = |m: Value| {
+        let c = &c;
+        async move {
+            call(c, "add_memories", json!({"memories": [m]}))
+                .await
+                .map(|v| v["ids"][0].as_str().unwrap().to_string())
+        }
+    };
+    let a = add(
+        json!({"text": "levenshtein_distance is the classic two-row DP", "source": "user",
+                       "code_refs": [{"symbol": "levenshtein_distance"}]}),
+    )
+    .await
+    .unwrap();
+    let b = add(
+        json!({"text": "Dictionary::insert normalises words before counting",
+                       "code_refs": [{"uri": "file:src/lib.rs#L20-L24"}]}),
+    )
+    .await
+    .unwrap();
+    let cc = add(json!({"text": "Circle.area uses math.pi",
+                        "code_refs": [{"path": "pkg/geometry.py", "start_line": 12, "end_line": 14}]}))
+    .await
+    .unwrap();
+    let d = add(json!({"text": "main.py is the entry point",
+                       "code_refs": [{"path": "pkg/main.py", "start_line": 1, "end_line": 3}]}))
+    .await
+    .unwrap();
+    let get = |id: &str| {
+        let c = &c;
+        let id = id.to_string();
+        async move { call(c, "get_memory", json!({"id": id})).await.unwrap()["memory"].clone() }
+    };
+    let ma = get(&a).await;
+    let r = &ma["code_refs"][0];
+    assert_eq!(r["path"], "src/lib.rs", "{ma:#}");
+    assert!(
+        r["start_line"].as_u64().unwrap() <= 38 && r["end_line"] == 51,
+        "{r:#}"
+    );
+    assert!(r["symbol_id"]
+        .as_str()
+        .unwrap()
+        .contains("levenshtein_distance"));
+    assert!(r["code_hash"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(r["code_hash"].as_str().unwrap().len(), 7 + 64);
+    assert_eq!(
+        (r["status"].as_str(), r["is_stale"].as_bool()),
+        (Some("fresh"), Some(false))
+    );
+    assert!(
+        ma["confidence"].as_f64().unwrap() >= 0.8,
+        "new user memory: {ma:#}"
+    );
+    let a_start = r["start_line"].as_u64().unwrap();
+    let mb = get(&b).await;
+    assert_eq!(mb["code_refs"][0]["code_link"], "file:src/lib.rs#L20-L24");
+    assert!(
+        mb["code_refs"][0]["symbol_id"]
+            .as_str()
+            .unwrap()
+            .contains("insert"),
+        "{mb:#}"
+    );
+
+    // Bad references: nothing is added.
+    for (r, expect) in [
+        (
+            json!({"path": "src/lib.rs", "start_line": 5, "end_line": 2}),
+            "end ≥ start",
+        ),
+        (
+            json!({"path": "src/lib.rs", "start_line": 0, "end_line": 2}),
+            "1-based",
+        ),
+        (
+            json!({"path": "../secret.rs", "start_line": 1, "end_line": 1}),
+            "without `..`",
+        ),
+        (
+            json!({"path": "/etc/passwd", "start_line": 1, "end_line": 1}),
+            "without `..`",
+        ),
+        (
+            json!({"path": "src/nope.rs", "start_line": 1, "end_line": 1}),
+            "no such file",
+        ),
+        (
+            json!({"path": "src/lib.rs", "start_line": 50, "end_line": 99}),
+            "the file has",
+        ),
+        (
+            json!({"symbol": "no_such_function_anywhere"}),
+            "no indexed symbol",
+        ),
+        (json!({"uri": "src/lib.rs:10"}), "not a code link"),
+        (json!({"path": "src/lib.rs"}), "needs `start_line`"),
+    ] {
+        let e = add(json!({"text": "x", "code_refs": [r.clone()]}))
+            .await
+            .unwrap_err();
+        assert!(err_text(e.clone()).contains(expect), "{r}: {e}");
+    }
+    assert_eq!(list_all(&c).await.len(), 4);
+
+    // Reverse lookup by line.
+    let m = call(
+        &c,
+        "memories_for_code",
+        json!({"path": "src/lib.rs", "line": 45}),
+    )
+    .await
+    .unwrap();
+    let rel: Vec<(String, String)> = m["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["memory"]["id"].as_str().unwrap().into(),
+                x["relation"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rel,
+        [(a.clone(), "direct".into()), (b.clone(), "related".into())],
+        "{m:#}"
+    );
+    assert!(m["symbol_id"]
+        .as_str()
+        .unwrap()
+        .contains("levenshtein_distance"));
+
+    // Edits.
+    let lib = ix.repo.join("src/lib.rs");
+    let text = std::fs::read_to_string(&lib).unwrap();
+    let text = text.replace(
+        "        let key = util::normalize_word(word);",
+        "        let key = util::normalize_word(word).to_lowercase();",
+    );
+    std::fs::write(&lib, format!("// one\n// two\n// three\n{text}")).unwrap();
+    let geo = ix.repo.join("pkg/geometry.py");
+    let g = std::fs::read_to_string(&geo).unwrap();
+    std::fs::write(&geo, format!("{g}\n\ndef square(x):\n    return x * x\n")).unwrap();
+    std::fs::remove_file(ix.repo.join("pkg/main.py")).unwrap();
+
+    let ma = get(&a).await;
+    let r = &ma["code_refs"][0];
+    assert_eq!(r["status"], "relocated", "{ma:#}");
+    assert_eq!(r["start_line"].as_u64().unwrap(), a_start + 3);
+    assert_eq!(ma["is_stale"], false);
+    let mb = get(&b).await;
+    assert_eq!(mb["is_stale"], true, "{mb:#}");
+    assert!(mb["code_refs"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("changed"));
+    assert!(mb["confidence"].as_f64().unwrap() <= 0.5);
+    assert_eq!(get(&cc).await["code_refs"][0]["status"], "fresh");
+    let md = get(&d).await;
+    assert_eq!(md["code_refs"][0]["reason"], "deleted", "{md:#}");
+    assert_eq!(md["is_stale"], true);
+
+    // Search: stale memories can be left out.
+    let all_q = json!({"query": "levenshtein insert normalises Circle main entry point", "mode": "lexical", "limit": 10});
+    let s = call(&c, "search_memory", all_q.clone()).await.unwrap();
+    assert_eq!(s["results"].as_array().unwrap().len(), 4);
+    let mut q = all_q.clone();
+    q["exclude_stale"] = json!(true);
+    let s = call(&c, "search_memory", q).await.unwrap();
+    let ids: HashSet<&str> = s["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, HashSet::from([a.as_str(), cc.as_str()]), "{s:#}");
+    let mut q = all_q.clone();
+    q["min_confidence"] = json!(0.6);
+    let s = call(&c, "search_memory", q).await.unwrap();
+    assert!(s["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["confidence"].as_f64().unwrap() >= 0.6));
+
+    // Persisted checks: counts, then idempotent.
+    let r = call(&c, "check_staleness", json!({})).await.unwrap();
+    assert_eq!(
+        (
+            r["memories"].as_u64(),
+            r["relocated"].as_u64(),
+            r["stale"].as_u64(),
+            r["fresh"].as_u64()
+        ),
+        (Some(4), Some(1), Some(2), Some(1)),
+        "{r:#}"
+    );
+    assert_eq!(r["updated"], 3, "{r:#}");
+    let r = call(&c, "check_staleness", json!({})).await.unwrap();
+    assert_eq!(
+        (
+            r["updated"].as_u64(),
+            r["relocated"].as_u64(),
+            r["fresh"].as_u64()
+        ),
+        (Some(0), Some(0), Some(2)),
+        "{r:#}"
+    );
+    let md = get(&d).await;
+    assert!(md["code_refs"][0]["stale_since"].is_string(), "{md:#}");
+    let ma = get(&a).await;
+    assert_eq!(ma["code_refs"][0]["status"], "fresh");
+    assert_eq!(
+        ma["code_refs"][0]["start_line"].as_u64().unwrap(),
+        a_start + 3
+    );
+    let r = call(
+        &c,
+        "check_staleness",
+        json!({"changed_files": ["pkg/geometry.py"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["memories"], 1);
+    let e = call(
+        &c,
+        "check_staleness",
+        json!({"ids": ["00000000-0000-7000-8000-000000000000"]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(err_text(e).contains("no memory"));
+
+    // explain_code lists the memory linked to the symbol.
+    let x = call(
+        &c,
+        "explain_code",
+        json!({"symbol": "levenshtein_distance"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(x["memories"][0]["id"], a, "{x:#}");
+
+    // The CLI cannot record while this server holds the log; afterwards it can.
+    let o = std::process::Command::new(BIN)
+        .args(["staleness", "--index"])
+        .arg(&ix.index)
+        .arg("--model")
+        .arg(common::model_dir())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("check_staleness"));
+    c.cancel().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&geo, "# emptied\n").unwrap();
+    let o = std::process::Command::new(BIN)
+        .args(["staleness", "--json", "--index"])
+        .arg(&ix.index)
+        .arg("--model")
+        .arg(common::model_dir())
+        .args(["--changed-files", "pkg/geometry.py"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (
+            r["memories"].as_u64(),
+            r["stale"].as_u64(),
+            r["updated"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{r:#}"
+    );
 }

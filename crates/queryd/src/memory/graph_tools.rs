@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::graph::{similar_to, MemGraph, PathStep};
 use super::search::{MemFilter, MemKey};
 use super::tools::{
-    check_id, key_of, not_found, out, record_of, with_memory_filters, MemoryFilterArgs, MemoryOut,
+    check_id, key_of, not_found, record_of, with_memory_filters, MemoryFilterArgs, MemoryOut,
 };
 use crate::engine::{levenshtein, Engine, Snapshot};
 use crate::tools::{ms, Debug, ToolError, ToolResult, MAX_LIMIT};
@@ -181,8 +181,8 @@ pub fn relations(snap: &Snapshot, id: &str, level: RelationDetail) -> Option<Rel
     Some(r)
 }
 
-fn short(snap: &Snapshot, key: &MemKey, max_chars: usize) -> MemoryOut {
-    let mut o = out(&record_of(snap, key));
+fn short(e: &Engine, snap: &Snapshot, key: &MemKey, max_chars: usize) -> MemoryOut {
+    let mut o = e.annotated(snap, &record_of(snap, key));
     if o.text.chars().count() > max_chars {
         o.text = o.text.chars().take(max_chars).collect::<String>() + "…";
     }
@@ -536,7 +536,7 @@ impl Engine {
             .map(|r| {
                 let o = related_out(&g, r, true);
                 RelatedMemory {
-                    memory: short(&snap, &g.nodes[r.0 as usize].key, mc),
+                    memory: short(self, &snap, &g.nodes[r.0 as usize].key, mc),
                     score: o.score,
                     shared_entities: o.shared_entities,
                     shared_tags: o.shared_tags,
@@ -566,7 +566,7 @@ impl Engine {
             .take(limit(a.limit, 10))
             .filter_map(|(o, score)| {
                 Some(SimilarMemory {
-                    memory: short(&snap, &key_of(&snap, &o)?, mc),
+                    memory: short(self, &snap, &key_of(&snap, &o)?, mc),
                     score,
                 })
             })

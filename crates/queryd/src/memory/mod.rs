@@ -14,6 +14,8 @@
 //! delta; then the log is truncated. A crash anywhere in between replays the log on start and
 //! skips what `memory_lsn` says is already in a segment.
 
+pub mod code_tools;
+pub mod coderefs;
 pub mod graph;
 pub mod graph_tools;
 pub mod search;

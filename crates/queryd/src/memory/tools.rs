@@ -12,6 +12,7 @@ use format::{Index, SegmentBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::coderefs::{self, RefCtx};
 use super::graph::similar_for;
 use super::graph_tools::{relations, RelationDetail};
 use super::search::{Boosts, MemFilter, MemHit, MemKey};
@@ -23,6 +24,9 @@ use crate::engine::{Engine, Snapshot};
 use crate::search::{Mode, SearchOptions};
 use crate::tools::{check_text, check_weights, ms, Debug, ToolError, ToolResult, MAX_LIMIT};
 use format::vectors::DEFAULT_NPROBE;
+
+/// A result's score is multiplied by `CONFIDENCE_FLOOR + (1 − CONFIDENCE_FLOOR) · confidence`.
+pub const CONFIDENCE_FLOOR: f32 = 0.7;
 
 /// A flush that would leave more memory segments than this merges them all into one.
 pub const MERGE_AT: usize = 8;
@@ -314,36 +318,127 @@ impl Engine {
     }
 }
 
-/// A code reference as a tool takes it.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+/// A code reference as a tool takes it: a `path` with lines, a `uri`, or a `symbol_id` /
+/// `symbol` resolved through the code index. Missing parts are completed (see
+/// [`CodeRefInput::complete`]).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CodeRefInput {
     /// Repository-relative path with `/` separators.
-    pub path: String,
+    #[serde(default)]
+    pub path: Option<String>,
     /// First line, 1-based.
-    pub start_line: u32,
+    #[serde(default)]
+    pub start_line: Option<u32>,
     /// Last line, inclusive.
-    pub end_line: u32,
+    #[serde(default)]
+    pub end_line: Option<u32>,
+    /// `file:<path>#L<start>-L<end>` instead of path and lines.
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// Repository name (needed only when several indexed roots hold the path).
     #[serde(default)]
     pub repo: Option<String>,
     /// The index's symbol id of the referenced code.
     #[serde(default)]
     pub symbol_id: Option<String>,
+    /// A symbol name or qualified name (`Type::method`), resolved through the code index.
+    #[serde(default)]
+    pub symbol: Option<String>,
+    /// Default: `HEAD` of the git work tree holding the file.
     #[serde(default)]
     pub git_commit: Option<String>,
-    /// `sha256:<hex>` of the referenced lines.
+    /// `sha256:<hex>` of the referenced lines; default: computed from the file.
     #[serde(default)]
     pub code_hash: Option<String>,
 }
 
 impl CodeRefInput {
-    fn into_ref(self, now: i64) -> CodeRef {
-        CodeRef {
-            repo: self.repo.unwrap_or_default(),
-            path: self.path,
-            start_line: self.start_line,
-            end_line: self.end_line,
-            symbol_id: self.symbol_id.unwrap_or_default(),
+    /// A complete reference: location from `uri`, path + lines or the symbol; path confined
+    /// to the indexed roots; file and lines must exist; hash and git commit computed when not
+    /// given. With no roots recorded in the index, the reference is kept as given (it cannot
+    /// be verified).
+    pub fn complete(self, ctx: &RefCtx<'_>, now: i64) -> Result<CodeRef, String> {
+        let mut path = self.path.filter(|p| !p.trim().is_empty());
+        let (mut start, mut end) = (self.start_line, self.end_line);
+        if let Some(u) = &self.uri {
+            let (p, a, b) = coderefs::parse_uri(u)?;
+            if path.as_ref().is_some_and(|x| x.trim() != p)
+                || start.is_some_and(|x| x != a)
+                || end.is_some_and(|x| x != b)
+            {
+                return Err(format!("`uri` {u} disagrees with path/start_line/end_line"));
+            }
+            path = Some(p);
+            start = Some(a);
+            end = Some(b);
+        }
+        let mut repo = self.repo.unwrap_or_default();
+        let mut symbol_id = self.symbol_id.unwrap_or_default();
+        let symbol = self.symbol.filter(|s| !s.trim().is_empty());
+        if path.is_none() {
+            let Some(sym) = (!symbol_id.is_empty())
+                .then(|| symbol_id.clone())
+                .or(symbol)
+            else {
+                return Err(
+                    "a code reference needs a `path` with lines, a `uri` or a `symbol_id` / `symbol`"
+                        .into(),
+                );
+            };
+            let found = ctx.snap.resolve(&sym);
+            let node = match found.as_slice() {
+                [n] => *n,
+                [] => {
+                    let close = ctx.snap.suggest(&sym, 5);
+                    return Err(format!(
+                        "no indexed symbol `{sym}`{}",
+                        if close.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; close names: {}", close.join(", "))
+                        }
+                    ));
+                }
+                many => {
+                    return Err(format!(
+                        "`{sym}` names {} symbols; pass one symbol_id: {}",
+                        many.len(),
+                        many.iter()
+                            .take(5)
+                            .map(|&n| ctx.snap.chunk(n).symbol_id.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                }
+            };
+            let c = ctx.snap.chunk(node);
+            let f = ctx.snap.file(node);
+            path = Some(f.path.to_string());
+            if repo.is_empty() {
+                repo = f.repo.to_string();
+            }
+            symbol_id = c.symbol_id.to_string();
+            start = start.or(Some(c.start_line.to_native()));
+            end = end.or(Some(c.end_line.to_native()));
+        }
+        let path = coderefs::clean_path(path.as_deref().unwrap_or_default())?;
+        let (Some(start), Some(end)) = (start, end.or(start)) else {
+            return Err(format!(
+                "code reference `{path}` needs `start_line` and `end_line` (or a uri ending in #L<start>-L<end>)"
+            ));
+        };
+        if start == 0 || end < start {
+            return Err(format!(
+                "code reference lines {start}-{end} are invalid: lines are 1-based and end ≥ start"
+            ));
+        }
+        let mut r = CodeRef {
+            repo,
+            path,
+            start_line: start,
+            end_line: end,
+            symbol_id,
             git_commit: self.git_commit.unwrap_or_default(),
             code_hash: self.code_hash.unwrap_or_default(),
             created_at: now,
@@ -351,8 +446,58 @@ impl CodeRefInput {
             stale_since: None,
             confidence: None,
             reason: String::new(),
+        };
+        let Some((root, full)) = coderefs::resolve_path(ctx.roots, &r.repo, &r.path)? else {
+            r.reason = "unverified: the index records no source roots".into();
+            return Ok(r);
+        };
+        r.repo = root.repo.clone();
+        let view = ctx.cache.get(&full).ok_or_else(|| {
+            format!(
+                "code reference `{}`: no such file under the root {} of `{}`",
+                r.path, root.path, root.repo
+            )
+        })?;
+        let current = coderefs::block_hash(&view.lines, start, end).ok_or_else(|| {
+            format!(
+                "code reference `{}` lines {start}-{end}: the file has {} lines",
+                r.path,
+                view.lines.len()
+            )
+        })?;
+        if r.code_hash.is_empty() {
+            r.code_hash = current.clone();
+        } else if !r.code_hash.starts_with(coderefs::HASH_PREFIX) {
+            return Err(format!(
+                "code_hash `{}` must be `sha256:` followed by 64 hex digits",
+                r.code_hash
+            ));
         }
+        if r.code_hash == current {
+            r.last_verified_at = Some(now);
+        }
+        if r.git_commit.is_empty() {
+            r.git_commit = coderefs::git_head(&full).unwrap_or_default();
+        }
+        if r.symbol_id.is_empty() {
+            r.symbol_id = innermost_symbol(ctx.snap, &r.path, start, end).unwrap_or_default();
+        }
+        Ok(r)
     }
+}
+
+/// The symbol id of the smallest live chunk of `path` that covers `start..=end`.
+fn innermost_symbol(snap: &Snapshot, path: &str, start: u32, end: u32) -> Option<String> {
+    snap.chunks_of_path(path)
+        .into_iter()
+        .map(|n| snap.chunk(n))
+        .filter(|c| {
+            !c.symbol_id.is_empty()
+                && c.start_line.to_native() <= start
+                && c.end_line.to_native() >= end
+        })
+        .min_by_key(|c| c.end_line.to_native() - c.start_line.to_native())
+        .map(|c| c.symbol_id.to_string())
 }
 
 /// One memory to add.
@@ -417,6 +562,10 @@ pub struct MemoryOut {
     pub evidence: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub code_refs: Vec<CodeRefOut>,
+    /// True when a code reference is stale (its code changed or was deleted).
+    pub is_stale: bool,
+    /// 0-1: verification recency, evidence, code freshness and source (see the README).
+    pub confidence: f32,
     pub state: String,
     /// RFC 3339, UTC.
     pub created_at: String,
@@ -447,6 +596,17 @@ pub struct CodeRefOut {
     pub git_commit: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub code_hash: String,
+    /// `fresh`, `relocated` (the same code moved: lines above are where it is now), `stale`
+    /// or `unverified`, as checked against the current file when this answer was made.
+    pub status: String,
+    pub is_stale: bool,
+    /// Why it is stale (`deleted`, `changed: …`) or unverified, or where it moved from.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_since: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_verified_at: Option<String>,
 }
 
 /// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's civil-from-days).
@@ -529,10 +689,15 @@ fn code_ref_out(r: &CodeRef) -> CodeRefOut {
         path: r.path.clone(),
         start_line: r.start_line,
         end_line: r.end_line,
-        code_link: format!("file:{}#L{}-L{}", r.path, r.start_line, r.end_line),
+        code_link: coderefs::uri(&r.path, r.start_line, r.end_line),
         symbol_id: r.symbol_id.clone(),
         git_commit: r.git_commit.clone(),
         code_hash: r.code_hash.clone(),
+        status: "unverified".into(),
+        is_stale: r.stale_since.is_some(),
+        reason: r.reason.clone(),
+        stale_since: r.stale_since.map(rfc3339),
+        last_verified_at: r.last_verified_at.map(rfc3339),
     }
 }
 
@@ -547,6 +712,8 @@ pub(crate) fn out(m: &MemoryRecord) -> MemoryOut {
         source: m.source.clone(),
         evidence: m.evidence.clone(),
         code_refs: m.code_refs.iter().map(code_ref_out).collect(),
+        is_stale: m.code_refs.iter().any(|r| r.stale_since.is_some()),
+        confidence: 0.0,
         state: m.state.clone(),
         created_at: rfc3339(m.created_at),
         updated_at: rfc3339(m.updated_at),
@@ -568,7 +735,28 @@ pub fn canonical_tags(tags: &[String]) -> ToolResult<Vec<String>> {
     Ok(out)
 }
 
-fn record_from(input: MemoryInput, id: String, now: i64) -> ToolResult<MemoryRecord> {
+/// Completes a tool's code references (see [`CodeRefInput::complete`]).
+fn complete_refs(
+    refs: Option<Vec<CodeRefInput>>,
+    ctx: &RefCtx<'_>,
+    now: i64,
+) -> ToolResult<Vec<CodeRef>> {
+    refs.unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.complete(ctx, now)
+                .map_err(|e| ToolError::InvalidInput(format!("code_refs[{i}]: {e}")))
+        })
+        .collect()
+}
+
+fn record_from(
+    input: MemoryInput,
+    id: String,
+    now: i64,
+    code_refs: Vec<CodeRef>,
+) -> ToolResult<MemoryRecord> {
     let r = MemoryRecord {
         id,
         text: input.text,
@@ -585,12 +773,7 @@ fn record_from(input: MemoryInput, id: String, now: i64) -> ToolResult<MemoryRec
         tags: canonical_tags(&input.tags.unwrap_or_default())?,
         source: input.source.unwrap_or_else(|| "agent".into()),
         evidence: input.evidence.unwrap_or_default(),
-        code_refs: input
-            .code_refs
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| c.into_ref(now))
-            .collect(),
+        code_refs,
         created_at: now,
         updated_at: now,
         state: "active".into(),
@@ -905,6 +1088,12 @@ pub struct SearchMemoryArgs {
     /// Longest text per result, in characters (default 1000).
     #[serde(default)]
     pub max_chars: Option<usize>,
+    /// Leave out memories whose code references are stale.
+    #[serde(default)]
+    pub exclude_stale: bool,
+    /// Leave out memories with a lower confidence (0-1).
+    #[serde(default)]
+    pub min_confidence: Option<f32>,
     /// Graph context per result: `none`, `minimal` (default: SIMILAR ids), `standard`
     /// (+ scores, mentioned entities, 3 related memories) or `full` (+ what they share,
     /// co-mentioned entities).
@@ -982,13 +1171,17 @@ impl Engine {
         }
         let now = now_ms();
         let mut recs = Vec::with_capacity(a.memories.len());
+        let snap = self.snapshot();
+        let ctx = self.ref_ctx(&snap);
         for (i, m) in a.memories.iter().enumerate() {
-            let r = record_from(m.clone(), new_id(), now).map_err(|e| match e {
-                ToolError::InvalidInput(s) if a.memories.len() > 1 => {
-                    ToolError::InvalidInput(format!("memory {i}: {s}; nothing was added"))
-                }
-                e => e,
-            })?;
+            let r = complete_refs(m.code_refs.clone(), &ctx, now)
+                .and_then(|refs| record_from(m.clone(), new_id(), now, refs))
+                .map_err(|e| match e {
+                    ToolError::InvalidInput(s) if a.memories.len() > 1 => {
+                        ToolError::InvalidInput(format!("memory {i}: {s}; nothing was added"))
+                    }
+                    e => e,
+                })?;
             recs.push(r);
         }
         let t = Instant::now();
@@ -1002,6 +1195,7 @@ impl Engine {
         let ids: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
         let t = Instant::now();
         let sims = similar_for(&self.snapshot(), &ids, &vecs, dim, DEFAULT_NPROBE);
+        let similar_ms = ms(t.elapsed());
         for (r, s) in recs.iter_mut().zip(sims) {
             r.similar = s;
         }
@@ -1018,7 +1212,8 @@ impl Engine {
             ids,
             debug: a.debug.then(|| Debug {
                 embed_ms,
-                other_ms: ms(t.elapsed()),
+                graph_ms: similar_ms,
+                other_ms: ms(t.elapsed()) - similar_ms,
                 total_ms: ms(t0.elapsed()),
                 ..Debug::default()
             }),
@@ -1027,8 +1222,9 @@ impl Engine {
 
     /// Writes complete records with precomputed vectors (`records.len() × dim` floats): the
     /// write path of `add_memories` without validation of tool input or embedding. Records
-    /// are validated; ids must be new.
-    pub fn put_memories(&self, mut records: Vec<MemoryRecord>, vectors: &[f32]) -> ToolResult<()> {
+    /// are validated; ids must be new. Their SIMILAR links are kept as given (a bulk load;
+    /// [`super::graph::similar_for`] computes them).
+    pub fn put_memories(&self, records: Vec<MemoryRecord>, vectors: &[f32]) -> ToolResult<()> {
         let dim = self.encoder().dim();
         if vectors.len() != records.len() * dim {
             return Err(ToolError::InvalidInput(format!(
@@ -1037,10 +1233,7 @@ impl Engine {
                 records.len()
             )));
         }
-        let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
-        let sims = similar_for(&self.snapshot(), &ids, vectors, dim, DEFAULT_NPROBE);
-        for (r, s) in records.iter_mut().zip(sims) {
-            r.similar = s;
+        for r in &records {
             validate_record(r).map_err(ToolError::InvalidInput)?;
         }
         let ops = records
@@ -1060,7 +1253,7 @@ impl Engine {
         let level = RelationDetail::parse(a.relation_detail.as_deref())?;
         let snap = self.snapshot();
         let (r, _) = lookup(&snap, a.id.trim()).ok_or_else(|| not_found(&a.id))?;
-        let mut o = out(&r);
+        let mut o = self.annotated(&snap, &r);
         o.relations = relations(&snap, &r.id, level);
         Ok(MemoryAnswer {
             memory: o,
@@ -1080,7 +1273,12 @@ impl Engine {
         let mut all = all_memories(&snap, &f);
         all.sort_by(|x, y| y.created_at.cmp(&x.created_at).then(y.id.cmp(&x.id)));
         let total = all.len();
-        let page: Vec<MemoryOut> = all.iter().skip(offset).take(limit).map(out).collect();
+        let page: Vec<MemoryOut> = all
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|m| self.annotated(&snap, m))
+            .collect();
         let next = offset + page.len();
         Ok(ListMemoriesAnswer {
             memories: page,
@@ -1130,6 +1328,18 @@ impl Engine {
         let scope = one_of("scope", a.scope.clone(), &format::memory::SCOPES)?;
         let source = one_of("source", a.source.clone(), &format::memory::SOURCES)?;
         let state = one_of("state", a.state.clone(), &format::memory::STATES)?;
+        // Code references are completed (files read, hashed) before the writer lock.
+        let new_refs = match &a.code_refs {
+            Some(c) => {
+                let snap = self.snapshot();
+                Some(complete_refs(
+                    Some(c.clone()),
+                    &self.ref_ctx(&snap),
+                    now_ms(),
+                )?)
+            }
+            None => None,
+        };
         // New text, new SIMILAR edges (against everything but the memory itself).
         let new_sims = new_vec.as_ref().map(|v| {
             let dim = self.encoder().dim();
@@ -1182,8 +1392,8 @@ impl Engine {
                 }
             }
             let now = now_ms().max(r.created_at);
-            if let Some(c) = &a.code_refs {
-                r.code_refs = c.iter().cloned().map(|c| c.into_ref(now)).collect();
+            if let Some(c) = &new_refs {
+                r.code_refs = c.clone();
             }
             if let Some(s) = &state {
                 r.state = s.clone();
@@ -1199,8 +1409,9 @@ impl Engine {
                 r,
             ))
         })?;
+        let snap = self.snapshot();
         Ok(MemoryAnswer {
-            memory: out(&updated),
+            memory: self.annotated(&snap, &updated),
             debug: a.debug.then(|| Debug {
                 embed_ms,
                 total_ms: ms(t0.elapsed()),
@@ -1271,8 +1482,17 @@ impl Engine {
                 "`half_life_days` must be a non-negative number (0 turns recency off)".into(),
             ));
         }
+        let limit = a.limit.unwrap_or(10).clamp(1, MAX_LIMIT);
+        if a.min_confidence
+            .is_some_and(|c| !(c.is_finite() && (0.0..=1.0).contains(&c)))
+        {
+            return Err(ToolError::InvalidInput(
+                "`min_confidence` must be between 0 and 1".into(),
+            ));
+        }
+        // Confidence re-ranks and may filter: fetch more than `limit`.
         let o = SearchOptions {
-            limit: a.limit.unwrap_or(10).clamp(1, MAX_LIMIT),
+            limit: (limit * 3).min(3 * MAX_LIMIT),
             mode,
             weights: a.weights.map(|[v, l]| (v, l)),
             ..SearchOptions::default()
@@ -1310,7 +1530,7 @@ impl Engine {
         dbg.fusion_ms = ms(tm.fusion);
         let t = Instant::now();
         let max_chars = a.max_chars.unwrap_or(1000).max(1);
-        let results = hits
+        let mut results: Vec<MemoryOut> = hits
             .iter()
             .filter_map(|h: &MemHit| {
                 let rec = match &h.key {
@@ -1324,17 +1544,28 @@ impl Engine {
                         m.to_record()
                     }
                 };
-                let mut o = out(&rec);
+                let mut o = self.annotated(&snap, &rec);
+                if (a.exclude_stale && o.is_stale)
+                    || a.min_confidence.is_some_and(|c| o.confidence < c)
+                {
+                    return None;
+                }
                 if o.text.chars().count() > max_chars {
                     o.text = o.text.chars().take(max_chars).collect::<String>() + "…";
                 }
-                o.score = Some((h.score * 1e4).round() / 1e4);
+                // Fresher, verified memories first: confidence scales the score.
+                let s = h.score * (CONFIDENCE_FLOOR + (1.0 - CONFIDENCE_FLOOR) * o.confidence);
+                o.score = Some((s * 1e4).round() / 1e4);
                 o.vector_rank = h.vector_rank;
                 o.lexical_rank = h.lexical_rank;
-                o.relations = relations(&snap, &o.id, level);
                 Some(o)
             })
             .collect();
+        results.sort_by(|x, y| y.score.unwrap_or(0.0).total_cmp(&x.score.unwrap_or(0.0)));
+        results.truncate(limit);
+        for o in &mut results {
+            o.relations = relations(&snap, &o.id, level);
+        }
         dbg.format_ms = ms(t.elapsed());
         dbg.total_ms = ms(t0.elapsed());
         Ok(SearchMemoryAnswer {

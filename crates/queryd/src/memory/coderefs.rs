@@ -1,0 +1,549 @@
+//! Code-linked memories: code references resolved against the indexed roots, their hashes,
+//! staleness checks with relocation, and confidence.
+//!
+//! - A reference names a repo-relative `path` and 1-based inclusive lines; as a URI
+//!   `file:<path>#L<start>-L<end>` ([`parse_uri`], [`uri`]).
+//! - `code_hash` is `sha256:` + hex of the referenced lines, each with trailing whitespace
+//!   (and `\r`) removed, joined by `\n` ([`block_hash`]): edits that only change line endings
+//!   or trailing spaces do not make a memory stale.
+//! - Paths resolve inside the roots `MANIFEST` records ([`resolve_path`]): `..`, absolute
+//!   paths, symlinks that leave the root and sibling-prefix tricks (`/src/app-old` for root
+//!   `/src/app`) are refused.
+//! - [`check_ref`]: the file is gone → stale (`deleted`); the lines still hash the same →
+//!   fresh; a same-length block elsewhere in the file hashes the same, or the symbol's current
+//!   lines do → relocated (fresh, new lines); otherwise stale (`changed`). Files are read
+//!   through a cache keyed by (path, mtime, size), so checking an unchanged file costs a
+//!   `stat` and a hash of the block.
+//! - [`confidence`]: 0.3·verification recency (1 → 0 over 30 days since `last_verified_at`;
+//!   0.5 if never verified; 0 when a reference is stale: the check refuted it) + 0.2·min(1,
+//!   evidence/3) + 0.3·(1.0 if no reference is stale, else 0.2) + 0.2·(1.0 for `user`, else
+//!   0.7). A new user memory is ≥ 0.8; a stale one ≤ 0.5.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use format::manifest::RootEntry;
+use format::memory::{CodeRef, MemoryRecord};
+use sha2::{Digest, Sha256};
+
+use crate::engine::Snapshot;
+
+pub const HASH_PREFIX: &str = "sha256:";
+const DAY_MS: f64 = 86_400_000.0;
+
+/// `file:<path>#L<start>-L<end>` (`#L<n>` for one line).
+pub fn uri(path: &str, start: u32, end: u32) -> String {
+    if start == end {
+        format!("file:{path}#L{start}")
+    } else {
+        format!("file:{path}#L{start}-L{end}")
+    }
+}
+
+/// Parses [`uri`]'s format back into (path, start, end).
+pub fn parse_uri(s: &str) -> Result<(String, u32, u32), String> {
+    let bad = || {
+        format!(
+            "`{}` is not a code link; expected file:<path>#L<start>-L<end> (or #L<line>)",
+            s.chars().take(200).collect::<String>()
+        )
+    };
+    let rest = s.trim().strip_prefix("file:").ok_or_else(bad)?;
+    let (path, frag) = rest.rsplit_once('#').ok_or_else(bad)?;
+    let path = path.trim_start_matches("//");
+    let num = |x: &str| -> Result<u32, String> {
+        x.strip_prefix('L')
+            .and_then(|n| n.parse::<u32>().ok())
+            .ok_or_else(bad)
+    };
+    let (start, end) = match frag.split_once('-') {
+        Some((a, b)) => (num(a)?, num(b)?),
+        None => {
+            let n = num(frag)?;
+            (n, n)
+        }
+    };
+    if path.is_empty() {
+        return Err(bad());
+    }
+    Ok((path.to_string(), start, end))
+}
+
+/// A line as hashed: without trailing whitespace (and `\r`).
+fn norm(line: &str) -> &str {
+    line.trim_end()
+}
+
+/// The hash of lines `start..=end` (1-based) of `lines`, or `None` when out of range.
+pub fn block_hash(lines: &[String], start: u32, end: u32) -> Option<String> {
+    if start == 0 || end < start || end as usize > lines.len() {
+        return None;
+    }
+    let mut h = Sha256::new();
+    for (i, l) in lines[start as usize - 1..end as usize].iter().enumerate() {
+        if i > 0 {
+            h.update(b"\n");
+        }
+        h.update(norm(l).as_bytes());
+    }
+    let d = h.finalize();
+    let mut out = String::with_capacity(HASH_PREFIX.len() + 64);
+    out.push_str(HASH_PREFIX);
+    for b in d {
+        out.push_str(&format!("{b:02x}"));
+    }
+    Some(out)
+}
+
+/// A file's lines, as read.
+#[derive(Debug)]
+pub struct FileView {
+    pub lines: Vec<String>,
+}
+
+/// A cached file: (mtime, size) it was read at, and its lines.
+type Cached = (SystemTime, u64, Arc<FileView>);
+
+/// Files read for checks, keyed by path and revalidated by (mtime, size).
+#[derive(Default)]
+pub struct FileCache {
+    files: Mutex<HashMap<PathBuf, Cached>>,
+}
+
+const CACHE_FILES: usize = 4096;
+
+impl FileCache {
+    /// The current content of `p`; `None` if it does not exist (or is not a readable file).
+    pub fn get(&self, p: &Path) -> Option<Arc<FileView>> {
+        let md = std::fs::metadata(p).ok().filter(|m| m.is_file())?;
+        let key = (md.modified().ok()?, md.len());
+        if let Some((t, n, v)) = self.lock().get(p) {
+            if (*t, *n) == key {
+                return Some(Arc::clone(v));
+            }
+        }
+        let text = std::fs::read(p).ok()?;
+        let text = String::from_utf8_lossy(&text);
+        let v = Arc::new(FileView {
+            lines: text.lines().map(str::to_string).collect(),
+        });
+        let mut m = self.lock();
+        if m.len() >= CACHE_FILES {
+            m.clear();
+        }
+        m.insert(p.to_path_buf(), (key.0, key.1, Arc::clone(&v)));
+        Some(v)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Cached>> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A repo-relative path with `/` separators, refusing anything that could leave the root.
+pub fn clean_path(p: &str) -> Result<String, String> {
+    let p = p.trim().replace('\\', "/");
+    if p.is_empty() {
+        return Err("a code reference needs a `path`".into());
+    }
+    let mut parts = Vec::new();
+    for c in Path::new(&p).components() {
+        match c {
+            Component::Normal(x) => parts.push(x.to_string_lossy().into_owned()),
+            Component::CurDir => {}
+            _ => {
+                return Err(format!(
+                "code reference path `{p}` must be relative to its repository root, without `..`"
+            ))
+            }
+        }
+    }
+    if parts.is_empty() {
+        return Err(format!("code reference path `{p}` names no file"));
+    }
+    Ok(parts.join("/"))
+}
+
+/// The file of repo-relative `path` (of `repo`, or of the root where it exists; the first root
+/// if it exists nowhere), confined to that root after resolving symlinks. `Ok(None)` when the
+/// index records no roots (nothing to resolve against).
+pub fn resolve_path(
+    roots: &[RootEntry],
+    repo: &str,
+    path: &str,
+) -> Result<Option<(RootEntry, PathBuf)>, String> {
+    let rel = clean_path(path)?;
+    if roots.is_empty() {
+        return Ok(None);
+    }
+    let candidates: Vec<&RootEntry> = if repo.is_empty() {
+        roots.iter().collect()
+    } else {
+        let v: Vec<&RootEntry> = roots.iter().filter(|r| r.repo == repo).collect();
+        if v.is_empty() {
+            return Err(format!(
+                "no indexed repository `{repo}`; the index holds: {}",
+                roots
+                    .iter()
+                    .map(|r| r.repo.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        v
+    };
+    let root = candidates
+        .iter()
+        .find(|r| Path::new(&r.path).join(&rel).exists())
+        .unwrap_or(&candidates[0]);
+    let full = Path::new(&root.path).join(&rel);
+    if let Ok(c) = std::fs::canonicalize(&full) {
+        if !c.starts_with(&root.path) {
+            return Err(format!(
+                "code reference path `{rel}` resolves to {}, outside the root {}",
+                c.display(),
+                root.path
+            ));
+        }
+    }
+    Ok(Some(((*root).clone(), full)))
+}
+
+/// The commit `HEAD` names in the git work tree holding `dir` (read from `.git` directly:
+/// `HEAD`, loose refs, `packed-refs`), if any.
+pub fn git_head(dir: &Path) -> Option<String> {
+    let mut d = Some(dir);
+    let git = loop {
+        let cur = d?;
+        let g = cur.join(".git");
+        if g.is_dir() {
+            break g;
+        }
+        if g.is_file() {
+            // A worktree or submodule: `gitdir: <path>`.
+            let t = std::fs::read_to_string(&g).ok()?;
+            let p = PathBuf::from(t.trim().strip_prefix("gitdir:")?.trim());
+            break if p.is_absolute() { p } else { cur.join(p) };
+        }
+        d = cur.parent();
+    };
+    let head = std::fs::read_to_string(git.join("HEAD")).ok()?;
+    let head = head.trim();
+    let is_sha = |s: &str| s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let Some(r) = head.strip_prefix("ref:").map(str::trim) else {
+        return is_sha(head).then(|| head.to_string());
+    };
+    // Worktrees keep shared refs in the common directory.
+    let common = std::fs::read_to_string(git.join("commondir"))
+        .ok()
+        .map(|c| git.join(c.trim()))
+        .unwrap_or_else(|| git.clone());
+    for base in [&git, &common] {
+        if let Ok(s) = std::fs::read_to_string(base.join(r)) {
+            let s = s.trim();
+            if is_sha(s) {
+                return Some(s.to_string());
+            }
+        }
+        if let Ok(p) = std::fs::read_to_string(base.join("packed-refs")) {
+            for l in p.lines() {
+                if let Some((sha, name)) = l.split_once(' ') {
+                    if name.trim() == r && is_sha(sha) {
+                        return Some(sha.to_string());
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// What a check found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RefStatus {
+    Fresh,
+    /// The same code now sits at these lines.
+    Relocated {
+        start: u32,
+        end: u32,
+    },
+    Stale {
+        reason: String,
+    },
+    /// Cannot be checked (no hash, or no indexed root holds it).
+    Unverified {
+        reason: String,
+    },
+}
+
+impl RefStatus {
+    pub fn name(&self) -> &'static str {
+        match self {
+            RefStatus::Fresh => "fresh",
+            RefStatus::Relocated { .. } => "relocated",
+            RefStatus::Stale { .. } => "stale",
+            RefStatus::Unverified { .. } => "unverified",
+        }
+    }
+
+    pub fn is_stale(&self) -> bool {
+        matches!(self, RefStatus::Stale { .. })
+    }
+}
+
+/// What checks need: the roots, the file cache and the snapshot (for symbol lookups).
+pub struct RefCtx<'a> {
+    pub roots: &'a [RootEntry],
+    pub cache: &'a FileCache,
+    pub snap: &'a Snapshot,
+}
+
+/// Checks one reference against the current files (see the module doc).
+pub fn check_ref(ctx: &RefCtx<'_>, r: &CodeRef) -> RefStatus {
+    if r.code_hash.is_empty() {
+        return RefStatus::Unverified {
+            reason: "no code hash was recorded".into(),
+        };
+    }
+    let full = match resolve_path(ctx.roots, &r.repo, &r.path) {
+        Ok(Some((_, p))) => p,
+        Ok(None) => {
+            return RefStatus::Unverified {
+                reason: "the index records no source roots".into(),
+            }
+        }
+        Err(e) => return RefStatus::Unverified { reason: e },
+    };
+    let Some(view) = ctx.cache.get(&full) else {
+        return RefStatus::Stale {
+            reason: "deleted".into(),
+        };
+    };
+    if block_hash(&view.lines, r.start_line, r.end_line).as_deref() == Some(&r.code_hash) {
+        return RefStatus::Fresh;
+    }
+    // Moved: the same block elsewhere, nearest to where it was.
+    let len = r.end_line.saturating_sub(r.start_line) + 1;
+    let n = view.lines.len() as u32;
+    let mut best: Option<u32> = None;
+    if len <= n {
+        for s in 1..=n - len + 1 {
+            if best.is_some_and(|b| b.abs_diff(r.start_line) <= s.abs_diff(r.start_line)) {
+                continue;
+            }
+            if block_hash(&view.lines, s, s + len - 1).as_deref() == Some(&r.code_hash) {
+                best = Some(s);
+            }
+        }
+    }
+    if let Some(s) = best {
+        return RefStatus::Relocated {
+            start: s,
+            end: s + len - 1,
+        };
+    }
+    // The same symbol, same body, at its current lines in the index.
+    if !r.symbol_id.is_empty() {
+        for node in ctx.snap.by_symbol_id(&r.symbol_id) {
+            let c = ctx.snap.chunk(node);
+            let f = ctx.snap.file(node);
+            if f.path.as_str() != clean_path(&r.path).unwrap_or_default() {
+                continue;
+            }
+            let (s, e) = (c.start_line.to_native(), c.end_line.to_native());
+            if block_hash(&view.lines, s, e).as_deref() == Some(&r.code_hash) {
+                return RefStatus::Relocated { start: s, end: e };
+            }
+        }
+    }
+    RefStatus::Stale {
+        reason: format!("changed: lines {}-{} differ", r.start_line, r.end_line),
+    }
+}
+
+/// The confidence of a memory whose references have `statuses` (see the module doc).
+pub fn confidence(m: &MemoryRecord, statuses: &[RefStatus], now_ms: i64) -> f32 {
+    let any_stale = statuses.iter().any(RefStatus::is_stale);
+    let verified = if m.code_refs.is_empty() {
+        Some(m.updated_at)
+    } else {
+        m.code_refs.iter().filter_map(|r| r.last_verified_at).max()
+    };
+    let verification = if any_stale {
+        0.0
+    } else {
+        match verified {
+            Some(t) => (1.0 - (now_ms - t).max(0) as f64 / DAY_MS / 30.0).max(0.0),
+            None => 0.5,
+        }
+    };
+    let evidence = (m.evidence.len() as f64 / 3.0).min(1.0);
+    let hash = if any_stale { 0.2 } else { 1.0 };
+    let source = if m.source == "user" { 1.0 } else { 0.7 };
+    (0.3 * verification + 0.2 * evidence + 0.3 * hash + 0.2 * source) as f32
+}
+
+/// Applies a check's result to a stored reference; returns whether anything changed.
+/// Idempotent: checking again with the same files changes nothing (beyond refreshing a
+/// verification older than a day).
+pub fn apply_status(r: &mut CodeRef, st: &RefStatus, now_ms: i64) -> bool {
+    let before = r.clone();
+    match st {
+        RefStatus::Fresh => {
+            r.stale_since = None;
+            if r.reason.starts_with("stale") {
+                r.reason.clear();
+            }
+            if r.last_verified_at
+                .is_none_or(|t| now_ms - t > DAY_MS as i64)
+            {
+                r.last_verified_at = Some(now_ms);
+            }
+        }
+        RefStatus::Relocated { start, end } => {
+            r.reason = format!("relocated from lines {}-{}", r.start_line, r.end_line);
+            r.start_line = *start;
+            r.end_line = *end;
+            r.stale_since = None;
+            r.last_verified_at = Some(now_ms);
+        }
+        RefStatus::Stale { reason } => {
+            if r.stale_since.is_none() {
+                r.stale_since = Some(now_ms);
+            }
+            r.reason = format!("stale: {reason}");
+        }
+        RefStatus::Unverified { .. } => {}
+    }
+    *r != before
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(s: &str) -> Vec<String> {
+        s.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn uri_round_trip_and_errors() {
+        for (p, a, b) in [("src/a.rs", 42, 87), ("x/y z.py", 3, 3)] {
+            let u = uri(p, a, b);
+            assert_eq!(parse_uri(&u).unwrap(), (p.to_string(), a, b));
+        }
+        assert_eq!(uri("a.rs", 1, 2), "file:a.rs#L1-L2");
+        assert_eq!(uri("a.rs", 7, 7), "file:a.rs#L7");
+        for bad in [
+            "a.rs#L1",
+            "file:a.rs",
+            "file:a.rs#1-2",
+            "file:#L1",
+            "file:a.rs#Lx",
+        ] {
+            assert!(parse_uri(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hash_of_a_known_block() {
+        let l = lines("fn a() {\n    1\n}\n");
+        // sha256("fn a() {\n    1\n}")
+        let h = block_hash(&l, 1, 3).unwrap();
+        let mut s = Sha256::new();
+        s.update(b"fn a() {\n    1\n}");
+        let want: String = s.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(h, format!("sha256:{want}"));
+        // Trailing spaces and CRLF do not change it.
+        assert_eq!(
+            block_hash(&lines("fn a() {  \r\n    1\r\n}\r\n"), 1, 3).unwrap(),
+            h
+        );
+        assert!(block_hash(&l, 0, 1).is_none() && block_hash(&l, 2, 1).is_none());
+        assert!(block_hash(&l, 3, 4).is_none());
+    }
+
+    #[test]
+    fn paths_are_cleaned_and_confined() {
+        assert_eq!(clean_path("./src//a.rs").unwrap(), "src/a.rs");
+        assert_eq!(clean_path("src\\a.rs").unwrap(), "src/a.rs");
+        for bad in ["../a.rs", "/etc/passwd", "", "src/../../x", "."] {
+            assert!(clean_path(bad).is_err(), "{bad}");
+        }
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let app = base.join("app");
+        std::fs::create_dir_all(&app).unwrap();
+        std::fs::create_dir_all(base.join("app-old")).unwrap();
+        std::fs::write(base.join("app-old/secret.rs"), "x").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(base.join("app-old"), app.join("link")).unwrap();
+        let roots = vec![RootEntry {
+            repo: "app".into(),
+            path: app.to_string_lossy().into_owned(),
+        }];
+        assert!(resolve_path(&roots, "", "src/new.rs").unwrap().is_some());
+        assert!(resolve_path(&roots, "other", "a.rs").is_err());
+        #[cfg(unix)]
+        assert!(resolve_path(&roots, "", "link/secret.rs")
+            .unwrap_err()
+            .contains("outside the root"));
+        assert!(resolve_path(&[], "", "a.rs").unwrap().is_none());
+    }
+
+    #[test]
+    fn confidence_bounds() {
+        let mut m = MemoryRecord {
+            id: "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e7f".into(),
+            text: "t".into(),
+            category: "note".into(),
+            scope: "project".into(),
+            entity: String::new(),
+            tags: vec![],
+            source: "user".into(),
+            evidence: vec![],
+            code_refs: vec![],
+            created_at: 0,
+            updated_at: 1_000,
+            state: "active".into(),
+            similar: vec![],
+        };
+        // A new user memory: ≥ 0.8.
+        assert!(confidence(&m, &[], 1_000) >= 0.8);
+        m.evidence = vec!["a".into(), "b".into(), "c".into()];
+        assert!((confidence(&m, &[], 1_000) - 1.0).abs() < 1e-6);
+        // Stale: ≤ 0.5 whatever else holds.
+        let stale = [RefStatus::Stale {
+            reason: "deleted".into(),
+        }];
+        assert!(confidence(&m, &stale, 1_000) <= 0.5);
+        // Never verified, agent source, no evidence: 0.15 + 0 + 0.3 + 0.14.
+        m.source = "agent".into();
+        m.evidence.clear();
+        m.code_refs = vec![CodeRef {
+            repo: String::new(),
+            path: "a.rs".into(),
+            start_line: 1,
+            end_line: 1,
+            symbol_id: String::new(),
+            git_commit: String::new(),
+            code_hash: String::new(),
+            created_at: 0,
+            last_verified_at: None,
+            stale_since: None,
+            confidence: None,
+            reason: String::new(),
+        }];
+        assert!((confidence(&m, &[RefStatus::Fresh], 0) - 0.59).abs() < 1e-6);
+        // Verification decays linearly to 0 over 30 days.
+        m.code_refs[0].last_verified_at = Some(0);
+        let c15 = confidence(&m, &[RefStatus::Fresh], 15 * 86_400_000);
+        assert!((c15 - (0.15 + 0.3 + 0.14)).abs() < 1e-6, "{c15}");
+        for now in [0, 10 * 86_400_000, 400 * 86_400_000] {
+            let c = confidence(&m, &[RefStatus::Fresh], now);
+            assert!((0.0..=1.0).contains(&c));
+        }
+    }
+}
