@@ -215,6 +215,7 @@ fn main() -> anyhow::Result<()> {
     let mut similar = Vec::new();
     for i in 0..a.writes + 10 {
         let args = AddMemoriesArgs {
+            auto_link: false,
             memories: vec![MemoryInput {
                 text: sentence(&mut r),
                 category: Some("note".into()),
@@ -259,6 +260,7 @@ fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     for _ in 0..batches {
         let args = AddMemoriesArgs {
+            auto_link: false,
             memories: (0..32)
                 .map(|_| MemoryInput {
                     text: sentence(&mut r),
@@ -285,6 +287,7 @@ fn main() -> anyhow::Result<()> {
                 let mut r = Rng(0x1234_5678 + w);
                 for _ in 0..per_thread {
                     let args = AddMemoriesArgs {
+                        auto_link: false,
                         memories: vec![MemoryInput {
                             text: sentence(&mut r),
                             category: None,

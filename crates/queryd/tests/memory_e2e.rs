@@ -631,6 +631,7 @@ fn concurrent_writers_and_readers_with_flushes() {
                 let mut ids = Vec::new();
                 for i in 0..12 {
                     let a = AddMemoriesArgs {
+                        auto_link: false,
                         memories: vec![MemoryInput {
                             text: format!("concurrent note {w}-{i} about topic {}", i % 4),
                             category: None,
@@ -1386,4 +1387,71 @@ async fn code_linked_memories_track_their_code() {
         (Some(1), Some(1), Some(1)),
         "{r:#}"
     );
+}
+
+/// Identifiers in a memory's text become suggested code links; `auto_link: true` attaches
+/// them with reason `inferred_from_code_index`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_links_are_suggested_from_text() {
+    let ix = common::indexed_fixture();
+    let (c, _) = start(&ix.index, &[]).await;
+    let text = "closest_match() ranks candidates by levenshtein_distance; words are cleaned in src/util.rs";
+    let v = call(&c, "add_memories", json!({"memories": [{"text": text}]}))
+        .await
+        .unwrap();
+    let links = v["suggested_links"].as_array().unwrap();
+    let matched: HashSet<&str> = links
+        .iter()
+        .map(|l| l["matched"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        matched,
+        HashSet::from(["closest_match", "levenshtein_distance", "src/util.rs"]),
+        "{v:#}"
+    );
+    for l in links {
+        assert_eq!(l["reason"], "inferred_from_code_index");
+        assert_eq!(l["attached"], false);
+        assert!(l["code_ref"]["code_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"));
+    }
+    let unique = links
+        .iter()
+        .find(|l| l["matched"] == "closest_match")
+        .unwrap();
+    assert!((unique["confidence"].as_f64().unwrap() - 0.8).abs() < 1e-6);
+    let m = call(&c, "get_memory", json!({"id": v["ids"][0]}))
+        .await
+        .unwrap();
+    assert!(
+        m["memory"].get("code_refs").is_none(),
+        "not attached: {m:#}"
+    );
+    let v = call(
+        &c,
+        "add_memories",
+        json!({"memories": [{"text": text}], "auto_link": true}),
+    )
+    .await
+    .unwrap();
+    let m = call(&c, "get_memory", json!({"id": v["ids"][0]}))
+        .await
+        .unwrap();
+    let refs = m["memory"]["code_refs"].as_array().unwrap();
+    assert_eq!(refs.len(), 3, "{m:#}");
+    assert!(refs
+        .iter()
+        .all(|r| r["reason"] == "inferred_from_code_index" && r["status"] == "fresh"));
+    // Plain prose suggests nothing.
+    let v = call(
+        &c,
+        "add_memories",
+        json!({"memories": [{"text": "We prefer small pull requests."}]}),
+    )
+    .await
+    .unwrap();
+    assert!(v.get("suggested_links").is_none(), "{v:#}");
+    c.cancel().await.unwrap();
 }

@@ -16,6 +16,101 @@ use super::wal::WalOp;
 use crate::engine::{Engine, Snapshot};
 use crate::tools::{ms, Debug, ToolError, ToolResult, MAX_LIMIT};
 
+/// The reason of code links inferred from a memory's text.
+pub const INFERRED: &str = "inferred_from_code_index";
+
+/// Identifiers in `text` worth looking up: CamelCase types, snake_case and camelCase
+/// functions, `name()` calls, qualified names (`Type::method`, `Type.method`) and paths.
+pub fn identifiers(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for raw in text.split(|c: char| c.is_whitespace() || "`'\",;!?<>[]{}|*".contains(c)) {
+        let call = raw.contains("()") || raw.ends_with('(');
+        let w = raw
+            .split('(')
+            .next()
+            .unwrap_or("")
+            .trim_matches(|c: char| !(c.is_alphanumeric() || c == '_'));
+        if w.len() < 3 || w.len() > 200 {
+            continue;
+        }
+        let is_path = w.contains('/') && w.contains('.');
+        let has_upper = w.chars().skip(1).any(|c| c.is_uppercase());
+        let has_lower = w.chars().any(|c| c.is_lowercase());
+        let qualified = w.contains("::") || (w.contains('.') && !is_path && !w.ends_with('.'));
+        let camel = has_upper && has_lower && w.chars().all(|c| c.is_alphanumeric() || c == '_');
+        let snake = w.contains('_') && w.chars().all(|c| c.is_alphanumeric() || c == '_');
+        if (call || is_path || qualified || camel || snake) && !out.iter().any(|x| x == w) {
+            out.push(w.to_string());
+        }
+    }
+    out.truncate(16);
+    out
+}
+
+/// Code links for the identifiers of `text` (see [`identifiers`]): a path that an indexed
+/// root holds links its whole file; a name that resolves to 1-3 indexed symbols links each
+/// (confidence 0.8 when unique, 0.5 when ambiguous; files 0.6). At most 5.
+pub fn suggest_links(
+    ctx: &RefCtx<'_>,
+    text: &str,
+    now: i64,
+) -> Vec<(String, f32, format::memory::CodeRef)> {
+    let mut out: Vec<(String, f32, format::memory::CodeRef)> = Vec::new();
+    for id in identifiers(text) {
+        let mut add = |conf: f32, input: super::tools::CodeRefInput| {
+            if let Ok(r) = input.complete(ctx, now) {
+                if !out
+                    .iter()
+                    .any(|(_, _, x)| x.path == r.path && x.start_line == r.start_line)
+                {
+                    out.push((id.clone(), conf, r));
+                }
+            }
+        };
+        if id.contains('/') && id.contains('.') {
+            let Ok(p) = coderefs::clean_path(&id) else {
+                continue;
+            };
+            if let Ok(Some((_, full))) = coderefs::resolve_path(ctx.roots, "", &p) {
+                if let Some(v) = ctx.cache.get(&full) {
+                    if !v.lines.is_empty() {
+                        add(
+                            0.6,
+                            super::tools::CodeRefInput {
+                                path: Some(p),
+                                start_line: Some(1),
+                                end_line: Some(v.lines.len() as u32),
+                                ..Default::default()
+                            },
+                        );
+                    }
+                }
+            }
+            continue;
+        }
+        let found = ctx.snap.resolve(&id);
+        if found.is_empty() || found.len() > 3 {
+            continue;
+        }
+        let conf = if found.len() == 1 { 0.8 } else { 0.5 };
+        for n in found {
+            let sid = ctx.snap.chunk(n).symbol_id.to_string();
+            if sid.is_empty() {
+                continue;
+            }
+            add(
+                conf,
+                super::tools::CodeRefInput {
+                    symbol_id: Some(sid),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    out.truncate(5);
+    out
+}
+
 impl Engine {
     /// What reference checks need, for `snap`.
     pub fn ref_ctx<'a>(&'a self, snap: &'a Snapshot) -> RefCtx<'a> {

@@ -494,6 +494,33 @@ mod tests {
     }
 
     #[test]
+    fn git_head_reads_refs_and_packed_refs() {
+        let d = tempfile::tempdir().unwrap();
+        let git = d.path().join(".git");
+        std::fs::create_dir_all(git.join("refs/heads")).unwrap();
+        std::fs::create_dir_all(d.path().join("src/deep")).unwrap();
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(git.join("refs/heads/main"), format!("{sha}\n")).unwrap();
+        assert_eq!(git_head(&d.path().join("src/deep")).as_deref(), Some(sha));
+        std::fs::remove_file(git.join("refs/heads/main")).unwrap();
+        let other = "fedcba9876543210fedcba9876543210fedcba98";
+        std::fs::write(
+            git.join("packed-refs"),
+            format!("# pack-refs with: peeled\n{other} refs/heads/main\n"),
+        )
+        .unwrap();
+        assert_eq!(git_head(d.path()).as_deref(), Some(other));
+        std::fs::write(git.join("HEAD"), format!("{sha}\n")).unwrap();
+        assert_eq!(git_head(d.path()).as_deref(), Some(sha), "detached HEAD");
+        let none = tempfile::tempdir().unwrap();
+        assert!(
+            git_head(none.path()).is_none()
+                || none.path().ancestors().any(|p| p.join(".git").exists())
+        );
+    }
+
+    #[test]
     fn confidence_bounds() {
         let mut m = MemoryRecord {
             id: "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e7f".into(),

@@ -534,14 +534,35 @@ pub struct MemoryInput {
 pub struct AddMemoriesArgs {
     /// One or more memories (at most 256).
     pub memories: Vec<MemoryInput>,
+    /// Attach the suggested code links (identifiers in the text found in the code index) as
+    /// code references, with confidence and reason `inferred_from_code_index`. Without it
+    /// they are only returned as `suggested_links`.
+    #[serde(default)]
+    pub auto_link: bool,
     #[serde(default)]
     pub debug: bool,
+}
+
+/// A code link suggested for a new memory.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SuggestedLink {
+    /// Index of the memory in the call.
+    pub memory: usize,
+    /// The identifier of the text that matched.
+    pub matched: String,
+    pub confidence: f32,
+    pub reason: String,
+    pub code_ref: CodeRefOut,
+    /// Whether it was attached (`auto_link: true`).
+    pub attached: bool,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct AddMemoriesAnswer {
     /// Ids of the new memories, in input order.
     pub ids: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub suggested_links: Vec<SuggestedLink>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub debug: Option<Debug>,
 }
@@ -1184,6 +1205,34 @@ impl Engine {
                 })?;
             recs.push(r);
         }
+        // Code links suggested by identifiers in the texts.
+        let mut suggested_links = Vec::new();
+        for (i, r) in recs.iter_mut().enumerate() {
+            for (matched, conf, mut cr) in super::code_tools::suggest_links(&ctx, &r.text, now) {
+                let dup = r.code_refs.iter().any(|x| {
+                    x.path == cr.path && x.start_line == cr.start_line && x.end_line == cr.end_line
+                });
+                let attached = a.auto_link && !dup && r.code_refs.len() < format::memory::MAX_LIST;
+                cr.confidence = Some(conf);
+                cr.reason = super::code_tools::INFERRED.into();
+                let mut out = code_ref_out(&cr);
+                out.status = "fresh".into();
+                if attached {
+                    r.code_refs.push(cr);
+                }
+                if !dup {
+                    suggested_links.push(SuggestedLink {
+                        memory: i,
+                        matched,
+                        confidence: conf,
+                        reason: super::code_tools::INFERRED.into(),
+                        code_ref: out,
+                        attached,
+                    });
+                }
+            }
+        }
+        drop(ctx);
         let t = Instant::now();
         let texts: Vec<&str> = recs.iter().map(|r| r.text.as_str()).collect();
         let (vecs, _) = self
@@ -1210,6 +1259,7 @@ impl Engine {
         self.write_with(|_| Ok((ops, ())))?;
         Ok(AddMemoriesAnswer {
             ids,
+            suggested_links,
             debug: a.debug.then(|| Debug {
                 embed_ms,
                 graph_ms: similar_ms,
