@@ -121,6 +121,11 @@ impl Engine {
         }
     }
 
+    /// Forgets the source files cached by reference checks (benchmarks measure cold checks).
+    pub fn clear_file_cache(&self) {
+        self.files.clear();
+    }
+
     /// `m` as tools return it, its code references checked against the current files
     /// (cached by mtime and size): status, `is_stale`, relocated lines, confidence.
     pub fn annotated(&self, snap: &Snapshot, m: &MemoryRecord) -> MemoryOut {

@@ -137,6 +137,11 @@ impl FileCache {
         Some(v)
     }
 
+    /// Forgets every cached file (the next check reads from disk).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Cached>> {
         self.files.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -1232,7 +1232,6 @@ impl Engine {
                 }
             }
         }
-        drop(ctx);
         let t = Instant::now();
         let texts: Vec<&str> = recs.iter().map(|r| r.text.as_str()).collect();
         let (vecs, _) = self
