@@ -9,7 +9,10 @@ mod bert;
 mod cpu;
 mod device;
 mod error;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod gpu;
 mod load;
+pub mod pool;
 mod tokenize;
 
 use std::fs::File;
