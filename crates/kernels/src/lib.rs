@@ -14,6 +14,7 @@ pub mod gpu;
 mod load;
 pub mod pool;
 mod tokenize;
+pub mod topk;
 
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -5,6 +5,10 @@
 //!   state, one cube per row: each unit pools a strided subset of the hidden dimensions and
 //!   keeps its sum of squares in shared memory; one unit reduces them into the norm, and every
 //!   unit scales its own outputs. One launch, one read back.
+//! - [`top_k_inner_product`]: exact batched top-k by inner product (recall measurement, the
+//!   memory delta on a GPU), one cube per query: each unit scans a strided subset of the rows
+//!   keeping its own sorted top-k in registers, then one unit merges the units' lists from
+//!   shared memory. Only the k results per query are read back.
 
 use cubecl::prelude::*;
 
@@ -107,22 +111,163 @@ pub fn pool_normalize(
     f32::from_bytes(&bytes).to_vec()
 }
 
+/// Units per cube of the top-k kernel, and the largest k it takes: the merge buffers
+/// (units × k scores and rows) must fit WebGPU's 16 KiB of workgroup memory with room to spare.
+pub const TOPK_UNITS: usize = 32;
+pub const MAX_K: usize = 32;
+
+#[cube(launch)]
+fn top_k_kernel(
+    queries: &[f32],
+    base: &[f32],
+    out_idx: &mut [u32],
+    out_score: &mut [f32],
+    rows: u32,
+    #[comptime] dim: usize,
+    #[comptime] k: usize,
+    #[comptime] units: usize,
+) {
+    let qi = CUBE_POS_X as usize;
+    let u = UNIT_POS_X as usize;
+    let n = rows as usize;
+    let mut best_s = Array::<f32>::new(k);
+    let mut best_i = Array::<u32>::new(k);
+    for j in 0..k {
+        best_s[j] = f32::new(-3.4e38f32); // WGSL has no infinity literal
+        best_i[j] = u32::MAX;
+    }
+    #[allow(clippy::manual_div_ceil)] // a runtime value in the kernel: no `div_ceil` there
+    let steps = (n + units - 1) / units;
+    for st in 0..steps {
+        let row = u + st * units;
+        if row < n {
+            let mut sc = 0.0f32;
+            for d in 0..dim {
+                sc += queries[qi * dim + d] * base[row * dim + d];
+            }
+            // Rows come in ascending order: an equal score never displaces an earlier row.
+            if sc > best_s[k - 1] {
+                let mut placed = false;
+                for jj in 0..k - 1 {
+                    let j = k - 1 - jj;
+                    if !placed {
+                        if best_s[j - 1] < sc {
+                            best_s[j] = best_s[j - 1];
+                            best_i[j] = best_i[j - 1];
+                        } else {
+                            best_s[j] = sc;
+                            best_i[j] = row as u32;
+                            placed = true;
+                        }
+                    }
+                }
+                if !placed {
+                    best_s[0] = sc;
+                    best_i[0] = row as u32;
+                }
+            }
+        }
+    }
+    let mut sh_s = Shared::<[f32]>::new_slice(units * k);
+    let mut sh_i = Shared::<[u32]>::new_slice(units * k);
+    for j in 0..k {
+        sh_s[u * k + j] = best_s[j];
+        sh_i[u * k + j] = best_i[j];
+    }
+    sync_cube();
+    if u == 0 {
+        for o in 0..k {
+            // The best remaining entry: highest score, then lowest row.
+            // Runtime variables (literals, not associated constants, which are comptime).
+            let mut bs = f32::new(-3.4e38f32);
+            let mut bi = 4_294_967_295u32;
+            let mut bp = 0usize;
+            for p in 0..units * k {
+                let s = sh_s[p];
+                let i = sh_i[p];
+                if i != u32::MAX && (s > bs || (s == bs && i < bi)) {
+                    bs = s;
+                    bi = i;
+                    bp = p;
+                }
+            }
+            out_score[qi * k + o] = bs;
+            out_idx[qi * k + o] = bi;
+            if bi != u32::MAX {
+                sh_i[bp] = u32::MAX;
+            }
+        }
+    }
+}
+
+/// [`crate::topk::top_k_inner_product_cpu`] on the device of `client`; `k` at most [`MAX_K`].
+pub fn top_k_inner_product(
+    client: &cubecl::client::Client,
+    queries: &[f32],
+    base: &[f32],
+    dim: usize,
+    k: usize,
+) -> Vec<Vec<(u32, f32)>> {
+    assert!(dim > 0 && queries.len().is_multiple_of(dim) && base.len().is_multiple_of(dim));
+    assert!((1..=MAX_K).contains(&k), "k must be 1..={MAX_K}");
+    let nq = queries.len() / dim;
+    let n = base.len() / dim;
+    if nq == 0 || n == 0 {
+        return vec![Vec::new(); nq];
+    }
+    let qh = client.create_from_slice(f32::as_bytes(queries));
+    let bh = client.create_from_slice(f32::as_bytes(base));
+    let ih = client.empty(nq * k * core::mem::size_of::<u32>());
+    let sh = client.empty(nq * k * core::mem::size_of::<f32>());
+    top_k_kernel::launch(
+        client,
+        CubeCount::Static(nq as u32, 1, 1),
+        CubeDim::new_1d(TOPK_UNITS as u32),
+        unsafe { BufferArg::from_raw_parts(qh, queries.len()) },
+        unsafe { BufferArg::from_raw_parts(bh, base.len()) },
+        unsafe { BufferArg::from_raw_parts(ih.clone(), nq * k) },
+        unsafe { BufferArg::from_raw_parts(sh.clone(), nq * k) },
+        n as u32,
+        dim,
+        k,
+        TOPK_UNITS,
+    );
+    let idx = client.read_one_unchecked(ih);
+    let sc = client.read_one_unchecked(sh);
+    let idx = u32::from_bytes(&idx);
+    let sc = f32::from_bytes(&sc);
+    (0..nq)
+        .map(|q| {
+            (0..k)
+                .map(|j| (idx[q * k + j], sc[q * k + j]))
+                .filter(|(i, _)| *i != u32::MAX)
+                .collect()
+        })
+        .collect()
+}
+
 #[cfg(all(test, feature = "wgpu"))]
 mod tests {
     use super::*;
 
     /// The kernel equals the CPU reference on wgpu (lavapipe in CI): random hidden states,
     /// ragged masks, a row without tokens, hidden sizes below, at and above the unit count.
-    #[test]
-    fn pool_normalize_matches_cpu_reference() {
-        let client = match std::panic::catch_unwind(|| cubecl::Device::default().client()) {
-            Ok(c) => c,
+    /// The wgpu client; `None` (the test reports itself skipped) when there is no adapter,
+    /// unless `CIX_REQUIRE_WGPU=1`.
+    fn client() -> Option<cubecl::client::Client> {
+        match std::panic::catch_unwind(|| cubecl::Device::default().client()) {
+            Ok(c) => Some(c),
             Err(_) if std::env::var("CIX_REQUIRE_WGPU").as_deref() != Ok("1") => {
                 eprintln!("SKIPPED: no wgpu adapter");
-                return;
+                None
             }
             Err(_) => panic!("no wgpu adapter (CIX_REQUIRE_WGPU=1)"),
-        };
+        }
+    }
+
+    #[test]
+    fn pool_normalize_matches_cpu_reference() {
+        let Some(client) = client() else { return };
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
         let mut rnd = move || {
             seed ^= seed << 13;
@@ -151,6 +296,45 @@ mod tests {
                 worst < 1e-5,
                 "{rows}×{tokens}×{hidden}: max abs diff {worst}"
             );
+        }
+    }
+
+    /// The top-k kernel returns the reference's rows (ties by index) with its scores, for
+    /// fewer rows than k, duplicate rows (ties) and k from 1 to the maximum.
+    #[test]
+    fn top_k_matches_cpu_reference() {
+        let Some(client) = client() else { return };
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+        };
+        for (nq, n, dim, k) in [
+            (3, 5, 4, 10),
+            (7, 1000, 16, 10),
+            (4, 3000, 48, 32),
+            (2, 257, 8, 1),
+        ] {
+            let q: Vec<f32> = (0..nq * dim).map(|_| rnd()).collect();
+            let mut b: Vec<f32> = (0..n * dim).map(|_| rnd()).collect();
+            if n > 10 {
+                // An exact duplicate row: equal scores, ordered by row.
+                let row: Vec<f32> = b[3 * dim..4 * dim].to_vec();
+                b[9 * dim..10 * dim].copy_from_slice(&row);
+            }
+            let want = crate::topk::top_k_inner_product_cpu(&q, &b, dim, k);
+            let got = top_k_inner_product(&client, &q, &b, dim, k);
+            assert_eq!(got.len(), want.len());
+            for (w, g) in want.iter().zip(&got) {
+                let wi: Vec<u32> = w.iter().map(|x| x.0).collect();
+                let gi: Vec<u32> = g.iter().map(|x| x.0).collect();
+                assert_eq!(gi, wi, "{nq}×{n}×{dim} k={k}");
+                for (a, b) in w.iter().zip(g) {
+                    assert!((a.1 - b.1).abs() < 1e-4, "{a:?} {b:?}");
+                }
+            }
         }
     }
 }
