@@ -9,6 +9,9 @@
 //!   memory delta on a GPU), one cube per query: each unit scans a strided subset of the rows
 //!   keeping its own sorted top-k in registers, then one unit merges the units' lists from
 //!   shared memory. Only the k results per query are read back.
+//! - [`kmeans`]: k-means for IVF centroids; the assignment step (n × k × dim, the whole cost)
+//!   on the device, one unit per point, the points uploaded once; the update step (n × dim) on
+//!   the CPU from the assignments read back each iteration ([`crate::kmeans::update`]).
 
 use cubecl::prelude::*;
 
@@ -246,6 +249,79 @@ pub fn top_k_inner_product(
         .collect()
 }
 
+#[cube(launch)]
+fn assign_kernel(
+    points: &[f32],
+    centroids: &[f32],
+    norms: &[f32],
+    assign: &mut [u32],
+    n: u32,
+    k: u32,
+    #[comptime] dim: usize,
+    #[comptime] l2: bool,
+) {
+    let p = ABSOLUTE_POS;
+    if p < n as usize {
+        let mut best = f32::new(-3.4e38f32);
+        let mut bi = 0u32;
+        for c in 0..k as usize {
+            let mut s = 0.0f32;
+            for d in 0..dim {
+                s += points[p * dim + d] * centroids[c * dim + d];
+            }
+            if l2 {
+                s = 2.0f32 * s - norms[c];
+            }
+            if s > best {
+                best = s;
+                bi = c as u32;
+            }
+        }
+        assign[p] = bi;
+    }
+}
+
+/// [`crate::kmeans::kmeans_cpu`] with the assignment step on the device of `client`.
+pub fn kmeans(
+    client: &cubecl::client::Client,
+    points: &[f32],
+    dim: usize,
+    k: usize,
+    iters: usize,
+    metric: crate::kmeans::Metric,
+) -> Vec<f32> {
+    let n = points.len() / dim;
+    let mut c = crate::kmeans::init_centroids(points, dim, k);
+    let ph = client.create_from_slice(f32::as_bytes(points));
+    let units = 64usize;
+    for _ in 0..iters {
+        let norms: Vec<f32> = c
+            .chunks(dim)
+            .map(|x| x.iter().map(|v| v * v).sum())
+            .collect();
+        let ch = client.create_from_slice(f32::as_bytes(&c));
+        let nh = client.create_from_slice(f32::as_bytes(&norms));
+        let ah = client.empty(n * core::mem::size_of::<u32>());
+        assign_kernel::launch(
+            client,
+            CubeCount::Static(n.div_ceil(units) as u32, 1, 1),
+            CubeDim::new_1d(units as u32),
+            unsafe { BufferArg::from_raw_parts(ph.clone(), points.len()) },
+            unsafe { BufferArg::from_raw_parts(ch, c.len()) },
+            unsafe { BufferArg::from_raw_parts(nh, k) },
+            unsafe { BufferArg::from_raw_parts(ah.clone(), n) },
+            n as u32,
+            k as u32,
+            dim,
+            metric == crate::kmeans::Metric::L2,
+        );
+        let bytes = client.read_one_unchecked(ah);
+        let assign = u32::from_bytes(&bytes);
+        crate::kmeans::update(points, assign, &mut c, dim, metric);
+    }
+    c
+}
+
 #[cfg(all(test, feature = "wgpu"))]
 mod tests {
     use super::*;
@@ -335,6 +411,50 @@ mod tests {
                     assert!((a.1 - b.1).abs() < 1e-4, "{a:?} {b:?}");
                 }
             }
+        }
+    }
+
+    /// k-means with the assignment on the device ends where the CPU reference ends (same
+    /// init, same updates), for both metrics: assignments identical, centroids within 1e-4.
+    #[test]
+    fn kmeans_matches_cpu_reference() {
+        let Some(client) = client() else { return };
+        let mut seed = 0x1357_9BDF_2468_ACE0u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+        };
+        let (n, dim, k) = (3000, 24, 40);
+        // Clustered unit vectors.
+        let centres: Vec<f32> = (0..k * dim).map(|_| rnd()).collect();
+        let mut pts = Vec::with_capacity(n * dim);
+        for i in 0..n {
+            let c = (i * 7) % k;
+            let mut v: Vec<f32> = (0..dim)
+                .map(|d| centres[c * dim + d] + 0.2 * rnd())
+                .collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter_mut().for_each(|x| *x /= norm);
+            pts.extend(v);
+        }
+        for m in [
+            crate::kmeans::Metric::InnerProduct,
+            crate::kmeans::Metric::L2,
+        ] {
+            let want = crate::kmeans::kmeans_cpu(&pts, dim, k, 6, m);
+            let got = kmeans(&client, &pts, dim, k, 6, m);
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst < 1e-4, "{m:?}: max centroid difference {worst}");
+            assert_eq!(
+                crate::kmeans::assign_cpu(&pts, &got, dim, m),
+                crate::kmeans::assign_cpu(&pts, &want, dim, m)
+            );
         }
     }
 }
