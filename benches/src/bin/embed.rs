@@ -2,7 +2,8 @@
 //! burn encoder, and (with `--peer`) the same inputs through the float32 numpy peer
 //! (`benches/reference_throughput.py`), printed side by side with the ratio.
 //!
-//! Run: `cargo run --release -p cix-benches --bin embed -- PATH [--chunks 1000] [--runs 3] [--peer]`
+//! Run: `cargo run --release -p cix-benches --bin embed -- PATH [--chunks 1000] [--runs 3] [--peer]
+//! [--device cpu|wgpu|cuda]` (GPU backends: add `--features wgpu` / `--features cuda`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -28,6 +29,10 @@ struct Args {
     /// Also run the numpy float32 peer on the same texts.
     #[arg(long)]
     peer: bool,
+    /// auto | cpu | wgpu | cuda (GPU backends need this harness built with `--features wgpu`
+    /// or `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: kernels::DeviceChoice,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -66,7 +71,7 @@ fn main() -> anyhow::Result<()> {
     let n = args.chunks.min(texts.len());
     let sample: Vec<String> = (0..n).map(|i| texts[i * texts.len() / n].clone()).collect();
     let refs: Vec<&str> = sample.iter().map(String::as_str).collect();
-    let enc = kernels::Encoder::load(&model, kernels::DeviceChoice::Cpu)?;
+    let enc = kernels::Encoder::load(&model, args.device)?;
     println!(
         "encoder: {} on {}; {} chunks sampled from {} in {}",
         enc.model_id(),
