@@ -165,7 +165,21 @@ fn record(r: &mut Rng, now: i64) -> MemoryRecord {
         category: ["decision", "convention", "bug", "note"][r.below(4)].into(),
         scope: "project".into(),
         entity: WORDS[r.below(20)].into(),
-        tags: vec![format!("area={}", WORDS[r.below(10)])],
+        // 1-3 tags from small vocabularies, so tag pairs (co-occurrence, PMI) exist.
+        tags: {
+            let mut t = vec![format!("area={}", WORDS[r.below(10)])];
+            if r.below(3) > 0 {
+                t.push(format!(
+                    "kind={}",
+                    ["bug", "decision", "howto", "perf"][r.below(4)]
+                ));
+            }
+            if r.below(2) > 0 {
+                t.push(["flaky", "security", "todo"][r.below(3)].to_string());
+            }
+            t.sort();
+            t
+        },
         source: "agent".into(),
         evidence: vec![],
         code_refs: vec![],
