@@ -90,6 +90,23 @@ pub struct Similar {
 pub const SIMILAR_K: usize = 5;
 pub const SIMILAR_MIN: f32 = 0.55;
 
+/// The SIMILAR edges among candidate (memory id, cosine) pairs: those ≥ [`SIMILAR_MIN`], best
+/// first (ties by id), one per id, at most [`SIMILAR_K`], scores rounded to 4 decimals. The
+/// one rule for queryd's writes and the indexer's dump ingest.
+pub fn pick_similar(mut cands: Vec<(String, f32)>) -> Vec<Similar> {
+    cands.retain(|(_, s)| *s >= SIMILAR_MIN);
+    cands.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    cands.dedup_by(|a, b| a.0 == b.0);
+    cands.truncate(SIMILAR_K);
+    cands
+        .into_iter()
+        .map(|(id, s)| Similar {
+            id,
+            score: (s.clamp(-1.0, 1.0) * 1e4).round() / 1e4,
+        })
+        .collect()
+}
+
 /// A reverse SIMILAR edge: memory `target` is similar to the memory in chunk `source`.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct SimilarIn {

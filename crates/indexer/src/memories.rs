@@ -143,15 +143,7 @@ fn similar_edges(
             let mut all: Vec<(String, f32)> =
                 c.into_iter().map(|(id, s)| (id.to_string(), s)).collect();
             all.extend(owned);
-            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            all.dedup_by(|a, b| a.0 == b.0);
-            all.truncate(SIMILAR_K);
-            all.into_iter()
-                .map(|(id, s)| Similar {
-                    id,
-                    score: (s.clamp(-1.0, 1.0) * 1e4).round() / 1e4,
-                })
-                .collect()
+            format::memory::pick_similar(all)
         })
         .collect()
 }

@@ -212,6 +212,20 @@ impl Snapshot {
         out
     }
 
+    /// The symbol id of the smallest live chunk of `path` that covers `start..=end`.
+    pub fn innermost_symbol(&self, path: &str, start: u32, end: u32) -> Option<String> {
+        self.chunks_of_path(path)
+            .into_iter()
+            .map(|n| self.chunk(n))
+            .filter(|c| {
+                !c.symbol_id.is_empty()
+                    && c.start_line.to_native() <= start
+                    && c.end_line.to_native() >= end
+            })
+            .min_by_key(|c| c.end_line.to_native() - c.start_line.to_native())
+            .map(|c| c.symbol_id.to_string())
+    }
+
     /// The live chunks of the file at repo-relative `path`, in order.
     pub fn chunks_of_path(&self, path: &str) -> Vec<NodeRef> {
         let Some((si, n)) = self.file_by_path(path) else {

@@ -282,19 +282,7 @@ impl Engine {
         if a.line == Some(0) {
             return Err(ToolError::InvalidInput("`line` is 1-based".into()));
         }
-        // The symbol at the line: the smallest live chunk covering it.
-        let symbol_id = a.line.and_then(|l| {
-            snap.chunks_of_path(&path)
-                .into_iter()
-                .map(|n| snap.chunk(n))
-                .filter(|c| {
-                    !c.symbol_id.is_empty()
-                        && c.start_line.to_native() <= l
-                        && c.end_line.to_native() >= l
-                })
-                .min_by_key(|c| c.end_line.to_native() - c.start_line.to_native())
-                .map(|c| c.symbol_id.to_string())
-        });
+        let symbol_id = a.line.and_then(|l| snap.innermost_symbol(&path, l, l));
         let ctx = self.ref_ctx(&snap);
         let active = MemFilter::default();
         let mut out = Vec::new();

@@ -484,19 +484,7 @@ pub fn similar_for(
                 cands.push((ids[j].clone(), s));
             }
         }
-        cands.retain(|(_, s)| *s >= SIMILAR_MIN);
-        cands.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        cands.dedup_by(|a, b| a.0 == b.0);
-        cands.truncate(SIMILAR_K);
-        out.push(
-            cands
-                .into_iter()
-                .map(|(id, score)| Similar {
-                    id,
-                    score: (score.clamp(-1.0, 1.0) * 1e4).round() / 1e4,
-                })
-                .collect(),
-        );
+        out.push(format::memory::pick_similar(cands));
     }
     out
 }

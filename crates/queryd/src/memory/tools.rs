@@ -480,24 +480,13 @@ impl CodeRefInput {
             r.git_commit = coderefs::git_head(&full).unwrap_or_default();
         }
         if r.symbol_id.is_empty() {
-            r.symbol_id = innermost_symbol(ctx.snap, &r.path, start, end).unwrap_or_default();
+            r.symbol_id = ctx
+                .snap
+                .innermost_symbol(&r.path, start, end)
+                .unwrap_or_default();
         }
         Ok(r)
     }
-}
-
-/// The symbol id of the smallest live chunk of `path` that covers `start..=end`.
-fn innermost_symbol(snap: &Snapshot, path: &str, start: u32, end: u32) -> Option<String> {
-    snap.chunks_of_path(path)
-        .into_iter()
-        .map(|n| snap.chunk(n))
-        .filter(|c| {
-            !c.symbol_id.is_empty()
-                && c.start_line.to_native() <= start
-                && c.end_line.to_native() >= end
-        })
-        .min_by_key(|c| c.end_line.to_native() - c.start_line.to_native())
-        .map(|c| c.symbol_id.to_string())
 }
 
 /// One memory to add.
