@@ -3,7 +3,7 @@
 use burn::tensor::activation::{gelu, gelu_approximate};
 use burn::tensor::module::{attention, layer_norm, linear};
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
 
 use crate::cpu;
 use crate::load::{Activation, BertConfig, Pooling, Weights};
@@ -57,22 +57,35 @@ pub(crate) struct Bert {
     layers: Vec<EncoderLayer>,
     /// Device memory is host memory (flex): run the fused host kernels in `cpu`.
     host_kernels: bool,
+    /// Float type of the weights and activations.
+    dtype: DType,
 }
 
 struct Loader<'w, 'a> {
     weights: &'w Weights<'a>,
     device: &'w Device,
     eps: f64,
+    /// Float type the weights are cast to on the device (f32, f16 or bf16).
+    dtype: DType,
 }
 
 impl Loader<'_, '_> {
     fn tensor1(&self, name: &str, len: usize) -> Result<Tensor<1>, ModelError> {
         let v = self.weights.get(name, &[len])?;
-        Ok(Tensor::from_data(TensorData::new(v, [len]), self.device))
+        Ok(self.upload(v, [len]))
     }
 
     fn tensor2(&self, data: Vec<f32>, rows: usize, cols: usize) -> Tensor<2> {
-        Tensor::from_data(TensorData::new(data, [rows, cols]), self.device)
+        self.upload(data, [rows, cols])
+    }
+
+    fn upload<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Tensor<D> {
+        let t = Tensor::from_data(TensorData::new(data, shape), self.device);
+        if self.dtype == DType::F32 {
+            t
+        } else {
+            t.cast(self.dtype)
+        }
     }
 
     fn linear(&self, prefix: &str, in_dim: usize, out_dim: usize) -> Result<Linear, ModelError> {
@@ -115,24 +128,27 @@ impl Loader<'_, '_> {
         let bias: Vec<f32> = biases.concat();
         Ok(Linear {
             weight: self.tensor2(w, h, 3 * h),
-            bias: Tensor::from_data(TensorData::new(bias, [3 * h]), self.device),
+            bias: self.upload(bias, [3 * h]),
         })
     }
 }
 
 impl Bert {
-    /// Builds the model from parsed weights, checking every tensor against `cfg`.
+    /// Builds the model from parsed weights, checking every tensor against `cfg`. `dtype` other
+    /// than f32 needs a GPU device (the host kernels are f32) that supports it.
     pub(crate) fn load(
         cfg: BertConfig,
         weights: &Weights<'_>,
         device: Device,
         host_kernels: bool,
+        dtype: DType,
     ) -> Result<Self, ModelError> {
         let h = cfg.hidden_size;
         let l = Loader {
             weights,
             device: &device,
             eps: cfg.layer_norm_eps,
+            dtype,
         };
         let word = weights.get("embeddings.word_embeddings.weight", &[cfg.vocab_size, h])?;
         let pos = weights.get(
@@ -170,9 +186,16 @@ impl Bert {
             emb_norm: l.layer_norm("embeddings.LayerNorm", h)?,
             layers,
             host_kernels,
+            dtype,
             device: device.clone(),
             cfg,
         })
+    }
+
+    /// Whether batches run through the fused host kernels ([`Bert::forward`]) rather than on a
+    /// device ([`Bert::forward_device`]).
+    pub(crate) fn host_kernels(&self) -> bool {
+        self.host_kernels
     }
 
     /// Forces the backend-generic burn ops (the GPU code path) even on the CPU backend.
@@ -218,16 +241,17 @@ impl Bert {
         Ok(Tensor::from_data(data, &self.device))
     }
 
-    /// Encodes one padded batch.
-    ///
-    /// `ids` is `[lengths.len(), seq]` row-major, right-padded; `lengths[b] <= seq` are the real
-    /// token counts. Returns `[batch, hidden]` pooled (not yet normalised) vectors.
-    pub(crate) fn forward(
+    /// The transformer over one padded batch: `ids` is `[lengths.len(), seq]` row-major,
+    /// right-padded; `lengths[b] <= seq` are the real token counts; `mask` the key-padding mask
+    /// for burn's attention (true = masked out; `None` on the host path, which skips padding
+    /// itself, or when nothing is padded). Returns the last hidden state `[b * seq, h]`.
+    fn encode(
         &self,
         ids: Vec<i64>,
         lengths: &[usize],
         seq: usize,
-    ) -> Result<Vec<f32>, ModelError> {
+        mask: Option<Tensor<4, Bool>>,
+    ) -> Result<Tensor<2>, ModelError> {
         let b = lengths.len();
         let h = self.cfg.hidden_size;
         let nh = self.cfg.num_attention_heads;
@@ -239,23 +263,6 @@ impl Bert {
         let words = self.word.clone().select(0, ids).reshape([b, seq, h]);
         let pos = self.pos_type.clone().narrow(0, 0, seq).unsqueeze::<3>();
         let mut x = self.emb_norm.forward((words + pos).reshape([b * seq, h]));
-
-        // Key-padding mask for burn's attention, built once per batch: true = masked out.
-        // Skipped when the batch has no padding, and on the CPU path (which skips padding).
-        let mask = if !self.host_kernels && lengths.iter().any(|&len| len < seq) {
-            let mut m = Vec::with_capacity(b * seq * seq);
-            for &len in lengths {
-                for _query in 0..seq {
-                    m.extend((0..seq).map(|key| key >= len));
-                }
-            }
-            Some(Tensor::<4, Bool>::from_data(
-                TensorData::new(m, [b, 1, seq, seq]),
-                dev,
-            ))
-        } else {
-            None
-        };
 
         for layer in &self.layers {
             let qkv = layer.qkv.forward(x.clone()); // [b*seq, 3h]
@@ -295,7 +302,23 @@ impl Bert {
             let inner = self.ffn_in_act(layer, x.clone())?;
             x = layer.ffn_norm.forward(layer.ffn_out.forward(inner) + x);
         }
+        Ok(x)
+    }
 
+    /// Encodes one padded batch on the host path (fused CPU kernels).
+    ///
+    /// `ids` is `[lengths.len(), seq]` row-major, right-padded; `lengths[b] <= seq` are the real
+    /// token counts. Returns `[batch, hidden]` pooled (not yet normalised) vectors.
+    pub(crate) fn forward(
+        &self,
+        ids: Vec<i64>,
+        lengths: &[usize],
+        seq: usize,
+    ) -> Result<Vec<f32>, ModelError> {
+        let b = lengths.len();
+        let h = self.cfg.hidden_size;
+        let dev = &self.device;
+        let x = self.encode(ids, lengths, seq, None)?;
         let x = x.reshape([b, seq, h]);
         let pooled = match self.cfg.pooling {
             Pooling::Mean => {
@@ -315,5 +338,57 @@ impl Bert {
             .map_err(|e| ModelError::Inference(e.to_string()))?
             .try_into_vec::<f32>()
             .map_err(|e| ModelError::Inference(format!("{e:?}")))
+    }
+
+    /// Encodes one padded batch on the device path and pools it there: returns `[batch, hidden]`
+    /// f32 L2-normalised vectors as a device tensor, not yet read back, so the host can prepare
+    /// the next batch while this one runs. Only `ids` and `lengths` are uploaded; the attention
+    /// and pooling masks are built on the device from the lengths.
+    pub(crate) fn forward_device(
+        &self,
+        ids: Vec<i64>,
+        lengths: &[usize],
+        seq: usize,
+    ) -> Result<Tensor<2>, ModelError> {
+        let b = lengths.len();
+        let h = self.cfg.hidden_size;
+        let dev = &self.device;
+        let lens: Vec<i64> = lengths.iter().map(|&l| l as i64).collect();
+        let lens = Tensor::<1, Int>::from_data(TensorData::new(lens, [b]), dev)
+            .reshape([b, 1])
+            .expand([b, seq]);
+        let positions = Tensor::<1, Int>::arange(0..seq as i64, dev)
+            .reshape([1, seq])
+            .expand([b, seq]);
+        let valid = positions.lower(lens); // [b, seq]: true for real tokens
+        let mask = lengths.iter().any(|&len| len < seq).then(|| {
+            valid
+                .clone()
+                .bool_not()
+                .reshape([b, 1, 1, seq])
+                .expand([b, 1, seq, seq])
+        });
+        let x = self.encode(ids, lengths, seq, mask)?.reshape([b, seq, h]);
+        let pooled = match self.cfg.pooling {
+            Pooling::Mean => {
+                let weights = valid.float().cast(DType::F32);
+                #[cfg(any(feature = "wgpu", feature = "cuda"))]
+                if let Some(p) = crate::gpu::pool_normalize_tensor(&x, &weights) {
+                    return Ok(p);
+                }
+                // Masked mean as one batched matmul: [b, 1, seq] @ [b, seq, h].
+                let counts = weights.clone().sum_dim(1).clamp_min(1.0); // [b, 1]
+                let w = (weights / counts).reshape([b, 1, seq]).cast(self.dtype);
+                w.matmul(x).reshape([b, h]).cast(DType::F32)
+            }
+            Pooling::Cls => x.narrow(1, 0, 1).reshape([b, h]).cast(DType::F32),
+        };
+        let norm = pooled
+            .clone()
+            .powi_scalar(2)
+            .sum_dim(1)
+            .sqrt()
+            .clamp_min(1e-12);
+        Ok(pooled / norm)
     }
 }

@@ -46,6 +46,59 @@ impl fmt::Display for DeviceChoice {
     }
 }
 
+/// Float precision the encoder computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// f16 on a GPU that supports it and passes the parity check against f32 at load time,
+    /// else f32. Always f32 on the CPU.
+    #[default]
+    Auto,
+    /// Single precision everywhere.
+    F32,
+    /// IEEE half precision (GPU only).
+    F16,
+    /// bfloat16 (GPU only).
+    Bf16,
+}
+
+impl Precision {
+    /// The burn float type, for an explicit precision (`Auto` has none).
+    pub(crate) fn dtype(self) -> Option<burn::tensor::DType> {
+        use burn::tensor::DType;
+        match self {
+            Self::Auto => None,
+            Self::F32 => Some(DType::F32),
+            Self::F16 => Some(DType::F16),
+            Self::Bf16 => Some(DType::BF16),
+        }
+    }
+}
+
+impl FromStr for Precision {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "f32" | "fp32" => Ok(Self::F32),
+            "f16" | "fp16" => Ok(Self::F16),
+            "bf16" => Ok(Self::Bf16),
+            _ => Err(ModelError::UnknownPrecision(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Bf16 => "bf16",
+        })
+    }
+}
+
 /// A resolved device plus a human-readable description of what was chosen and why.
 pub(crate) struct SelectedDevice {
     pub device: Device,
@@ -183,6 +236,22 @@ mod tests {
         }
         assert_eq!(" CPU ".parse::<DeviceChoice>().unwrap(), DeviceChoice::Cpu);
         assert_eq!(DeviceChoice::default(), DeviceChoice::Auto);
+    }
+
+    #[test]
+    fn precision_parses_and_displays() {
+        for (s, p) in [
+            ("auto", Precision::Auto),
+            ("f32", Precision::F32),
+            ("f16", Precision::F16),
+            ("bf16", Precision::Bf16),
+        ] {
+            assert_eq!(s.parse::<Precision>().unwrap(), p);
+            assert_eq!(p.to_string(), s);
+        }
+        assert_eq!("FP16".parse::<Precision>().unwrap(), Precision::F16);
+        let err = "int8".parse::<Precision>().unwrap_err();
+        assert!(err.to_string().contains("auto, f32, f16, bf16"), "{err}");
     }
 
     #[test]

@@ -93,6 +93,14 @@ pub enum ModelError {
     #[error("unknown device `{0}`; expected one of: auto, cpu, wgpu, cuda")]
     UnknownDevice(String),
 
+    /// A `--precision` value that is not one of the known ones.
+    #[error("unknown precision `{0}`; expected one of: auto, f32, f16, bf16")]
+    UnknownPrecision(String),
+
+    /// Half precision was asked for where it cannot run, or fails the parity check.
+    #[error("{0}")]
+    UnsupportedPrecision(String),
+
     /// The backend failed while running the model.
     #[error("inference failed: {0}")]
     Inference(String),

@@ -22,11 +22,16 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
 pub use batch::{plan_batches, Batch, DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET};
-pub use device::DeviceChoice;
+pub use device::{DeviceChoice, Precision};
 pub use error::{ModelError, FETCH_HINT};
 
 use bert::Bert;
+use burn::tensor::{DType, Tensor};
 use tokenize::TextTokenizer;
+
+/// Lowest cosine between an f32 and a half-precision embedding of the same probe text that
+/// half precision may show before it is refused.
+pub const HALF_PARITY_MIN_COSINE: f32 = 0.999;
 
 /// The model directory a command uses: the `--model` flag if given, else `$CIX_MODEL_DIR`, else
 /// `./models/all-MiniLM-L6-v2` (where `scripts/fetch-model.sh` puts it).
@@ -54,13 +59,49 @@ pub struct Encoder {
     tokenizer: TextTokenizer,
     model_id: String,
     device_description: String,
+    precision: Precision,
     token_budget: usize,
     max_batch: usize,
 }
 
+/// Texts tokenised and cut into batches ([`Encoder::prepare`]), ready for
+/// [`Encoder::embed_prepared`].
+pub struct Prepared {
+    ids: Vec<Vec<u32>>,
+    plan: Vec<Batch>,
+}
+
+impl Prepared {
+    /// Number of texts.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether there are no texts.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
 impl Encoder {
-    /// Loads a BERT sentence-embedding model directory onto the chosen device.
+    /// Loads a BERT sentence-embedding model directory onto the chosen device, in
+    /// [`Precision::Auto`] (f32 on the CPU; on a GPU, f16 when it passes the parity check).
     pub fn load(model_dir: &Path, device: DeviceChoice) -> Result<Encoder, ModelError> {
+        Self::load_with(model_dir, device, Precision::Auto)
+    }
+
+    /// Loads a model directory onto the chosen device in the chosen precision.
+    ///
+    /// Half precision (f16, bf16) runs only on GPU devices whose backend supports the type, and
+    /// only after a parity check at load time: a fixed set of probe texts is embedded in f32
+    /// and in half precision, and every pair must reach cosine [`HALF_PARITY_MIN_COSINE`]. An
+    /// explicit `F16`/`Bf16` that cannot run or fails the check is an error; `Auto` falls back
+    /// to f32 and says why in [`device_description`](Self::device_description).
+    pub fn load_with(
+        model_dir: &Path,
+        device: DeviceChoice,
+        precision: Precision,
+    ) -> Result<Encoder, ModelError> {
         let [config_path, weights_path, tokenizer_path] = load::required_files(model_dir)?;
         let config_bytes = load::read_bytes(&config_path)?;
         let cfg = load::parse_config(model_dir, &config_path, &config_bytes)?;
@@ -80,15 +121,89 @@ impl Encoder {
         let tokenizer = TextTokenizer::load(&tokenizer_path, cfg.max_tokens, cfg.vocab_size)?;
 
         let selected = device::select_device(device)?;
-        let model = Bert::load(cfg, &weights, selected.device, selected.host_memory)?;
+        let load = |dtype: DType| {
+            Bert::load(
+                cfg.clone(),
+                &weights,
+                selected.device.clone(),
+                selected.host_memory,
+                dtype,
+            )
+        };
+        let mut description = selected.description.clone();
+        let (model, resolved) = if selected.host_memory || precision == Precision::F32 {
+            if matches!(precision, Precision::F16 | Precision::Bf16) {
+                return Err(ModelError::UnsupportedPrecision(format!(
+                    "{precision} needs a GPU device; {} computes in f32 (use --precision f32 or auto)",
+                    selected.description
+                )));
+            }
+            (load(DType::F32)?, Precision::F32)
+        } else {
+            let half = if precision == Precision::Bf16 {
+                Precision::Bf16
+            } else {
+                Precision::F16
+            };
+            let dtype = half.dtype().expect("explicit precision");
+            let explicit = precision != Precision::Auto;
+            if !selected.device.supports_dtype(dtype) {
+                if explicit {
+                    return Err(ModelError::UnsupportedPrecision(format!(
+                        "{half} requested but {} does not support it; use --precision f32 or auto",
+                        selected.description
+                    )));
+                }
+                description.push_str(&format!("; precision f32 (device lacks {half})"));
+                (load(DType::F32)?, Precision::F32)
+            } else {
+                let reference = load(DType::F32)?;
+                let candidate = load(dtype)?;
+                let parity = half_parity(&reference, &candidate, &tokenizer);
+                match parity {
+                    Ok(cos) if cos >= HALF_PARITY_MIN_COSINE => {
+                        description.push_str(&format!(
+                            "; precision {half} (parity vs f32: min cosine {cos:.6} over {} probe texts)",
+                            PROBE_TEXTS.len()
+                        ));
+                        (candidate, half)
+                    }
+                    failed => {
+                        let why = match failed {
+                            Ok(cos) => format!("min cosine {cos:.6} < {HALF_PARITY_MIN_COSINE}"),
+                            Err(e) => e.to_string(),
+                        };
+                        if explicit {
+                            return Err(ModelError::UnsupportedPrecision(format!(
+                                "{half} failed the parity check against f32 on {} ({why}); use --precision f32 or auto",
+                                selected.description
+                            )));
+                        }
+                        description.push_str(&format!(
+                            "; precision f32 ({half} failed the parity check: {why})"
+                        ));
+                        (reference, Precision::F32)
+                    }
+                }
+            }
+        };
+        if resolved == Precision::F32 && !description.contains("precision") {
+            description.push_str("; precision f32");
+        }
         Ok(Encoder {
             model,
             tokenizer,
             model_id,
-            device_description: selected.description,
+            device_description: description,
+            precision: resolved,
             token_budget: DEFAULT_TOKEN_BUDGET,
             max_batch: DEFAULT_MAX_BATCH,
         })
+    }
+
+    /// The precision the encoder computes in (never `Auto`).
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// `"<dir name>@<16 hex of blake3(config.json ++ model.safetensors)>"`, stable across runs.
@@ -137,40 +252,143 @@ impl Encoder {
     /// Texts are tokenised (truncated to [`max_tokens`](Self::max_tokens)), sorted by length
     /// and cut into batches under the padded-token budget, then results are unsorted.
     pub fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, EmbedStats), ModelError> {
-        let dim = self.dim();
-        let mut stats = EmbedStats {
-            texts: texts.len(),
-            ..EmbedStats::default()
-        };
-        if texts.is_empty() {
-            return Ok((Vec::new(), stats));
-        }
-        let ids = self.tokenizer.encode_many(texts)?;
-        let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
-        let plan = plan_batches(&lengths, self.token_budget, self.max_batch);
+        self.embed_prepared(self.prepare(texts)?)
+    }
 
-        let mut out = vec![0.0f32; texts.len() * dim];
-        for batch in &plan {
-            let seq = batch.seq_len;
-            let mut padded = vec![0i64; batch.indices.len() * seq];
-            let mut batch_lengths = Vec::with_capacity(batch.indices.len());
-            for (row, &i) in padded.chunks_exact_mut(seq).zip(&batch.indices) {
-                for (dst, &id) in row.iter_mut().zip(&ids[i]) {
-                    *dst = i64::from(id);
+    /// The CPU half of [`embed`](Self::embed): tokenisation and batch planning.
+    pub fn prepare(&self, texts: &[&str]) -> Result<Prepared, ModelError> {
+        prepare(&self.tokenizer, texts, self.token_budget, self.max_batch)
+    }
+
+    /// The device half of [`embed`](Self::embed): the forward passes over prepared batches.
+    pub fn embed_prepared(&self, p: Prepared) -> Result<(Vec<f32>, EmbedStats), ModelError> {
+        run(&self.model, p)
+    }
+
+    /// Embeds `groups` in order, handing each group's vectors to `sink` as soon as they are
+    /// read back, with the CPU work (tokenisation, batch planning) of the next groups done on a
+    /// second thread while the device computes: a bounded pipeline, at most `depth` prepared
+    /// groups wait, so memory stays flat however many groups there are. On the CPU backend
+    /// the two halves would compete for the same cores, so groups run one after the other.
+    /// Stops at the first error (the sink's or the encoder's) and returns it.
+    pub fn embed_pipelined<'t, I, F, E>(
+        &self,
+        groups: I,
+        depth: usize,
+        mut sink: F,
+    ) -> Result<(), E>
+    where
+        I: IntoIterator<Item = Vec<&'t str>>,
+        I::IntoIter: Send,
+        F: FnMut(Vec<f32>, EmbedStats) -> Result<(), E>,
+        E: From<ModelError> + Send,
+    {
+        let groups = groups.into_iter();
+        if self.model.host_kernels() {
+            for g in groups {
+                let (v, stats) = self.embed(&g)?;
+                sink(v, stats)?;
+            }
+            return Ok(());
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Prepared, ModelError>>(depth.max(1));
+        std::thread::scope(|scope| {
+            let tokenizer = &self.tokenizer;
+            let (budget, max_batch) = (self.token_budget, self.max_batch);
+            scope.spawn(move || {
+                for g in groups {
+                    let p = prepare(tokenizer, &g, budget, max_batch);
+                    let failed = p.is_err();
+                    if tx.send(p).is_err() || failed {
+                        break; // consumer gone, or nothing more worth preparing
+                    }
                 }
-                batch_lengths.push(lengths[i]);
+            });
+            // Owned here, so an early return drops it and unblocks the producer's `send`.
+            let rx = rx;
+            for p in rx.iter() {
+                let (v, stats) = run(&self.model, p?)?;
+                sink(v, stats)?;
             }
-            let pooled = catch_unwind(AssertUnwindSafe(|| {
-                self.model.forward(padded, &batch_lengths, seq)
-            }))
-            .map_err(|panic| ModelError::Inference(panic_message(panic)))??;
-            if pooled.len() != batch.indices.len() * dim {
-                return Err(ModelError::Inference(format!(
-                    "backend returned {} values for a batch of {} x {dim}",
-                    pooled.len(),
-                    batch.indices.len()
-                )));
-            }
+            Ok(())
+        })
+    }
+}
+
+fn prepare(
+    tokenizer: &TextTokenizer,
+    texts: &[&str],
+    token_budget: usize,
+    max_batch: usize,
+) -> Result<Prepared, ModelError> {
+    if texts.is_empty() {
+        return Ok(Prepared {
+            ids: Vec::new(),
+            plan: Vec::new(),
+        });
+    }
+    let ids = tokenizer.encode_many(texts)?;
+    let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
+    let plan = plan_batches(&lengths, token_budget, max_batch);
+    Ok(Prepared { ids, plan })
+}
+
+/// Padded `[batch, seq]` ids and the real lengths of one planned batch.
+fn padded_batch(ids: &[Vec<u32>], batch: &Batch) -> (Vec<i64>, Vec<usize>) {
+    let seq = batch.seq_len;
+    let mut padded = vec![0i64; batch.indices.len() * seq];
+    let mut lengths = Vec::with_capacity(batch.indices.len());
+    for (row, &i) in padded.chunks_exact_mut(seq).zip(&batch.indices) {
+        for (dst, &id) in row.iter_mut().zip(&ids[i]) {
+            *dst = i64::from(id);
+        }
+        lengths.push(ids[i].len());
+    }
+    (padded, lengths)
+}
+
+/// Runs `f`, turning a backend panic (GPU runtimes report failures that way) into an error.
+fn guarded<T>(f: impl FnOnce() -> Result<T, ModelError>) -> Result<T, ModelError> {
+    catch_unwind(AssertUnwindSafe(f))
+        .map_err(|panic| ModelError::Inference(panic_message(panic)))?
+}
+
+/// The forward passes over prepared batches on `model`.
+///
+/// Host path: one batch at a time through the fused CPU kernels, normalised on the host.
+/// Device path: every batch is submitted (pooled and normalised on the device) before anything
+/// is read back, then one read returns all rows, so the device queue never drains between
+/// batches and the only transfer back is the results.
+fn run(model: &Bert, p: Prepared) -> Result<(Vec<f32>, EmbedStats), ModelError> {
+    let dim = model.hidden_size();
+    let n = p.ids.len();
+    let mut stats = EmbedStats {
+        texts: n,
+        ..EmbedStats::default()
+    };
+    let mut out = vec![0.0f32; n * dim];
+    for batch in &p.plan {
+        stats.tokens += batch.indices.iter().map(|&i| p.ids[i].len()).sum::<usize>();
+        stats.padded_tokens += batch.padded_tokens();
+        stats.batches += 1;
+    }
+    if n == 0 {
+        return Ok((out, stats));
+    }
+    let check_len = |got: usize, rows: usize| {
+        if got == rows * dim {
+            Ok(())
+        } else {
+            Err(ModelError::Inference(format!(
+                "backend returned {got} values for {rows} rows of {dim}"
+            )))
+        }
+    };
+    if model.host_kernels() {
+        for batch in &p.plan {
+            let (padded, lengths) = padded_batch(&p.ids, batch);
+            let pooled = guarded(|| model.forward(padded, &lengths, batch.seq_len))?;
+            check_len(pooled.len(), batch.indices.len())?;
             for (src, &i) in pooled.chunks_exact(dim).zip(&batch.indices) {
                 let dst = &mut out[i * dim..(i + 1) * dim];
                 let norm = src.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
@@ -178,12 +396,78 @@ impl Encoder {
                     *d = s / norm;
                 }
             }
-            stats.tokens += batch_lengths.iter().sum::<usize>();
-            stats.padded_tokens += batch.padded_tokens();
-            stats.batches += 1;
         }
-        Ok((out, stats))
+        return Ok((out, stats));
     }
+    let rows: Vec<usize> = p
+        .plan
+        .iter()
+        .flat_map(|b| b.indices.iter().copied())
+        .collect();
+    let values = guarded(|| {
+        let mut pending: Vec<Tensor<2>> = Vec::with_capacity(p.plan.len());
+        for batch in &p.plan {
+            let (padded, lengths) = padded_batch(&p.ids, batch);
+            pending.push(model.forward_device(padded, &lengths, batch.seq_len)?);
+        }
+        Tensor::cat(pending, 0)
+            .try_into_data()
+            .map_err(|e| ModelError::Inference(e.to_string()))?
+            .try_into_vec::<f32>()
+            .map_err(|e| ModelError::Inference(format!("{e:?}")))
+    })?;
+    check_len(values.len(), rows.len())?;
+    for (src, &i) in values.chunks_exact(dim).zip(&rows) {
+        out[i * dim..(i + 1) * dim].copy_from_slice(src);
+    }
+    Ok((out, stats))
+}
+
+/// Probe texts for the half-precision parity check: code and prose, short and at the token cap.
+const PROBE_TEXTS: [&str; 12] = [
+    "fn main() { println!(\"hello\"); }",
+    "How do I open a memory-mapped file read-only in Rust?",
+    "def parse_config(path):\n    with open(path) as f:\n        return json.load(f)",
+    "SELECT id, name FROM users WHERE created_at > now() - interval '1 day' ORDER BY id;",
+    "The write-ahead log is fsynced before the acknowledgement is sent to the client.",
+    "impl<T: Ord> BinaryHeap<T> { pub fn push(&mut self, item: T) { self.data.push(item); self.sift_up(0, self.data.len() - 1); } }",
+    "x",
+    "class LRUCache:\n    def __init__(self, capacity):\n        self.capacity = capacity\n        self.cache = OrderedDict()\n    def get(self, key):\n        if key not in self.cache:\n            return -1\n        self.cache.move_to_end(key)\n        return self.cache[key]",
+    "error[E0502]: cannot borrow `v` as mutable because it is also borrowed as immutable",
+    "Segments are immutable, content-addressed and memory-mapped; a manifest names the live ones.",
+    "for (i, chunk) in chunks.iter().enumerate() { let v = encoder.embed(&[chunk.text.as_str()])?; index.add(i as u64, &v)?; } // repeated to reach the token cap: for (i, chunk) in chunks.iter().enumerate() { let v = encoder.embed(&[chunk.text.as_str()])?; index.add(i as u64, &v)?; } for (i, chunk) in chunks.iter().enumerate() { let v = encoder.embed(&[chunk.text.as_str()])?; index.add(i as u64, &v)?; } for (i, chunk) in chunks.iter().enumerate() { let v = encoder.embed(&[chunk.text.as_str()])?; index.add(i as u64, &v)?; } for (i, chunk) in chunks.iter().enumerate() { let v = encoder.embed(&[chunk.text.as_str()])?; index.add(i as u64, &v)?; }",
+    "  ",
+];
+
+/// Lowest cosine between `reference` (f32) and `candidate` embeddings of [`PROBE_TEXTS`].
+fn half_parity(
+    reference: &Bert,
+    candidate: &Bert,
+    tokenizer: &TextTokenizer,
+) -> Result<f32, ModelError> {
+    let embed = |model: &Bert| {
+        let p = prepare(
+            tokenizer,
+            &PROBE_TEXTS,
+            DEFAULT_TOKEN_BUDGET,
+            DEFAULT_MAX_BATCH,
+        )?;
+        run(model, p).map(|(v, _)| v)
+    };
+    let (a, b) = (embed(reference)?, embed(candidate)?);
+    let dim = reference.hidden_size();
+    Ok(a.chunks_exact(dim)
+        .zip(b.chunks_exact(dim))
+        .map(|(x, y)| {
+            let dot: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
+            let nx = x.iter().map(|v| v * v).sum::<f32>().sqrt();
+            let ny = y.iter().map(|v| v * v).sum::<f32>().sqrt();
+            if !dot.is_finite() {
+                return f32::NEG_INFINITY; // NaN/overflow in half precision
+            }
+            dot / (nx * ny).max(1e-12)
+        })
+        .fold(f32::INFINITY, f32::min))
 }
 
 fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {

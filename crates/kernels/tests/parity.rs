@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use kernels::{DeviceChoice, Encoder};
+use kernels::{DeviceChoice, Encoder, ModelError, Precision};
 
 fn model_dir() -> PathBuf {
     std::env::var_os("CIX_MODEL_DIR")
@@ -144,6 +144,68 @@ fn portable_kernels_parity() {
     println!("portable kernels: min cosine {min_cos:.7}");
 }
 
+/// Half precision needs a GPU: asking for it on the CPU is refused, not silently ignored.
+#[test]
+fn half_precision_on_cpu_is_refused() {
+    let dir = model_dir();
+    for half in [Precision::F16, Precision::Bf16] {
+        match Encoder::load_with(&dir, DeviceChoice::Cpu, half) {
+            Err(ModelError::UnsupportedPrecision(msg)) => {
+                assert!(msg.contains("needs a GPU device"), "{msg}")
+            }
+            other => panic!("{half} on cpu: {:?}", other.map(|e| e.precision())),
+        }
+    }
+    let enc = Encoder::load_with(&dir, DeviceChoice::Cpu, Precision::Auto).expect("auto");
+    assert_eq!(enc.precision(), Precision::F32);
+}
+
+/// The pipelined path returns, group by group, exactly what one `embed` call per group does.
+#[test]
+fn pipelined_groups_match_single_calls() {
+    let enc = load_encoder().with_portable_kernels();
+    let texts: Vec<String> = (0..23)
+        .map(|i| {
+            format!(
+                "fn item_{i}() -> usize {{ {i} * {} }}",
+                "x + ".repeat(i % 7)
+            )
+        })
+        .collect();
+    let groups: Vec<Vec<&str>> = texts
+        .chunks(5)
+        .map(|g| g.iter().map(String::as_str).collect())
+        .collect();
+    let mut got: Vec<(Vec<f32>, usize)> = Vec::new();
+    enc.embed_pipelined(groups.clone(), 2, |v, stats| {
+        got.push((v, stats.texts));
+        Ok::<(), ModelError>(())
+    })
+    .expect("pipelined");
+    assert_eq!(got.len(), groups.len());
+    for (g, (v, n)) in groups.iter().zip(&got) {
+        assert_eq!(*n, g.len());
+        let (want, _) = enc.embed(g).expect("embed");
+        assert_eq!(v.len(), want.len());
+        let worst = v
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-5, "{worst}");
+    }
+    // A sink error stops the pipeline and is returned.
+    let mut calls = 0;
+    let err = enc
+        .embed_pipelined(groups, 1, |_, _| {
+            calls += 1;
+            Err(ModelError::Inference("sink full".into()))
+        })
+        .unwrap_err();
+    assert_eq!(calls, 1);
+    assert!(err.to_string().contains("sink full"));
+}
+
 #[test]
 fn order_preserved_with_duplicates_and_small_batches() {
     let enc = load_encoder().with_batch_limits(64, 2);
@@ -176,7 +238,7 @@ fn order_preserved_with_duplicates_and_small_batches() {
 #[test]
 fn wgpu_parity_with_numpy_reference() {
     let dir = model_dir();
-    let enc = match Encoder::load(&dir, DeviceChoice::Wgpu) {
+    let enc = match Encoder::load_with(&dir, DeviceChoice::Wgpu, Precision::F32) {
         Ok(e) => e,
         Err(e) if std::env::var("CIX_REQUIRE_WGPU").as_deref() != Ok("1") => {
             eprintln!("SKIPPED wgpu parity: {e}");
@@ -200,4 +262,78 @@ fn wgpu_parity_with_numpy_reference() {
         min_cos = min_cos.min(c);
     }
     eprintln!("wgpu: min cosine {min_cos:.7} over {} texts", fx.len());
+}
+
+/// Min cosine of `enc`'s embeddings of the fixtures against the numpy reference.
+#[cfg(feature = "wgpu")]
+fn min_cosine_vs_reference(enc: &Encoder) -> f32 {
+    let fx = fixtures();
+    let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
+    let (vecs, _) = enc.embed(&texts).expect("embed");
+    let dim = enc.dim();
+    fx.iter()
+        .enumerate()
+        .map(|(i, f)| cosine(&vecs[i * dim..(i + 1) * dim], &f.vector))
+        .fold(f32::MAX, f32::min)
+}
+
+/// Half precision on wgpu: where the adapter supports the type, the encoder loads (it passed
+/// its own parity check) and matches the numpy reference at cosine >= 0.999; where it does not,
+/// an explicit request is refused with an actionable error and `auto` falls back to f32 and
+/// says why. Either way `auto` never returns an encoder that fails parity.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_half_precision_parity_or_clear_refusal() {
+    let dir = model_dir();
+    if Encoder::load_with(&dir, DeviceChoice::Wgpu, Precision::F32).is_err()
+        && std::env::var("CIX_REQUIRE_WGPU").as_deref() != Ok("1")
+    {
+        eprintln!("SKIPPED wgpu half precision: no adapter");
+        return;
+    }
+    for half in [Precision::F16, Precision::Bf16] {
+        match Encoder::load_with(&dir, DeviceChoice::Wgpu, half) {
+            Ok(enc) => {
+                assert_eq!(enc.precision(), half);
+                let c = min_cosine_vs_reference(&enc);
+                // Half precision really ran: the vectors differ from f32 ones, slightly.
+                let f32_enc = Encoder::load_with(&dir, DeviceChoice::Wgpu, Precision::F32)
+                    .expect("f32 on wgpu");
+                let fx = fixtures();
+                let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
+                let (a, _) = enc.embed(&texts).expect("half embed");
+                let (b, _) = f32_enc.embed(&texts).expect("f32 embed");
+                let diff = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0f32, f32::max);
+                eprintln!(
+                    "wgpu {half}: {} ; min cosine vs numpy {c:.6}; max |{half} - f32| {diff:.2e}",
+                    enc.device_description()
+                );
+                assert!(c >= kernels::HALF_PARITY_MIN_COSINE, "{half}: {c}");
+                assert!(
+                    diff > 0.0,
+                    "{half} embeddings are bit-identical to f32 ones"
+                );
+            }
+            Err(ModelError::UnsupportedPrecision(msg)) => {
+                eprintln!("wgpu {half} refused: {msg}");
+                assert!(msg.contains("--precision f32 or auto"), "{msg}");
+            }
+            Err(e) => panic!("wgpu {half}: unexpected error {e}"),
+        }
+    }
+    let auto = Encoder::load_with(&dir, DeviceChoice::Wgpu, Precision::Auto).expect("auto");
+    let desc = auto.device_description();
+    eprintln!("wgpu auto: {desc}");
+    assert!(desc.contains("precision"), "{desc}");
+    assert_ne!(auto.precision(), Precision::Auto);
+    let c = min_cosine_vs_reference(&auto);
+    assert!(
+        c >= kernels::HALF_PARITY_MIN_COSINE,
+        "auto ({}): {c}",
+        auto.precision()
+    );
 }

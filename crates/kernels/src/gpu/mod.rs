@@ -13,20 +13,22 @@
 //!   on the device, one unit per point, the points uploaded once; the update step (n × dim) on
 //!   the CPU from the assignments read back each iteration ([`crate::kmeans::update`]).
 
+use cubecl::ir::FloatKind;
 use cubecl::prelude::*;
 
 /// Units per cube (rows are pooled by this many units; hidden sizes up to 4096 are fine).
 pub const POOL_UNITS: usize = 128;
 
 #[cube(launch)]
-fn pool_normalize_kernel(
-    x: &[f32],
+fn pool_normalize_kernel<F: Float>(
+    x: &[F],
     mask: &[f32],
     out: &mut [f32],
     #[comptime] tokens: usize,
     #[comptime] hidden: usize,
     #[comptime] units: usize,
     #[comptime] steps: usize,
+    #[define(F)] _dtype: ElemType,
 ) {
     let r = CUBE_POS_X as usize;
     let u = UNIT_POS_X as usize;
@@ -46,7 +48,7 @@ fn pool_normalize_kernel(
         if h < hidden {
             let mut acc = 0.0f32;
             for t in 0..tokens {
-                acc += x[(r * tokens + t) * hidden + h] * mask[r * tokens + t];
+                acc += f32::cast_from(x[(r * tokens + t) * hidden + h]) * mask[r * tokens + t];
             }
             let v = acc / denom;
             out[r * hidden + h] = v;
@@ -97,21 +99,85 @@ pub fn pool_normalize(
     }
     let xh = client.create_from_slice(f32::as_bytes(x));
     let mh = client.create_from_slice(f32::as_bytes(mask));
-    let oh = client.empty(rows * hidden * core::mem::size_of::<f32>());
+    let oh = launch_pool_normalize(client, xh, mh, rows, tokens, hidden, F32);
+    let bytes = client.read_one_unchecked(oh);
+    f32::from_bytes(&bytes).to_vec()
+}
+
+const F32: ElemType = ElemType::Float(FloatKind::F32);
+
+/// Launches the pooling kernel over device buffers (`x` of element type `elem`, `mask` f32);
+/// returns the `rows × hidden` f32 output buffer.
+fn launch_pool_normalize(
+    client: &cubecl::client::Client,
+    x: cubecl::server::Handle,
+    mask: cubecl::server::Handle,
+    rows: usize,
+    tokens: usize,
+    hidden: usize,
+    elem: ElemType,
+) -> cubecl::server::Handle {
+    let out = client.empty(rows * hidden * core::mem::size_of::<f32>());
     pool_normalize_kernel::launch(
         client,
         CubeCount::Static(rows as u32, 1, 1),
         CubeDim::new_1d(POOL_UNITS as u32),
-        unsafe { BufferArg::from_raw_parts(xh, x.len()) },
-        unsafe { BufferArg::from_raw_parts(mh, mask.len()) },
-        unsafe { BufferArg::from_raw_parts(oh.clone(), rows * hidden) },
+        unsafe { BufferArg::from_raw_parts(x, rows * tokens * hidden) },
+        unsafe { BufferArg::from_raw_parts(mask, rows * tokens) },
+        unsafe { BufferArg::from_raw_parts(out.clone(), rows * hidden) },
         tokens,
         hidden,
         POOL_UNITS,
         hidden.div_ceil(POOL_UNITS),
+        elem,
     );
-    let bytes = client.read_one_unchecked(oh);
-    f32::from_bytes(&bytes).to_vec()
+    out
+}
+
+/// The pooling kernel on a burn tensor that already lives on a cubecl device: `x` is the last
+/// hidden state `[rows, tokens, hidden]` (f32, f16 or bf16), `mask` `[rows, tokens]` f32. The
+/// result, `[rows, hidden]` f32 and L2-normalised, stays on the device (nothing is read back).
+/// `None` when the tensors are not contiguous cubecl tensors of those types; the caller then
+/// pools with burn ops.
+pub(crate) fn pool_normalize_tensor(
+    x: &burn::tensor::Tensor<3>,
+    mask: &burn::tensor::Tensor<2>,
+) -> Option<burn::tensor::Tensor<2>> {
+    use burn::backend::{BackendTypes, Cube};
+    use burn::tensor::{DType, Shape, Tensor};
+    let [rows, tokens, hidden] = x.dims();
+    if mask.dims() != [rows, tokens] || rows == 0 || tokens == 0 || hidden == 0 {
+        return None;
+    }
+    let xt = x.clone().try_into_primitive::<Cube>().ok()?;
+    let mt = mask.clone().try_into_primitive::<Cube>().ok()?;
+    if !xt.is_contiguous() || !mt.is_contiguous() || mt.dtype != DType::F32 {
+        return None;
+    }
+    let elem = match xt.dtype {
+        DType::F32 => F32,
+        DType::F16 => ElemType::Float(FloatKind::F16),
+        DType::BF16 => ElemType::Float(FloatKind::BF16),
+        _ => return None,
+    };
+    let client = xt.client.clone();
+    let out = launch_pool_normalize(
+        &client,
+        xt.handle.clone(),
+        mt.handle.clone(),
+        rows,
+        tokens,
+        hidden,
+        elem,
+    );
+    let pooled = <<Cube as BackendTypes>::FloatTensorPrimitive>::new_contiguous(
+        client,
+        xt.device.clone(),
+        Shape::new([rows, hidden]),
+        out,
+        DType::F32,
+    );
+    Some(Tensor::from_primitive::<Cube>(pooled))
 }
 
 /// Units per cube of the top-k kernel, and the largest k it takes: the merge buffers
