@@ -1,11 +1,20 @@
 //! Embedding throughput on real code chunks: chunks/s, tokens/s and the padding fraction of the
-//! burn encoder, and (with `--peer`) the same inputs through the float32 numpy peer
-//! (`benches/reference_throughput.py`), printed side by side with the ratio.
+//! burn encoder, and the same inputs through two peers, each printed side by side with the ratio
+//! of the medians and the minimum cosine between the two runtimes' vectors:
+//!
+//! - `--peer`: the float32 numpy forward pass (`benches/reference_throughput.py`; needs numpy,
+//!   scipy, safetensors, tokenizers).
+//! - sentence-transformers on PyTorch (`benches/st_throughput.py`): the same model directory,
+//!   loaded offline, on CUDA in fp16 when torch sees a GPU and our encoder runs on one (cuda or
+//!   wgpu), else on the CPU in fp32. Run automatically when `python3 -c "import torch,
+//!   sentence_transformers"` works (else one line says why it was skipped); `--st-peer` makes a
+//!   missing torch / sentence-transformers an error, `--no-st-peer` skips it.
 //!
 //! Run: `cargo run --release -p cix-benches --bin embed -- PATH [--chunks 1000] [--runs 3] [--peer]
-//! [--device cpu|wgpu|cuda]` (GPU backends: add `--features wgpu` / `--features cuda`).
+//! [--st-peer | --no-st-peer] [--device cpu|wgpu|cuda]` (GPU backends: add `--features wgpu` /
+//! `--features cuda`). `python3` is whichever is first on `PATH`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -29,14 +38,48 @@ struct Args {
     /// Also run the numpy float32 peer on the same texts.
     #[arg(long)]
     peer: bool,
+    /// Run the sentence-transformers (PyTorch) peer, failing when python3 lacks torch or
+    /// sentence_transformers (without this flag it runs when they import, else is skipped).
+    #[arg(long, conflicts_with = "no_st_peer")]
+    st_peer: bool,
+    /// Never run the sentence-transformers peer.
+    #[arg(long)]
+    no_st_peer: bool,
     /// auto | cpu | wgpu | cuda (GPU backends need this harness built with `--features wgpu`
     /// or `--features cuda`).
     #[arg(long, default_value = "cpu")]
     device: kernels::DeviceChoice,
+    /// auto | f32 | f16 | bf16: the encoder's precision on a GPU (auto: f16 when it passes the
+    /// load-time parity check against f32); the CPU computes in f32.
+    #[arg(long, default_value = "auto")]
+    precision: kernels::Precision,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    // Decided before the burn runs, so that a missing torch fails `--st-peer` at once.
+    let st = if args.no_st_peer {
+        false
+    } else {
+        match torch_available() {
+            Ok(()) => true,
+            Err(why) if args.st_peer => bail!(
+                "--st-peer: python3 cannot import torch and sentence_transformers ({why}); \
+                 install them with `python3 -m pip install torch sentence-transformers`"
+            ),
+            Err(why) => {
+                println!(
+                    "sentence-transformers peer skipped: python3 cannot import torch and \
+                     sentence_transformers ({why}); `python3 -m pip install torch \
+                     sentence-transformers` enables it"
+                );
+                false
+            }
+        }
+    };
     let model = kernels::resolve_model_dir(args.model);
     let repo = walk::repo_name(&args.path);
     let w = walk::walk(&args.path, &repo, walk::DEFAULT_MAX_FILE_BYTES);
@@ -71,7 +114,7 @@ fn main() -> anyhow::Result<()> {
     let n = args.chunks.min(texts.len());
     let sample: Vec<String> = (0..n).map(|i| texts[i * texts.len() / n].clone()).collect();
     let refs: Vec<&str> = sample.iter().map(String::as_str).collect();
-    let enc = kernels::Encoder::load(&model, args.device)?;
+    let enc = kernels::Encoder::load_with(&model, args.device, args.precision)?;
     println!(
         "encoder: {} on {}; {} chunks sampled from {} in {}",
         enc.model_id(),
@@ -82,6 +125,7 @@ fn main() -> anyhow::Result<()> {
     );
     enc.embed(&refs[..8.min(n)])?; // warm-up
     let mut burn_rates = Vec::new();
+    let mut burn_tokens = 0;
     let mut last = Vec::new();
     for run in 0..args.runs {
         let t = Instant::now();
@@ -97,56 +141,191 @@ fn main() -> anyhow::Result<()> {
             secs
         );
         burn_rates.push(s.tokens as f64 / secs);
+        burn_tokens = s.tokens;
         last = v;
     }
+    let dir = tempfile::tempdir()?;
+    let texts_path = dir.path().join("texts.json");
+    std::fs::write(&texts_path, serde_json::to_vec(&sample)?)?;
+    let burn_median = median(&mut burn_rates);
     if args.peer {
-        let dir = tempfile::tempdir()?;
-        let texts_path = dir.path().join("texts.json");
-        std::fs::write(&texts_path, serde_json::to_vec(&sample)?)?;
-        let check = dir.path().join("peer.f32");
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("reference_throughput.py");
-        let out = Command::new("python3")
-            .arg(&script)
-            .arg(&texts_path)
-            .arg("--model")
-            .arg(&model)
-            .arg("--runs")
-            .arg(args.runs.to_string())
-            .arg("--check")
-            .arg(&check)
-            .output()
-            .context("running python3 (needs numpy, scipy, safetensors, tokenizers)")?;
-        if !out.status.success() {
-            bail!("peer failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let mut peer_rates = Vec::new();
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let j: serde_json::Value = serde_json::from_str(line)?;
-            let tps = j["tokens_per_s"].as_f64().unwrap_or(0.0);
+        let check = dir.path().join("numpy.f32");
+        let runs = run_peer(
+            "reference_throughput.py",
+            &texts_path,
+            &model,
+            args.runs,
+            &check,
+            &[],
+            "needs numpy, scipy, safetensors, tokenizers",
+        )?;
+        let mut rates = Vec::new();
+        for j in &runs {
             println!(
                 "numpy run: {:.1} chunks/s, {:.0} tokens/s, padding {:.3}",
-                j["chunks_per_s"].as_f64().unwrap_or(0.0),
-                tps,
-                j["padding"].as_f64().unwrap_or(0.0)
+                num(j, "chunks_per_s"),
+                num(j, "tokens_per_s"),
+                num(j, "padding")
             );
-            peer_rates.push(tps);
+            rates.push(num(j, "tokens_per_s"));
         }
-        let peer: Vec<f32> = std::fs::read(&check)?
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        let d = enc.dim();
-        let min_cos = last
-            .chunks_exact(d)
-            .zip(peer.chunks_exact(d))
-            .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())
-            .fold(f32::INFINITY, f32::min);
-        let med = |v: &mut Vec<f64>| {
-            v.sort_by(|a, b| a.total_cmp(b));
-            v[v.len() / 2]
+        let min_cos = min_cosine(&last, &read_f32(&check)?, enc.dim())?;
+        let p = median(&mut rates);
+        println!("median tokens/s: burn {burn_median:.0}, numpy {p:.0}; ratio burn/numpy {:.2}; min cosine burn vs numpy {min_cos:.5}", burn_median / p);
+    }
+    if st {
+        // Our CPU runs against torch on the CPU; a GPU run against torch on CUDA when it has one.
+        let on_cpu = match args.device {
+            kernels::DeviceChoice::Cpu => true,
+            kernels::DeviceChoice::Auto => enc.device_description().starts_with("cpu"),
+            kernels::DeviceChoice::Wgpu | kernels::DeviceChoice::Cuda => false,
         };
-        let (b, p) = (med(&mut burn_rates), med(&mut peer_rates));
-        println!("median tokens/s: burn {b:.0}, numpy {p:.0}; ratio burn/numpy {:.2}; min cosine burn vs numpy {min_cos:.5}", b / p);
+        let check = dir.path().join("st.f32");
+        let runs = run_peer(
+            "st_throughput.py",
+            &texts_path,
+            &model,
+            args.runs,
+            &check,
+            &[
+                "--device",
+                if on_cpu { "cpu" } else { "auto" },
+                "--dtype",
+                "auto",
+            ],
+            "needs torch and sentence-transformers",
+        )?;
+        let mut rates = Vec::new();
+        let (mut device, mut dtype, mut tokens) = (String::new(), String::new(), 0);
+        for (i, j) in runs.iter().enumerate() {
+            device = j["device"].as_str().unwrap_or("?").to_string();
+            dtype = j["dtype"].as_str().unwrap_or("?").to_string();
+            tokens = j["tokens"].as_u64().unwrap_or(0);
+            println!(
+                "st    run {i}: {:.1} chunks/s, {:.0} tokens/s, padding {:.3}, {tokens} tokens, {:.2}s ({device}, {dtype})",
+                num(j, "chunks_per_s"),
+                num(j, "tokens_per_s"),
+                num(j, "padding"),
+                num(j, "secs")
+            );
+            rates.push(num(j, "tokens_per_s"));
+        }
+        if tokens != burn_tokens as u64 {
+            println!("note: token counts differ (burn {burn_tokens}, sentence-transformers {tokens}); the ratio compares tokens/s");
+        }
+        let min_cos = min_cosine(&last, &read_f32(&check)?, enc.dim())?;
+        let p = median(&mut rates);
+        println!(
+            "median tokens/s: burn {burn_median:.0} ({}), sentence-transformers {p:.0} ({device}, {dtype}); \
+             ratio burn/sentence-transformers {:.2}; min cosine burn vs sentence-transformers {min_cos:.5}",
+            enc.precision(),
+            burn_median / p
+        );
     }
     Ok(())
+}
+
+/// Median of `v` (the upper one for an even count); `v` is sorted in place.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// A number field of a peer's JSON line (0 when absent).
+fn num(j: &serde_json::Value, key: &str) -> f64 {
+    j[key].as_f64().unwrap_or(0.0)
+}
+
+/// Runs `benches/<script> TEXTS --model DIR --runs N --check CHECK [extra…]` with python3 and
+/// returns its JSON lines (one per run). Its stderr lines starting with `<script stem>:` are
+/// passed on; all of stderr is shown when it fails.
+fn run_peer(
+    script: &str,
+    texts: &Path,
+    model: &Path,
+    runs: usize,
+    check: &Path,
+    extra: &[&str],
+    needs: &str,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(script);
+    let out = Command::new("python3")
+        .arg(&path)
+        .arg(texts)
+        .arg("--model")
+        .arg(model)
+        .arg("--runs")
+        .arg(runs.to_string())
+        .arg("--check")
+        .arg(check)
+        .args(extra)
+        .output()
+        .with_context(|| format!("running python3 {} ({needs})", path.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("{script} failed ({}; {needs}):\n{stderr}", out.status);
+    }
+    let stem = script.trim_end_matches(".py");
+    for line in stderr.lines().filter(|l| l.starts_with(stem)) {
+        println!("{line}");
+    }
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{script} printed a non-JSON line: {l}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if lines.len() != runs {
+        bail!(
+            "{script} printed {} result lines for {runs} runs",
+            lines.len()
+        );
+    }
+    Ok(lines)
+}
+
+/// `Ok` when `python3 -c "import torch, sentence_transformers"` succeeds, else why not (the
+/// last line python printed, or why python3 could not run).
+fn torch_available() -> Result<(), String> {
+    match Command::new("python3")
+        .args(["-c", "import torch, sentence_transformers"])
+        .output()
+    {
+        Err(e) => Err(format!("python3 did not run: {e}")),
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message")
+            .trim()
+            .to_string()),
+    }
+}
+
+/// A peer's `--check` file: row-major little-endian f32.
+fn read_f32(path: &Path) -> anyhow::Result<Vec<f32>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// The smallest cosine between corresponding rows of two sets of normalised `dim`-vectors.
+fn min_cosine(ours: &[f32], theirs: &[f32], dim: usize) -> anyhow::Result<f32> {
+    if ours.len() != theirs.len() || ours.is_empty() {
+        bail!(
+            "vector counts differ: ours {} x {dim}, the peer's {} floats",
+            ours.len() / dim,
+            theirs.len()
+        );
+    }
+    Ok(ours
+        .chunks_exact(dim)
+        .zip(theirs.chunks_exact(dim))
+        .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())
+        .fold(f32::INFINITY, f32::min))
 }

@@ -47,7 +47,8 @@ pub struct SegmentMeta {
     pub dim: u32,
     pub chunk_count: u32,
     pub file_count: u32,
-    /// `flat` or `ivf<nlist>,sq8`.
+    /// `flat` or `ivf<nlist>,sq8` (plus `,centroids=external` when the coarse centroids were
+    /// trained outside FAISS, by the indexer's GPU k-means).
     pub vector_index: String,
     pub files: Vec<FileEntry>,
 }
@@ -64,6 +65,9 @@ pub struct SegmentBuilder {
     /// For a memory segment: one record per chunk, in chunk order (see [`crate::memory`]);
     /// empty for a code segment.
     pub memories: Vec<MemoryRecord>,
+    /// IVF coarse centroids trained elsewhere (the indexer's GPU k-means), `nlist_for(n) × dim`
+    /// floats, for a segment large enough to get an IVF index; `None`: FAISS trains them.
+    pub ivf_centroids: Option<Vec<f32>>,
 }
 
 impl SegmentBuilder {
@@ -216,9 +220,13 @@ impl SegmentBuilder {
             let mut vector_index = "flat".to_string();
             if n as usize >= vectors::IVF_THRESHOLD {
                 let p = tmp.join(IVF_FILE);
-                vectors::write_ivf(&p, &self.vectors, dim)?;
+                vectors::write_ivf_with(&p, &self.vectors, dim, self.ivf_centroids.as_deref())?;
                 let bytes = std::fs::read(&p).map_err(io_err(&p))?;
                 vector_index = format!("ivf{},sq8", vectors::nlist_for(n as usize));
+                if self.ivf_centroids.is_some() {
+                    // Who trained the coarse centroids (FAISS's k-means otherwise).
+                    vector_index.push_str(",centroids=external");
+                }
                 outputs.push((IVF_FILE, bytes));
             }
             let mut files = Vec::new();

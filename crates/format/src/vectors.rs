@@ -91,9 +91,40 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// The points IVF centroids are trained on for `n` vectors: an evenly strided sample of 40 per
+/// list (FAISS wants at least 39), or all of them. The centroids are as good for routing and
+/// training cost stops growing with the segment.
+pub fn ivf_training_sample(vectors: &[f32], dim: usize) -> Vec<f32> {
+    let n = vectors.len() / dim.max(1);
+    let want = (40 * nlist_for(n)).min(n);
+    if want < n {
+        (0..want)
+            .flat_map(|i| {
+                let row = i * n / want;
+                vectors[row * dim..(row + 1) * dim].iter().copied()
+            })
+            .collect()
+    } else {
+        vectors.to_vec()
+    }
+}
+
 /// Trains and fills an IVF-SQ8 index and writes it to `path`. Training uses FAISS's fixed
 /// k-means seed, so the output is deterministic for a given input.
 pub fn write_ivf(path: &Path, vectors: &[f32], dim: usize) -> Result<()> {
+    write_ivf_with(path, vectors, dim, None)
+}
+
+/// [`write_ivf`], optionally with coarse centroids trained elsewhere (the indexer trains them
+/// on the GPU for large segments): `nlist_for(n) × dim` floats, handed to FAISS's quantizer so
+/// FAISS skips its own k-means (it then trains only the SQ8 ranges on the residuals of
+/// [`ivf_training_sample`]).
+pub fn write_ivf_with(
+    path: &Path,
+    vectors: &[f32],
+    dim: usize,
+    centroids: Option<&[f32]>,
+) -> Result<()> {
     let n = vectors.len() / dim;
     let nlist = nlist_for(n);
     let err = |e: faiss::error::Error| FormatError::Faiss {
@@ -106,20 +137,37 @@ pub fn write_ivf(path: &Path, vectors: &[f32], dim: usize) -> Result<()> {
         MetricType::InnerProduct,
     )
     .map_err(err)?;
-    // Train on an evenly strided sample of 40 points per list (FAISS wants at least 39): the
-    // centroids are as good for routing and training cost stops growing with the segment.
-    let want = (40 * nlist).min(n);
-    let sample: Vec<f32> = if want < n {
-        (0..want)
-            .flat_map(|i| {
-                let row = i * n / want;
-                vectors[row * dim..(row + 1) * dim].iter().copied()
-            })
-            .collect()
-    } else {
-        vectors.to_vec()
-    };
-    index.train(&sample).map_err(err)?;
+    if let Some(c) = centroids {
+        if c.len() != nlist * dim || c.iter().any(|v| !v.is_finite()) {
+            return Err(FormatError::InvalidInput(format!(
+                "IVF centroids: {} floats (non-finite values refused) for {nlist} lists of dimension {dim}",
+                c.len()
+            )));
+        }
+        let fail = |what: &str| FormatError::Faiss {
+            path: path.to_path_buf(),
+            detail: format!("setting trained centroids: {what}"),
+        };
+        // SAFETY: `index` is a live IVF index built by index_factory above; the quantizer
+        // pointer it returns is owned by it and valid while it lives; `c` holds nlist × dim
+        // floats (checked above), the count passed to add.
+        unsafe {
+            let ivf = faiss_sys::faiss_IndexIVF_cast(index.inner_ptr());
+            if ivf.is_null() {
+                return Err(fail("not an IVF index"));
+            }
+            let quantizer = faiss_sys::faiss_IndexIVF_quantizer(ivf);
+            if quantizer.is_null() || faiss_sys::faiss_Index_ntotal(quantizer) != 0 {
+                return Err(fail("quantizer missing or not empty"));
+            }
+            if faiss_sys::faiss_Index_add(quantizer, nlist as faiss_sys::idx_t, c.as_ptr()) != 0 {
+                return Err(fail("adding centroids to the quantizer failed"));
+            }
+        }
+    }
+    index
+        .train(&ivf_training_sample(vectors, dim))
+        .map_err(err)?;
     index.add(vectors).map_err(err)?;
     faiss::write_index(&index, path.to_string_lossy().as_ref()).map_err(err)?;
     Ok(())
@@ -161,6 +209,41 @@ impl Ivf {
         self.index.nlist() as usize
     }
 
+    /// The coarse centroids (`nlist × dim`), read back from FAISS's quantizer.
+    pub fn centroids(&self) -> Result<Vec<f32>> {
+        let d = self.index.d() as usize;
+        let nlist = self.nlist();
+        let mut out = vec![0f32; nlist * d];
+        // SAFETY: the index is a live IVF index; its quantizer is owned by it; each
+        // reconstruct writes `d` floats into a slot of `out` (nlist × d floats).
+        let code = unsafe {
+            let quantizer = faiss_sys::faiss_IndexIVF_quantizer(self.index.inner_ptr() as *const _);
+            if quantizer.is_null() {
+                -1
+            } else {
+                let mut code = 0;
+                for (i, row) in out.chunks_exact_mut(d).enumerate() {
+                    code = faiss_sys::faiss_Index_reconstruct(
+                        quantizer,
+                        i as faiss_sys::idx_t,
+                        row.as_mut_ptr(),
+                    );
+                    if code != 0 {
+                        break;
+                    }
+                }
+                code
+            }
+        };
+        if code != 0 {
+            return Err(FormatError::Faiss {
+                path: IVF_FILE.into(),
+                detail: format!("reading the coarse centroids failed with code {code}"),
+            });
+        }
+        Ok(out)
+    }
+
     /// Candidate ids for `query`, best first (approximate scores).
     pub fn candidates(&self, query: &[f32], k: usize, nprobe: usize) -> Result<Vec<u32>> {
         let mut params =
@@ -200,5 +283,75 @@ impl Ivf {
             .filter(|&l| l >= 0)
             .map(|l| l as u32)
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Unit vectors around `clusters` random centres.
+    fn clustered(n: usize, dim: usize, clusters: usize) -> Vec<f32> {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+        };
+        let centres: Vec<f32> = (0..clusters * dim).map(|_| rnd()).collect();
+        let mut out = Vec::with_capacity(n * dim);
+        for i in 0..n {
+            let c = i % clusters;
+            let mut v: Vec<f32> = (0..dim)
+                .map(|d| centres[c * dim + d] + 0.1 * rnd())
+                .collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter_mut().for_each(|x| *x /= norm);
+            out.extend(v);
+        }
+        out
+    }
+
+    /// Centroids handed to FAISS are the ones the written index routes by (FAISS did not
+    /// re-train them), and search through them works.
+    #[test]
+    fn given_centroids_are_kept_by_faiss() {
+        let (n, dim) = (5000, 16);
+        let v = clustered(n, dim, 50);
+        let nlist = nlist_for(n);
+        let centroids = ivf_training_sample(&v, dim)[..nlist * dim].to_vec();
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join(IVF_FILE);
+        write_ivf_with(&p, &v, dim, Some(&centroids)).unwrap();
+        let ivf = Ivf::load(&p, dim, n).unwrap();
+        assert_eq!(ivf.nlist(), nlist);
+        assert_eq!(ivf.centroids().unwrap(), centroids);
+        for row in [0usize, 777, 4999] {
+            let q = &v[row * dim..(row + 1) * dim];
+            let got = ivf.candidates(q, 10, nlist).unwrap();
+            assert!(got.contains(&(row as u32)), "row {row} not found: {got:?}");
+        }
+        // Without centroids FAISS trains its own (different) ones.
+        let p2 = tmp.path().join("faiss-trained");
+        write_ivf(&p2, &v, dim).unwrap();
+        let own = Ivf::load(&p2, dim, n).unwrap().centroids().unwrap();
+        assert_eq!(own.len(), nlist * dim);
+        assert_ne!(own, centroids);
+    }
+
+    #[test]
+    fn wrong_centroids_are_refused_before_writing() {
+        let (n, dim) = (500, 8);
+        let v = clustered(n, dim, 5);
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join(IVF_FILE);
+        let short = vec![0.5f32; dim];
+        let err = write_ivf_with(&p, &v, dim, Some(&short)).unwrap_err();
+        assert!(matches!(err, FormatError::InvalidInput(_)), "{err}");
+        let mut nan = vec![0.1f32; nlist_for(n) * dim];
+        nan[3] = f32::NAN;
+        assert!(write_ivf_with(&p, &v, dim, Some(&nan)).is_err());
+        assert!(!p.exists());
     }
 }

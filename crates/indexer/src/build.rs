@@ -28,7 +28,36 @@ pub trait Embedder: Sync {
     fn dim(&self) -> usize;
     /// Row-major `texts.len() × dim` in input order, and the number of (unpadded) tokens.
     fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String>;
+
+    /// Embeds `groups` in order, handing each group's vectors and token count to `sink` as they
+    /// come. The burn encoder overlaps the CPU half (tokenising, batching) of the next groups
+    /// with the device work of the current one, through a bounded queue.
+    fn embed_groups(
+        &self,
+        groups: Vec<Vec<&str>>,
+        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for g in groups {
+            let (v, tokens) = self.embed(&g)?;
+            sink(v, tokens)?;
+        }
+        Ok(())
+    }
+
+    /// `k` IVF coarse centroids for `sample` trained on the embedder's GPU, when it runs on
+    /// one (`None`: FAISS trains them on the CPU).
+    fn ivf_centroids(
+        &self,
+        _sample: &[f32],
+        _dim: usize,
+        _k: usize,
+    ) -> Option<Result<Vec<f32>, String>> {
+        None
+    }
 }
+
+/// Prepared groups waiting for the device in [`Embedder::embed_groups`].
+const PIPELINE_DEPTH: usize = 2;
 
 impl Embedder for kernels::Encoder {
     fn model_id(&self) -> &str {
@@ -41,6 +70,31 @@ impl Embedder for kernels::Encoder {
         kernels::Encoder::embed(self, texts)
             .map(|(v, s)| (v, s.tokens))
             .map_err(|e| e.to_string())
+    }
+    fn embed_groups(
+        &self,
+        groups: Vec<Vec<&str>>,
+        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), String>,
+    ) -> Result<(), String> {
+        struct Failed(String);
+        impl From<kernels::ModelError> for Failed {
+            fn from(e: kernels::ModelError) -> Self {
+                Failed(e.to_string())
+            }
+        }
+        self.embed_pipelined(groups, PIPELINE_DEPTH, |v, stats| {
+            sink(v, stats.tokens).map_err(Failed)
+        })
+        .map_err(|Failed(e)| e)
+    }
+    fn ivf_centroids(
+        &self,
+        sample: &[f32],
+        dim: usize,
+        k: usize,
+    ) -> Option<Result<Vec<f32>, String>> {
+        self.train_ivf_centroids(sample, dim, k)
+            .map(|r| r.map_err(|e| e.to_string()))
     }
 }
 
@@ -495,22 +549,39 @@ pub fn build(
     }
     // Longest-first order keeps length buckets full across groups.
     let bar = progress.bar(todo.len() as u64, "embed");
-    for group in todo.chunks(opts.embed_group.max(1)) {
-        let batch: Vec<&str> = group.iter().map(|&i| texts[i].as_str()).collect();
-        let (v, tokens) = embedder.embed(&batch).map_err(IndexerError::Embed)?;
-        report.tokens_embedded += tokens;
-        if v.len() != batch.len() * dim {
-            return Err(IndexerError::Embed(format!(
-                "encoder returned {} floats for {} texts",
-                v.len(),
-                batch.len()
-            )));
-        }
-        for (k, &i) in group.iter().enumerate() {
-            vectors[i * dim..(i + 1) * dim].copy_from_slice(&v[k * dim..(k + 1) * dim]);
-        }
-        bar.inc(group.len() as u64);
-        progress.tick_line(&format!("embed: {}/{} chunks", bar.position(), todo.len()));
+    let index_groups: Vec<&[usize]> = todo.chunks(opts.embed_group.max(1)).collect();
+    let text_groups: Vec<Vec<&str>> = index_groups
+        .iter()
+        .map(|g| g.iter().map(|&i| texts[i].as_str()).collect())
+        .collect();
+    let mut next = 0usize;
+    embedder
+        .embed_groups(text_groups, &mut |v, tokens| {
+            let group = index_groups
+                .get(next)
+                .ok_or("encoder returned more groups than it was given")?;
+            next += 1;
+            report.tokens_embedded += tokens;
+            if v.len() != group.len() * dim {
+                return Err(format!(
+                    "encoder returned {} floats for {} texts",
+                    v.len(),
+                    group.len()
+                ));
+            }
+            for (k, &i) in group.iter().enumerate() {
+                vectors[i * dim..(i + 1) * dim].copy_from_slice(&v[k * dim..(k + 1) * dim]);
+            }
+            bar.inc(group.len() as u64);
+            progress.tick_line(&format!("embed: {}/{} chunks", bar.position(), todo.len()));
+            Ok(())
+        })
+        .map_err(IndexerError::Embed)?;
+    if next != index_groups.len() {
+        return Err(IndexerError::Embed(format!(
+            "encoder returned {next} of {} groups",
+            index_groups.len()
+        )));
     }
     bar.finish_and_clear();
     for (j, i) in copies {
@@ -520,6 +591,17 @@ pub fn build(
     report.chunks_embedded = todo.len();
     report.chunks_reused = builder.chunks.len() - todo.len();
     report.timings.push(("embed", t.elapsed()));
+    // IVF coarse centroids on the encoder's GPU, outside the directory lock (FAISS trains
+    // them on the CPU, inside `write`, when the encoder has no GPU).
+    if builder.chunks.len() >= format::vectors::IVF_THRESHOLD {
+        let t = Instant::now();
+        let sample = format::vectors::ivf_training_sample(&vectors, dim);
+        let k = format::vectors::nlist_for(builder.chunks.len());
+        if let Some(r) = embedder.ivf_centroids(&sample, dim, k) {
+            builder.ivf_centroids = Some(r.map_err(IndexerError::Embed)?);
+            report.timings.push(("ivf-centroids-gpu", t.elapsed()));
+        }
+    }
     builder.vectors = vectors;
     report.chunks_written = builder.chunks.len();
 

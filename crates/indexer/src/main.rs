@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use indexer::build::{self, BuildOptions, BuildReport};
 use indexer::progress::Progress;
-use kernels::DeviceChoice;
+use kernels::{DeviceChoice, Precision};
 
 #[derive(Parser)]
 #[command(
@@ -42,6 +42,10 @@ enum Cmd {
         /// Where to run the encoder.
         #[arg(long, default_value = "auto")]
         device: DeviceChoice,
+        /// Float precision on a GPU: auto (f16 when the device supports it and it passes the
+        /// parity check against f32), f32, f16, bf16. The CPU always computes in f32.
+        #[arg(long, default_value = "auto")]
+        precision: Precision,
         /// Repository name recorded in chunk records and symbol ids (default: directory name).
         #[arg(long)]
         repo: Option<String>,
@@ -93,6 +97,7 @@ fn run() -> anyhow::Result<ExitCode> {
             out,
             model,
             device,
+            precision,
             repo,
             max_file_bytes,
             rebuild,
@@ -102,7 +107,7 @@ fn run() -> anyhow::Result<ExitCode> {
             let progress = Progress::auto(quiet);
             let model = kernels::resolve_model_dir(model);
             let t = Instant::now();
-            let encoder = kernels::Encoder::load(&model, device)
+            let encoder = kernels::Encoder::load_with(&model, device, precision)
                 .with_context(|| format!("loading the model from {}", model.display()))?;
             progress.line(&format!(
                 "model {} ({}-d) on {} loaded in {:.2?}",

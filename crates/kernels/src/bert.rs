@@ -198,6 +198,12 @@ impl Bert {
         self.host_kernels
     }
 
+    /// The device the model lives on.
+    #[allow(dead_code)] // used by the GPU features only
+    pub(crate) fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// Forces the backend-generic burn ops (the GPU code path) even on the CPU backend.
     pub(crate) fn disable_host_kernels(&mut self) {
         self.host_kernels = false;

@@ -33,6 +33,9 @@ use tokenize::TextTokenizer;
 /// half precision may show before it is refused.
 pub const HALF_PARITY_MIN_COSINE: f32 = 0.999;
 
+/// k-means iterations for IVF centroids trained on the GPU (FAISS's IVF default, too).
+pub const IVF_KMEANS_ITERS: usize = 10;
+
 /// The model directory a command uses: the `--model` flag if given, else `$CIX_MODEL_DIR`, else
 /// `./models/all-MiniLM-L6-v2` (where `scripts/fetch-model.sh` puts it).
 pub fn resolve_model_dir(flag: Option<std::path::PathBuf>) -> std::path::PathBuf {
@@ -199,6 +202,43 @@ impl Encoder {
             token_budget: DEFAULT_TOKEN_BUDGET,
             max_batch: DEFAULT_MAX_BATCH,
         })
+    }
+
+    /// Trains `k` IVF coarse centroids on `sample` (row-major, `dim` wide, normalised
+    /// embeddings) on the encoder's GPU: spherical k-means, [`IVF_KMEANS_ITERS`] iterations,
+    /// entirely on the device ([`gpu::kmeans`]). `None` when the encoder runs on the CPU (FAISS
+    /// then trains on the CPU as usual).
+    pub fn train_ivf_centroids(
+        &self,
+        sample: &[f32],
+        dim: usize,
+        k: usize,
+    ) -> Option<Result<Vec<f32>, ModelError>> {
+        if self.model.host_kernels() {
+            return None;
+        }
+        if dim == 0 || !sample.len().is_multiple_of(dim) || k == 0 || k > sample.len() / dim {
+            return Some(Err(ModelError::Inference(format!(
+                "k-means: {} floats of dimension {dim} cannot train {k} centroids",
+                sample.len()
+            ))));
+        }
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        {
+            let client = gpu::client_of(self.model.device())?;
+            Some(guarded(|| {
+                Ok(gpu::kmeans(
+                    &client,
+                    sample,
+                    dim,
+                    k,
+                    IVF_KMEANS_ITERS,
+                    kmeans::Metric::InnerProduct,
+                ))
+            }))
+        }
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        None
     }
 
     /// The precision the encoder computes in (never `Auto`).

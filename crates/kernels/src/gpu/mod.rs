@@ -9,9 +9,9 @@
 //!   memory delta on a GPU), one cube per query: each unit scans a strided subset of the rows
 //!   keeping its own sorted top-k in registers, then one unit merges the units' lists from
 //!   shared memory. Only the k results per query are read back.
-//! - [`kmeans`]: k-means for IVF centroids; the assignment step (n × k × dim, the whole cost)
-//!   on the device, one unit per point, the points uploaded once; the update step (n × dim) on
-//!   the CPU from the assignments read back each iteration ([`crate::kmeans::update`]).
+//! - [`kmeans`]: k-means for IVF centroids, every iteration on the device: the assignment
+//!   (n × k × dim, the bulk of the cost) one unit per point, the centroid update one cube per
+//!   centroid; the points go up once and only the final centroids come back.
 
 use cubecl::ir::FloatKind;
 use cubecl::prelude::*;
@@ -347,7 +347,102 @@ fn assign_kernel(
     }
 }
 
-/// [`crate::kmeans::kmeans_cpu`] with the assignment step on the device of `client`.
+#[cube(launch)]
+fn centroid_norms_kernel(centroids: &[f32], norms: &mut [f32], k: u32, #[comptime] dim: usize) {
+    let c = ABSOLUTE_POS;
+    if c < k as usize {
+        let mut s = 0.0f32;
+        for d in 0..dim {
+            let v = centroids[c * dim + d];
+            s += v * v;
+        }
+        norms[c] = s;
+    }
+}
+
+/// The update step, one cube per centroid: every unit walks the points in order and sums its
+/// strided subset of the dimensions over the centroid's members (the same order as the CPU
+/// reference, so results agree to rounding); the mean replaces the centroid unless it has no
+/// members; with `spherical` the units reduce the norm in shared memory and normalise. The
+/// barriers sit in uniform control flow (WGSL requires it): only the final write is guarded.
+#[cube(launch)]
+fn update_kernel(
+    points: &[f32],
+    assign: &[u32],
+    centroids: &mut [f32],
+    n: u32,
+    #[comptime] dim: usize,
+    #[comptime] units: usize,
+    #[comptime] steps: usize,
+    #[comptime] spherical: bool,
+) {
+    let c = CUBE_POS_X as usize;
+    let u = UNIT_POS_X as usize;
+    let mut partial = Shared::<[f32]>::new_slice(units);
+    let mut total = Shared::<[f32]>::new_slice(1usize);
+    let mut acc = Array::<f32>::new(steps);
+    for s in 0..steps {
+        acc[s] = 0.0f32;
+    }
+    let mut count = 0u32;
+    for p in 0..n as usize {
+        if assign[p] == c as u32 {
+            count += 1;
+            for s in 0..steps {
+                let d = u + s * units;
+                if d < dim {
+                    acc[s] += points[p * dim + d];
+                }
+            }
+        }
+    }
+    let mut denom = 1.0f32;
+    if count > 0 {
+        denom = f32::cast_from(count);
+    }
+    let mut ss = 0.0f32;
+    for s in 0..steps {
+        let v = acc[s] / denom;
+        acc[s] = v;
+        if u + s * units < dim {
+            ss += v * v;
+        }
+    }
+    partial[u] = ss;
+    sync_cube();
+    if u == 0 {
+        let mut t = 0.0f32;
+        for i in 0..units {
+            t += partial[i];
+        }
+        let mut norm = t.sqrt();
+        if norm < 1e-12f32 {
+            norm = 1e-12f32;
+        }
+        total[0] = norm;
+    }
+    sync_cube();
+    let mut scale = 1.0f32;
+    if spherical {
+        scale = total[0];
+    }
+    if count > 0 {
+        for s in 0..steps {
+            let d = u + s * units;
+            if d < dim {
+                centroids[c * dim + d] = acc[s] / scale;
+            }
+        }
+    }
+}
+
+/// Units per cube of the update kernel (each sums `dim / UPDATE_UNITS` dimensions).
+pub const UPDATE_UNITS: usize = 64;
+
+/// [`crate::kmeans::kmeans_cpu`] entirely on the device of `client`: the points and the
+/// initial centroids are uploaded once; every iteration runs the assignment kernel (one unit
+/// per point), then the update kernel (one cube per centroid), with the centroid norms for L2
+/// computed on the device too; only the final centroids are read back.
 pub fn kmeans(
     client: &cubecl::client::Client,
     points: &[f32],
@@ -357,35 +452,65 @@ pub fn kmeans(
     metric: crate::kmeans::Metric,
 ) -> Vec<f32> {
     let n = points.len() / dim;
-    let mut c = crate::kmeans::init_centroids(points, dim, k);
+    let init = crate::kmeans::init_centroids(points, dim, k);
     let ph = client.create_from_slice(f32::as_bytes(points));
+    let ch = client.create_from_slice(f32::as_bytes(&init));
+    let nh = client.empty(k * core::mem::size_of::<f32>());
+    let ah = client.empty(n * core::mem::size_of::<u32>());
+    let l2 = metric == crate::kmeans::Metric::L2;
     let units = 64usize;
     for _ in 0..iters {
-        let norms: Vec<f32> = c
-            .chunks(dim)
-            .map(|x| x.iter().map(|v| v * v).sum())
-            .collect();
-        let ch = client.create_from_slice(f32::as_bytes(&c));
-        let nh = client.create_from_slice(f32::as_bytes(&norms));
-        let ah = client.empty(n * core::mem::size_of::<u32>());
+        if l2 {
+            centroid_norms_kernel::launch(
+                client,
+                CubeCount::Static(k.div_ceil(units) as u32, 1, 1),
+                CubeDim::new_1d(units as u32),
+                unsafe { BufferArg::from_raw_parts(ch.clone(), k * dim) },
+                unsafe { BufferArg::from_raw_parts(nh.clone(), k) },
+                k as u32,
+                dim,
+            );
+        }
         assign_kernel::launch(
             client,
             CubeCount::Static(n.div_ceil(units) as u32, 1, 1),
             CubeDim::new_1d(units as u32),
             unsafe { BufferArg::from_raw_parts(ph.clone(), points.len()) },
-            unsafe { BufferArg::from_raw_parts(ch, c.len()) },
-            unsafe { BufferArg::from_raw_parts(nh, k) },
+            unsafe { BufferArg::from_raw_parts(ch.clone(), k * dim) },
+            unsafe { BufferArg::from_raw_parts(nh.clone(), k) },
             unsafe { BufferArg::from_raw_parts(ah.clone(), n) },
             n as u32,
             k as u32,
             dim,
-            metric == crate::kmeans::Metric::L2,
+            l2,
         );
-        let bytes = client.read_one_unchecked(ah);
-        let assign = u32::from_bytes(&bytes);
-        crate::kmeans::update(points, assign, &mut c, dim, metric);
+        update_kernel::launch(
+            client,
+            CubeCount::Static(k as u32, 1, 1),
+            CubeDim::new_1d(UPDATE_UNITS as u32),
+            unsafe { BufferArg::from_raw_parts(ph.clone(), points.len()) },
+            unsafe { BufferArg::from_raw_parts(ah.clone(), n) },
+            unsafe { BufferArg::from_raw_parts(ch.clone(), k * dim) },
+            n as u32,
+            dim,
+            UPDATE_UNITS,
+            dim.div_ceil(UPDATE_UNITS),
+            !l2,
+        );
     }
-    c
+    let bytes = client.read_one_unchecked(ch);
+    f32::from_bytes(&bytes).to_vec()
+}
+
+/// The cubecl client of the device `device` names (a GPU device of the encoder).
+pub(crate) fn client_of(device: &burn::tensor::Device) -> Option<cubecl::client::Client> {
+    use burn::backend::Cube;
+    use burn::tensor::{Tensor, TensorData};
+    let probe = Tensor::<1>::from_data(TensorData::new(vec![0f32], [1]), device);
+    probe
+        .try_into_primitive::<Cube>()
+        .ok()
+        .map(|t| t.client.clone())
 }
 
 #[cfg(all(test, feature = "wgpu"))]
@@ -480,8 +605,9 @@ mod tests {
         }
     }
 
-    /// k-means with the assignment on the device ends where the CPU reference ends (same
-    /// init, same updates), for both metrics: assignments identical, centroids within 1e-4.
+    /// k-means on the device ends where the CPU reference ends (same init, same updates), for
+    /// both metrics: assignments identical, centroids within 1e-4; and an empty cluster (two
+    /// identical initial centroids: ties go to the lower one) keeps its centroid on both.
     #[test]
     fn kmeans_matches_cpu_reference() {
         let Some(client) = client() else { return };
@@ -521,6 +647,27 @@ mod tests {
                 crate::kmeans::assign_cpu(&pts, &got, dim, m),
                 crate::kmeans::assign_cpu(&pts, &want, dim, m)
             );
+        }
+        // Points 0 and 2 (the initial centroids for k = 2, n = 4) are equal: in the first
+        // iteration centroid 1 gets no points and must stay where it started.
+        let pts = [0.6f32, 0.8, 0.0, 1.0, 0.6, 0.8, 1.0, 0.0];
+        for m in [
+            crate::kmeans::Metric::InnerProduct,
+            crate::kmeans::Metric::L2,
+        ] {
+            let want = crate::kmeans::kmeans_cpu(&pts, 2, 2, 1, m);
+            let got = kmeans(&client, &pts, 2, 2, 1, m);
+            assert_eq!(
+                &want[2..],
+                &[0.6, 0.8],
+                "{m:?}: reference moved the empty centroid"
+            );
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst < 1e-6, "{m:?}: {got:?} vs {want:?}");
         }
     }
 }

@@ -1,0 +1,181 @@
+//! IVF training: FAISS's CPU k-means against our GPU k-means (`kernels::gpu::kmeans`, through
+//! `Encoder::train_ivf_centroids`, the indexer's path) on the same vectors, and the recall both
+//! indexes reach.
+//!
+//! Vectors are synthetic unit vectors around random centres (deterministic). Both indexes are
+//! `IVF{nlist},SQ8` over all vectors with the segment's rule for `nlist` and training sample;
+//! the FAISS one trains its own centroids, the GPU one gets ours and trains only the SQ8 ranges.
+//! Printed: the k-means time on each side (FAISS's is `write_ivf` minus `write_ivf_with` given
+//! centroids, i.e. the part our centroids replace), the whole index build on each side, and
+//! recall@10 of the IVF candidates against exact search at `--nprobe`.
+//!
+//! Run: `cargo run --release -p cix-benches --features wgpu --bin ivf_train -- --device wgpu
+//! [--n 1000000] [--dim 384] [--queries 200] [--nprobe 32] [--threads N]`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use format::vectors::{self, Ivf};
+
+#[derive(Parser)]
+struct Args {
+    /// Number of vectors.
+    #[arg(long, default_value_t = 1_000_000)]
+    n: usize,
+    #[arg(long, default_value_t = 384)]
+    dim: usize,
+    /// Random centres the vectors are drawn around.
+    #[arg(long, default_value_t = 4096)]
+    centres: usize,
+    #[arg(long, default_value_t = 200)]
+    queries: usize,
+    #[arg(long, default_value_t = vectors::DEFAULT_NPROBE)]
+    nprobe: usize,
+    /// FAISS (OpenMP) threads; default: all cores.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Where the GPU k-means runs: wgpu | cuda (needs the matching cargo feature) | auto.
+    #[arg(long, default_value = "auto")]
+    device: kernels::DeviceChoice,
+    /// Model directory (the encoder is loaded only to reach its GPU device).
+    #[arg(long)]
+    model: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let (n, dim) = (args.n, args.dim);
+    if n < vectors::IVF_THRESHOLD || dim == 0 {
+        bail!(
+            "--n must be at least {} and --dim positive",
+            vectors::IVF_THRESHOLD
+        );
+    }
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()));
+    vectors::set_faiss_threads(threads);
+    let enc = kernels::Encoder::load_with(
+        &kernels::resolve_model_dir(args.model),
+        args.device,
+        kernels::Precision::F32,
+    )?;
+
+    let t = Instant::now();
+    let data = clustered(n, dim, args.centres.max(1));
+    let sample = vectors::ivf_training_sample(&data, dim);
+    let nlist = vectors::nlist_for(n);
+    println!(
+        "{n} × {dim} vectors around {} centres (made in {:.1}s); nlist {nlist}, training sample {} points; FAISS threads {threads}; GPU k-means on: {}",
+        args.centres,
+        t.elapsed().as_secs_f64(),
+        sample.len() / dim,
+        enc.device_description()
+    );
+
+    let tmp = tempfile::tempdir()?;
+    let faiss_path = tmp.path().join("faiss.ivf");
+    let t = Instant::now();
+    vectors::write_ivf(&faiss_path, &data, dim)?;
+    let faiss_total = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let centroids = match enc.train_ivf_centroids(&sample, dim, nlist) {
+        Some(r) => r.context("GPU k-means")?,
+        None => bail!(
+            "the encoder runs on the CPU ({}): build with --features wgpu or cuda and pass --device",
+            enc.device_description()
+        ),
+    };
+    let gpu_kmeans = t.elapsed().as_secs_f64();
+    let gpu_path = tmp.path().join("gpu.ivf");
+    let t = Instant::now();
+    vectors::write_ivf_with(&gpu_path, &data, dim, Some(&centroids))?;
+    let rest = t.elapsed().as_secs_f64();
+    let faiss_kmeans = (faiss_total - rest).max(0.0);
+
+    println!(
+        "FAISS CPU: index {faiss_total:.3}s, of which k-means ≈ {faiss_kmeans:.3}s (index minus the same build with given centroids)"
+    );
+    println!(
+        "GPU:       k-means {gpu_kmeans:.3}s + SQ8 ranges and add {rest:.3}s = index {:.3}s",
+        gpu_kmeans + rest
+    );
+    println!(
+        "k-means speed-up {:.2}×; whole index {:.2}×",
+        faiss_kmeans / gpu_kmeans.max(1e-9),
+        faiss_total / (gpu_kmeans + rest).max(1e-9)
+    );
+
+    let faiss_ivf = Ivf::load(&faiss_path, dim, n)?;
+    let gpu_ivf = Ivf::load(&gpu_path, dim, n)?;
+    let queries = perturbed_queries(&data, dim, args.queries);
+    let (mut hit_f, mut hit_g, mut total) = (0usize, 0usize, 0usize);
+    for q in queries.chunks_exact(dim) {
+        let exact: Vec<u32> = vectors::exact_search(&data, dim, q, 10, None, None)
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect();
+        let f = faiss_ivf.candidates(q, 10, args.nprobe)?;
+        let g = gpu_ivf.candidates(q, 10, args.nprobe)?;
+        hit_f += exact.iter().filter(|i| f.contains(i)).count();
+        hit_g += exact.iter().filter(|i| g.contains(i)).count();
+        total += exact.len();
+    }
+    println!(
+        "recall@10 at nprobe {} over {} queries: FAISS centroids {:.4}, GPU centroids {:.4}",
+        args.nprobe,
+        args.queries,
+        hit_f as f64 / total.max(1) as f64,
+        hit_g as f64 / total.max(1) as f64
+    );
+    Ok(())
+}
+
+fn rng(mut seed: u64) -> impl FnMut() -> f32 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+    }
+}
+
+fn normalise(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    v.iter_mut().for_each(|x| *x /= norm);
+}
+
+/// `n` unit vectors, each a random centre plus noise.
+fn clustered(n: usize, dim: usize, centres: usize) -> Vec<f32> {
+    let mut r = rng(0x9E37_79B9_7F4A_7C15);
+    let c: Vec<f32> = (0..centres * dim).map(|_| r()).collect();
+    let mut out = vec![0f32; n * dim];
+    for (i, row) in out.chunks_exact_mut(dim).enumerate() {
+        let k = (i * 7919) % centres;
+        for (d, x) in row.iter_mut().enumerate() {
+            *x = c[k * dim + d] + 0.35 * r();
+        }
+        normalise(row);
+    }
+    out
+}
+
+/// `q` queries: data rows at a stride, perturbed and renormalised.
+fn perturbed_queries(data: &[f32], dim: usize, q: usize) -> Vec<f32> {
+    let n = data.len() / dim;
+    let mut r = rng(0x2545_F491_4F6C_DD1D);
+    let mut out = Vec::with_capacity(q * dim);
+    for j in 0..q {
+        let row = (j * n / q.max(1) + 13) % n;
+        let mut v: Vec<f32> = data[row * dim..(row + 1) * dim]
+            .iter()
+            .map(|x| x + 0.05 * r())
+            .collect();
+        normalise(&mut v);
+        out.extend(v);
+    }
+    out
+}
