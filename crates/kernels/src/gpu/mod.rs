@@ -566,6 +566,44 @@ mod tests {
         }
     }
 
+    /// The encoder's path: the kernel launched on burn's own cube tensors (no copy to or from
+    /// the host besides the final read), for f32 and f16 hidden states.
+    #[test]
+    fn pool_normalize_runs_on_burn_tensors() {
+        use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
+        if client().is_none() {
+            return;
+        }
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let (rows, tokens, hidden) = (3, 5, 384);
+        let x: Vec<f32> = (0..rows * tokens * hidden)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let mut mask = vec![0f32; rows * tokens];
+        for (r, len) in [(0usize, 5usize), (1, 2), (2, 0)] {
+            mask[r * tokens..r * tokens + len].fill(1.0);
+        }
+        let want = crate::pool::pool_normalize_cpu(&x, &mask, rows, tokens, hidden);
+        let xt = Tensor::<3>::from_data(TensorData::new(x, [rows, tokens, hidden]), &device);
+        let mt = Tensor::<2>::from_data(TensorData::new(mask, [rows, tokens]), &device);
+        for (dtype, tol) in [(DType::F32, 1e-5f32), (DType::F16, 2e-3)] {
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            let got = pool_normalize_tensor(&xt.clone().cast(dtype), &mt)
+                .expect("cube tensors take the kernel path");
+            let got = got.into_data().try_into_vec::<f32>().unwrap();
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst < tol, "{dtype:?}: max abs diff {worst}");
+        }
+        // Shapes that do not fit are left to the caller (burn ops).
+        assert!(pool_normalize_tensor(&xt, &mt.narrow(1, 0, 4)).is_none());
+    }
+
     /// The top-k kernel returns the reference's rows (ties by index) with its scores, for
     /// fewer rows than k, duplicate rows (ties) and k from 1 to the maximum.
     #[test]
