@@ -241,6 +241,41 @@ impl Encoder {
         None
     }
 
+    /// Exact top-`k` rows of `base` by inner product for each query (row-major, `dim` wide),
+    /// best first, ties to the lower row, on the encoder's GPU ([`gpu::top_k_inner_product`]):
+    /// ground truth for recall measurement. `None` when the encoder runs on the CPU; `k` at
+    /// most 32.
+    #[allow(clippy::type_complexity)]
+    pub fn exact_top_k(
+        &self,
+        queries: &[f32],
+        base: &[f32],
+        dim: usize,
+        k: usize,
+    ) -> Option<Result<Vec<Vec<(u32, f32)>>, ModelError>> {
+        if self.model.host_kernels() {
+            return None;
+        }
+        if dim == 0
+            || !queries.len().is_multiple_of(dim)
+            || !base.len().is_multiple_of(dim)
+            || !(1..=32).contains(&k)
+        {
+            return Some(Err(ModelError::Inference(format!(
+                "top-k: k must be 1..=32 and both inputs multiples of dimension {dim}"
+            ))));
+        }
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        {
+            let client = gpu::client_of(self.model.device())?;
+            Some(guarded(|| {
+                Ok(gpu::top_k_inner_product(&client, queries, base, dim, k))
+            }))
+        }
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        None
+    }
+
     /// The precision the encoder computes in (never `Auto`).
     pub fn precision(&self) -> Precision {
         self.precision

@@ -6,9 +6,10 @@
 //!   keeps its sum of squares in shared memory; one unit reduces them into the norm, and every
 //!   unit scales its own outputs. One launch, one read back.
 //! - [`top_k_inner_product`]: exact batched top-k by inner product (recall measurement, the
-//!   memory delta on a GPU), one cube per query: each unit scans a strided subset of the rows
-//!   keeping its own sorted top-k in registers, then one unit merges the units' lists from
-//!   shared memory. Only the k results per query are read back.
+//!   memory delta on a GPU), one cube per (query, block of [`TOPK_BLOCK`] rows): each unit
+//!   scans a strided subset of the block keeping its own sorted top-k in registers, then one
+//!   unit merges the units' lists from shared memory; the host merges the blocks' k-lists.
+//!   Only k results per query and block are read back.
 //! - [`kmeans`]: k-means for IVF centroids, every iteration on the device: the assignment
 //!   (n × k × dim, the bulk of the cost) one unit per point, the centroid update one cube per
 //!   centroid; the points go up once and only the final centroids come back.
@@ -184,6 +185,10 @@ pub(crate) fn pool_normalize_tensor(
 /// (units × k scores and rows) must fit WebGPU's 16 KiB of workgroup memory with room to spare.
 pub const TOPK_UNITS: usize = 32;
 pub const MAX_K: usize = 32;
+/// Base rows per cube of the top-k kernel: cubes are (query, block of rows), so a few queries
+/// over many rows still fill the device, and each cube's work stays bounded; the host merges
+/// the blocks' k-lists (queries × blocks × k entries read back).
+pub const TOPK_BLOCK: usize = 2048;
 
 #[cube(launch)]
 fn top_k_kernel(
@@ -195,10 +200,18 @@ fn top_k_kernel(
     #[comptime] dim: usize,
     #[comptime] k: usize,
     #[comptime] units: usize,
+    #[comptime] block: usize,
 ) {
+    // Cube (query, block): the rows `block * CUBE_POS_Y ..` of the base, at most `block`.
     let qi = CUBE_POS_X as usize;
+    let bi = CUBE_POS_Y as usize;
+    let blocks = CUBE_COUNT_Y as usize;
     let u = UNIT_POS_X as usize;
-    let n = rows as usize;
+    let first = bi * block;
+    let mut n = rows as usize - first;
+    if n > block {
+        n = block;
+    }
     let mut best_s = Array::<f32>::new(k);
     let mut best_i = Array::<u32>::new(k);
     for j in 0..k {
@@ -208,8 +221,9 @@ fn top_k_kernel(
     #[allow(clippy::manual_div_ceil)] // a runtime value in the kernel: no `div_ceil` there
     let steps = (n + units - 1) / units;
     for st in 0..steps {
-        let row = u + st * units;
-        if row < n {
+        let local = u + st * units;
+        if local < n {
+            let row = first + local;
             let mut sc = 0.0f32;
             for d in 0..dim {
                 sc += queries[qi * dim + d] * base[row * dim + d];
@@ -249,20 +263,21 @@ fn top_k_kernel(
             // The best remaining entry: highest score, then lowest row.
             // Runtime variables (literals, not associated constants, which are comptime).
             let mut bs = f32::new(-3.4e38f32);
-            let mut bi = 4_294_967_295u32;
+            let mut best_row = 4_294_967_295u32;
             let mut bp = 0usize;
             for p in 0..units * k {
                 let s = sh_s[p];
                 let i = sh_i[p];
-                if i != u32::MAX && (s > bs || (s == bs && i < bi)) {
+                if i != u32::MAX && (s > bs || (s == bs && i < best_row)) {
                     bs = s;
-                    bi = i;
+                    best_row = i;
                     bp = p;
                 }
             }
-            out_score[qi * k + o] = bs;
-            out_idx[qi * k + o] = bi;
-            if bi != u32::MAX {
+            let slot = (qi * blocks + bi) * k + o;
+            out_score[slot] = bs;
+            out_idx[slot] = best_row;
+            if best_row != u32::MAX {
                 sh_i[bp] = u32::MAX;
             }
         }
@@ -284,33 +299,43 @@ pub fn top_k_inner_product(
     if nq == 0 || n == 0 {
         return vec![Vec::new(); nq];
     }
+    let blocks = n.div_ceil(TOPK_BLOCK);
     let qh = client.create_from_slice(f32::as_bytes(queries));
     let bh = client.create_from_slice(f32::as_bytes(base));
-    let ih = client.empty(nq * k * core::mem::size_of::<u32>());
-    let sh = client.empty(nq * k * core::mem::size_of::<f32>());
+    let out = nq * blocks * k;
+    let ih = client.empty(out * core::mem::size_of::<u32>());
+    let sh = client.empty(out * core::mem::size_of::<f32>());
     top_k_kernel::launch(
         client,
-        CubeCount::Static(nq as u32, 1, 1),
+        CubeCount::Static(nq as u32, blocks as u32, 1),
         CubeDim::new_1d(TOPK_UNITS as u32),
         unsafe { BufferArg::from_raw_parts(qh, queries.len()) },
         unsafe { BufferArg::from_raw_parts(bh, base.len()) },
-        unsafe { BufferArg::from_raw_parts(ih.clone(), nq * k) },
-        unsafe { BufferArg::from_raw_parts(sh.clone(), nq * k) },
+        unsafe { BufferArg::from_raw_parts(ih.clone(), out) },
+        unsafe { BufferArg::from_raw_parts(sh.clone(), out) },
         n as u32,
         dim,
         k,
         TOPK_UNITS,
+        TOPK_BLOCK,
     );
     let idx = client.read_one_unchecked(ih);
     let sc = client.read_one_unchecked(sh);
     let idx = u32::from_bytes(&idx);
     let sc = f32::from_bytes(&sc);
+    // Merge the blocks' lists per query (blocks × k entries): best score, then lower row.
     (0..nq)
         .map(|q| {
-            (0..k)
-                .map(|j| (idx[q * k + j], sc[q * k + j]))
+            let span = q * blocks * k..(q + 1) * blocks * k;
+            let mut all: Vec<(u32, f32)> = idx[span.clone()]
+                .iter()
+                .copied()
+                .zip(sc[span].iter().copied())
                 .filter(|(i, _)| *i != u32::MAX)
-                .collect()
+                .collect();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            all.truncate(k);
+            all
         })
         .collect()
 }
@@ -542,7 +567,13 @@ mod tests {
             seed ^= seed << 17;
             (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
         };
-        for (rows, tokens, hidden) in [(3, 5, 7), (4, 17, 128), (5, 33, 384), (2, 9, 300)] {
+        for (rows, tokens, hidden) in [
+            (32, 256, 384),
+            (3, 5, 7),
+            (4, 17, 128),
+            (5, 33, 384),
+            (2, 9, 300),
+        ] {
             let x: Vec<f32> = (0..rows * tokens * hidden).map(|_| rnd()).collect();
             let mut mask = vec![0f32; rows * tokens];
             for r in 0..rows {
@@ -617,6 +648,8 @@ mod tests {
             (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
         };
         for (nq, n, dim, k) in [
+            (3, 8192, 384, 10),
+            (2, 20000, 384, 32),
             (3, 5, 4, 10),
             (7, 1000, 16, 10),
             (4, 3000, 48, 32),
@@ -686,6 +719,24 @@ mod tests {
                 crate::kmeans::assign_cpu(&pts, &want, dim, m)
             );
         }
+        // Embedding-sized: 12,000 × 384 (buffers past 2^21 floats), 100 centroids, 2 rounds.
+        let (n, dim, k) = (12_000, 384, 100);
+        let big: Vec<f32> = (0..n * dim).map(|_| rnd()).collect();
+        let want = crate::kmeans::kmeans_cpu(&big, dim, k, 2, crate::kmeans::Metric::InnerProduct);
+        let got = kmeans(
+            &client,
+            &big,
+            dim,
+            k,
+            2,
+            crate::kmeans::Metric::InnerProduct,
+        );
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-3, "12000×384: max centroid difference {worst}");
         // Points 0 and 2 (the initial centroids for k = 2, n = 4) are equal: in the first
         // iteration centroid 1 gets no points and must stay where it started.
         let pts = [0.6f32, 0.8, 0.0, 1.0, 0.6, 0.8, 1.0, 0.0];
