@@ -133,66 +133,8 @@ impl Encoder {
                 dtype,
             )
         };
-        let mut description = selected.description.clone();
-        let (model, resolved) = if selected.host_memory || precision == Precision::F32 {
-            if matches!(precision, Precision::F16 | Precision::Bf16) {
-                return Err(ModelError::UnsupportedPrecision(format!(
-                    "{precision} needs a GPU device; {} computes in f32 (use --precision f32 or auto)",
-                    selected.description
-                )));
-            }
-            (load(DType::F32)?, Precision::F32)
-        } else {
-            let half = if precision == Precision::Bf16 {
-                Precision::Bf16
-            } else {
-                Precision::F16
-            };
-            let dtype = half.dtype().expect("explicit precision");
-            let explicit = precision != Precision::Auto;
-            if !selected.device.supports_dtype(dtype) {
-                if explicit {
-                    return Err(ModelError::UnsupportedPrecision(format!(
-                        "{half} requested but {} does not support it; use --precision f32 or auto",
-                        selected.description
-                    )));
-                }
-                description.push_str(&format!("; precision f32 (device lacks {half})"));
-                (load(DType::F32)?, Precision::F32)
-            } else {
-                let reference = load(DType::F32)?;
-                let candidate = load(dtype)?;
-                let parity = half_parity(&reference, &candidate, &tokenizer);
-                match parity {
-                    Ok(cos) if cos >= HALF_PARITY_MIN_COSINE => {
-                        description.push_str(&format!(
-                            "; precision {half} (parity vs f32: min cosine {cos:.6} over {} probe texts)",
-                            PROBE_TEXTS.len()
-                        ));
-                        (candidate, half)
-                    }
-                    failed => {
-                        let why = match failed {
-                            Ok(cos) => format!("min cosine {cos:.6} < {HALF_PARITY_MIN_COSINE}"),
-                            Err(e) => e.to_string(),
-                        };
-                        if explicit {
-                            return Err(ModelError::UnsupportedPrecision(format!(
-                                "{half} failed the parity check against f32 on {} ({why}); use --precision f32 or auto",
-                                selected.description
-                            )));
-                        }
-                        description.push_str(&format!(
-                            "; precision f32 ({half} failed the parity check: {why})"
-                        ));
-                        (reference, Precision::F32)
-                    }
-                }
-            }
-        };
-        if resolved == Precision::F32 && !description.contains("precision") {
-            description.push_str("; precision f32");
-        }
+        let (model, resolved, why) = choose_precision(precision, &selected, &tokenizer, load)?;
+        let description = format!("{}; precision {resolved}{why}", selected.description);
         Ok(Encoder {
             model,
             tokenizer,
@@ -244,7 +186,7 @@ impl Encoder {
     /// Exact top-`k` rows of `base` by inner product for each query (row-major, `dim` wide),
     /// best first, ties to the lower row, on the encoder's GPU ([`gpu::top_k_inner_product`]):
     /// ground truth for recall measurement. `None` when the encoder runs on the CPU; `k` at
-    /// most 32.
+    /// most [`topk::MAX_K`].
     #[allow(clippy::type_complexity)]
     pub fn exact_top_k(
         &self,
@@ -256,13 +198,10 @@ impl Encoder {
         if self.model.host_kernels() {
             return None;
         }
-        if dim == 0
-            || !queries.len().is_multiple_of(dim)
-            || !base.len().is_multiple_of(dim)
-            || !(1..=32).contains(&k)
-        {
+        if !topk::valid_input(queries, base, dim, k) {
             return Some(Err(ModelError::Inference(format!(
-                "top-k: k must be 1..=32 and both inputs multiples of dimension {dim}"
+                "top-k: k must be 1..={} and both inputs multiples of dimension {dim}",
+                topk::MAX_K
             ))));
         }
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -388,6 +327,72 @@ impl Encoder {
             Ok(())
         })
     }
+}
+
+/// The model in the precision `precision` resolves to on `selected`, that precision, and the
+/// reason (for the device description: the parity measured, or why half precision was not
+/// used). Half precision must be supported by the device and pass [`half_parity`]; an explicit
+/// request that cannot is an error, `Auto` falls back to f32.
+fn choose_precision(
+    precision: Precision,
+    selected: &device::SelectedDevice,
+    tokenizer: &TextTokenizer,
+    load: impl Fn(DType) -> Result<Bert, ModelError>,
+) -> Result<(Bert, Precision, String), ModelError> {
+    let on = &selected.description;
+    if selected.host_memory || precision == Precision::F32 {
+        if matches!(precision, Precision::F16 | Precision::Bf16) {
+            return Err(ModelError::UnsupportedPrecision(format!(
+                "{precision} needs a GPU device; {on} computes in f32 (use --precision f32 or auto)"
+            )));
+        }
+        return Ok((load(DType::F32)?, Precision::F32, String::new()));
+    }
+    let half = if precision == Precision::Bf16 {
+        Precision::Bf16
+    } else {
+        Precision::F16
+    };
+    let dtype = half.dtype().expect("explicit precision");
+    let explicit = precision != Precision::Auto;
+    if !selected.device.supports_dtype(dtype) {
+        if explicit {
+            return Err(ModelError::UnsupportedPrecision(format!(
+                "{half} requested but {on} does not support it; use --precision f32 or auto"
+            )));
+        }
+        return Ok((
+            load(DType::F32)?,
+            Precision::F32,
+            format!(" (device lacks {half})"),
+        ));
+    }
+    let reference = load(DType::F32)?;
+    let candidate = load(dtype)?;
+    let why = match half_parity(&reference, &candidate, tokenizer) {
+        Ok(cos) if cos >= HALF_PARITY_MIN_COSINE => {
+            return Ok((
+                candidate,
+                half,
+                format!(
+                    " (parity vs f32: min cosine {cos:.6} over {} probe texts)",
+                    PROBE_TEXTS.len()
+                ),
+            ));
+        }
+        Ok(cos) => format!("min cosine {cos:.6} < {HALF_PARITY_MIN_COSINE}"),
+        Err(e) => e.to_string(),
+    };
+    if explicit {
+        return Err(ModelError::UnsupportedPrecision(format!(
+            "{half} failed the parity check against f32 on {on} ({why}); use --precision f32 or auto"
+        )));
+    }
+    Ok((
+        reference,
+        Precision::F32,
+        format!(" ({half} failed the parity check: {why})"),
+    ))
 }
 
 fn prepare(

@@ -5,6 +5,16 @@
 //! for padding). Row `r` of the output is the mean of its unmasked token vectors (zero when it
 //! has none), divided by its L2 norm (left as is when the norm is below 1e-12).
 
+/// Panics unless `x` is `rows × tokens × hidden` and `mask` `rows × tokens`.
+pub(crate) fn assert_shapes(x: &[f32], mask: &[f32], rows: usize, tokens: usize, hidden: usize) {
+    assert_eq!(
+        x.len(),
+        rows * tokens * hidden,
+        "x is rows × tokens × hidden"
+    );
+    assert_eq!(mask.len(), rows * tokens, "mask is rows × tokens");
+}
+
 /// The reference implementation, on the CPU.
 pub fn pool_normalize_cpu(
     x: &[f32],
@@ -13,12 +23,7 @@ pub fn pool_normalize_cpu(
     tokens: usize,
     hidden: usize,
 ) -> Vec<f32> {
-    assert_eq!(
-        x.len(),
-        rows * tokens * hidden,
-        "x is rows × tokens × hidden"
-    );
-    assert_eq!(mask.len(), rows * tokens, "mask is rows × tokens");
+    assert_shapes(x, mask, rows, tokens, hidden);
     let mut out = vec![0f32; rows * hidden];
     for r in 0..rows {
         let o = &mut out[r * hidden..(r + 1) * hidden];

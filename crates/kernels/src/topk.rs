@@ -1,6 +1,24 @@
 //! Exact top-k by inner product: the reference for the GPU kernel
 //! ([`crate::gpu::top_k_inner_product`]).
 
+/// The largest k the GPU kernel takes: its merge buffers (units × k scores and rows) must fit
+/// WebGPU's 16 KiB of workgroup memory with room to spare.
+pub const MAX_K: usize = 32;
+
+/// Whether `queries` and `base` are whole rows of `dim` and `k` is within 1..=[`MAX_K`].
+pub fn valid_input(queries: &[f32], base: &[f32], dim: usize, k: usize) -> bool {
+    dim > 0
+        && queries.len().is_multiple_of(dim)
+        && base.len().is_multiple_of(dim)
+        && (1..=MAX_K).contains(&k)
+}
+
+/// Keeps the best `k` of `(row, score)` pairs, best first: higher score, then lower row.
+pub(crate) fn keep_best(v: &mut Vec<(u32, f32)>, k: usize) {
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    v.truncate(k);
+}
+
 /// For each of the `queries.len() / dim` queries, the `k` rows of `base` (`base.len() / dim`
 /// rows) with the largest inner product, best first, ties by lower row index.
 pub fn top_k_inner_product_cpu(
@@ -10,7 +28,6 @@ pub fn top_k_inner_product_cpu(
     k: usize,
 ) -> Vec<Vec<(u32, f32)>> {
     assert!(dim > 0 && queries.len().is_multiple_of(dim) && base.len().is_multiple_of(dim));
-    let n = base.len() / dim;
     queries
         .chunks(dim)
         .map(|q| {
@@ -19,8 +36,7 @@ pub fn top_k_inner_product_cpu(
                 .enumerate()
                 .map(|(i, row)| (i as u32, row.iter().zip(q).map(|(a, b)| a * b).sum()))
                 .collect();
-            s.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            s.truncate(k.min(n));
+            keep_best(&mut s, k);
             s
         })
         .collect()

@@ -89,12 +89,7 @@ pub fn pool_normalize(
     tokens: usize,
     hidden: usize,
 ) -> Vec<f32> {
-    assert_eq!(
-        x.len(),
-        rows * tokens * hidden,
-        "x is rows × tokens × hidden"
-    );
-    assert_eq!(mask.len(), rows * tokens, "mask is rows × tokens");
+    crate::pool::assert_shapes(x, mask, rows, tokens, hidden);
     if rows == 0 || hidden == 0 {
         return Vec::new();
     }
@@ -181,10 +176,8 @@ pub(crate) fn pool_normalize_tensor(
     Some(Tensor::from_primitive::<Cube>(pooled))
 }
 
-/// Units per cube of the top-k kernel, and the largest k it takes: the merge buffers
-/// (units × k scores and rows) must fit WebGPU's 16 KiB of workgroup memory with room to spare.
+/// Units per cube of the top-k kernel (the largest k it takes is [`crate::topk::MAX_K`]).
 pub const TOPK_UNITS: usize = 32;
-pub const MAX_K: usize = 32;
 /// Base rows per cube of the top-k kernel: cubes are (query, block of rows), so a few queries
 /// over many rows still fill the device, and each cube's work stays bounded; the host merges
 /// the blocks' k-lists (queries × blocks × k entries read back).
@@ -284,7 +277,8 @@ fn top_k_kernel(
     }
 }
 
-/// [`crate::topk::top_k_inner_product_cpu`] on the device of `client`; `k` at most [`MAX_K`].
+/// [`crate::topk::top_k_inner_product_cpu`] on the device of `client`; `k` at most
+/// [`crate::topk::MAX_K`].
 pub fn top_k_inner_product(
     client: &cubecl::client::Client,
     queries: &[f32],
@@ -292,8 +286,11 @@ pub fn top_k_inner_product(
     dim: usize,
     k: usize,
 ) -> Vec<Vec<(u32, f32)>> {
-    assert!(dim > 0 && queries.len().is_multiple_of(dim) && base.len().is_multiple_of(dim));
-    assert!((1..=MAX_K).contains(&k), "k must be 1..={MAX_K}");
+    assert!(
+        crate::topk::valid_input(queries, base, dim, k),
+        "whole rows of dimension {dim} and k in 1..={}",
+        crate::topk::MAX_K
+    );
     let nq = queries.len() / dim;
     let n = base.len() / dim;
     if nq == 0 || n == 0 {
@@ -333,8 +330,7 @@ pub fn top_k_inner_product(
                 .zip(sc[span].iter().copied())
                 .filter(|(i, _)| *i != u32::MAX)
                 .collect();
-            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            all.truncate(k);
+            crate::topk::keep_best(&mut all, k);
             all
         })
         .collect()
@@ -542,8 +538,16 @@ pub(crate) fn client_of(device: &burn::tensor::Device) -> Option<cubecl::client:
 mod tests {
     use super::*;
 
-    /// The kernel equals the CPU reference on wgpu (lavapipe in CI): random hidden states,
-    /// ragged masks, a row without tokens, hidden sizes below, at and above the unit count.
+    /// Deterministic uniform values in [-1, 1) (xorshift).
+    fn rng(mut seed: u64) -> impl FnMut() -> f32 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+        }
+    }
+
     /// The wgpu client; `None` (the test reports itself skipped) when there is no adapter,
     /// unless `CIX_REQUIRE_WGPU=1`.
     fn client() -> Option<cubecl::client::Client> {
@@ -557,16 +561,12 @@ mod tests {
         }
     }
 
+    /// The kernel equals the CPU reference on wgpu (lavapipe in CI): random hidden states,
+    /// ragged masks, a row without tokens, hidden sizes below, at and above the unit count.
     #[test]
     fn pool_normalize_matches_cpu_reference() {
         let Some(client) = client() else { return };
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
-        };
+        let mut rnd = rng(0x9E37_79B9_7F4A_7C15u64);
         for (rows, tokens, hidden) in [
             (32, 256, 384),
             (3, 5, 7),
@@ -640,13 +640,7 @@ mod tests {
     #[test]
     fn top_k_matches_cpu_reference() {
         let Some(client) = client() else { return };
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
-        };
+        let mut rnd = rng(0x2545_F491_4F6C_DD1Du64);
         for (nq, n, dim, k) in [
             (3, 8192, 384, 10),
             (2, 20000, 384, 32),
@@ -682,13 +676,7 @@ mod tests {
     #[test]
     fn kmeans_matches_cpu_reference() {
         let Some(client) = client() else { return };
-        let mut seed = 0x1357_9BDF_2468_ACE0u64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
-        };
+        let mut rnd = rng(0x1357_9BDF_2468_ACE0u64);
         let (n, dim, k) = (3000, 24, 40);
         // Clustered unit vectors.
         let centres: Vec<f32> = (0..k * dim).map(|_| rnd()).collect();
