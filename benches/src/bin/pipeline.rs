@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use indexer::build::{self, BuildOptions, Embedder};
+use indexer::build::{self, BuildOptions, HashEmbedder};
 use indexer::progress::Progress;
 
 #[derive(Parser)]
@@ -23,32 +23,6 @@ struct Args {
     /// Vector dimension of the stand-in embedder.
     #[arg(long, default_value_t = 384)]
     dim: usize,
-}
-
-/// Deterministic pseudo-random unit vectors from blake3 of the text.
-struct HashEmbedder {
-    dim: usize,
-}
-
-impl Embedder for HashEmbedder {
-    fn model_id(&self) -> &str {
-        "hash-embedder"
-    }
-    fn dim(&self) -> usize {
-        self.dim
-    }
-    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
-        let mut out = Vec::with_capacity(texts.len() * self.dim);
-        for t in texts {
-            let mut xof = blake3::Hasher::new().update(t.as_bytes()).finalize_xof();
-            let mut bytes = vec![0u8; self.dim];
-            xof.fill(&mut bytes);
-            let v: Vec<f32> = bytes.iter().map(|b| *b as f32 - 127.5).collect();
-            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-            out.extend(v.iter().map(|x| x / n));
-        }
-        Ok((out, 0))
-    }
 }
 
 fn main() -> anyhow::Result<()> {

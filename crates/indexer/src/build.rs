@@ -56,6 +56,33 @@ pub trait Embedder: Sync {
     }
 }
 
+/// Deterministic pseudo-random unit vectors from blake3 of the text: a stand-in [`Embedder`]
+/// for tests and benchmarks that exercise everything but the model (reports 0 tokens).
+pub struct HashEmbedder {
+    pub dim: usize,
+}
+
+impl Embedder for HashEmbedder {
+    fn model_id(&self) -> &str {
+        "hash-embedder"
+    }
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
+        let mut out = Vec::with_capacity(texts.len() * self.dim);
+        for t in texts {
+            let mut xof = blake3::Hasher::new().update(t.as_bytes()).finalize_xof();
+            let mut bytes = vec![0u8; self.dim];
+            xof.fill(&mut bytes);
+            let v: Vec<f32> = bytes.iter().map(|b| *b as f32 - 127.5).collect();
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+            out.extend(v.iter().map(|x| x / n));
+        }
+        Ok((out, 0))
+    }
+}
+
 /// Prepared groups waiting for the device in [`Embedder::embed_groups`].
 const PIPELINE_DEPTH: usize = 2;
 

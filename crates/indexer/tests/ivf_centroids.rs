@@ -7,33 +7,24 @@
 
 use std::sync::Mutex;
 
-use indexer::build::{build, BuildOptions, Embedder};
+use indexer::build::{build, BuildOptions, Embedder, HashEmbedder};
 use indexer::progress::Progress;
 
 struct Trainer {
-    dim: usize,
+    hash: HashEmbedder,
     fail: bool,
     trained: Mutex<Option<Vec<f32>>>,
 }
 
 impl Embedder for Trainer {
     fn model_id(&self) -> &str {
-        "hash-trainer"
+        self.hash.model_id()
     }
     fn dim(&self) -> usize {
-        self.dim
+        self.hash.dim
     }
     fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
-        let mut out = Vec::with_capacity(texts.len() * self.dim);
-        for t in texts {
-            let mut xof = blake3::Hasher::new().update(t.as_bytes()).finalize_xof();
-            let mut bytes = vec![0u8; self.dim];
-            xof.fill(&mut bytes);
-            let v: Vec<f32> = bytes.iter().map(|b| *b as f32 - 127.5).collect();
-            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-            out.extend(v.iter().map(|x| x / n));
-        }
-        Ok((out, texts.len()))
+        self.hash.embed(texts)
     }
     fn ivf_centroids(
         &self,
@@ -71,7 +62,7 @@ fn embedder_trained_centroids_reach_the_ivf_index() {
 
     // A trainer that fails: the build fails and nothing is committed.
     let failing = Trainer {
-        dim: 32,
+        hash: HashEmbedder { dim: 32 },
         fail: true,
         trained: Mutex::new(None),
     };
@@ -84,7 +75,7 @@ fn embedder_trained_centroids_reach_the_ivf_index() {
     );
 
     let emb = Trainer {
-        dim: 32,
+        hash: HashEmbedder { dim: 32 },
         fail: false,
         trained: Mutex::new(None),
     };
