@@ -12,6 +12,7 @@ pub mod header;
 pub mod manifest;
 pub mod memory;
 pub mod records;
+pub mod roots;
 pub mod segment;
 pub mod text;
 pub mod tombstones;

@@ -18,6 +18,14 @@ use crate::{
 
 pub const MANIFEST: &str = "MANIFEST";
 
+/// The modification time of `dir/MANIFEST`, if it can be read (readers use it with the
+/// generation to notice a new commit).
+pub fn manifest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(dir.join(MANIFEST))
+        .and_then(|m| m.modified())
+        .ok()
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TombstoneRef {
     pub file: String,

@@ -1,214 +1,40 @@
 //! `indexer build`: walk → read + chunk (rayon) → resolve the graph → reuse or embed vectors →
 //! write one segment for what changed → tombstone what it replaces → swap the MANIFEST.
+//! [`build`] runs these phases in order, one private function each; the vector phases live in
+//! `build/vectors.rs`, the write/tombstone/commit phase in `build/commit.rs`. The leaves they
+//! share: [`BuildOptions`] and [`BuildReport`] in `build/types.rs`, the [`Embedder`] interface
+//! with its implementations in `build/embedder.rs`.
 //!
 //! Incremental by construction: files whose bytes hash the same as in the live index are left
 //! alone; chunks whose embedded text hashes the same as a chunk already in the index reuse its
 //! vector; only new text is embedded. Every file is still parsed (cheap) so that the calls and
 //! imports of changed files resolve against the whole tree.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Instant;
 
-use format::manifest::{IndexManifest, RootEntry, SegmentEntry, TombstoneRef};
+use format::manifest::RootEntry;
 use format::records::{self as rec, ChunkRecord, EdgeInput, ExternalEdge, FileRecord, NO_PARENT};
-use format::{tombstones, Index, SegmentBuilder};
+use format::{Index, SegmentBuilder};
 use rayon::prelude::*;
-use roaring::RoaringBitmap;
 
-use crate::chunk::{self, ChunkOptions, FileExtract};
+use crate::chunk::{self, FileExtract};
 use crate::graph::{self, EdgeKind, FileFacts, NodeRef};
 use crate::progress::Progress;
 use crate::walk::{self, Candidate, SkipReason};
 use crate::IndexerError;
 
-/// Something that turns texts into L2-normalised vectors (the burn encoder in production).
-pub trait Embedder: Sync {
-    fn model_id(&self) -> &str;
-    fn dim(&self) -> usize;
-    /// Row-major `texts.len() × dim` in input order, and the number of (unpadded) tokens.
-    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String>;
+mod commit;
+mod embedder;
+mod types;
+mod vectors;
 
-    /// Embeds `groups` in order, handing each group's vectors and token count to `sink` as they
-    /// come. The burn encoder overlaps the CPU half (tokenising, batching) of the next groups
-    /// with the device work of the current one, through a bounded queue.
-    fn embed_groups(
-        &self,
-        groups: Vec<Vec<&str>>,
-        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), String>,
-    ) -> Result<(), String> {
-        for g in groups {
-            let (v, tokens) = self.embed(&g)?;
-            sink(v, tokens)?;
-        }
-        Ok(())
-    }
+pub use embedder::{Embedder, HashEmbedder};
+pub use types::{BuildOptions, BuildReport};
 
-    /// `k` IVF coarse centroids for `sample` trained on the embedder's GPU, when it runs on
-    /// one (`None`: FAISS trains them on the CPU).
-    fn ivf_centroids(
-        &self,
-        _sample: &[f32],
-        _dim: usize,
-        _k: usize,
-    ) -> Option<Result<Vec<f32>, String>> {
-        None
-    }
-}
-
-/// Deterministic pseudo-random unit vectors from blake3 of the text: a stand-in [`Embedder`]
-/// for tests and benchmarks that exercise everything but the model (reports 0 tokens).
-pub struct HashEmbedder {
-    pub dim: usize,
-}
-
-impl Embedder for HashEmbedder {
-    fn model_id(&self) -> &str {
-        "hash-embedder"
-    }
-    fn dim(&self) -> usize {
-        self.dim
-    }
-    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
-        let mut out = Vec::with_capacity(texts.len() * self.dim);
-        for t in texts {
-            let mut xof = blake3::Hasher::new().update(t.as_bytes()).finalize_xof();
-            let mut bytes = vec![0u8; self.dim];
-            xof.fill(&mut bytes);
-            let v: Vec<f32> = bytes.iter().map(|b| *b as f32 - 127.5).collect();
-            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-            out.extend(v.iter().map(|x| x / n));
-        }
-        Ok((out, 0))
-    }
-}
-
-/// Prepared groups waiting for the device in [`Embedder::embed_groups`].
-const PIPELINE_DEPTH: usize = 2;
-
-impl Embedder for kernels::Encoder {
-    fn model_id(&self) -> &str {
-        kernels::Encoder::model_id(self)
-    }
-    fn dim(&self) -> usize {
-        kernels::Encoder::dim(self)
-    }
-    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
-        kernels::Encoder::embed(self, texts)
-            .map(|(v, s)| (v, s.tokens))
-            .map_err(|e| e.to_string())
-    }
-    fn embed_groups(
-        &self,
-        groups: Vec<Vec<&str>>,
-        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), String>,
-    ) -> Result<(), String> {
-        struct Failed(String);
-        impl From<kernels::ModelError> for Failed {
-            fn from(e: kernels::ModelError) -> Self {
-                Failed(e.to_string())
-            }
-        }
-        self.embed_pipelined(groups, PIPELINE_DEPTH, |v, stats| {
-            sink(v, stats.tokens).map_err(Failed)
-        })
-        .map_err(|Failed(e)| e)
-    }
-    fn ivf_centroids(
-        &self,
-        sample: &[f32],
-        dim: usize,
-        k: usize,
-    ) -> Option<Result<Vec<f32>, String>> {
-        self.train_ivf_centroids(sample, dim, k)
-            .map(|r| r.map_err(|e| e.to_string()))
-    }
-}
-
-/// Options of a build.
-#[derive(Debug, Clone)]
-pub struct BuildOptions {
-    pub roots: Vec<PathBuf>,
-    pub out: PathBuf,
-    /// Overrides the repository name (default: each root's directory name).
-    pub repo: Option<String>,
-    pub max_file_bytes: u64,
-    pub chunk: ChunkOptions,
-    /// Texts per embedding call (progress granularity; the encoder batches inside).
-    pub embed_group: usize,
-    /// Restricts what may change: (repository, repo-relative path prefix) pairs. Files
-    /// outside every prefix keep their indexed version (neither re-indexed nor deleted), even
-    /// if they changed on disk; all files are still parsed, for cross-file graph edges. `None`
-    /// (the default) re-indexes every changed file of the roots.
-    pub only: Option<Vec<(String, String)>>,
-}
-
-impl BuildOptions {
-    /// Whether `only` lets file `rel` of `repo` change.
-    pub fn in_scope(&self, repo: &str, rel: &str) -> bool {
-        self.only.as_ref().is_none_or(|o| {
-            o.iter().any(|(r, p)| {
-                r == repo
-                    && (p.is_empty()
-                        || rel == p
-                        || rel
-                            .strip_prefix(p.as_str())
-                            .is_some_and(|rest| rest.starts_with('/')))
-            })
-        })
-    }
-}
-
-impl BuildOptions {
-    pub fn new(roots: Vec<PathBuf>, out: PathBuf) -> BuildOptions {
-        BuildOptions {
-            roots,
-            out,
-            repo: None,
-            max_file_bytes: walk::DEFAULT_MAX_FILE_BYTES,
-            chunk: ChunkOptions::default(),
-            embed_group: 256,
-            only: None,
-        }
-    }
-}
-
-/// What a build did; printed as the summary and used by tests.
-#[derive(Debug, Default, Clone)]
-pub struct BuildReport {
-    pub files_seen: usize,
-    pub files_indexed: usize,
-    pub files_changed: usize,
-    pub files_unchanged: usize,
-    pub files_deleted: usize,
-    pub source_bytes: u64,
-    pub skipped: BTreeMap<&'static str, usize>,
-    /// Problems that stop a file from being indexed (unreadable files, walk errors).
-    pub errors: Vec<String>,
-    /// Files left out for a reason worth telling (invalid UTF-8).
-    pub warnings: Vec<String>,
-    pub parse_error_files: usize,
-    pub chunks_written: usize,
-    pub chunks_embedded: usize,
-    pub chunks_reused: usize,
-    pub tokens_embedded: usize,
-    pub chunks_tombstoned: u64,
-    pub edges: BTreeMap<&'static str, usize>,
-    pub segment_id: Option<String>,
-    pub generation: u64,
-    pub live_chunks: u64,
-    pub timings: Vec<(&'static str, Duration)>,
-}
-
-impl BuildReport {
-    pub fn time_of(&self, phase: &str) -> Duration {
-        self.timings
-            .iter()
-            .filter(|t| t.0 == phase)
-            .map(|t| t.1)
-            .sum()
-    }
-}
+use commit::write_and_commit;
+use vectors::{embed_vectors, gpu_ivf_centroids};
 
 /// A file after reading and chunking.
 struct Parsed {
@@ -228,25 +54,76 @@ pub fn embed_text(path: &str, kind: &str, qualified: &str, text: &str) -> String
 }
 
 /// Runs a build. On error nothing visible changes: the MANIFEST is the last thing written.
+///
+/// Phases, in order: `open_existing`, `walk_roots`, `parse_files`, `plan_changes` (then
+/// nothing more when nothing changed), `resolve_graph`, `segment_records`, `embed_vectors`,
+/// `gpu_ivf_centroids`, `write_and_commit`.
 pub fn build(
     opts: &BuildOptions,
     embedder: &dyn Embedder,
     progress: &Progress,
 ) -> Result<BuildReport, IndexerError> {
     let mut report = BuildReport::default();
-    let out = &opts.out;
+    let existing = open_existing(&opts.out, embedder, &mut report)?;
+    let cands = walk_roots(opts, &mut report, progress)?;
+    let files = parse_files(opts, cands, &mut report, progress);
+    let plan = plan_changes(opts, &files, existing.as_ref(), &mut report);
+    let roots = manifest_roots(opts);
+    if let Some(ix) = &existing {
+        if report.files_changed == 0 && plan.dead_files.is_empty() && roots_known(ix, &roots) {
+            report.generation = ix.manifest.generation;
+            report.live_chunks = ix.live_chunks();
+            progress.line("index is up to date; nothing to write");
+            return Ok(report);
+        }
+    }
+    let graph = resolve_graph(&files, &plan.changed, &mut report);
+    let (mut builder, texts) = segment_records(&files, &plan.changed, &graph.numbering);
+    builder.edges = graph.edges;
+    builder.external_edges = graph.external;
+    let vectors = embed_vectors(
+        opts,
+        embedder,
+        existing.as_ref(),
+        &builder.chunks,
+        &texts,
+        &mut report,
+        progress,
+    )?;
+    builder.ivf_centroids =
+        gpu_ivf_centroids(embedder, &vectors, builder.chunks.len(), &mut report)?;
+    builder.vectors = vectors;
+    report.chunks_written = builder.chunks.len();
+    write_and_commit(
+        &opts.out,
+        embedder,
+        existing.as_ref(),
+        builder,
+        &plan.dead_files,
+        roots,
+        &mut report,
+    )?;
+    Ok(report)
+}
+
+/// Creates `out` and opens the index already there, if any. That index must be sound:
+/// its vectors and records are reused and its chunks tombstoned, so every checksum must hold
+/// (timed as `verify`) and it must have been built with `embedder`'s model.
+fn open_existing(
+    out: &Path,
+    embedder: &dyn Embedder,
+    report: &mut BuildReport,
+) -> Result<Option<Index>, IndexerError> {
     std::fs::create_dir_all(out).map_err(|e| IndexerError::Io {
-        path: out.clone(),
+        path: out.to_path_buf(),
         source: e,
     })?;
-
-    // The existing index, if any, must be sound: we reuse its vectors and tombstone its chunks.
     let existing = match Index::open(out) {
         Ok(i) => Some(i),
         Err(format::FormatError::NotAnIndex { .. }) => None,
         Err(e) => {
             return Err(IndexerError::ExistingIndex {
-                path: out.clone(),
+                path: out.to_path_buf(),
                 source: e,
             })
         }
@@ -257,7 +134,7 @@ pub fn build(
         let t = Instant::now();
         if let Some(e) = ix.segments.iter().flat_map(|ls| ls.segment.verify()).next() {
             return Err(IndexerError::ExistingIndex {
-                path: out.clone(),
+                path: out.to_path_buf(),
                 source: e,
             });
         }
@@ -265,14 +142,22 @@ pub fn build(
         if ix.manifest.model_id != embedder.model_id() || ix.manifest.dim as usize != embedder.dim()
         {
             return Err(IndexerError::ModelChanged {
-                path: out.clone(),
+                path: out.to_path_buf(),
                 index_model: ix.manifest.model_id.clone(),
                 model: embedder.model_id().to_string(),
             });
         }
     }
+    Ok(existing)
+}
 
-    // 1. Walk.
+/// Walks every root; the candidate files, sorted and deduplicated by (repository,
+/// path). Skips and walk errors go to `report`.
+fn walk_roots(
+    opts: &BuildOptions,
+    report: &mut BuildReport,
+    progress: &Progress,
+) -> Result<Vec<Candidate>, IndexerError> {
     let t = Instant::now();
     let mut cands = Vec::new();
     for root in &opts.roots {
@@ -292,8 +177,17 @@ pub fn build(
     report.files_seen = cands.len();
     report.timings.push(("walk", t.elapsed()));
     progress.line(&format!("walk: {} candidate files", cands.len()));
+    Ok(cands)
+}
 
-    // 2. Read and chunk, in parallel.
+/// Reads and chunks every candidate, in parallel (rayon). Files that cannot be read
+/// (or are not UTF-8) are counted as skipped, with an error or a warning.
+fn parse_files(
+    opts: &BuildOptions,
+    cands: Vec<Candidate>,
+    report: &mut BuildReport,
+    progress: &Progress,
+) -> Vec<Parsed> {
     let t = Instant::now();
     let bar = progress.bar(cands.len() as u64, "parse");
     let results: Vec<Result<Parsed, (SkipReason, String)>> = cands
@@ -336,10 +230,22 @@ pub fn build(
     report.files_indexed = files.len();
     report.source_bytes = files.iter().map(|f| f.cand.size).sum();
     report.timings.push(("parse", t.elapsed()));
+    files
+}
 
-    // 3. Changed vs unchanged against the live index.
+/// What changes against the live index.
+struct ChangePlan {
+    /// Per parsed file: whether it is (re-)indexed into the new segment.
+    changed: Vec<bool>,
+    /// Files of the existing index to tombstone, as sorted (segment, file) pairs.
+    dead_files: Vec<(usize, u32)>,
+}
+
+/// Live files of the existing index: (repository, path) → (segment, file, content hash).
+/// Files whose chunks are all tombstoned are not live.
+fn live_files(existing: Option<&Index>) -> HashMap<(String, String), (usize, u32, [u8; 32])> {
     let mut live: HashMap<(String, String), (usize, u32, [u8; 32])> = HashMap::new();
-    if let Some(ix) = &existing {
+    if let Some(ix) = existing {
         for (si, ls) in ix.segments.iter().enumerate() {
             let table = ls.segment.table();
             for (fi, f) in table.files.iter().enumerate() {
@@ -356,6 +262,19 @@ pub fn build(
             }
         }
     }
+    live
+}
+
+/// Changed vs unchanged against the live index. A file changes when it is in scope
+/// and its bytes hash differently (or it is new); the live files to tombstone are the changed
+/// ones and those of this build's repositories that are gone from disk (counted as deleted).
+fn plan_changes(
+    opts: &BuildOptions,
+    files: &[Parsed],
+    existing: Option<&Index>,
+    report: &mut BuildReport,
+) -> ChangePlan {
+    let live = live_files(existing);
     let changed: Vec<bool> = files
         .iter()
         .map(|f| {
@@ -374,7 +293,7 @@ pub fn build(
         .collect();
     // Repositories of this build's roots: only their files can count as deleted (others may
     // live in another repository indexed into the same directory).
-    let root_repos: std::collections::HashSet<String> = opts
+    let root_repos: HashSet<String> = opts
         .roots
         .iter()
         .map(|r| opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)))
@@ -393,10 +312,15 @@ pub fn build(
         }
     }
     dead_files.sort_unstable();
+    ChangePlan {
+        changed,
+        dead_files,
+    }
+}
 
-    // The roots this build records in MANIFEST (absolute, so a server can re-index them).
-    let roots: Vec<RootEntry> = opts
-        .roots
+/// The roots this build records in MANIFEST (absolute, so a server can re-index them).
+fn manifest_roots(opts: &BuildOptions) -> Vec<RootEntry> {
+    opts.roots
         .iter()
         .map(|r| RootEntry {
             repo: opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)),
@@ -405,27 +329,62 @@ pub fn build(
                 .to_string_lossy()
                 .into_owned(),
         })
-        .collect();
-    // A repository the manifest has no root for is worth a commit of its own; a known one
-    // whose checkout moved is updated with the next real change.
-    let roots_known = existing.as_ref().is_some_and(|ix| {
-        roots
-            .iter()
-            .all(|r| ix.manifest.roots.iter().any(|x| x.repo == r.repo))
-    });
-    if let (0, true, Some(ix), true) = (
-        report.files_changed,
-        dead_files.is_empty(),
-        &existing,
-        roots_known,
-    ) {
-        report.generation = ix.manifest.generation;
-        report.live_chunks = ix.live_chunks();
-        progress.line("index is up to date; nothing to write");
-        return Ok(report);
-    }
+        .collect()
+}
 
-    // 4. Graph over all parsed files; keep what starts in a changed file.
+/// Whether the manifest of `ix` already has a root for every repository of `roots`. A
+/// repository the manifest has no root for is worth a commit of its own; a known one whose
+/// checkout moved is updated with the next real change.
+fn roots_known(ix: &Index, roots: &[RootEntry]) -> bool {
+    roots
+        .iter()
+        .all(|r| ix.manifest.roots.iter().any(|x| x.repo == r.repo))
+}
+
+/// Local numbering of the new segment: changed files in order, their chunks in order.
+struct Numbering {
+    /// Per parsed file: its file number in the segment (`u32::MAX` when unchanged).
+    local_file: Vec<u32>,
+    /// Per parsed file: the segment chunk number of its first chunk (0 when unchanged).
+    first_chunk: Vec<u32>,
+    /// Chunks in the segment; file `f`'s graph node is `chunks + f`.
+    chunks: u32,
+}
+
+impl Numbering {
+    fn new(files: &[Parsed], changed: &[bool]) -> Numbering {
+        let mut local_file = vec![u32::MAX; files.len()];
+        let mut first_chunk = vec![0u32; files.len()];
+        let (mut nf, mut nc) = (0u32, 0u32);
+        for (i, f) in files.iter().enumerate() {
+            if changed[i] {
+                local_file[i] = nf;
+                first_chunk[i] = nc;
+                nf += 1;
+                nc += f.extract.chunks.len() as u32;
+            }
+        }
+        Numbering {
+            local_file,
+            first_chunk,
+            chunks: nc,
+        }
+    }
+}
+
+/// The graph part of the new segment.
+struct SegmentGraph {
+    numbering: Numbering,
+    /// Edges between nodes of the new segment.
+    edges: Vec<EdgeInput>,
+    /// Edges from the new segment to symbols or files outside it, by name.
+    external: Vec<ExternalEdge>,
+}
+
+/// Resolves the graph over all parsed files (so changed files link to unchanged ones)
+/// and keeps the edges that start in a changed file: internal ones by segment node number,
+/// the others by the symbol id or `file:<path>` of their target.
+fn resolve_graph(files: &[Parsed], changed: &[bool], report: &mut BuildReport) -> SegmentGraph {
     let t = Instant::now();
     let facts: Vec<FileFacts> = files
         .iter()
@@ -436,18 +395,12 @@ pub fn build(
         })
         .collect();
     let resolved = graph::resolve(&facts);
-    // Local numbering of the new segment: changed files in order, their chunks in order.
-    let mut local_file = vec![u32::MAX; files.len()];
-    let mut first_chunk = vec![0u32; files.len()];
-    let (mut nf, mut nc) = (0u32, 0u32);
-    for (i, f) in files.iter().enumerate() {
-        if changed[i] {
-            local_file[i] = nf;
-            first_chunk[i] = nc;
-            nf += 1;
-            nc += f.extract.chunks.len() as u32;
-        }
-    }
+    let numbering = Numbering::new(files, changed);
+    let (local_file, first_chunk, nc) = (
+        &numbering.local_file,
+        &numbering.first_chunk,
+        numbering.chunks,
+    );
     let node = |r: &NodeRef| -> Option<u32> {
         match *r {
             NodeRef::File(f) => (local_file[f] != u32::MAX).then(|| nc + local_file[f]),
@@ -496,8 +449,21 @@ pub fn build(
         }
     }
     report.timings.push(("graph", t.elapsed()));
+    SegmentGraph {
+        numbering,
+        edges,
+        external,
+    }
+}
 
-    // 5. Records and embedding texts of the changed files.
+/// The file and chunk records of the changed files, in segment order, and the text
+/// to embed for each chunk ([`embed_text`]; its blake3 is the chunk's content hash).
+fn segment_records(
+    files: &[Parsed],
+    changed: &[bool],
+    numbering: &Numbering,
+) -> (SegmentBuilder, Vec<String>) {
+    let (local_file, first_chunk) = (&numbering.local_file, &numbering.first_chunk);
     let mut builder = SegmentBuilder::default();
     let mut texts: Vec<String> = Vec::new();
     for (i, f) in files.iter().enumerate() {
@@ -539,215 +505,5 @@ pub fn build(
             texts.push(et);
         }
     }
-    builder.edges = edges;
-    builder.external_edges = external;
-
-    // 6. Vectors: reuse by content hash, embed the rest (each distinct text once).
-    let t = Instant::now();
-    let dim = embedder.dim();
-    let mut known: HashMap<[u8; 32], (usize, u32)> = HashMap::new();
-    if let Some(ix) = &existing {
-        for (si, ls) in ix.segments.iter().enumerate() {
-            for (ci, c) in ls.segment.table().chunks.iter().enumerate() {
-                known.entry(c.content_hash).or_insert((si, ci as u32));
-            }
-        }
-    }
-    let mut vectors = vec![0f32; builder.chunks.len() * dim];
-    let mut todo: Vec<usize> = Vec::new();
-    let mut first_of: HashMap<[u8; 32], usize> = HashMap::new();
-    let mut copies: Vec<(usize, usize)> = Vec::new();
-    for (i, c) in builder.chunks.iter().enumerate() {
-        if let Some((si, ci)) = known.get(&c.content_hash) {
-            let ix = existing.as_ref().expect("known implies existing");
-            if let Some(v) = ix.segments[*si].segment.vector(*ci) {
-                vectors[i * dim..(i + 1) * dim].copy_from_slice(v);
-                report.chunks_reused += 1;
-                continue;
-            }
-        }
-        match first_of.get(&c.content_hash) {
-            Some(&j) => copies.push((j, i)),
-            None => {
-                first_of.insert(c.content_hash, i);
-                todo.push(i);
-            }
-        }
-    }
-    // Longest-first order keeps length buckets full across groups.
-    let bar = progress.bar(todo.len() as u64, "embed");
-    let index_groups: Vec<&[usize]> = todo.chunks(opts.embed_group.max(1)).collect();
-    let text_groups: Vec<Vec<&str>> = index_groups
-        .iter()
-        .map(|g| g.iter().map(|&i| texts[i].as_str()).collect())
-        .collect();
-    let mut next = 0usize;
-    embedder
-        .embed_groups(text_groups, &mut |v, tokens| {
-            let group = index_groups
-                .get(next)
-                .ok_or("encoder returned more groups than it was given")?;
-            next += 1;
-            report.tokens_embedded += tokens;
-            if v.len() != group.len() * dim {
-                return Err(format!(
-                    "encoder returned {} floats for {} texts",
-                    v.len(),
-                    group.len()
-                ));
-            }
-            for (k, &i) in group.iter().enumerate() {
-                vectors[i * dim..(i + 1) * dim].copy_from_slice(&v[k * dim..(k + 1) * dim]);
-            }
-            bar.inc(group.len() as u64);
-            progress.tick_line(&format!("embed: {}/{} chunks", bar.position(), todo.len()));
-            Ok(())
-        })
-        .map_err(IndexerError::Embed)?;
-    if next != index_groups.len() {
-        return Err(IndexerError::Embed(format!(
-            "encoder returned {next} of {} groups",
-            index_groups.len()
-        )));
-    }
-    bar.finish_and_clear();
-    for (j, i) in copies {
-        let (a, b) = (j * dim, i * dim);
-        vectors.copy_within(a..a + dim, b);
-    }
-    report.chunks_embedded = todo.len();
-    report.chunks_reused = builder.chunks.len() - todo.len();
-    report.timings.push(("embed", t.elapsed()));
-    // IVF coarse centroids on the encoder's GPU, outside the directory lock (FAISS trains
-    // them on the CPU, inside `write`, when the encoder has no GPU).
-    if builder.chunks.len() >= format::vectors::IVF_THRESHOLD {
-        let t = Instant::now();
-        let sample = format::vectors::ivf_training_sample(&vectors, dim);
-        let k = format::vectors::nlist_for(builder.chunks.len());
-        if let Some(r) = embedder.ivf_centroids(&sample, dim, k) {
-            builder.ivf_centroids = Some(r.map_err(IndexerError::Embed)?);
-            report.timings.push(("ivf-centroids-gpu", t.elapsed()));
-        }
-    }
-    builder.vectors = vectors;
-    report.chunks_written = builder.chunks.len();
-
-    // 7. Write the segment, the tombstones, then commit the manifest.
-    let t = Instant::now();
-    let model_id = embedder.model_id().to_string();
-    // Segment write, tombstones, commit and garbage collection happen under the directory lock:
-    // queryd flushes memory segments into the same MANIFEST, and garbage collection must never
-    // see a segment that is written but not yet committed.
-    std::fs::create_dir_all(out).map_err(|e| IndexerError::Io {
-        path: out.to_path_buf(),
-        source: e,
-    })?;
-    let _lock = format::manifest::DirLock::acquire(out).map_err(IndexerError::Format)?;
-    let mut manifest = match &existing {
-        Some(ix) => {
-            // Memory segments may have changed since the build started; code segments must not.
-            let current = IndexManifest::read(out).map_err(IndexerError::Format)?;
-            if current.segments != ix.manifest.segments {
-                return Err(IndexerError::ConcurrentBuild(out.to_path_buf()));
-            }
-            current
-        }
-        None => match IndexManifest::read(out) {
-            // An index appeared meanwhile (or holds only memories): keep its memories.
-            Ok(current) if current.segments.is_empty() => current,
-            Ok(_) => return Err(IndexerError::ConcurrentBuild(out.to_path_buf())),
-            Err(_) => IndexManifest::empty(&model_id, dim as u32),
-        },
-    };
-    let generation = manifest.generation + 1;
-    let write_segment = !builder.chunks.is_empty() || !builder.files.is_empty();
-    let new_seg = if write_segment {
-        let (id, meta) = builder
-            .write(out, &model_id, dim)
-            .map_err(IndexerError::Format)?;
-        Some(SegmentEntry {
-            id,
-            chunks: meta.chunk_count,
-            tombstones: None,
-        })
-    } else {
-        None
-    };
-    if let Some(ix) = &existing {
-        let mut per_seg: BTreeMap<usize, RoaringBitmap> = BTreeMap::new();
-        for (si, fi) in &dead_files {
-            let f = &ix.segments[*si].segment.table().files[*fi as usize];
-            let first = f.first_chunk.to_native();
-            per_seg
-                .entry(*si)
-                .or_default()
-                .insert_range(first..first + f.chunk_count.to_native());
-        }
-        let dead_set: std::collections::HashSet<(usize, u32)> =
-            dead_files.iter().copied().collect();
-        let mut entries = Vec::new();
-        for (si, ls) in ix.segments.iter().enumerate() {
-            let mut entry = manifest.segments[si].clone();
-            if let Some(newly) = per_seg.get(&si) {
-                let mut bits = ls.tombstones.clone();
-                let before = bits.len();
-                bits |= newly;
-                report.chunks_tombstoned += bits.len() - before;
-                if bits.len() >= u64::from(entry.chunks) && all_files_dead(ls, &dead_set, si) {
-                    continue; // fully dead: drop the segment
-                }
-                let name = tombstones::file_name(&entry.id, generation);
-                let bytes = tombstones::write(&out.join(&name), &model_id, &bits)
-                    .map_err(IndexerError::Format)?;
-                entry.tombstones = Some(TombstoneRef {
-                    file: name,
-                    blake3: format::blake3_hex(&bytes),
-                    count: bits.len(),
-                });
-            }
-            entries.push(entry);
-        }
-        manifest.segments = entries;
-    }
-    if let Some(s) = &new_seg {
-        report.segment_id = Some(s.id.clone());
-        if !manifest.segments.iter().any(|e| e.id == s.id) {
-            manifest.segments.push(s.clone());
-        }
-    }
-    for r in roots {
-        manifest.roots.retain(|x| x.repo != r.repo);
-        manifest.roots.push(r);
-    }
-    manifest.roots.sort();
-    manifest.generation = generation;
-    manifest.commit(out).map_err(IndexerError::Format)?;
-    // Old generations are no longer named; readers that still map them keep working.
-    if let Err(e) = Index::collect_garbage(out) {
-        report.errors.push(format!("garbage collection: {e}"));
-    }
-    report.generation = generation;
-    report.live_chunks = manifest
-        .segments
-        .iter()
-        .map(|s| u64::from(s.chunks) - s.tombstones.as_ref().map_or(0, |t| t.count))
-        .sum();
-    report.timings.push(("write", t.elapsed()));
-    Ok(report)
-}
-
-fn all_files_dead(
-    ls: &format::manifest::LiveSegment,
-    dead: &std::collections::HashSet<(usize, u32)>,
-    si: usize,
-) -> bool {
-    let n = ls.segment.table().files.len() as u32;
-    (0..n).all(|fi| {
-        let f = &ls.segment.table().files[fi as usize];
-        let first = f.first_chunk.to_native();
-        let dead_now = dead.contains(&(si, fi));
-        let dead_before = f.chunk_count.to_native() > 0
-            && (first..first + f.chunk_count.to_native()).all(|c| ls.tombstones.contains(c));
-        dead_now || dead_before
-    })
+    (builder, texts)
 }

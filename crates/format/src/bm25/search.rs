@@ -1,0 +1,430 @@
+//! The query side of the BM25 postings: [`ArchivedPostingsArchive::search`] and its variants
+//! by block-max MaxScore, the exhaustive reference scorer, and the per-term [`Cursor`] and
+//! top-`k` heap they run on.
+
+use std::collections::BTreeMap;
+
+use roaring::RoaringBitmap;
+
+use super::{weight, ArchivedPostingsArchive, TermStats, BLOCK};
+use crate::text;
+
+impl ArchivedPostingsArchive {
+    /// (document, term frequency) pairs of `term`, in document order.
+    pub fn postings(&self, term: &str) -> Vec<(u32, u32)> {
+        let Some(t) = self.term_id(term) else {
+            return Vec::new();
+        };
+        let mut c = Cursor::new(self, t, 0, 0.0);
+        let mut out = Vec::with_capacity(self.term_df[t].to_native() as usize);
+        while c.doc != NO_DOC {
+            out.push((c.doc, c.tfs[c.pos]));
+            c.next();
+        }
+        out
+    }
+
+    /// Query terms present in the dictionary, in term order, with their weights: from this
+    /// segment's statistics, or from `stats` (index-wide) when given.
+    fn query_terms(&self, query: &str, stats: Option<&TermStats>) -> Vec<(usize, f32)> {
+        let mut qterms: BTreeMap<String, u32> = BTreeMap::new();
+        text::for_each_token(query, |t| *qterms.entry(t.to_string()).or_insert(0) += 1);
+        qterms
+            .iter()
+            .filter_map(|(term, &qtf)| {
+                let t = self.term_id(term)?;
+                let local = (self.doc_count(), self.term_df[t].to_native());
+                let (n, df) = stats.map_or(local, |s| s.get(term).unwrap_or(local));
+                Some((t, weight(n, df, qtf)))
+            })
+            .collect()
+    }
+
+    /// BM25 top-`k` for a free-text query, by block-max MaxScore. `allow`, when given,
+    /// restricts the candidates; `deny` removes candidates (tombstones). Returns (doc, score)
+    /// by descending score, ties by ascending doc id: exactly [`Self::search_exhaustive`].
+    pub fn search(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Vec<(u32, f32)> {
+        self.search_above(query, k, allow, deny, f32::NEG_INFINITY)
+    }
+
+    /// [`Self::search`] restricted to scores strictly above `floor`. A caller merging several
+    /// segments passes the k-th best score found so far, so later segments skip more.
+    pub fn search_above(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Vec<(u32, f32)> {
+        self.search_above_with(query, k, allow, deny, floor, None)
+    }
+
+    /// [`Self::search_above`] with index-wide IDF statistics (`stats`), so that scores of
+    /// several segments are comparable: a small new segment does not give its rare-looking
+    /// terms a low IDF. Length normalisation stays per segment (its average length is part
+    /// of the stored block maxima).
+    pub fn search_above_with(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+        stats: Option<&TermStats>,
+    ) -> Vec<(u32, f32)> {
+        if self.doc_count() == 0 || k == 0 {
+            return Vec::new();
+        }
+        let params = self.params();
+        let qt = self.query_terms(query, stats);
+        let mut cursors: Vec<Cursor> = qt
+            .iter()
+            .enumerate()
+            .map(|(qi, &(t, w))| Cursor::new(self, t, qi, w))
+            .collect();
+        let mut heap = TopK::new(k, floor);
+        let mut contrib = vec![0f32; qt.len()];
+        // Cursor indices by ascending window maximum, and the prefix sums of those maxima.
+        let mut order: Vec<usize> = Vec::with_capacity(cursors.len());
+        let mut wmax: Vec<f32> = vec![0.0; cursors.len()];
+        let mut prefix: Vec<f32> = Vec::with_capacity(cursors.len());
+        let mut start = 0u32;
+        loop {
+            // Window: from `start` to the nearest block end of any list.
+            let mut end = NO_DOC;
+            for c in cursors.iter_mut() {
+                c.shallow(start);
+                if let Some(last) = c.block_last() {
+                    end = end.min(last);
+                }
+            }
+            if end == NO_DOC {
+                break;
+            }
+            order.clear();
+            for (i, c) in cursors.iter().enumerate() {
+                wmax[i] = c.block_max();
+                if !c.exhausted() {
+                    order.push(i);
+                }
+            }
+            order.sort_by(|&a, &b| wmax[a].total_cmp(&wmax[b]));
+            prefix.clear();
+            let mut sum = 0f32;
+            for &i in &order {
+                sum += wmax[i];
+                prefix.push(sum);
+            }
+            // Lists whose maxima together cannot beat the k-th score are non-essential: they
+            // only add to documents that an essential list brings.
+            let theta = heap.threshold();
+            let m = prefix.iter().take_while(|&&s| bound(s) <= theta).count();
+            if m < order.len() {
+                let (non_essential, essential) = order.split_at(m);
+                let mut d = NO_DOC;
+                for &i in essential {
+                    d = d.min(cursors[i].seek(start));
+                }
+                while d <= end {
+                    if crate::admitted(d, allow, deny) {
+                        let dl = self.doc_lens[d as usize].to_native();
+                        let mut s = 0f32;
+                        for &i in essential {
+                            let c = &cursors[i];
+                            if c.doc == d {
+                                let x = c.w * params.factor(c.tfs[c.pos], dl);
+                                contrib[c.qi] = x;
+                                s += x;
+                            }
+                        }
+                        let theta = heap.threshold();
+                        let mut alive = true;
+                        for (j, &i) in non_essential.iter().enumerate().rev() {
+                            if bound(s + prefix[j]) <= theta {
+                                alive = false;
+                                break;
+                            }
+                            let c = &mut cursors[i];
+                            if c.seek(d) == d {
+                                let x = c.w * params.factor(c.tfs[c.pos], dl);
+                                contrib[c.qi] = x;
+                                s += x;
+                            }
+                        }
+                        if alive {
+                            // Sum in query-term order, as exhaustive scoring does.
+                            let score = contrib.iter().fold(0f32, |a, &x| a + x);
+                            heap.offer(d, score);
+                        }
+                        contrib.iter_mut().for_each(|x| *x = 0.0);
+                    }
+                    let mut next = NO_DOC;
+                    for &i in essential {
+                        let c = &mut cursors[i];
+                        if c.doc == d {
+                            c.next();
+                        }
+                        next = next.min(c.doc);
+                    }
+                    d = next;
+                }
+            }
+            match end.checked_add(1) {
+                Some(s) => start = s,
+                None => break,
+            }
+        }
+        heap.into_sorted()
+    }
+
+    /// BM25 top-`k` scoring every posting of every query term: the reference that
+    /// [`Self::search`] must equal, and the peer the latency benchmark compares it with.
+    pub fn search_exhaustive(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Vec<(u32, f32)> {
+        self.search_exhaustive_with(query, k, allow, deny, None)
+    }
+
+    /// [`Self::search_exhaustive`] with index-wide IDF statistics.
+    pub fn search_exhaustive_with(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        stats: Option<&TermStats>,
+    ) -> Vec<(u32, f32)> {
+        let n = self.doc_count();
+        if n == 0 || k == 0 {
+            return Vec::new();
+        }
+        let params = self.params();
+        let mut acc = vec![0f32; n as usize];
+        let mut touched: Vec<u32> = Vec::new();
+        for (qi, (t, w)) in self.query_terms(query, stats).into_iter().enumerate() {
+            let mut c = Cursor::new(self, t, qi, w);
+            while c.doc != NO_DOC {
+                let d = c.doc;
+                let x = w * params.factor(c.tfs[c.pos], self.doc_lens[d as usize].to_native());
+                // Every contribution is positive, so 0 means "not seen yet".
+                if acc[d as usize] == 0.0 {
+                    touched.push(d);
+                }
+                acc[d as usize] += x;
+                c.next();
+            }
+        }
+        crate::top_k(
+            touched
+                .into_iter()
+                .filter(|&d| crate::admitted(d, allow, deny))
+                .map(|d| (d, acc[d as usize])),
+            k,
+        )
+    }
+}
+
+/// No (more) documents.
+const NO_DOC: u32 = u32::MAX;
+
+/// An upper bound made safe against the rounding of summing maxima in another order than the
+/// scores are summed in.
+#[inline]
+fn bound(x: f32) -> f32 {
+    x * (1.0 + 1e-5)
+}
+
+/// A position in one term's postings: the current block decoded, `doc` its current document.
+struct Cursor<'a> {
+    p: &'a ArchivedPostingsArchive,
+    /// Index of the term in the query (the order scores are summed in).
+    qi: usize,
+    /// idf · qtf.
+    w: f32,
+    b0: usize,
+    b1: usize,
+    df: usize,
+    /// Block the cursor is at; may run ahead of `decoded` after [`Cursor::shallow`].
+    block: usize,
+    decoded: usize,
+    n: usize,
+    pos: usize,
+    doc: u32,
+    docs: [u32; BLOCK],
+    tfs: [u32; BLOCK],
+}
+
+impl<'a> Cursor<'a> {
+    fn new(p: &'a ArchivedPostingsArchive, t: usize, qi: usize, w: f32) -> Cursor<'a> {
+        let b0 = p.term_blocks[t].to_native() as usize;
+        let mut c = Cursor {
+            p,
+            qi,
+            w,
+            b0,
+            b1: p.term_blocks[t + 1].to_native() as usize,
+            df: p.term_df[t].to_native() as usize,
+            block: b0,
+            decoded: usize::MAX,
+            n: 0,
+            pos: 0,
+            doc: NO_DOC,
+            docs: [0; BLOCK],
+            tfs: [0; BLOCK],
+        };
+        c.load(b0);
+        c
+    }
+
+    fn exhausted(&self) -> bool {
+        self.block >= self.b1
+    }
+
+    /// Decodes block `b` and positions at its first posting (or exhausts the cursor).
+    fn load(&mut self, b: usize) {
+        self.block = b;
+        if b >= self.b1 {
+            self.doc = NO_DOC;
+            return;
+        }
+        let n = self.p.block_len(self.b0, b, self.df);
+        // Validated at open; a failure here would mean the mapping changed under us.
+        self.n = self
+            .p
+            .decode(self.b0, b, n, &mut self.docs, &mut self.tfs)
+            .unwrap_or(0);
+        self.decoded = b;
+        self.pos = 0;
+        self.doc = if self.n == 0 { NO_DOC } else { self.docs[0] };
+        if self.n == 0 {
+            self.block = self.b1;
+        }
+    }
+
+    /// Moves to the first block that may hold a document ≥ `target`, without decoding it.
+    fn shallow(&mut self, target: u32) {
+        if self.exhausted() || self.p.block_last[self.block].to_native() >= target {
+            return;
+        }
+        let lasts = &self.p.block_last[self.block..self.b1];
+        self.block += lasts.partition_point(|l| l.to_native() < target);
+    }
+
+    fn block_last(&self) -> Option<u32> {
+        (!self.exhausted()).then(|| self.p.block_last[self.block].to_native())
+    }
+
+    /// Weighted maximum of the current block (0 once exhausted).
+    fn block_max(&self) -> f32 {
+        if self.exhausted() {
+            0.0
+        } else {
+            self.w * self.p.block_max[self.block].to_native()
+        }
+    }
+
+    /// Advances to the first document ≥ `target` and returns it ([`NO_DOC`] when none).
+    fn seek(&mut self, target: u32) -> u32 {
+        if self.doc != NO_DOC && self.doc >= target && self.decoded == self.block {
+            return self.doc;
+        }
+        self.shallow(target);
+        loop {
+            if self.exhausted() {
+                self.doc = NO_DOC;
+                return NO_DOC;
+            }
+            if self.decoded != self.block {
+                self.load(self.block);
+                continue;
+            }
+            while self.pos < self.n && self.docs[self.pos] < target {
+                self.pos += 1;
+            }
+            if self.pos < self.n {
+                self.doc = self.docs[self.pos];
+                return self.doc;
+            }
+            self.block += 1;
+        }
+    }
+
+    /// Moves to the next posting.
+    fn next(&mut self) {
+        self.pos += 1;
+        if self.pos < self.n {
+            self.doc = self.docs[self.pos];
+        } else {
+            self.load(self.decoded + 1);
+        }
+    }
+}
+
+/// The best `k` (doc, score) seen, documents arriving in ascending order.
+struct TopK {
+    k: usize,
+    floor: f32,
+    heap: std::collections::BinaryHeap<Worst>,
+}
+
+/// Heap entry ordered so the worst kept hit (lowest score, then highest doc) is on top.
+#[derive(PartialEq)]
+struct Worst(f32, u32);
+
+impl Eq for Worst {}
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Worst {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
+    }
+}
+
+impl TopK {
+    fn new(k: usize, floor: f32) -> TopK {
+        TopK {
+            k,
+            floor: floor.max(-1.0),
+            heap: std::collections::BinaryHeap::with_capacity(k + 1),
+        }
+    }
+
+    /// The score a new (higher-numbered) document must exceed to enter: the floor (at least
+    /// −1, below every BM25 score) until `k` are held.
+    fn threshold(&self) -> f32 {
+        if self.heap.len() < self.k {
+            self.floor
+        } else {
+            self.heap.peek().map_or(self.floor, |w| w.0.max(self.floor))
+        }
+    }
+
+    fn offer(&mut self, doc: u32, score: f32) {
+        if score > self.threshold() {
+            self.heap.push(Worst(score, doc));
+            if self.heap.len() > self.k {
+                self.heap.pop();
+            }
+        }
+    }
+
+    fn into_sorted(self) -> Vec<(u32, f32)> {
+        let mut v: Vec<(u32, f32)> = self.heap.into_iter().map(|w| (w.1, w.0)).collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+}

@@ -1,0 +1,212 @@
+use roaring::RoaringBitmap;
+
+use super::*;
+
+fn docs() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("fn parse_config(path: &Path) -> Config", "parse_config"),
+        ("fn render_html(page: Page) -> String", "render_html"),
+        ("struct Config { path: PathBuf }", "Config"),
+    ]
+}
+
+#[test]
+fn finds_identifier_parts_and_ranks_names_higher() {
+    let d = docs();
+    let fields: Vec<DocFields> = d
+        .iter()
+        .map(|(t, n)| DocFields {
+            text: t,
+            path: "src/lib.rs",
+            name: n,
+            qualified: n,
+        })
+        .collect();
+    let p = build(&fields);
+    let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&p).unwrap();
+    let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
+    validate(Path::new("p"), a, 3).unwrap();
+    let hits = a.search("parse config", 10, None, None);
+    assert_eq!(hits[0].0, 0);
+    let hits = a.search("config", 10, None, None);
+    assert_eq!(hits.len(), 2);
+    let hits = a.search("html", 10, None, None);
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [1]);
+    let deny: RoaringBitmap = [1u32].into_iter().collect();
+    assert!(a.search("html", 10, None, Some(&deny)).is_empty());
+    let allow: RoaringBitmap = [2u32].into_iter().collect();
+    assert_eq!(a.search("config", 10, Some(&allow), None)[0].0, 2);
+    assert!(a.search("nothing here zzz", 10, None, None).is_empty());
+    assert!(validate(Path::new("p"), a, 2).is_err());
+}
+
+/// With index-wide statistics, a one-document segment scores a document like the same
+/// document in a large segment (same length): IDF no longer depends on segment size; and
+/// MaxScore still equals exhaustive scoring.
+#[test]
+fn index_wide_idf_makes_segments_comparable() {
+    let mk = |texts: &[String]| {
+        let fields: Vec<DocFields> = texts
+            .iter()
+            .map(|t| DocFields {
+                text: t,
+                path: "",
+                name: "",
+                qualified: "",
+            })
+            .collect();
+        rkyv::to_bytes::<rkyv::rancor::Error>(&build(&fields)).unwrap()
+    };
+    let big: Vec<String> = (0..200)
+        .map(|i| {
+            if i == 7 {
+                "invoice total sum".to_string()
+            } else {
+                format!("{} other thing", ["alpha", "beta", "gamma", "delta"][i % 4])
+            }
+        })
+        .collect();
+    let small = vec!["invoice total sum".to_string()];
+    let (bb, sb) = (mk(&big), mk(&small));
+    let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bb).unwrap();
+    let b = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&sb).unwrap();
+    let q = "invoice total invoice";
+    // Per-segment IDF: the lone document of the small segment scores far lower.
+    let (la, lb) = (
+        a.search(q, 1, None, None)[0].1,
+        b.search(q, 1, None, None)[0].1,
+    );
+    assert!(lb < la / 2.0, "{la} {lb}");
+    let mut st = TermStats::default();
+    st.add_segment(a, q);
+    st.add_segment(b, q);
+    assert_eq!(st.n, 201);
+    assert_eq!(st.get("invoice"), Some((201, 2)));
+    let ga = a.search_above_with(q, 1, None, None, f32::NEG_INFINITY, Some(&st));
+    let gb = b.search_above_with(q, 1, None, None, f32::NEG_INFINITY, Some(&st));
+    assert_eq!(ga[0].0, 7);
+    // Same text, both at their segment's average length: the same score.
+    assert!((ga[0].1 - gb[0].1).abs() < 1e-5 * ga[0].1, "{ga:?} {gb:?}");
+    assert_eq!(
+        a.search_above_with(q, 5, None, None, f32::NEG_INFINITY, Some(&st)),
+        a.search_exhaustive_with(q, 5, None, None, Some(&st))
+    );
+}
+
+/// Block-max MaxScore must return exactly what scoring every posting returns, scores bit
+/// for bit, for common and rare terms, filters, tombstones, ties and every k.
+#[test]
+fn maxscore_equals_exhaustive() {
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    // Zipf-like vocabulary: word i drawn with probability ~ 1/(i+1).
+    let vocab: Vec<String> = (0..400).map(|i| format!("w{i}")).collect();
+    let harmonic: Vec<f64> = (0..vocab.len())
+        .scan(0.0, |acc, i| {
+            *acc += 1.0 / (i as f64 + 1.0);
+            Some(*acc)
+        })
+        .collect();
+    let pick = |r: u64| {
+        let x = (r % 1_000_000) as f64 / 1e6 * harmonic[harmonic.len() - 1];
+        harmonic.partition_point(|&h| h < x).min(vocab.len() - 1)
+    };
+    let mut texts: Vec<String> = Vec::new();
+    for d in 0..3000 {
+        // Some exact duplicates, so ties at the k-th score happen.
+        if d % 97 == 5 {
+            let prev: String = texts[d - 3].clone();
+            texts.push(prev);
+            continue;
+        }
+        let len = 3 + (rnd() % 60) as usize;
+        let t: Vec<&str> = (0..len).map(|_| vocab[pick(rnd())].as_str()).collect();
+        texts.push(t.join(" "));
+    }
+    let fields: Vec<DocFields> = texts
+        .iter()
+        .map(|t| DocFields {
+            text: t,
+            path: "",
+            name: "",
+            qualified: "",
+        })
+        .collect();
+    let p = build(&fields);
+    let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&p).unwrap();
+    let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
+    validate(Path::new("p"), a, texts.len() as u32).unwrap();
+    let deny: RoaringBitmap = (0..3000u32).filter(|d| d % 7 == 3).collect();
+    let allow: RoaringBitmap = (0..3000u32).filter(|d| d % 3 != 0).collect();
+    let mut checked = 0;
+    for q in 0..300 {
+        let nterms = 1 + (rnd() % 5) as usize;
+        let query: Vec<&str> = (0..nterms)
+            .map(|_| vocab[pick(rnd())].as_str())
+            .chain((q % 10 == 0).then_some("absent"))
+            .collect();
+        let query = query.join(" ");
+        for k in [1, 10, 50, 5000] {
+            for (al, de) in [(None, None), (Some(&allow), Some(&deny))] {
+                let fast = a.search(&query, k, al, de);
+                let slow = a.search_exhaustive(&query, k, al, de);
+                assert_eq!(fast, slow, "query {query:?} k {k}");
+                checked += fast.len();
+                // With a floor: exactly the hits strictly above it.
+                if let Some(&(_, f)) = slow.get(slow.len() / 2) {
+                    let above: Vec<_> = slow.iter().copied().filter(|h| h.1 > f).collect();
+                    let got = a.search_above(&query, k, al, de, f);
+                    assert_eq!(got, above, "query {query:?} k {k} floor {f}");
+                }
+            }
+        }
+    }
+    assert!(checked > 10_000);
+    // Postings round-trip through the block encoding.
+    let w0 = a.postings("w0");
+    assert_eq!(
+        w0.len(),
+        a.term_df[a.term_id("w0").unwrap()].to_native() as usize
+    );
+    assert!(w0.windows(2).all(|w| w[0].0 < w[1].0) && w0.len() > BLOCK * 3);
+    assert!(a.postings("absent").is_empty());
+}
+
+#[test]
+fn corrupt_blocks_are_refused() {
+    let fields: Vec<DocFields> = (0..300)
+        .map(|_| DocFields {
+            text: "alpha beta gamma",
+            path: "",
+            name: "",
+            qualified: "",
+        })
+        .collect();
+    let good = build(&fields);
+    let check = |p: &PostingsArchive| {
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(p).unwrap();
+        let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
+        validate(Path::new("p"), a, 300).is_ok()
+    };
+    assert!(check(&good));
+    let mut p = good.clone();
+    p.data[3] ^= 0x40;
+    assert!(!check(&p));
+    let mut p = good.clone();
+    p.block_last[1] += 1;
+    assert!(!check(&p));
+    let mut p = good.clone();
+    p.block_max[0] = f32::NAN;
+    assert!(!check(&p));
+    let mut p = good.clone();
+    p.term_df[0] += BLOCK as u32;
+    assert!(!check(&p));
+    let mut p = good;
+    p.data.pop();
+    assert!(!check(&p));
+}

@@ -1,0 +1,259 @@
+//! Confinement of paths to the source roots an index records (`MANIFEST`'s `roots`): the one
+//! place that decides whether a path given by an agent (a memory's code reference, a
+//! `reindex` target) names a file inside an indexed root.
+//!
+//! A relative path may hold only normal and `.` components (never `..`, a root or a drive
+//! prefix) and is taken relative to the root in which it exists (the first candidate root when
+//! it exists in none: a deleted file). An absolute path, where the caller accepts one, must lie
+//! inside a root, compared component by component after resolving symlinks (so
+//! `/src/app-old` is not inside `/src/app`). Either way a path that exists and resolves through
+//! a symlink to somewhere outside its root is refused. Callers word the errors for their tool.
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::manifest::RootEntry;
+
+/// A path confined to a root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confined {
+    pub root: RootEntry,
+    /// Repository-relative, `/`-separated; empty for the root itself.
+    pub rel: String,
+    /// `root.path` joined with `rel` (symlinks not resolved).
+    pub full: PathBuf,
+}
+
+/// Why a path is not confined to a root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfineError {
+    #[error("the path is empty")]
+    Empty,
+    /// A `..`, root or prefix component in a relative path (or an absolute path where only
+    /// relative ones are accepted).
+    #[error("`{0}` must stay inside its root: `..` and root components are not allowed")]
+    Escapes(String),
+    /// Only `.` components: no file named.
+    #[error("`{0}` names no file")]
+    NoFile(String),
+    #[error("no indexed repository `{repo}`; the index holds: {known}")]
+    UnknownRepo { repo: String, known: String },
+    #[error("`{path}` is not inside an indexed root ({roots})")]
+    NotInRoot { path: String, roots: String },
+    #[error("`{path}` resolves to {resolved}, outside the root {root}")]
+    OutsideRoot {
+        path: String,
+        resolved: String,
+        root: String,
+    },
+}
+
+/// What a caller accepts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConfineOptions<'a> {
+    /// Only roots of this repository (`None` or empty: any root).
+    pub repo: Option<&'a str>,
+    /// Absolute paths inside a root are accepted (else they are [`ConfineError::Escapes`]).
+    pub allow_absolute: bool,
+    /// A path naming the root itself (`.`) is accepted (else [`ConfineError::NoFile`]).
+    pub allow_root: bool,
+}
+
+/// `p`'s components without `.`, or `None` when one could leave the root (`..`, a root or a
+/// prefix component).
+pub fn clean_relative(p: &Path) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(x) => out.push(x.to_string_lossy().into_owned()),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+fn joined<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    items.collect::<Vec<_>>().join(", ")
+}
+
+/// Confines `path` (already trimmed by the caller as it wants) to one of `roots` (not empty).
+pub fn confine(
+    roots: &[RootEntry],
+    path: &str,
+    opts: ConfineOptions<'_>,
+) -> Result<Confined, ConfineError> {
+    if path.is_empty() {
+        return Err(ConfineError::Empty);
+    }
+    let candidates: Vec<&RootEntry> = match opts.repo.filter(|r| !r.is_empty()) {
+        None => roots.iter().collect(),
+        Some(repo) => {
+            let v: Vec<&RootEntry> = roots.iter().filter(|r| r.repo == repo).collect();
+            if v.is_empty() {
+                return Err(ConfineError::UnknownRepo {
+                    repo: repo.to_string(),
+                    known: joined(roots.iter().map(|r| r.repo.as_str())),
+                });
+            }
+            v
+        }
+    };
+    let raw = Path::new(path);
+    if raw.is_absolute() && opts.allow_absolute {
+        // Resolve symlinks of what exists (a deleted file: its parent).
+        let abs = std::fs::canonicalize(raw).or_else(|_| {
+            let parent = raw.parent().unwrap_or(raw);
+            std::fs::canonicalize(parent).map(|d| d.join(raw.file_name().unwrap_or_default()))
+        });
+        let abs = abs.unwrap_or_else(|_| raw.to_path_buf());
+        for r in &candidates {
+            if let Ok(rest) = abs.strip_prefix(&r.path) {
+                let rel = rest
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                return Ok(Confined {
+                    root: (*r).clone(),
+                    full: Path::new(&r.path).join(rest),
+                    rel,
+                });
+            }
+        }
+        return Err(ConfineError::NotInRoot {
+            path: path.to_string(),
+            roots: joined(candidates.iter().map(|r| r.path.as_str())),
+        });
+    }
+    let parts = clean_relative(raw).ok_or_else(|| ConfineError::Escapes(path.to_string()))?;
+    if parts.is_empty() && !opts.allow_root {
+        return Err(ConfineError::NoFile(path.to_string()));
+    }
+    let rel = parts.join("/");
+    let Some(first) = candidates.first() else {
+        return Err(ConfineError::NotInRoot {
+            path: path.to_string(),
+            roots: String::new(),
+        });
+    };
+    let root = candidates
+        .iter()
+        .find(|r| Path::new(&r.path).join(&rel).exists())
+        .unwrap_or(first);
+    let full = Path::new(&root.path).join(&rel);
+    // A symlink inside the root that points outside it is refused.
+    if let Ok(c) = std::fs::canonicalize(&full) {
+        if !c.starts_with(&root.path) {
+            return Err(ConfineError::OutsideRoot {
+                path: rel,
+                resolved: c.display().to_string(),
+                root: root.path.clone(),
+            });
+        }
+    }
+    Ok(Confined {
+        root: (*root).clone(),
+        rel,
+        full,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(repo: &str, path: &Path) -> RootEntry {
+        RootEntry {
+            repo: repo.into(),
+            path: std::fs::canonicalize(path)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+        }
+    }
+
+    #[test]
+    fn relative_absolute_and_symlinked_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("app");
+        let b = tmp.path().join("lib");
+        let old = tmp.path().join("app-old");
+        for d in [&a, &b, &old] {
+            std::fs::create_dir_all(d.join("src")).unwrap();
+        }
+        std::fs::write(b.join("src/x.rs"), "x").unwrap();
+        std::fs::write(old.join("secret.rs"), "s").unwrap();
+        let roots = vec![root("app", &a), root("lib", &b)];
+        let rel = ConfineOptions::default();
+
+        // Relative: the root where it exists, else the first.
+        let c = confine(&roots, "./src//x.rs", rel).unwrap();
+        assert_eq!((c.root.repo.as_str(), c.rel.as_str()), ("lib", "src/x.rs"));
+        let c = confine(&roots, "src/gone.rs", rel).unwrap();
+        assert_eq!(c.root.repo, "app");
+        assert_eq!(c.full, Path::new(&roots[0].path).join("src/gone.rs"));
+        // `..`, absolute (when not allowed), empty, the root itself.
+        assert_eq!(
+            confine(&roots, "../app-old/secret.rs", rel),
+            Err(ConfineError::Escapes("../app-old/secret.rs".into()))
+        );
+        assert!(matches!(
+            confine(&roots, "/etc/passwd", rel),
+            Err(ConfineError::Escapes(_))
+        ));
+        assert_eq!(confine(&roots, "", rel), Err(ConfineError::Empty));
+        assert!(matches!(
+            confine(&roots, ".", rel),
+            Err(ConfineError::NoFile(_))
+        ));
+        let whole = ConfineOptions {
+            allow_root: true,
+            allow_absolute: true,
+            repo: None,
+        };
+        assert_eq!(confine(&roots, ".", whole).unwrap().rel, "");
+        // By repository.
+        let only_lib = ConfineOptions {
+            repo: Some("lib"),
+            ..rel
+        };
+        assert_eq!(
+            confine(&roots, "src/gone.rs", only_lib).unwrap().root.repo,
+            "lib"
+        );
+        assert!(matches!(
+            confine(
+                &roots,
+                "x",
+                ConfineOptions {
+                    repo: Some("nope"),
+                    ..rel
+                }
+            ),
+            Err(ConfineError::UnknownRepo { .. })
+        ));
+        // Absolute: inside a root by components, not by string prefix.
+        let inside = format!("{}/src/x.rs", roots[1].path);
+        let c = confine(&roots, &inside, whole).unwrap();
+        assert_eq!((c.root.repo.as_str(), c.rel.as_str()), ("lib", "src/x.rs"));
+        let sibling = format!("{}-old/secret.rs", roots[0].path);
+        assert!(matches!(
+            confine(&roots, &sibling, whole),
+            Err(ConfineError::NotInRoot { .. })
+        ));
+        // A symlink inside a root pointing outside it.
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(&old, a.join("escape")).unwrap();
+            assert!(matches!(
+                confine(&roots, "escape/secret.rs", rel),
+                Err(ConfineError::OutsideRoot { .. })
+            ));
+            let via_link = format!("{}/escape/secret.rs", roots[0].path);
+            assert!(matches!(
+                confine(&roots, &via_link, whole),
+                Err(ConfineError::NotInRoot { .. })
+            ));
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The last phase of a build: write the segment, tombstone what it replaces, commit the
+//! MANIFEST and collect garbage, all under the directory lock.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::Instant;
+
+use format::manifest::{IndexManifest, RootEntry, SegmentEntry, TombstoneRef};
+use format::{tombstones, Index, SegmentBuilder};
+use roaring::RoaringBitmap;
+
+use super::{BuildReport, Embedder};
+use crate::IndexerError;
+
+/// Writes the segment, the tombstones of what it replaces, then commits the MANIFEST
+/// and collects garbage (timed as `write`). All of it happens under the directory lock:
+/// queryd flushes memory segments into the same MANIFEST, and garbage collection must never
+/// see a segment that is written but not yet committed.
+pub(super) fn write_and_commit(
+    out: &Path,
+    embedder: &dyn Embedder,
+    existing: Option<&Index>,
+    builder: SegmentBuilder,
+    dead_files: &[(usize, u32)],
+    roots: Vec<RootEntry>,
+    report: &mut BuildReport,
+) -> Result<(), IndexerError> {
+    let t = Instant::now();
+    let model_id = embedder.model_id().to_string();
+    let dim = embedder.dim();
+    std::fs::create_dir_all(out).map_err(|e| IndexerError::Io {
+        path: out.to_path_buf(),
+        source: e,
+    })?;
+    let _lock = format::manifest::DirLock::acquire(out).map_err(IndexerError::Format)?;
+    let mut manifest = current_manifest(out, existing, &model_id, dim)?;
+    let generation = manifest.generation + 1;
+    let write_segment = !builder.chunks.is_empty() || !builder.files.is_empty();
+    let new_seg = if write_segment {
+        let (id, meta) = builder
+            .write(out, &model_id, dim)
+            .map_err(IndexerError::Format)?;
+        Some(SegmentEntry {
+            id,
+            chunks: meta.chunk_count,
+            tombstones: None,
+        })
+    } else {
+        None
+    };
+    if let Some(ix) = existing {
+        manifest.segments = tombstone_segments(
+            out, ix, &manifest, dead_files, generation, &model_id, report,
+        )?;
+    }
+    if let Some(s) = &new_seg {
+        report.segment_id = Some(s.id.clone());
+        if !manifest.segments.iter().any(|e| e.id == s.id) {
+            manifest.segments.push(s.clone());
+        }
+    }
+    for r in roots {
+        manifest.roots.retain(|x| x.repo != r.repo);
+        manifest.roots.push(r);
+    }
+    manifest.roots.sort();
+    manifest.generation = generation;
+    manifest.commit(out).map_err(IndexerError::Format)?;
+    // Old generations are no longer named; readers that still map them keep working.
+    if let Err(e) = Index::collect_garbage(out) {
+        report.errors.push(format!("garbage collection: {e}"));
+    }
+    report.generation = generation;
+    report.live_chunks = manifest
+        .segments
+        .iter()
+        .map(|s| u64::from(s.chunks) - s.tombstones.as_ref().map_or(0, |t| t.count))
+        .sum();
+    report.timings.push(("write", t.elapsed()));
+    Ok(())
+}
+
+/// The MANIFEST to build on, read under the directory lock. Memory segments may have changed
+/// since the build started; code segments must not (else [`IndexerError::ConcurrentBuild`]).
+fn current_manifest(
+    out: &Path,
+    existing: Option<&Index>,
+    model_id: &str,
+    dim: usize,
+) -> Result<IndexManifest, IndexerError> {
+    Ok(match existing {
+        Some(ix) => {
+            let current = IndexManifest::read(out).map_err(IndexerError::Format)?;
+            if current.segments != ix.manifest.segments {
+                return Err(IndexerError::ConcurrentBuild(out.to_path_buf()));
+            }
+            current
+        }
+        None => match IndexManifest::read(out) {
+            // An index appeared meanwhile (or holds only memories): keep its memories.
+            Ok(current) if current.segments.is_empty() => current,
+            Ok(_) => return Err(IndexerError::ConcurrentBuild(out.to_path_buf())),
+            Err(_) => IndexManifest::empty(model_id, dim as u32),
+        },
+    })
+}
+
+/// The segment entries of `manifest` (the existing index's code segments) after tombstoning
+/// the chunks of `dead_files`: each segment that lost chunks gets a tombstone file for
+/// `generation`; a segment left without a live file is dropped.
+fn tombstone_segments(
+    out: &Path,
+    ix: &Index,
+    manifest: &IndexManifest,
+    dead_files: &[(usize, u32)],
+    generation: u64,
+    model_id: &str,
+    report: &mut BuildReport,
+) -> Result<Vec<SegmentEntry>, IndexerError> {
+    let mut per_seg: BTreeMap<usize, RoaringBitmap> = BTreeMap::new();
+    for (si, fi) in dead_files {
+        let f = &ix.segments[*si].segment.table().files[*fi as usize];
+        let first = f.first_chunk.to_native();
+        per_seg
+            .entry(*si)
+            .or_default()
+            .insert_range(first..first + f.chunk_count.to_native());
+    }
+    let dead_set: HashSet<(usize, u32)> = dead_files.iter().copied().collect();
+    let mut entries = Vec::new();
+    for (si, ls) in ix.segments.iter().enumerate() {
+        let mut entry = manifest.segments[si].clone();
+        if let Some(newly) = per_seg.get(&si) {
+            let mut bits = ls.tombstones.clone();
+            let before = bits.len();
+            bits |= newly;
+            report.chunks_tombstoned += bits.len() - before;
+            if bits.len() >= u64::from(entry.chunks) && all_files_dead(ls, &dead_set, si) {
+                continue; // fully dead: drop the segment
+            }
+            let name = tombstones::file_name(&entry.id, generation);
+            let bytes = tombstones::write(&out.join(&name), model_id, &bits)
+                .map_err(IndexerError::Format)?;
+            entry.tombstones = Some(TombstoneRef {
+                file: name,
+                blake3: format::blake3_hex(&bytes),
+                count: bits.len(),
+            });
+        }
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+fn all_files_dead(
+    ls: &format::manifest::LiveSegment,
+    dead: &HashSet<(usize, u32)>,
+    si: usize,
+) -> bool {
+    let n = ls.segment.table().files.len() as u32;
+    (0..n).all(|fi| {
+        let f = &ls.segment.table().files[fi as usize];
+        let first = f.first_chunk.to_native();
+        let dead_now = dead.contains(&(si, fi));
+        let dead_before = f.chunk_count.to_native() > 0
+            && (first..first + f.chunk_count.to_native()).all(|c| ls.tombstones.contains(c));
+        dead_now || dead_before
+    })
+}

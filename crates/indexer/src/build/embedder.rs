@@ -1,0 +1,106 @@
+//! The embedding interface of a build: [`Embedder`], with the burn encoder
+//! (`kernels::Encoder`) as the production implementation and [`HashEmbedder`] as a stand-in
+//! for tests and benchmarks.
+
+/// Something that turns texts into L2-normalised vectors (the burn encoder in production).
+pub trait Embedder: Sync {
+    fn model_id(&self) -> &str;
+    fn dim(&self) -> usize;
+    /// Row-major `texts.len() × dim` in input order, and the number of (unpadded) tokens.
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String>;
+
+    /// Embeds `groups` in order, handing each group's vectors and token count to `sink` as they
+    /// come. The burn encoder overlaps the CPU half (tokenising, batching) of the next groups
+    /// with the device work of the current one, through a bounded queue.
+    fn embed_groups(
+        &self,
+        groups: Vec<Vec<&str>>,
+        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for g in groups {
+            let (v, tokens) = self.embed(&g)?;
+            sink(v, tokens)?;
+        }
+        Ok(())
+    }
+
+    /// `k` IVF coarse centroids for `sample` trained on the embedder's GPU, when it runs on
+    /// one (`None`: FAISS trains them on the CPU).
+    fn ivf_centroids(
+        &self,
+        _sample: &[f32],
+        _dim: usize,
+        _k: usize,
+    ) -> Option<Result<Vec<f32>, String>> {
+        None
+    }
+}
+
+/// Deterministic pseudo-random unit vectors from blake3 of the text: a stand-in [`Embedder`]
+/// for tests and benchmarks that exercise everything but the model (reports 0 tokens).
+pub struct HashEmbedder {
+    pub dim: usize,
+}
+
+impl Embedder for HashEmbedder {
+    fn model_id(&self) -> &str {
+        "hash-embedder"
+    }
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
+        let mut out = Vec::with_capacity(texts.len() * self.dim);
+        for t in texts {
+            let mut xof = blake3::Hasher::new().update(t.as_bytes()).finalize_xof();
+            let mut bytes = vec![0u8; self.dim];
+            xof.fill(&mut bytes);
+            let v: Vec<f32> = bytes.iter().map(|b| *b as f32 - 127.5).collect();
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+            out.extend(v.iter().map(|x| x / n));
+        }
+        Ok((out, 0))
+    }
+}
+
+/// Prepared groups waiting for the device in [`Embedder::embed_groups`].
+const PIPELINE_DEPTH: usize = 2;
+
+impl Embedder for kernels::Encoder {
+    fn model_id(&self) -> &str {
+        kernels::Encoder::model_id(self)
+    }
+    fn dim(&self) -> usize {
+        kernels::Encoder::dim(self)
+    }
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
+        kernels::Encoder::embed(self, texts)
+            .map(|(v, s)| (v, s.tokens))
+            .map_err(|e| e.to_string())
+    }
+    fn embed_groups(
+        &self,
+        groups: Vec<Vec<&str>>,
+        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), String>,
+    ) -> Result<(), String> {
+        struct Failed(String);
+        impl From<kernels::ModelError> for Failed {
+            fn from(e: kernels::ModelError) -> Self {
+                Failed(e.to_string())
+            }
+        }
+        self.embed_pipelined(groups, PIPELINE_DEPTH, |v, stats| {
+            sink(v, stats.tokens).map_err(Failed)
+        })
+        .map_err(|Failed(e)| e)
+    }
+    fn ivf_centroids(
+        &self,
+        sample: &[f32],
+        dim: usize,
+        k: usize,
+    ) -> Option<Result<Vec<f32>, String>> {
+        self.train_ivf_centroids(sample, dim, k)
+            .map(|r| r.map_err(|e| e.to_string()))
+    }
+}

@@ -1,0 +1,154 @@
+//! The vectors of a new segment: reused from the existing index by content hash, the rest
+//! embedded; and the IVF coarse centroids when the encoder can train them on its GPU.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use format::records::ChunkRecord;
+use format::Index;
+
+use super::{BuildOptions, BuildReport, Embedder};
+use crate::progress::Progress;
+use crate::IndexerError;
+
+/// Where each chunk's vector comes from, before embedding.
+struct VectorPlan {
+    /// `chunks.len() × dim`, reused rows filled in.
+    vectors: Vec<f32>,
+    /// Chunks to embed: the first chunk of each distinct new text, in chunk order.
+    todo: Vec<usize>,
+    /// (embedded chunk, chunk with the same text): rows copied after embedding.
+    copies: Vec<(usize, usize)>,
+}
+
+/// Copies the vectors of chunks whose content hash is already in the existing index and
+/// lists the chunks left to embed, each distinct text once.
+fn reuse_vectors(
+    existing: Option<&Index>,
+    chunks: &[ChunkRecord],
+    dim: usize,
+    report: &mut BuildReport,
+) -> VectorPlan {
+    let mut known: HashMap<[u8; 32], (usize, u32)> = HashMap::new();
+    if let Some(ix) = existing {
+        for (si, ls) in ix.segments.iter().enumerate() {
+            for (ci, c) in ls.segment.table().chunks.iter().enumerate() {
+                known.entry(c.content_hash).or_insert((si, ci as u32));
+            }
+        }
+    }
+    let mut vectors = vec![0f32; chunks.len() * dim];
+    let mut todo: Vec<usize> = Vec::new();
+    let mut first_of: HashMap<[u8; 32], usize> = HashMap::new();
+    let mut copies: Vec<(usize, usize)> = Vec::new();
+    for (i, c) in chunks.iter().enumerate() {
+        if let Some((si, ci)) = known.get(&c.content_hash) {
+            let ix = existing.expect("known implies existing");
+            if let Some(v) = ix.segments[*si].segment.vector(*ci) {
+                vectors[i * dim..(i + 1) * dim].copy_from_slice(v);
+                report.chunks_reused += 1;
+                continue;
+            }
+        }
+        match first_of.get(&c.content_hash) {
+            Some(&j) => copies.push((j, i)),
+            None => {
+                first_of.insert(c.content_hash, i);
+                todo.push(i);
+            }
+        }
+    }
+    VectorPlan {
+        vectors,
+        todo,
+        copies,
+    }
+}
+
+/// The vectors of the new segment (`chunks.len() × dim`): reused by content hash
+/// ([`reuse_vectors`]), the rest embedded in groups of `opts.embed_group` texts.
+pub(super) fn embed_vectors(
+    opts: &BuildOptions,
+    embedder: &dyn Embedder,
+    existing: Option<&Index>,
+    chunks: &[ChunkRecord],
+    texts: &[String],
+    report: &mut BuildReport,
+    progress: &Progress,
+) -> Result<Vec<f32>, IndexerError> {
+    let t = Instant::now();
+    let dim = embedder.dim();
+    let VectorPlan {
+        mut vectors,
+        todo,
+        copies,
+    } = reuse_vectors(existing, chunks, dim, report);
+    // Longest-first order keeps length buckets full across groups.
+    let bar = progress.bar(todo.len() as u64, "embed");
+    let index_groups: Vec<&[usize]> = todo.chunks(opts.embed_group.max(1)).collect();
+    let text_groups: Vec<Vec<&str>> = index_groups
+        .iter()
+        .map(|g| g.iter().map(|&i| texts[i].as_str()).collect())
+        .collect();
+    let mut next = 0usize;
+    embedder
+        .embed_groups(text_groups, &mut |v, tokens| {
+            let group = index_groups
+                .get(next)
+                .ok_or("encoder returned more groups than it was given")?;
+            next += 1;
+            report.tokens_embedded += tokens;
+            if v.len() != group.len() * dim {
+                return Err(format!(
+                    "encoder returned {} floats for {} texts",
+                    v.len(),
+                    group.len()
+                ));
+            }
+            for (k, &i) in group.iter().enumerate() {
+                vectors[i * dim..(i + 1) * dim].copy_from_slice(&v[k * dim..(k + 1) * dim]);
+            }
+            bar.inc(group.len() as u64);
+            progress.tick_line(&format!("embed: {}/{} chunks", bar.position(), todo.len()));
+            Ok(())
+        })
+        .map_err(IndexerError::Embed)?;
+    if next != index_groups.len() {
+        return Err(IndexerError::Embed(format!(
+            "encoder returned {next} of {} groups",
+            index_groups.len()
+        )));
+    }
+    bar.finish_and_clear();
+    for (j, i) in copies {
+        let (a, b) = (j * dim, i * dim);
+        vectors.copy_within(a..a + dim, b);
+    }
+    report.chunks_embedded = todo.len();
+    report.chunks_reused = chunks.len() - todo.len();
+    report.timings.push(("embed", t.elapsed()));
+    Ok(vectors)
+}
+
+/// IVF coarse centroids for a segment of `n` chunks large enough to get an IVF
+/// index, trained on the encoder's GPU outside the directory lock. `None` when the segment is
+/// small or the encoder has no GPU (FAISS then trains them on the CPU, inside `write`).
+pub(super) fn gpu_ivf_centroids(
+    embedder: &dyn Embedder,
+    vectors: &[f32],
+    n: usize,
+    report: &mut BuildReport,
+) -> Result<Option<Vec<f32>>, IndexerError> {
+    if n >= format::vectors::IVF_THRESHOLD {
+        let t = Instant::now();
+        let dim = embedder.dim();
+        let sample = format::vectors::ivf_training_sample(vectors, dim);
+        let k = format::vectors::nlist_for(n);
+        if let Some(r) = embedder.ivf_centroids(&sample, dim, k) {
+            let centroids = r.map_err(IndexerError::Embed)?;
+            report.timings.push(("ivf-centroids-gpu", t.elapsed()));
+            return Ok(Some(centroids));
+        }
+    }
+    Ok(None)
+}

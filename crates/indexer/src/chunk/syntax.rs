@@ -1,0 +1,72 @@
+//! Small helpers shared by the language [`Spec`](super::Spec)s and the builder: node text,
+//! named children, and normalised qualifiers and type names.
+
+use tree_sitter::Node;
+
+use super::lines::floor_boundary;
+
+pub(crate) fn node_text<'a>(node: Node, src: &'a str) -> &'a str {
+    src.get(node.byte_range()).unwrap_or("")
+}
+
+pub(crate) fn field_text<'a>(node: Node, field: &str, src: &'a str) -> Option<&'a str> {
+    node.child_by_field_name(field).map(|n| node_text(n, src))
+}
+
+/// Text with all whitespace removed, cut to a sane length (for qualifiers and type names).
+pub(crate) fn compact(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut pending_space = false;
+    for c in s.chars() {
+        if c.is_whitespace() {
+            pending_space = true;
+            continue;
+        }
+        if pending_space {
+            let word = |ch: char| ch.is_alphanumeric() || ch == '_' || ch == '$';
+            if out.chars().next_back().is_some_and(word) && word(c) {
+                out.push(' ');
+            }
+            pending_space = false;
+        }
+        out.push(c);
+    }
+    if out.len() > 120 {
+        let cut = floor_boundary(&out, 120);
+        out.truncate(cut);
+    }
+    out
+}
+
+/// `Foo<T>` → `Foo`, `a::b::Foo<T>` → `Foo`, `*Foo` → `Foo`, `&'a mut Foo` → `Foo`.
+pub(crate) fn base_type_name(s: &str) -> String {
+    let mut depth = 0i32;
+    let mut out = String::new();
+    for c in s.chars() {
+        match c {
+            '<' | '[' | '(' => depth += 1,
+            '>' | ']' | ')' => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    let out = out.replace("::", ".");
+    let last = out.rsplit('.').next().unwrap_or("");
+    let last = last
+        .trim_start_matches(['&', '*'])
+        .trim_start_matches("'static")
+        .trim();
+    let last = last
+        .strip_prefix("mut ")
+        .or_else(|| last.strip_prefix("dyn "))
+        .unwrap_or(last)
+        .trim();
+    let last = last.rsplit(' ').next().unwrap_or(last);
+    last.trim_matches(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$' || c == '~'))
+        .to_string()
+}
+
+pub(crate) fn named_kids(node: Node) -> Vec<Node> {
+    let mut c = node.walk();
+    node.named_children(&mut c).collect()
+}

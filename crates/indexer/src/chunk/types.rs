@@ -1,0 +1,354 @@
+//! The public data of chunking: [`Language`], [`ChunkKind`], what [`extract`](super::extract)
+//! returns ([`FileExtract`] with its [`Chunk`]s, [`Import`]s and [`Call`]s) and [`ChunkOptions`].
+
+use std::path::Path;
+
+/// A language the indexer recognises. Code languages are parsed with tree-sitter; the rest are
+/// cut into line windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Language {
+    Rust,
+    Python,
+    TypeScript,
+    Tsx,
+    JavaScript,
+    Go,
+    Java,
+    C,
+    Cpp,
+    Markdown,
+    Toml,
+    Yaml,
+    Json,
+    Shell,
+    /// Any other text file.
+    Text,
+}
+
+/// What a chunk is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ChunkKind {
+    Function,
+    Method,
+    Class,
+    Struct,
+    Enum,
+    Trait,
+    Interface,
+    Impl,
+    Module,
+    /// A later piece of a long function/method body split at statement boundaries; its text starts
+    /// with the signature of the symbol it belongs to, as context.
+    BodyPart,
+    /// Top-level code that belongs to no symbol (imports, constants, statements), as windows.
+    TopLevel,
+    /// A line window of a non-code file.
+    Window,
+}
+
+/// One chunk of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub kind: ChunkKind,
+    /// Simple name of the symbol (`parse`), empty for TopLevel/Window.
+    pub name: String,
+    /// Qualified name inside the file (`Parser#parse`, `mod_a/Parser#parse`), empty if none.
+    pub qualified: String,
+    /// SCIP-like symbol id `<lang> <repo> <path>/<Qualified#name>().`; empty for chunks that are not symbols.
+    pub symbol_id: String,
+    /// 1-based inclusive line range in the file.
+    pub start_line: u32,
+    pub end_line: u32,
+    /// Byte range in the file, end exclusive.
+    pub start_byte: u32,
+    pub end_byte: u32,
+    /// Text to store and embed. For BodyPart: signature line(s) + "\n    ...\n" + the part.
+    pub text: String,
+    /// Index (into `FileExtract::chunks`) of the enclosing symbol chunk (type → method, module → item).
+    pub parent: Option<usize>,
+}
+
+/// An import statement of a file, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Import {
+    /// The module/path imported, as written (`crate::graph`, `./util`, `os.path`, `fmt`, `"util.h"`).
+    pub module: String,
+    /// Names brought into scope by it (`HashMap`, `join`); empty when the whole module is imported.
+    pub names: Vec<String>,
+    pub line: u32,
+}
+
+/// A call site inside a chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// Index of the innermost symbol chunk containing the call.
+    pub from: usize,
+    /// The called name (`parse` for `self.parser.parse(x)` or `Parser::parse(x)`).
+    pub callee: String,
+    /// Qualifier as written, if any (`Parser`, `self.parser`, `os.path`).
+    pub qualifier: Option<String>,
+    pub line: u32,
+}
+
+/// Everything extracted from one file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileExtract {
+    pub chunks: Vec<Chunk>,
+    pub imports: Vec<Import>,
+    pub calls: Vec<Call>,
+    /// True when tree-sitter reported syntax errors (chunks are still produced, best effort).
+    pub had_parse_errors: bool,
+}
+
+impl Language {
+    /// Every language, in a fixed order.
+    pub const ALL: [Language; 15] = [
+        Language::Rust,
+        Language::Python,
+        Language::TypeScript,
+        Language::Tsx,
+        Language::JavaScript,
+        Language::Go,
+        Language::Java,
+        Language::C,
+        Language::Cpp,
+        Language::Markdown,
+        Language::Toml,
+        Language::Yaml,
+        Language::Json,
+        Language::Shell,
+        Language::Text,
+    ];
+
+    /// Detects the language of a file from its extension or file name. `None` for unknown
+    /// extensions (the caller may still index such a file as [`Language::Text`] after a binary
+    /// check).
+    pub fn from_path(path: &Path) -> Option<Language> {
+        let file_name = path.file_name()?.to_str()?;
+        let lower = file_name.to_ascii_lowercase();
+        match lower.as_str() {
+            "makefile" | "gnumakefile" | "dockerfile" | "containerfile" | "jenkinsfile"
+            | "vagrantfile" | "gemfile" | "rakefile" | "procfile" | "license" | "licence"
+            | "copying" | "notice" | "authors" | "contributors" | "readme" | "changelog"
+            | "changes" | "contributing" | "codeowners" | "todo" | "install" | "news"
+            | ".gitignore" | ".gitattributes" | ".dockerignore" | ".editorconfig"
+            | ".npmignore" | ".prettierrc" | ".eslintrc" | "cmakelists.txt" | "build"
+            | "workspace" | "go.mod" | "go.work" => return Some(Language::Text),
+            ".bashrc" | ".zshrc" | ".profile" | ".bash_profile" => return Some(Language::Shell),
+            _ => {}
+        }
+        if lower.starts_with("dockerfile.") || lower.ends_with(".dockerfile") {
+            return Some(Language::Text);
+        }
+        let ext = match lower.rfind('.') {
+            Some(i) if i > 0 || !lower.contains('.') => &lower[i + 1..],
+            _ => {
+                // `README`, `LICENSE-MIT`, `.env`-like names without a real extension.
+                if lower.starts_with("license")
+                    || lower.starts_with("readme")
+                    || lower.starts_with("changelog")
+                    || lower.starts_with(".env")
+                {
+                    return Some(Language::Text);
+                }
+                return None;
+            }
+        };
+        Some(match ext {
+            "rs" => Language::Rust,
+            "py" | "pyi" | "pyw" => Language::Python,
+            "ts" | "mts" | "cts" => Language::TypeScript,
+            "tsx" => Language::Tsx,
+            "js" | "mjs" | "cjs" | "jsx" => Language::JavaScript,
+            "go" => Language::Go,
+            "java" => Language::Java,
+            "c" | "h" => Language::C,
+            "cc" | "cpp" | "cxx" | "c++" | "hpp" | "hh" | "hxx" | "h++" | "ipp" | "tpp" | "inl" => {
+                Language::Cpp
+            }
+            "md" | "markdown" | "mdx" | "mkd" => Language::Markdown,
+            "toml" => Language::Toml,
+            "yaml" | "yml" => Language::Yaml,
+            "json" | "jsonc" | "json5" => Language::Json,
+            "sh" | "bash" | "zsh" | "ksh" => Language::Shell,
+            "txt" | "text" | "rst" | "adoc" | "asciidoc" | "org" | "tex" | "cfg" | "ini"
+            | "conf" | "config" | "properties" | "env" | "sql" | "html" | "htm" | "xhtml"
+            | "css" | "scss" | "sass" | "less" | "xml" | "xsd" | "xsl" | "svg" | "gradle"
+            | "cmake" | "mk" | "mak" | "proto" | "thrift" | "graphql" | "gql" | "tf" | "hcl"
+            | "nix" | "bzl" | "bazel" | "star" | "rb" | "php" | "swift" | "kt" | "kts"
+            | "scala" | "sc" | "cs" | "fs" | "fsx" | "lua" | "pl" | "pm" | "r" | "dart" | "ex"
+            | "exs" | "erl" | "hrl" | "hs" | "ml" | "mli" | "clj" | "cljs" | "vue" | "svelte"
+            | "zig" | "nim" | "jl" | "groovy" | "ps1" | "psm1" | "bat" | "cmd" | "vim" | "el"
+            | "lisp" | "scm" | "rkt" | "v" | "sv" | "vhd" | "vhdl" | "m" | "mm" | "f90" | "cu"
+            | "cuh" | "cl" | "glsl" | "hlsl" | "wgsl" | "metal" | "asm" | "s" | "cabal" | "sbt"
+            | "pom" | "csproj" | "sln" | "editorconfig" | "gitignore" | "dockerignore" | "in"
+            | "am" | "ac" | "patch" | "diff" | "log" | "csv" | "tsv" => Language::Text,
+            _ => return None,
+        })
+    }
+
+    /// Stable lower-case name (`rust`, `python`, `typescript`, `tsx`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Language::Rust => "rust",
+            Language::Python => "python",
+            Language::TypeScript => "typescript",
+            Language::Tsx => "tsx",
+            Language::JavaScript => "javascript",
+            Language::Go => "go",
+            Language::Java => "java",
+            Language::C => "c",
+            Language::Cpp => "cpp",
+            Language::Markdown => "markdown",
+            Language::Toml => "toml",
+            Language::Yaml => "yaml",
+            Language::Json => "json",
+            Language::Shell => "shell",
+            Language::Text => "text",
+        }
+    }
+
+    /// Inverse of [`Language::name`]; also accepts a few common aliases (`rs`, `py`, `ts`,
+    /// `js`, `c++`, `md`, `sh`, …). Case-insensitive.
+    pub fn from_name(s: &str) -> Option<Language> {
+        let lower = s.trim().to_ascii_lowercase();
+        if let Some(l) = Language::ALL.iter().find(|l| l.name() == lower) {
+            return Some(*l);
+        }
+        Some(match lower.as_str() {
+            "rs" => Language::Rust,
+            "py" => Language::Python,
+            "ts" => Language::TypeScript,
+            "js" | "jsx" => Language::JavaScript,
+            "golang" => Language::Go,
+            "c++" | "cxx" | "cc" => Language::Cpp,
+            "md" => Language::Markdown,
+            "yml" => Language::Yaml,
+            "sh" | "bash" => Language::Shell,
+            "txt" => Language::Text,
+            _ => return None,
+        })
+    }
+
+    /// True for languages parsed with tree-sitter into symbols.
+    pub fn is_code(&self) -> bool {
+        matches!(
+            self,
+            Language::Rust
+                | Language::Python
+                | Language::TypeScript
+                | Language::Tsx
+                | Language::JavaScript
+                | Language::Go
+                | Language::Java
+                | Language::C
+                | Language::Cpp
+        )
+    }
+}
+
+impl ChunkKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [ChunkKind; 12] = [
+        ChunkKind::Function,
+        ChunkKind::Method,
+        ChunkKind::Class,
+        ChunkKind::Struct,
+        ChunkKind::Enum,
+        ChunkKind::Trait,
+        ChunkKind::Interface,
+        ChunkKind::Impl,
+        ChunkKind::Module,
+        ChunkKind::BodyPart,
+        ChunkKind::TopLevel,
+        ChunkKind::Window,
+    ];
+
+    /// Stable snake_case name (`function`, `body_part`, `top_level`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ChunkKind::Function => "function",
+            ChunkKind::Method => "method",
+            ChunkKind::Class => "class",
+            ChunkKind::Struct => "struct",
+            ChunkKind::Enum => "enum",
+            ChunkKind::Trait => "trait",
+            ChunkKind::Interface => "interface",
+            ChunkKind::Impl => "impl",
+            ChunkKind::Module => "module",
+            ChunkKind::BodyPart => "body_part",
+            ChunkKind::TopLevel => "top_level",
+            ChunkKind::Window => "window",
+        }
+    }
+
+    /// Inverse of [`ChunkKind::name`].
+    pub fn from_name(s: &str) -> Option<ChunkKind> {
+        ChunkKind::ALL.iter().copied().find(|k| k.name() == s)
+    }
+
+    /// Functions and methods.
+    pub fn is_callable(&self) -> bool {
+        matches!(self, ChunkKind::Function | ChunkKind::Method)
+    }
+
+    /// Classes, structs, enums, traits, interfaces and impls (things that own methods).
+    pub fn is_type(&self) -> bool {
+        matches!(
+            self,
+            ChunkKind::Class
+                | ChunkKind::Struct
+                | ChunkKind::Enum
+                | ChunkKind::Trait
+                | ChunkKind::Interface
+                | ChunkKind::Impl
+        )
+    }
+
+    /// Kinds that are symbols (carry a symbol id): everything but body parts, top-level
+    /// windows and plain windows.
+    pub fn is_symbol(&self) -> bool {
+        !matches!(
+            self,
+            ChunkKind::BodyPart | ChunkKind::TopLevel | ChunkKind::Window
+        )
+    }
+}
+
+/// Size limits for chunks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkOptions {
+    /// A symbol longer than this many lines is split (functions) or reduced to its header and
+    /// fields (types).
+    pub max_chunk_lines: u32,
+    /// Same, in bytes.
+    pub max_chunk_bytes: usize,
+    /// Lines per window for non-code files and top-level leftovers.
+    pub window_lines: u32,
+    /// Overlap between consecutive windows of non-code files.
+    pub window_overlap: u32,
+}
+
+impl Default for ChunkOptions {
+    fn default() -> Self {
+        ChunkOptions {
+            max_chunk_lines: 80,
+            max_chunk_bytes: 3000,
+            window_lines: 40,
+            window_overlap: 5,
+        }
+    }
+}
+
+impl ChunkOptions {
+    pub(super) fn sane(&self) -> ChunkOptions {
+        let max_chunk_lines = self.max_chunk_lines.max(4);
+        let window_lines = self.window_lines.max(2);
+        ChunkOptions {
+            max_chunk_lines,
+            max_chunk_bytes: self.max_chunk_bytes.max(128),
+            window_lines,
+            window_overlap: self.window_overlap.min(window_lines / 2),
+        }
+    }
+}

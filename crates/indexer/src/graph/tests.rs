@@ -1,0 +1,263 @@
+use super::*;
+use crate::chunk::{extract, ChunkKind, ChunkOptions, FileExtract, Language};
+
+fn build(files: &[(&str, &str)]) -> (Vec<String>, Vec<FileExtract>, Vec<Language>) {
+    let mut paths = Vec::new();
+    let mut fxs = Vec::new();
+    let mut langs = Vec::new();
+    for (p, src) in files {
+        let lang = Language::from_path(std::path::Path::new(p)).expect("lang");
+        fxs.push(extract(lang, "r", p, src, &ChunkOptions::default()));
+        paths.push(p.to_string());
+        langs.push(lang);
+    }
+    (paths, fxs, langs)
+}
+
+fn edges(files: &[(&str, &str)]) -> (Vec<ResolvedEdge>, Vec<String>, Vec<FileExtract>) {
+    let (paths, fxs, langs) = build(files);
+    let facts: Vec<FileFacts> = paths
+        .iter()
+        .zip(&fxs)
+        .zip(&langs)
+        .map(|((p, e), l)| FileFacts {
+            path: p,
+            language: *l,
+            extract: e,
+        })
+        .collect();
+    let e = resolve(&facts);
+    (e, paths, fxs)
+}
+
+fn chunk_of(fxs: &[FileExtract], file: usize, qualified: &str) -> NodeRef {
+    let chunk = fxs[file]
+        .chunks
+        .iter()
+        .position(|c| c.qualified == qualified && !c.symbol_id.is_empty())
+        .unwrap_or_else(|| panic!("no {qualified} in file {file}"));
+    NodeRef::Chunk { file, chunk }
+}
+
+fn call_edge(es: &[ResolvedEdge], src: NodeRef, dst: NodeRef) -> Option<bool> {
+    es.iter()
+        .find(|e| e.kind == EdgeKind::Calls && e.src == src && e.dst == dst)
+        .map(|e| e.resolved)
+}
+
+fn imports(es: &[ResolvedEdge], from: usize) -> Vec<usize> {
+    es.iter()
+        .filter(|e| e.kind == EdgeKind::Imports && e.src == NodeRef::File(from))
+        .map(|e| match e.dst {
+            NodeRef::File(f) => f,
+            _ => unreachable!(),
+        })
+        .collect()
+}
+
+#[test]
+fn contains_edges() {
+    let (es, _, fxs) = edges(&[(
+        "src/a.rs",
+        "struct A;\nimpl A {\n    fn f(&self) {}\n}\nfn g() {}\n",
+    )]);
+    let impl_ref = NodeRef::Chunk {
+        file: 0,
+        chunk: fxs[0]
+            .chunks
+            .iter()
+            .position(|c| c.kind == ChunkKind::Impl)
+            .unwrap(),
+    };
+    let contains: Vec<(NodeRef, NodeRef)> = es
+        .iter()
+        .filter(|e| e.kind == EdgeKind::Contains)
+        .map(|e| (e.src, e.dst))
+        .collect();
+    assert!(contains.contains(&(NodeRef::File(0), chunk_of(&fxs, 0, "A"))));
+    assert!(contains.contains(&(NodeRef::File(0), chunk_of(&fxs, 0, "g"))));
+    assert!(contains.contains(&(NodeRef::File(0), impl_ref)));
+    assert!(contains.contains(&(impl_ref, chunk_of(&fxs, 0, "A#f"))));
+    assert_eq!(contains.len(), 4);
+    assert!(es.iter().all(|e| e.resolved));
+}
+
+#[test]
+fn same_file_call_resolved_and_self_prefers_own_type() {
+    let src = "class A:\n    def run(self):\n        self.go()\n        helper()\n    def go(self):\n        pass\n\nclass B:\n    def go(self):\n        pass\n\ndef helper():\n    return A()\n";
+    let (es, _, fxs) = edges(&[("m.py", src)]);
+    let run = chunk_of(&fxs, 0, "A#run");
+    assert_eq!(call_edge(&es, run, chunk_of(&fxs, 0, "A#go")), Some(true));
+    assert_eq!(call_edge(&es, run, chunk_of(&fxs, 0, "B#go")), None);
+    assert_eq!(call_edge(&es, run, chunk_of(&fxs, 0, "helper")), Some(true));
+    assert_eq!(
+        call_edge(&es, chunk_of(&fxs, 0, "helper"), chunk_of(&fxs, 0, "A")),
+        Some(true)
+    );
+}
+
+#[test]
+fn cross_file_call_via_import_resolved() {
+    let (es, _, fxs) = edges(&[
+        (
+            "pkg/main.py",
+            "from .util import parse\n\ndef main():\n    parse('x')\n",
+        ),
+        ("pkg/util.py", "def parse(s):\n    return s\n"),
+        ("other/util2.py", "def parse(s):\n    return 2\n"),
+    ]);
+    assert_eq!(imports(&es, 0), vec![1]);
+    assert_eq!(
+        call_edge(&es, chunk_of(&fxs, 0, "main"), chunk_of(&fxs, 1, "parse")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, chunk_of(&fxs, 0, "main"), chunk_of(&fxs, 2, "parse")),
+        None
+    );
+}
+
+#[test]
+fn global_unique_inferred_and_ambiguous_dropped() {
+    let (es, _, fxs) = edges(&[
+        (
+            "a/x.go",
+            "package a\nfunc Run() {\n\tUnique()\n\tTwice()\n\tNear()\n}\n",
+        ),
+        (
+            "b/y.go",
+            "package b\nfunc Unique() {}\nfunc Twice() {}\nfunc Near() {}\n",
+        ),
+        ("c/z.go", "package c\nfunc Twice() {}\nfunc Near() {}\n"),
+        ("a/w.go", "package a\nfunc Near() {}\n"),
+    ]);
+    let run = chunk_of(&fxs, 0, "Run");
+    assert_eq!(
+        call_edge(&es, run, chunk_of(&fxs, 1, "Unique")),
+        Some(false)
+    );
+    assert!(!es
+        .iter()
+        .any(|e| e.kind == EdgeKind::Calls && e.src == run && e.dst == chunk_of(&fxs, 1, "Twice")));
+    assert!(!es
+        .iter()
+        .any(|e| e.kind == EdgeKind::Calls && e.src == run && e.dst == chunk_of(&fxs, 2, "Twice")));
+    // Several candidates, one in the caller's directory.
+    assert_eq!(call_edge(&es, run, chunk_of(&fxs, 3, "Near")), Some(false));
+    let calls = es.iter().filter(|e| e.kind == EdgeKind::Calls).count();
+    assert_eq!(calls, 2);
+}
+
+#[test]
+fn python_import_edges() {
+    let (es, _, _) = edges(&[
+        ("app/main.py", "import app.models\nfrom app.services import billing\nfrom . import views\nfrom .helpers.text import slug\nimport os\n"),
+        ("app/models.py", "class M: pass\n"),
+        ("app/services/__init__.py", "\n"),
+        ("app/services/billing.py", "def pay(): pass\n"),
+        ("app/views.py", "def v(): pass\n"),
+        ("app/helpers/text.py", "def slug(): pass\n"),
+        ("app/__init__.py", "\n"),
+    ]);
+    assert_eq!(imports(&es, 0), vec![1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn js_import_edges() {
+    let (es, _, fxs) = edges(&[
+        ("web/src/app.ts", "import { helper } from './util';\nimport Comp from '../components/Comp';\nimport x from './esm.js';\nimport lodash from 'lodash';\nconst c = require('./cfg');\nexport function main() { helper(); }\n"),
+        ("web/src/util.ts", "export function helper() {}\n"),
+        ("web/components/Comp/index.tsx", "export default function Comp() { return null; }\n"),
+        ("web/src/esm.ts", "export const x = 1;\n"),
+        ("web/src/cfg.js", "module.exports = {};\n"),
+    ]);
+    assert_eq!(imports(&es, 0), vec![1, 2, 3, 4]);
+    assert_eq!(
+        call_edge(&es, chunk_of(&fxs, 0, "main"), chunk_of(&fxs, 1, "helper")),
+        Some(true)
+    );
+}
+
+#[test]
+fn rust_import_edges() {
+    let (es, _, fxs) = edges(&[
+        (
+            "crates/core/src/lib.rs",
+            "pub mod graph;\nmod chunk;\nuse crate::graph::resolve;\npub fn top() { resolve(); }\n",
+        ),
+        (
+            "crates/core/src/graph.rs",
+            "use super::chunk::Chunk;\nuse self::inner::X;\nmod inner;\npub fn resolve() {}\n",
+        ),
+        ("crates/core/src/chunk/mod.rs", "pub struct Chunk;\n"),
+        ("crates/core/src/graph/inner.rs", "pub struct X;\n"),
+        (
+            "crates/app/src/main.rs",
+            "use core::graph::resolve;\nfn main() { resolve(); }\n",
+        ),
+    ]);
+    assert_eq!(imports(&es, 0), vec![1, 2]);
+    assert_eq!(imports(&es, 1), vec![2, 3]);
+    assert_eq!(imports(&es, 4), vec![1]);
+    assert_eq!(
+        call_edge(&es, chunk_of(&fxs, 4, "main"), chunk_of(&fxs, 1, "resolve")),
+        Some(true)
+    );
+}
+
+#[test]
+fn c_go_java_import_edges() {
+    let (es, _, _) = edges(&[
+        ("src/main.c", "#include \"util.h\"\n#include \"net/sock.h\"\n#include <stdio.h>\nint main() { return 0; }\n"),
+        ("src/util.h", "int util(void);\n"),
+        ("include/net/sock.h", "int sock(void);\n"),
+        ("cmd/app/main.go", "package main\nimport (\n\t\"example.com/proj/pkg/store\"\n\t\"fmt\"\n)\nfunc main() {}\n"),
+        ("pkg/store/store.go", "package store\nfunc Get() {}\n"),
+        ("pkg/store/store_test.go", "package store\n"),
+        ("src/main/java/com/acme/App.java", "package com.acme;\nimport com.acme.util.Strings;\nimport com.acme.model.*;\nclass App {}\n"),
+        ("src/main/java/com/acme/util/Strings.java", "package com.acme.util;\nclass Strings {}\n"),
+        ("src/main/java/com/acme/model/User.java", "package com.acme.model;\nclass User {}\n"),
+    ]);
+    assert_eq!(imports(&es, 0), vec![1, 2]);
+    assert_eq!(imports(&es, 3), vec![4]);
+    assert_eq!(imports(&es, 6), vec![7, 8]);
+}
+
+#[test]
+fn qualified_calls_and_methods() {
+    let (es, _, fxs) = edges(&[
+        ("src/a.rs", "use crate::b::Parser;\nfn run() {\n    let p = Parser::new();\n    p.parse();\n    len();\n}\n"),
+        ("src/b.rs", "pub struct Parser;\nimpl Parser {\n    pub fn new() -> Self { Parser }\n    pub fn parse(&self) {}\n}\npub struct Other;\nimpl Other {\n    pub fn new() -> Self { Other }\n}\n"),
+        ("src/c.rs", "pub struct T;\nimpl T { pub fn len(&self) -> usize { 0 } }\n"),
+    ]);
+    let run = chunk_of(&fxs, 0, "run");
+    assert_eq!(
+        call_edge(&es, run, chunk_of(&fxs, 1, "Parser#new")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, run, chunk_of(&fxs, 1, "Parser#parse")),
+        Some(true)
+    );
+    // An unqualified call never resolves to a method of another file.
+    assert!(!es
+        .iter()
+        .any(|e| e.kind == EdgeKind::Calls && e.dst == chunk_of(&fxs, 2, "T#len")));
+}
+
+#[test]
+fn output_is_sorted_and_deterministic() {
+    let files = [
+        ("a.py", "from b import f\ndef g():\n    f()\n    g()\n"),
+        ("b.py", "def f():\n    pass\n"),
+    ];
+    let (e1, _, _) = edges(&files);
+    let (e2, _, _) = edges(&files);
+    assert_eq!(e1, e2);
+    let mut sorted = e1.clone();
+    sorted.sort();
+    assert_eq!(e1, sorted);
+    assert!(e1
+        .iter()
+        .any(|e| e.kind == EdgeKind::Calls && e.src == e.dst));
+}
