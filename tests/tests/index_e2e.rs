@@ -18,7 +18,7 @@ use format::Index;
 use indexer::build::{build, BuildOptions, BuildReport};
 use indexer::progress::Progress;
 use indexer::IndexerError;
-use queryd::{Mode, SearchOptions};
+use code::{Mode, SearchOptions};
 use tempfile::TempDir;
 
 /// Repository name of every fixture copy (the directory name), part of each symbol id.
@@ -752,7 +752,7 @@ fn reopened_index_answers_bm25_vector_and_hybrid_queries() {
 
     // Hybrid through queryd.
     let o = SearchOptions::default();
-    let (hits, _) = queryd::search(&ix, "edit distance between two strings", Some(&q), &o).unwrap();
+    let (hits, _) = code::search(&ix, "edit distance between two strings", Some(&q), &o).unwrap();
     let top3: Vec<&str> = hits.iter().take(3).map(|h| h.symbol_id.as_str()).collect();
     assert!(top3.contains(&lev_id.as_str()), "hybrid top 3: {top3:?}");
     let lh = hits.iter().find(|h| h.symbol_id == lev_id).unwrap();
@@ -763,7 +763,7 @@ fn reopened_index_answers_bm25_vector_and_hybrid_queries() {
     assert!(lh.vector_rank.is_some());
 
     let qv = embed_one("fetchPendingTodos");
-    let (hits, _) = queryd::search(&ix, "fetchPendingTodos", Some(&qv), &o).unwrap();
+    let (hits, _) = code::search(&ix, "fetchPendingTodos", Some(&qv), &o).unwrap();
     assert_eq!(
         hits.first().map(|h| h.symbol_id.as_str()),
         Some(sym("typescript", "web/api.ts", "fetchPendingTodos", "().").as_str()),
@@ -777,7 +777,7 @@ fn reopened_index_answers_bm25_vector_and_hybrid_queries() {
         kind: Some("method".into()),
         ..SearchOptions::default()
     };
-    let (hits, _) = queryd::search(&ix, "area of a circle", Some(&q_area), &o).unwrap();
+    let (hits, _) = code::search(&ix, "area of a circle", Some(&q_area), &o).unwrap();
     assert!(!hits.is_empty());
     assert!(hits
         .iter()
@@ -789,7 +789,7 @@ fn reopened_index_answers_bm25_vector_and_hybrid_queries() {
         mode: Mode::Lexical,
         ..SearchOptions::default()
     };
-    let (hits, _) = queryd::search(&ix, "ServeHTTP", None, &o).unwrap();
+    let (hits, _) = code::search(&ix, "ServeHTTP", None, &o).unwrap();
     assert_eq!(
         hits.first().map(|h| h.symbol_id.as_str()),
         Some(sym("go", "server/server.go", "Server#ServeHTTP", "().").as_str())
@@ -913,19 +913,19 @@ fn incremental_rebuilds_touch_only_what_changed() {
         mode: Mode::Lexical,
         ..SearchOptions::default()
     };
-    let (hits, _) = queryd::search(&ix, "penalty", None, &lex).unwrap();
+    let (hits, _) = code::search(&ix, "penalty", None, &lex).unwrap();
     assert_eq!(
         hits.first().map(|h| h.symbol_id.as_str()),
         Some(sym("rust", "src/lib.rs", "levenshtein_distance", "().").as_str())
     );
     assert!(hits[0].text.contains("penalty"));
-    let (hits, _) = queryd::search(&ix, "cost", None, &lex).unwrap();
+    let (hits, _) = code::search(&ix, "cost", None, &lex).unwrap();
     assert!(
         hits.iter().all(|h| !h.text.contains("cost")),
         "old text still found: {hits:?}"
     );
     let q = embed_one("edit distance between two strings");
-    let (hits, _) = queryd::search(
+    let (hits, _) = code::search(
         &ix,
         "edit distance between two strings",
         Some(&q),
@@ -962,7 +962,7 @@ fn incremental_rebuilds_touch_only_what_changed() {
     let ix = open(&out);
     assert_eq!(ix.live_chunks(), r.live_chunks);
     assert!(chunks_of_file(&ix, "web/util.js").is_empty());
-    let (hits, _) = queryd::search(&ix, "debounce", None, &lex).unwrap();
+    let (hits, _) = code::search(&ix, "debounce", None, &lex).unwrap();
     assert!(hits.iter().all(|h| h.path != "web/util.js"), "{hits:?}");
     assert!(indexer::inspect::verify(&out).is_empty());
 }
@@ -979,7 +979,7 @@ fn empty_repository_builds_an_empty_index() {
     let ix = open(&out);
     assert_eq!(ix.live_chunks(), 0);
     let q = embed_one("edit distance between two strings");
-    let (hits, _) = queryd::search(
+    let (hits, _) = code::search(
         &ix,
         "edit distance between two strings",
         Some(&q),

@@ -25,7 +25,7 @@ use format::manifest::{IndexManifest, SegmentEntry};
 use format::records::{ChunkRecord, FileRecord, NO_PARENT};
 use format::vectors::{exact_search, set_faiss_threads, DEFAULT_NPROBE};
 use format::{Index, SegmentBuilder};
-use queryd::search::{search, Mode, SearchOptions};
+use code::search::{search, Mode, SearchOptions};
 
 const DIM: usize = 384;
 const MODEL: &str = "synthetic-384";
@@ -460,8 +460,8 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
         rss_ivf as f64 / 1024.0
     );
 
-    // Latency per mode, queryd::search, limit 10, one thread.
-    println!("\n| mode (queryd::search, limit 10, 1 thread) | p50 ms | p99 ms | mean ms |\n|---|---:|---:|---:|");
+    // Latency per mode, code::search, limit 10, one thread.
+    println!("\n| mode (code::search, limit 10, 1 thread) | p50 ms | p99 ms | mean ms |\n|---|---:|---:|---:|");
     for (name, mode) in [
         ("vector only (query vector given)", Mode::Vector),
         ("BM25 only", Mode::Lexical),
@@ -551,7 +551,7 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
         .collect();
     let exact_ms = t.elapsed().as_secs_f64() * 1e3 / nr as f64;
     println!(
-        "\n| nprobe | recall@10 vs exact ({nr} queries) | vector-only queryd::search p50 ms | p99 ms |\n|---:|---:|---:|---:|"
+        "\n| nprobe | recall@10 vs exact ({nr} queries) | vector-only code::search p50 ms | p99 ms |\n|---:|---:|---:|---:|"
     );
     let mut probes = args.nprobes.clone();
     if !probes.contains(&DEFAULT_NPROBE) {

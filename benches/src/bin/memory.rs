@@ -1,4 +1,4 @@
-//! Memory write and search benchmarks against the real engine (`queryd::Engine`, real model,
+//! Memory write and search benchmarks against the real engine (`engine::Engine`, real model,
 //! real WAL with fsync on this machine's disk).
 //!
 //! 1. Write acknowledgement latency: `add_memories` with one memory per call, CPU embedding
@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use format::memory::MemoryRecord;
-use queryd::memory::search::{Boosts, MemFilter};
-use queryd::memory::tools::{AddMemoriesArgs, MemoryInput};
-use queryd::search::{Mode, SearchOptions};
+use memory::search::{Boosts, MemFilter};
+use engine::tools::memory::args::AddMemoriesArgs;
+use engine::tools::memory::input::MemoryInput;
+use code::search::{Mode, SearchOptions};
 
 #[derive(Parser)]
 struct Args {
@@ -160,7 +161,7 @@ fn pct(v: &mut [Duration], p: f64) -> f64 {
 
 fn record(r: &mut Rng, now: i64) -> MemoryRecord {
     MemoryRecord {
-        id: queryd::memory::new_id(),
+        id: memory::new_id(),
         text: sentence(r),
         category: ["decision", "convention", "bug", "note"][r.below(4)].into(),
         scope: "project".into(),
@@ -222,7 +223,7 @@ fn main() -> anyhow::Result<()> {
 
     // 1. Acknowledgement latency.
     let dir = new_index("writes")?;
-    let e = std::sync::Arc::new(queryd::Engine::open(&dir, &model)?);
+    let e = std::sync::Arc::new(engine::Engine::open(&dir, &model)?);
     e.set_flush_at(usize::MAX);
     let mut total = Vec::new();
     let mut embed = Vec::new();
@@ -334,12 +335,12 @@ fn main() -> anyhow::Result<()> {
             v
         })
         .collect();
-    let now = queryd::memory::now_ms();
+    let now = memory::now_ms();
     let mut graph_lines = Vec::new();
     println!("\n| memories | where | vector p50 ms | BM25 p50 ms | hybrid p50 ms | hybrid p99 ms |\n|---:|---|---:|---:|---:|---:|");
     for &n in &a.sizes {
         let dir = new_index(&format!("n{n}"))?;
-        let e = queryd::Engine::open(&dir, &model)?;
+        let e = engine::Engine::open(&dir, &model)?;
         e.set_flush_at(usize::MAX);
         let t = Instant::now();
         for chunk in 0..n.div_ceil(1000) {
@@ -379,8 +380,8 @@ fn main() -> anyhow::Result<()> {
                 let mut ds = Vec::new();
                 for i in 0..a.queries {
                     let t = Instant::now();
-                    let h = queryd::memory::search::search(
-                        &snap,
+                    let h = memory::search::search(
+                        &snap.memory,
                         &qt[i],
                         Some(&qv[i * dim..(i + 1) * dim]),
                         &f,
@@ -433,10 +434,10 @@ fn main() -> anyhow::Result<()> {
 
     // Merging flush: MERGE_AT segments of 1,000, then one more flush merges them.
     let dir = new_index("merge")?;
-    let e = queryd::Engine::open(&dir, &model)?;
+    let e = engine::Engine::open(&dir, &model)?;
     e.set_flush_at(usize::MAX);
     let per = 1000;
-    for _ in 0..queryd::memory::tools::MERGE_AT {
+    for _ in 0..memory::store::MERGE_AT {
         let recs: Vec<MemoryRecord> = (0..per).map(|_| record(&mut r, now)).collect();
         let v = vectors(&mut r, &centres, per, dim);
         e.put_memories(recs, &v)
@@ -456,7 +457,7 @@ fn main() -> anyhow::Result<()> {
         "merging flush: {} delta memories + {} merged from {} segments into one segment in {:.2} s",
         rep.memories,
         rep.merged,
-        queryd::memory::tools::MERGE_AT,
+        memory::store::MERGE_AT,
         t.elapsed().as_secs_f64()
     );
     Ok(())
@@ -464,21 +465,21 @@ fn main() -> anyhow::Result<()> {
 
 /// Section 5 for one engine state: a table row.
 fn graph_bench(
-    e: &queryd::Engine,
+    e: &engine::Engine,
     qv: &[f32],
     dim: usize,
     n: usize,
     where_: &str,
     r: &mut Rng,
 ) -> anyhow::Result<String> {
-    use queryd::memory::graph_tools::*;
+    use engine::tools::graph::*;
     let snap = e.snapshot();
     let mut sims = Vec::new();
     for i in 0..100.min(qv.len() / dim) {
-        let id = vec![queryd::memory::new_id()];
+        let id = vec![memory::new_id()];
         let t = Instant::now();
-        std::hint::black_box(queryd::memory::graph::similar_for(
-            &snap,
+        std::hint::black_box(memory::similar::similar_for(
+            &snap.memory,
             &id,
             &qv[i * dim..(i + 1) * dim],
             dim,
@@ -487,11 +488,16 @@ fn graph_bench(
         sims.push(t.elapsed());
     }
     let t = Instant::now();
-    let g = queryd::memory::graph::MemGraph::build(&snap, &MemFilter::default());
+    let g = memory::graph::MemGraph::build(
+        &snap.memory.index,
+        &snap.memory.mem,
+        &snap.memory.delta,
+        &MemFilter::default(),
+    );
     let build = t.elapsed().as_secs_f64() * 1e3;
     drop(g);
     // Warm the snapshot's cached graph, then time each tool (median of 5 calls).
-    snap.mem_graph(&MemFilter::default());
+    snap.memory.mem_graph(&MemFilter::default());
     let time = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<f64> {
         let mut v = Vec::new();
         for _ in 0..5 {
@@ -501,7 +507,7 @@ fn graph_bench(
         }
         Ok(pct(&mut v, 0.5))
     };
-    let err = |e: queryd::tools::ToolError| anyhow::anyhow!("{e}");
+    let err = |e: engine::ToolError| anyhow::anyhow!("{e}");
     let filters = |group_by: &str| GraphAggregateArgs {
         group_by: group_by.into(),
         limit: None,
@@ -555,7 +561,7 @@ fn graph_bench(
         .map(drop)
         .map_err(err)
     })?;
-    let g = snap.mem_graph(&MemFilter::default());
+    let g = snap.memory.mem_graph(&MemFilter::default());
     let some_id = g.nodes[r.below(g.nodes.len())].id.clone();
     let related = time(&mut || {
         e.graph_related_memories(&GraphRelatedArgs {

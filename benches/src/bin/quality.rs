@@ -26,7 +26,7 @@ use format::records::{ChunkRecord, FileRecord, NO_PARENT};
 use format::{Index, SegmentBuilder};
 use indexer::build::embed_text;
 use indexer::chunk::{self, ChunkKind, ChunkOptions, Language};
-use queryd::search::{search, Mode, SearchOptions};
+use code::search::{search, Mode, SearchOptions};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -1162,7 +1162,7 @@ fn main() -> anyhow::Result<()> {
     let te = Instant::now();
     for (i, p) in pairs.iter().enumerate() {
         let qv = &qvecs[i * dim..(i + 1) * dim];
-        let routed = queryd::search::identifier_like(&p.query);
+        let routed = code::search::identifier_like(&p.query);
         let half = (blake3::hash(p.query.as_bytes()).as_bytes()[0] & 1) as usize;
         if routed {
             routed_lexical += 1;

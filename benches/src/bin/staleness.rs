@@ -22,9 +22,9 @@ use std::time::Instant;
 
 use clap::Parser;
 use format::memory::{CodeRef, MemoryRecord};
-use queryd::memory::code_tools::CheckStalenessArgs;
-use queryd::memory::coderefs::{check_ref, RefStatus};
-use queryd::memory::tools::CodeRefInput;
+use engine::tools::code_links::CheckStalenessArgs;
+use memory::coderefs::{check_ref, RefStatus};
+use engine::tools::memory::input::CodeRefInput;
 
 #[derive(Parser)]
 struct Args {
@@ -127,15 +127,16 @@ fn main() -> anyhow::Result<()> {
         rep.chunks_written,
         t.elapsed().as_secs_f64()
     );
-    let e = queryd::Engine::open(&index, &model)?;
+    let e = engine::Engine::open(&index, &model)?;
     e.set_flush_at(usize::MAX);
 
     // 2. Memories linked to random symbols of at least 3 lines.
     let snap = e.snapshot();
     let mut cands: Vec<String> = snap
+        .code
         .live_chunks()
         .filter(|&n| {
-            let c = snap.chunk(n);
+            let c = snap.code.chunk(n);
             !c.symbol_id.is_empty()
                 && c.end_line.to_native() >= c.start_line.to_native() + 2
                 && matches!(
@@ -143,12 +144,12 @@ fn main() -> anyhow::Result<()> {
                     "function" | "method" | "struct" | "enum" | "impl" | "trait"
                 )
         })
-        .map(|n| snap.chunk(n).symbol_id.to_string())
+        .map(|n| snap.code.chunk(n).symbol_id.to_string())
         .collect();
     cands.sort();
     cands.dedup();
     let mut r = Rng(0x005E_ED0F_C0DE);
-    let now = queryd::memory::now_ms();
+    let now = memory::now_ms();
     let ctx = e.ref_ctx(&snap);
     let mut recs = Vec::new();
     let mut used = std::collections::HashSet::new();
@@ -165,7 +166,7 @@ fn main() -> anyhow::Result<()> {
             continue;
         };
         recs.push(MemoryRecord {
-            id: queryd::memory::new_id(),
+            id: memory::new_id(),
             text: format!("note about {sid}"),
             category: "note".into(),
             scope: "project".into(),

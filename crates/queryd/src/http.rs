@@ -20,7 +20,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::mcp::Server;
-use crate::tools::StatusArgs;
+use engine::tools::status::StatusArgs;
 
 /// Default cap on request bodies (MCP messages are small; 1 MiB leaves room for code).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -175,7 +175,7 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
                 let snap = st.server.engine.snapshot();
                 let m = &st.server.metrics;
                 m.generation.set(snap.generation() as i64);
-                m.live_chunks.set(snap.index.live_chunks() as i64);
+                m.live_chunks.set(snap.code.index.live_chunks() as i64);
                 reply(
                     StatusCode::OK,
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use queryd::{Mode, SearchOptions};
+use code::search::{Mode, SearchOptions};
 
 #[derive(Parser)]
 #[command(
@@ -53,7 +53,7 @@ struct ServeArgs {
     #[arg(long)]
     no_watch: bool,
     /// Flush live memory writes into a segment when this many are pending.
-    #[arg(long, default_value_t = queryd::memory::DEFAULT_FLUSH_AT)]
+    #[arg(long, default_value_t = memory::DEFAULT_FLUSH_AT)]
     memory_flush_at: usize,
 }
 
@@ -159,7 +159,7 @@ fn staleness_cmd(
     json: bool,
 ) -> anyhow::Result<()> {
     let model = kernels::resolve_model_dir(model);
-    let e = queryd::Engine::open(index, &model)
+    let e = engine::Engine::open(index, &model)
         .with_context(|| format!("opening {}", index.display()))?;
     if let Some(why) = e.memory_writes_disabled() {
         anyhow::bail!(
@@ -167,7 +167,7 @@ fn staleness_cmd(
              are read; ask it to record them with its check_staleness tool"
         );
     }
-    let args = queryd::memory::code_tools::CheckStalenessArgs {
+    let args = engine::tools::code_links::CheckStalenessArgs {
         ids: None,
         changed_files: (!changed.is_empty()).then_some(changed),
         debug: false,
@@ -193,7 +193,7 @@ fn staleness_cmd(
 }
 
 fn export(index: &Path, out: Option<&Path>) -> anyhow::Result<()> {
-    let mems = queryd::memory::tools::export(index)
+    let mems = memory::store::export(index)
         .map_err(|e| anyhow::anyhow!("exporting memories from {}: {e}", index.display()))?;
     let mut buf = Vec::new();
     for m in &mems {
@@ -260,12 +260,11 @@ fn search_cmd(a: SearchArgs) -> anyhow::Result<()> {
         kind,
         path_glob: path
             .as_deref()
-            .map(queryd::search::path_glob)
-            .transpose()
-            .map_err(anyhow::Error::msg)?,
+            .map(code::search::path_glob)
+            .transpose()?,
         ..Default::default()
     };
-    let (hits, tm) = queryd::search(&ix, &query, qv.as_deref(), &opts)?;
+    let (hits, tm) = code::search(&ix, &query, qv.as_deref(), &opts)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&hits)?);
     } else if hits.is_empty() {
@@ -338,7 +337,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let model = kernels::resolve_model_dir(a.model);
     let t = Instant::now();
     let engine = std::sync::Arc::new(
-        queryd::Engine::open(&index, &model)
+        engine::Engine::open(&index, &model)
             .with_context(|| format!("starting the server for {}", index.display()))?,
     );
     let snap = engine.snapshot();
@@ -346,14 +345,14 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "queryd: index {} generation {} ({} live chunks, {} segments), model {}, ready in {:.2?}",
         index.display(),
         snap.generation(),
-        snap.index.live_chunks(),
-        snap.index.segments.len(),
+        snap.code.index.live_chunks(),
+        snap.code.index.segments.len(),
         engine.encoder().model_id(),
         t.elapsed()
     );
     drop(snap);
     if !a.no_watch {
-        engine.spawn_watcher(queryd::engine::WATCH_INTERVAL);
+        engine.spawn_watcher(engine::WATCH_INTERVAL);
     }
     engine.set_flush_at(a.memory_flush_at);
     engine.spawn_flusher();

@@ -54,7 +54,7 @@ impl Default for Metrics {
 /// Tool names used as label values: known tools as themselves, anything else as `unknown`
 /// (bounded cardinality).
 pub fn tool_label(name: &str) -> String {
-    if crate::mcp::TOOL_NAMES.contains(&name) {
+    if engine::catalog::find(name).is_some() {
         name.to_string()
     } else {
         "unknown".to_string()

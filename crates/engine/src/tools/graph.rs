@@ -1,188 +1,25 @@
 //! The memory graph tools on [`Engine`]: `graph_related_memories`, `graph_similar_memories`,
 //! `graph_subgraph`, `graph_aggregate`, `graph_tag_cooccurrence`, `graph_entity_network`,
-//! `graph_path_between_entities`; and the `relation_detail` relations of memory results.
+//! `graph_path_between_entities`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
+use code::levenshtein;
+use memory::graph::{entity_key, MemGraph, PathStep};
+use memory::search::{MemFilter, MemKey};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::graph::{similar_to, MemGraph, PathStep};
-use super::search::{MemFilter, MemKey};
-use super::tools::{
-    check_id, key_of, not_found, record_of, with_memory_filters, MemoryFilterArgs, MemoryOut,
-};
-use crate::engine::{levenshtein, Engine, Snapshot};
-use crate::tools::{ms, Debug, ToolError, ToolResult, MAX_LIMIT};
-
-/// How much graph context a memory result carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum RelationDetail {
-    None,
-    Minimal,
-    Standard,
-    Full,
-}
-
-impl RelationDetail {
-    pub fn parse(s: Option<&str>) -> ToolResult<RelationDetail> {
-        match s.map(str::trim) {
-            Some("none") => Ok(RelationDetail::None),
-            None | Some("") | Some("minimal") => Ok(RelationDetail::Minimal),
-            Some("standard") => Ok(RelationDetail::Standard),
-            Some("full") => Ok(RelationDetail::Full),
-            Some(x) => Err(ToolError::InvalidInput(format!(
-                "unknown relation_detail `{x}`; expected none, minimal (default), standard or full"
-            ))),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct SimilarOut {
-    pub id: String,
-    /// Cosine similarity of the two memories' vectors.
-    pub score: f32,
-}
-
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct RelatedOut {
-    pub id: String,
-    pub score: f64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shared_entities: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shared_tags: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct CountOut {
-    pub name: String,
-    pub count: u32,
-}
-
-/// Graph context of one memory (`relation_detail`): `minimal` gives `similar` ids;
-/// `standard` adds scores, the entities the text mentions and the 3 most related memories;
-/// `full` adds what they share, up to 10 related memories and the entities co-mentioned with
-/// this memory's entity.
-#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
-pub struct RelationsOut {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub similar_ids: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub similar: Vec<SimilarOut>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub mentions: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub related: Vec<RelatedOut>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub co_mentioned: Vec<CountOut>,
-}
-
-/// SIMILAR neighbours of memory `id` (its own edges and edges to it) that are live and
-/// active, best first, one per id.
-pub fn similar_of(snap: &Snapshot, id: &str) -> Vec<(String, f32)> {
-    let mut v = similar_to(snap, id);
-    if let Some(k) = key_of(snap, id) {
-        match &k {
-            MemKey::Delta(e) => v.extend(e.record.similar.iter().map(|s| (s.id.clone(), s.score))),
-            MemKey::Segment(si, c) => {
-                if let Some(m) = snap.index.memory[*si]
-                    .segment
-                    .memories()
-                    .and_then(|t| t.memories.get(*c as usize))
-                {
-                    v.extend(
-                        m.similar
-                            .iter()
-                            .map(|s| (s.id.to_string(), s.score.to_native())),
-                    );
-                }
-            }
-        }
-    }
-    v.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
-    v.dedup_by(|a, b| a.0 == b.0);
-    v.retain(|(o, _)| {
-        o != id
-            && key_of(snap, o).is_some_and(|k| match &k {
-                MemKey::Delta(e) => e.record.state == "active",
-                MemKey::Segment(si, c) => !snap.mem[*si].hidden.contains(*c),
-            })
-    });
-    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    v
-}
-
-fn related_out(g: &MemGraph, r: &(u32, Vec<u32>, Vec<u32>, f64), detail: bool) -> RelatedOut {
-    RelatedOut {
-        id: g.nodes[r.0 as usize].id.clone(),
-        score: (r.3 * 1e4).round() / 1e4,
-        shared_entities: if detail {
-            r.1.iter()
-                .map(|&e| g.entities[e as usize].name.clone())
-                .collect()
-        } else {
-            Vec::new()
-        },
-        shared_tags: if detail {
-            r.2.iter()
-                .map(|&t| g.tags[t as usize].tag.clone())
-                .collect()
-        } else {
-            Vec::new()
-        },
-    }
-}
-
-/// The relations of memory `id` at `level` (`None` for [`RelationDetail::None`]).
-pub fn relations(snap: &Snapshot, id: &str, level: RelationDetail) -> Option<RelationsOut> {
-    if level == RelationDetail::None {
-        return None;
-    }
-    let sims = similar_of(snap, id);
-    let mut r = RelationsOut::default();
-    if level == RelationDetail::Minimal {
-        r.similar_ids = sims.into_iter().map(|(i, _)| i).collect();
-        return Some(r);
-    }
-    r.similar = sims
-        .into_iter()
-        .map(|(id, score)| SimilarOut { id, score })
-        .collect();
-    let g = snap.mem_graph(&MemFilter::default());
-    if let Some(n) = g.node(id) {
-        let node = &g.nodes[n as usize];
-        r.mentions = node
-            .mentions
-            .iter()
-            .map(|&e| g.entities[e as usize].name.clone())
-            .collect();
-        let full = level == RelationDetail::Full;
-        r.related = g
-            .related(n)
-            .iter()
-            .take(if full { 10 } else { 3 })
-            .map(|x| related_out(&g, x, full))
-            .collect();
-        if let (true, Some(e)) = (full, node.about) {
-            r.co_mentioned = g
-                .co_mentioned(e)
-                .into_iter()
-                .take(5)
-                .map(|(o, c)| CountOut {
-                    name: g.entities[o as usize].name.clone(),
-                    count: c,
-                })
-                .collect();
-        }
-    }
-    Some(r)
-}
+use crate::engine::Engine;
+use crate::snapshot::Snapshot;
+use crate::tools::common::{ms, Debug, ToolError, ToolResult, MAX_LIMIT};
+use crate::tools::memory::input::{check_id, with_memory_filters, MemoryFilterArgs};
+use crate::tools::memory::output::{not_found, MemoryOut};
+use crate::tools::relations::{related_out, similar_of, CountOut};
 
 fn short(e: &Engine, snap: &Snapshot, key: &MemKey, max_chars: usize) -> MemoryOut {
-    let mut o = e.annotated(snap, &record_of(snap, key));
+    let mut o = e.annotated(snap, &snap.memory.record_of(key));
     if o.text.chars().count() > max_chars {
         o.text = o.text.chars().take(max_chars).collect::<String>() + "…";
     }
@@ -203,7 +40,7 @@ fn memory_node(snap: &Snapshot, g: &MemGraph, id: &str) -> ToolResult<u32> {
     check_id(id)?;
     match g.node(id) {
         Some(n) => Ok(n),
-        None if key_of(snap, id).is_some() => Err(ToolError::InvalidInput(format!(
+        None if snap.memory.key_of(id).is_some() => Err(ToolError::InvalidInput(format!(
             "memory `{id}` is archived or deleted; the memory graph spans active memories \
              (update_memory with state=active brings it back)"
         ))),
@@ -213,13 +50,13 @@ fn memory_node(snap: &Snapshot, g: &MemGraph, id: &str) -> ToolResult<u32> {
 
 fn entity_node(g: &MemGraph, name: &str) -> ToolResult<u32> {
     g.entity(name).ok_or_else(|| {
-        let key = super::graph::entity_key(name);
+        let key = entity_key(name);
         let mut close: Vec<(usize, &str)> = g
             .entities
             .iter()
             .map(|e| {
                 (
-                    levenshtein(&super::graph::entity_key(&e.name), &key),
+                    levenshtein(&entity_key(&e.name), &key),
                     e.name.as_str(),
                 )
             })
@@ -243,6 +80,8 @@ fn limit(l: Option<usize>, default: usize) -> usize {
     l.unwrap_or(default).clamp(1, MAX_LIMIT)
 }
 
+/// Memories connected to a memory through shared entities (about or mentioned in the text) and
+/// shared tags, with what they share; rare tags weigh more.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GraphRelatedArgs {
@@ -277,6 +116,8 @@ pub struct GraphRelatedAnswer {
     pub debug: Option<Debug>,
 }
 
+/// Memories semantically similar to a memory: its SIMILAR links (the 5 nearest memories with
+/// cosine >= 0.55 when it was written, and memories that found it), with scores.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GraphSimilarArgs {
@@ -309,6 +150,8 @@ pub struct GraphSimilarAnswer {
     pub debug: Option<Debug>,
 }
 
+/// The neighbourhood of a node (a memory id, `entity:<name>` or `tag:<tag>`) to a depth of 1-3:
+/// nodes (memories, entities, tags) and edges ABOUT, MENTIONS, TAGGED, SIMILAR.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GraphSubgraphArgs {
@@ -361,6 +204,8 @@ pub struct GraphSubgraphAnswer {
 }
 
 with_memory_filters! {
+/// Count memories by category, scope, entity, tag, source or month, with the same filters as
+/// search_memory.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GraphAggregateArgs {
@@ -387,6 +232,8 @@ pub struct GraphAggregateAnswer {
 }
 
 with_memory_filters! {
+/// Tag pairs that occur together on memories more than chance, ranked by pointwise mutual
+/// information (PMI), with counts.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GraphTagCooccurrenceArgs {
@@ -426,6 +273,8 @@ pub struct GraphTagCooccurrenceAnswer {
 }
 
 with_memory_filters! {
+/// Entities mentioned together: around a centre entity, or the strongest pairs overall, with
+/// the number of memories linking each pair.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GraphEntityNetworkArgs {
@@ -468,6 +317,8 @@ pub struct GraphEntityNetworkAnswer {
     pub debug: Option<Debug>,
 }
 
+/// The shortest chain of memories connecting two entities (entity - memory - entity ...), or
+/// found: false.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GraphPathArgs {
@@ -506,7 +357,7 @@ pub struct GraphPathAnswer {
 }
 
 fn label(snap: &Snapshot, g: &MemGraph, n: u32) -> String {
-    let t = record_of(snap, &g.nodes[n as usize].key).text;
+    let t = snap.memory.record_of(&g.nodes[n as usize].key).text;
     let mut s: String = t.chars().take(120).collect();
     if s.len() < t.len() {
         s.push('…');
@@ -526,7 +377,7 @@ impl Engine {
     pub fn graph_related_memories(&self, a: &GraphRelatedArgs) -> ToolResult<GraphRelatedAnswer> {
         let t0 = Instant::now();
         let snap = self.snapshot();
-        let g = snap.mem_graph(&MemFilter::default());
+        let g = snap.memory.mem_graph(&MemFilter::default());
         let n = memory_node(&snap, &g, &a.id)?;
         let mc = a.max_chars.unwrap_or(300).max(1);
         let related = g
@@ -555,18 +406,18 @@ impl Engine {
         let id = a.id.trim();
         check_id(id)?;
         let snap = self.snapshot();
-        if key_of(&snap, id).is_none() {
+        if snap.memory.key_of(id).is_none() {
             return Err(not_found(id));
         }
         let min = a.min_score.unwrap_or(f32::MIN);
         let mc = a.max_chars.unwrap_or(300).max(1);
-        let similar = similar_of(&snap, id)
+        let similar = similar_of(&snap.memory, id)
             .into_iter()
             .filter(|(_, s)| *s >= min)
             .take(limit(a.limit, 10))
             .filter_map(|(o, score)| {
                 Some(SimilarMemory {
-                    memory: short(self, &snap, &key_of(&snap, &o)?, mc),
+                    memory: short(self, &snap, &snap.memory.key_of(&o)?, mc),
                     score,
                 })
             })
@@ -603,7 +454,7 @@ impl Engine {
             }
         };
         let snap = self.snapshot();
-        let g = snap.mem_graph(&MemFilter::default());
+        let g = snap.memory.mem_graph(&MemFilter::default());
         let node = a.node.trim();
         let start = if let Some(e) = node.strip_prefix("entity:") {
             GNode::Ent(entity_node(&g, e)?)
@@ -743,7 +594,7 @@ impl Engine {
         let f = a.filter_args().filter()?;
         let by = a.group_by.trim();
         let snap = self.snapshot();
-        let g = snap.mem_graph(&f);
+        let g = snap.memory.mem_graph(&f);
         let mut c: HashMap<String, u32> = HashMap::new();
         for node in &g.nodes {
             let mut add = |k: &str| *c.entry(k.to_string()).or_default() += 1;
@@ -760,7 +611,7 @@ impl Engine {
                         add(&g.tags[t as usize].tag);
                     }
                 }
-                "month" => add(&super::tools::rfc3339(node.created_at)[..7]),
+                "month" => add(&memory::time::rfc3339(node.created_at)[..7]),
                 _ => {
                     return Err(ToolError::InvalidInput(format!(
                         "unknown group_by `{by}`; expected category, scope, entity, tag, source or month"
@@ -793,7 +644,7 @@ impl Engine {
         let t0 = Instant::now();
         let f = a.filter_args().filter()?;
         let snap = self.snapshot();
-        let g = snap.mem_graph(&f);
+        let g = snap.memory.mem_graph(&f);
         let tag = match a
             .with_tag
             .as_deref()
@@ -843,7 +694,7 @@ impl Engine {
         let t0 = Instant::now();
         let f = a.filter_args().filter()?;
         let snap = self.snapshot();
-        let g = snap.mem_graph(&f);
+        let g = snap.memory.mem_graph(&f);
         let min = a.min_count.unwrap_or(1).max(1);
         let lim = limit(a.limit, 20);
         let mut edges: Vec<(u32, u32, u32)> =
@@ -903,7 +754,7 @@ impl Engine {
             return Err(ToolError::InvalidInput("`max_hops` must be 1 to 8".into()));
         }
         let snap = self.snapshot();
-        let g = snap.mem_graph(&MemFilter::default());
+        let g = snap.memory.mem_graph(&MemFilter::default());
         let from = entity_node(&g, &a.from)?;
         let to = entity_node(&g, &a.to)?;
         let path = g.entity_path(from, to, max_hops);

@@ -6,7 +6,7 @@
 //!   (case-insensitive, whole words), for every entity some memory is about;
 //! - `TAGGED` memory → tag;
 //! - `SIMILAR` memory ↔ memory: stored on the record when its text was written (its
-//!   [`SIMILAR_K`] nearest live memories with cosine ≥ [`SIMILAR_MIN`]; see [`similar_for`]);
+//!   [`format::memory::SIMILAR_K`] nearest live memories with cosine ≥ [`format::memory::SIMILAR_MIN`]; see [`crate::similar::similar_for`]);
 //!   both directions are edges;
 //! - entity co-mention: two entities linked (about or mentioned) by the same memory, weighted
 //!   by the number of such memories; tag co-occurrence: two tags on the same memory.
@@ -19,10 +19,10 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use format::memory::{Similar, SIMILAR_K, SIMILAR_MIN};
+use format::Index;
 
-use super::search::{MemFields, MemFilter, MemKey};
-use crate::engine::Snapshot;
+use crate::delta::{Delta, MemSegState};
+use crate::filter::{MemFields, MemFilter, MemKey};
 
 /// Lower-case words of `s` (letters, digits, `_`), the unit of entity mention matching.
 fn words(s: &str) -> Vec<String> {
@@ -107,20 +107,21 @@ pub struct MemGraph {
 }
 
 impl MemGraph {
-    /// The graph of the live memories of `snap` that pass `f`.
-    pub fn build(snap: &Snapshot, f: &MemFilter) -> MemGraph {
+    /// The graph of the live memories that pass `f`: those of `index`'s memory segments not
+    /// marked in `mem` (a view's per-segment states) and those of `delta`.
+    pub fn build(index: &Index, mem: &[MemSegState], delta: &Delta, f: &MemFilter) -> MemGraph {
         let mut g = MemGraph::default();
         let mut pending: Vec<Pending> = Vec::new();
         let only_active = f.states == ["active"];
         let default = f.is_default();
-        for (si, ls) in snap.index.memory.iter().enumerate() {
+        for (si, ls) in index.memory.iter().enumerate() {
             let Some(t) = ls.segment.memories() else {
                 continue;
             };
             let skip = if only_active {
-                &snap.mem[si].hidden
+                &mem[si].hidden
             } else {
-                &snap.mem[si].dead
+                &mem[si].dead
             };
             for (i, m) in t.memories.iter().enumerate() {
                 if skip.contains(i as u32) || (!default && !f.matches(m)) {
@@ -142,7 +143,7 @@ impl MemGraph {
                 ));
             }
         }
-        for e in snap.delta.entries.values() {
+        for e in delta.entries.values() {
             let r = &e.record;
             if !f.matches(r) {
                 continue;
@@ -432,89 +433,4 @@ impl MemGraph {
 pub enum PathStep {
     Entity(u32),
     Memory(u32),
-}
-
-/// SIMILAR edges for new vectors (`vectors.len() / dim` of them, written together): each
-/// one's [`SIMILAR_K`] nearest active memories of `snap` and of the earlier vectors of the
-/// batch, with cosine ≥ [`SIMILAR_MIN`]. `ids[i]` is the memory of vector `i`; a memory is
-/// never similar to itself (an update re-computes its edges against everything else).
-pub fn similar_for(
-    snap: &Snapshot,
-    ids: &[String],
-    vectors: &[f32],
-    dim: usize,
-    nprobe: usize,
-) -> Vec<Vec<Similar>> {
-    let n = ids.len();
-    let own: HashSet<&str> = ids.iter().map(String::as_str).collect();
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let q = &vectors[i * dim..(i + 1) * dim];
-        let mut cands: Vec<(String, f32)> = Vec::new();
-        // Segments: deny tombstoned, shadowed and inactive records; ask for a few more than
-        // K in case some of them are this batch's own (updated) ids.
-        let want = SIMILAR_K + own.len().min(SIMILAR_K);
-        for (si, ls) in snap.index.memory.iter().enumerate() {
-            let Some(t) = ls.segment.memories() else {
-                continue;
-            };
-            let hits = ls
-                .segment
-                .search_vectors(q, want, nprobe, None, Some(&snap.mem[si].hidden))
-                .unwrap_or_default();
-            for (c, s) in hits {
-                if let Some(m) = t.memories.get(c as usize) {
-                    if !own.contains(m.id.as_str()) {
-                        cands.push((m.id.to_string(), s));
-                    }
-                }
-            }
-        }
-        for e in snap.delta.entries.values() {
-            if e.record.state == "active" && !own.contains(e.record.id.as_str()) {
-                let s = format::vectors::dot(&e.vector, q);
-                if s >= SIMILAR_MIN {
-                    cands.push((e.record.id.clone(), s));
-                }
-            }
-        }
-        for j in 0..i {
-            let s = format::vectors::dot(&vectors[j * dim..(j + 1) * dim], q);
-            if ids[j] != ids[i] {
-                cands.push((ids[j].clone(), s));
-            }
-        }
-        out.push(format::memory::pick_similar(cands));
-    }
-    out
-}
-
-/// Ids of the live memories with a SIMILAR edge to `id` (the reverse direction of the
-/// records' edges), with the edge's score, from the delta and the memory segments.
-pub fn similar_to(snap: &Snapshot, id: &str) -> Vec<(String, f32)> {
-    let mut out = Vec::new();
-    if let Some(srcs) = snap.delta.similar_in.get(id) {
-        for &slot in srcs {
-            if let Some(e) = snap.delta.slot(slot) {
-                if let Some(s) = e.record.similar.iter().find(|s| s.id == id) {
-                    out.push((e.record.id.clone(), s.score));
-                }
-            }
-        }
-    }
-    for (si, ls) in snap.index.memory.iter().enumerate() {
-        let Some(t) = ls.segment.memories() else {
-            continue;
-        };
-        for c in t.similar_to(id) {
-            if snap.mem[si].dead.contains(c) {
-                continue;
-            }
-            let m = &t.memories[c as usize];
-            if let Some(s) = m.similar.iter().find(|s| s.id.as_str() == id) {
-                out.push((m.id.to_string(), s.score.to_native()));
-            }
-        }
-    }
-    out
 }

@@ -1,20 +1,23 @@
 //! Code-linked memory tools on [`Engine`]: references checked when a memory is returned
 //! (`annotated`), `memories_for_code`, `check_staleness` (persisted re-checks, also run after
-//! a `reindex` and by `queryd staleness`).
+//! a `reindex` and by `queryd staleness`), and link suggestions from a memory's text.
 
 use std::collections::HashSet;
 use std::time::Instant;
 
 use format::memory::MemoryRecord;
+use format::roots::{confine, ConfineError, ConfineOptions};
+use memory::coderefs::{self, apply_status, check_ref, confidence, RefCtx, RefStatus};
+use memory::search::MemFilter;
+use memory::wal::WalOp;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::coderefs::{self, apply_status, check_ref, confidence, RefCtx, RefStatus};
-use super::search::MemFilter;
-use super::tools::{check_id, key_of, out, record_of, MemoryOut, MAX_BATCH};
-use super::wal::WalOp;
-use crate::engine::{Engine, Snapshot};
-use crate::tools::{ms, Debug, ToolError, ToolResult, MAX_LIMIT};
+use crate::engine::Engine;
+use crate::snapshot::Snapshot;
+use crate::tools::common::{ms, Debug, ToolError, ToolResult, MAX_LIMIT};
+use crate::tools::memory::input::{check_id, CodeRefInput, MAX_BATCH};
+use crate::tools::memory::output::{out, MemoryOut};
 
 /// The reason of code links inferred from a memory's text.
 pub const INFERRED: &str = "inferred_from_code_index";
@@ -57,7 +60,7 @@ pub fn suggest_links(
 ) -> Vec<(String, f32, format::memory::CodeRef)> {
     let mut out: Vec<(String, f32, format::memory::CodeRef)> = Vec::new();
     for id in identifiers(text) {
-        let mut add = |conf: f32, input: super::tools::CodeRefInput| {
+        let mut add = |conf: f32, input: CodeRefInput| {
             if let Ok(r) = input.complete(ctx, now) {
                 if !out
                     .iter()
@@ -76,7 +79,7 @@ pub fn suggest_links(
                     if !v.lines.is_empty() {
                         add(
                             0.6,
-                            super::tools::CodeRefInput {
+                            CodeRefInput {
                                 path: Some(p),
                                 start_line: Some(1),
                                 end_line: Some(v.lines.len() as u32),
@@ -88,19 +91,19 @@ pub fn suggest_links(
             }
             continue;
         }
-        let found = ctx.snap.resolve(&id);
+        let found = ctx.code.resolve(&id);
         if found.is_empty() || found.len() > 3 {
             continue;
         }
         let conf = if found.len() == 1 { 0.8 } else { 0.5 };
         for n in found {
-            let sid = ctx.snap.chunk(n).symbol_id.to_string();
+            let sid = ctx.code.chunk(n).symbol_id.to_string();
             if sid.is_empty() {
                 continue;
             }
             add(
                 conf,
-                super::tools::CodeRefInput {
+                CodeRefInput {
                     symbol_id: Some(sid),
                     ..Default::default()
                 },
@@ -115,9 +118,9 @@ impl Engine {
     /// What reference checks need, for `snap`.
     pub fn ref_ctx<'a>(&'a self, snap: &'a Snapshot) -> RefCtx<'a> {
         RefCtx {
-            roots: &snap.index.manifest.roots,
+            roots: &snap.code.index.manifest.roots,
             cache: &self.files,
-            snap,
+            code: &snap.code,
         }
     }
 
@@ -137,7 +140,7 @@ impl Engine {
 
 /// Fills the check results into `o` (made by `out(m)`).
 pub fn annotate(mut o: MemoryOut, m: &MemoryRecord, statuses: &[RefStatus]) -> MemoryOut {
-    let now = super::now_ms();
+    let now = memory::now_ms();
     for ((ro, r), st) in o.code_refs.iter_mut().zip(&m.code_refs).zip(statuses) {
         ro.status = st.name().into();
         ro.is_stale = st.is_stale();
@@ -152,7 +155,7 @@ pub fn annotate(mut o: MemoryOut, m: &MemoryRecord, statuses: &[RefStatus]) -> M
             RefStatus::Stale { reason } => {
                 ro.reason = reason.clone();
                 if ro.stale_since.is_none() {
-                    ro.stale_since = Some(super::tools::rfc3339(now));
+                    ro.stale_since = Some(memory::time::rfc3339(now));
                 }
             }
             RefStatus::Unverified { reason } => ro.reason = reason.clone(),
@@ -163,6 +166,9 @@ pub fn annotate(mut o: MemoryOut, m: &MemoryRecord, statuses: &[RefStatus]) -> M
     o
 }
 
+/// Memories linked to code: those whose code references cover a line of a file (`direct`), or
+/// point at the same file or the symbol at that line (`related`), each with its references
+/// checked against the current file (fresh, relocated, stale) and its confidence.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoriesForCodeArgs {
@@ -202,6 +208,10 @@ pub struct MemoriesForCodeAnswer {
     pub debug: Option<Debug>,
 }
 
+/// Re-check the code references of some memories (ids), of memories referencing changed files
+/// (changed_files, e.g. from a commit), or of all, and record the result: stale since when and
+/// why (changed, deleted), or relocated lines when the same code moved. Returns counts
+/// (checked, fresh, relocated, stale, unverified, updated).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckStalenessArgs {
@@ -235,38 +245,41 @@ pub struct StalenessReport {
     pub debug: Option<Debug>,
 }
 
-/// `path` as a repo-relative path: absolute paths are made relative to the root holding them.
+/// `path` as a repo-relative path: absolute paths are made relative to the root holding them
+/// ([`format::roots::confine`]).
 fn relative(snap: &Snapshot, path: &str) -> ToolResult<String> {
     let p = std::path::Path::new(path.trim());
     if p.is_absolute() {
-        let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        for r in &snap.index.manifest.roots {
-            if let Ok(rest) = abs.strip_prefix(&r.path) {
-                return coderefs::clean_path(&rest.to_string_lossy())
-                    .map_err(ToolError::InvalidInput);
-            }
-        }
-        return Err(ToolError::InvalidInput(format!(
-            "`{path}` is not inside an indexed root"
-        )));
+        let opts = ConfineOptions {
+            repo: None,
+            allow_absolute: true,
+            allow_root: true,
+        };
+        return match confine(&snap.code.index.manifest.roots, path.trim(), opts) {
+            Ok(c) => coderefs::clean_path(&c.rel).map_err(|e| ToolError::InvalidInput(e.to_string())),
+            Err(ConfineError::NotInRoot { .. }) => Err(ToolError::InvalidInput(format!(
+                "`{path}` is not inside an indexed root"
+            ))),
+            Err(e) => Err(ToolError::InvalidInput(format!("`{path}`: {e}"))),
+        };
     }
-    coderefs::clean_path(path).map_err(ToolError::InvalidInput)
+    coderefs::clean_path(path).map_err(|e| ToolError::InvalidInput(e.to_string()))
 }
 
 /// Every live memory (all states) with at least one code reference.
 fn with_refs(snap: &Snapshot) -> Vec<MemoryRecord> {
     let mut v = Vec::new();
-    for (si, ls) in snap.index.memory.iter().enumerate() {
+    for (si, ls) in snap.memory.index.memory.iter().enumerate() {
         let Some(t) = ls.segment.memories() else {
             continue;
         };
         for (i, m) in t.memories.iter().enumerate() {
-            if !m.code_refs.is_empty() && !snap.mem[si].dead.contains(i as u32) {
+            if !m.code_refs.is_empty() && !snap.memory.mem[si].dead.contains(i as u32) {
                 v.push(m.to_record());
             }
         }
     }
-    for e in snap.delta.entries.values() {
+    for e in snap.memory.delta.entries.values() {
         if !e.record.code_refs.is_empty() {
             v.push(e.record.clone());
         }
@@ -282,7 +295,7 @@ impl Engine {
         if a.line == Some(0) {
             return Err(ToolError::InvalidInput("`line` is 1-based".into()));
         }
-        let symbol_id = a.line.and_then(|l| snap.innermost_symbol(&path, l, l));
+        let symbol_id = a.line.and_then(|l| snap.code.innermost_symbol(&path, l, l));
         let ctx = self.ref_ctx(&snap);
         let active = MemFilter::default();
         let mut out = Vec::new();
@@ -315,7 +328,7 @@ impl Engine {
             if let Some(rel) = relation {
                 out.push((
                     rel,
-                    annotate(super::tools::out(&m), &m, &statuses),
+                    annotate(crate::tools::memory::output::out(&m), &m, &statuses),
                     m.updated_at,
                 ));
             }
@@ -358,8 +371,8 @@ impl Engine {
                 for id in v {
                     let id = id.trim();
                     check_id(id)?;
-                    if key_of(&snap, id).is_none() {
-                        return Err(super::tools::not_found(id));
+                    if snap.memory.key_of(id).is_none() {
+                        return Err(crate::tools::memory::output::not_found(id));
                     }
                     set.insert(id.to_string());
                 }
@@ -376,7 +389,7 @@ impl Engine {
             None => None,
         };
         let mut rep = StalenessReport::default();
-        let now = super::now_ms();
+        let now = memory::now_ms();
         let mut todo: Vec<String> = Vec::new();
         {
             let ctx = self.ref_ctx(&snap);
@@ -416,11 +429,11 @@ impl Engine {
                 let ctx = self.ref_ctx(snap);
                 let mut ops = Vec::new();
                 for id in batch {
-                    let Some(k) = key_of(snap, id) else { continue };
-                    let mut m = record_of(snap, &k);
+                    let Some(k) = snap.memory.key_of(id) else { continue };
+                    let mut m = snap.memory.record_of(&k);
                     let vector = match &k {
-                        super::search::MemKey::Delta(e) => e.vector.clone(),
-                        super::search::MemKey::Segment(si, c) => snap.index.memory[*si]
+                        memory::search::MemKey::Delta(e) => e.vector.clone(),
+                        memory::search::MemKey::Segment(si, c) => snap.memory.index.memory[*si]
                             .segment
                             .vector(*c)
                             .map(<[f32]>::to_vec)

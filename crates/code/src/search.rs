@@ -18,18 +18,30 @@ pub enum Mode {
     Lexical,
 }
 
+/// A ranking mode name that is not `hybrid`, `vector` or `lexical`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode `{0}`; expected hybrid, vector or lexical")]
+pub struct UnknownMode(pub String);
+
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Mode, String> {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Mode, UnknownMode> {
         match s {
             "hybrid" => Ok(Mode::Hybrid),
             "vector" => Ok(Mode::Vector),
             "lexical" => Ok(Mode::Lexical),
-            _ => Err(format!(
-                "unknown mode `{s}`; expected hybrid, vector or lexical"
-            )),
+            _ => Err(UnknownMode(s.to_string())),
         }
     }
+}
+
+/// A path filter that cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GlobError {
+    #[error("the path filter is empty")]
+    Empty,
+    #[error("invalid path glob `{pattern}`: {reason}")]
+    Invalid { pattern: String, reason: String },
 }
 
 /// Options of a search.
@@ -142,10 +154,10 @@ pub fn identifier_like(q: &str) -> bool {
 /// `src/lib.rs`); a
 /// pattern without `/` matches at any depth (`*.rs` is `**/*.rs`); `*` stays inside one
 /// directory, `**` crosses directories.
-pub fn path_glob(pattern: &str) -> Result<globset::GlobMatcher, String> {
+pub fn path_glob(pattern: &str) -> Result<globset::GlobMatcher, GlobError> {
     let p = pattern.trim();
     if p.is_empty() {
-        return Err("the path filter is empty".into());
+        return Err(GlobError::Empty);
     }
     let has_meta = p.contains(['*', '?', '[', '{']);
     let full = if !has_meta {
@@ -161,7 +173,10 @@ pub fn path_glob(pattern: &str) -> Result<globset::GlobMatcher, String> {
         .literal_separator(true)
         .build()
         .map(|g| g.compile_matcher())
-        .map_err(|e| format!("invalid path glob `{pattern}`: {e}"))
+        .map_err(|e| GlobError::Invalid {
+            pattern: pattern.to_string(),
+            reason: e.to_string(),
+        })
 }
 
 fn allow_bitmap(ls: &LiveSegment, o: &SearchOptions) -> Option<RoaringBitmap> {

@@ -20,15 +20,16 @@
 //!   0.7). A new user memory is ≥ 0.8; a stale one ≤ 0.5.
 
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use format::manifest::RootEntry;
+use format::roots::{clean_relative, confine, ConfineError, ConfineOptions};
 use format::memory::{CodeRef, MemoryRecord};
 use sha2::{Digest, Sha256};
 
-use crate::engine::Snapshot;
+use code::CodeView;
 
 pub const HASH_PREFIX: &str = "sha256:";
 const DAY_MS: f64 = 86_400_000.0;
@@ -42,18 +43,35 @@ pub fn uri(path: &str, start: u32, end: u32) -> String {
     }
 }
 
+/// Why a code reference (or code link) is not usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodeRefError {
+    /// Holds the first 200 characters of the text.
+    #[error("`{0}` is not a code link; expected file:<path>#L<start>-L<end> (or #L<line>)")]
+    BadUri(String),
+    #[error("a code reference needs a `path`")]
+    NoPath,
+    #[error("code reference path `{0}` must be relative to its repository root, without `..`")]
+    Escapes(String),
+    #[error("code reference path `{0}` names no file")]
+    NoFile(String),
+    #[error("no indexed repository `{repo}`; the index holds: {known}")]
+    UnknownRepo { repo: String, known: String },
+    #[error("code reference path `{path}` resolves to {resolved}, outside the root {root}")]
+    OutsideRoot {
+        path: String,
+        resolved: String,
+        root: String,
+    },
+}
+
 /// Parses [`uri`]'s format back into (path, start, end).
-pub fn parse_uri(s: &str) -> Result<(String, u32, u32), String> {
-    let bad = || {
-        format!(
-            "`{}` is not a code link; expected file:<path>#L<start>-L<end> (or #L<line>)",
-            s.chars().take(200).collect::<String>()
-        )
-    };
+pub fn parse_uri(s: &str) -> Result<(String, u32, u32), CodeRefError> {
+    let bad = || CodeRefError::BadUri(s.chars().take(200).collect::<String>());
     let rest = s.trim().strip_prefix("file:").ok_or_else(bad)?;
     let (path, frag) = rest.rsplit_once('#').ok_or_else(bad)?;
     let path = path.trim_start_matches("//");
-    let num = |x: &str| -> Result<u32, String> {
+    let num = |x: &str| -> Result<u32, CodeRefError> {
         x.strip_prefix('L')
             .and_then(|n| n.parse::<u32>().ok())
             .ok_or_else(bad)
@@ -147,73 +165,59 @@ impl FileCache {
     }
 }
 
-/// A repo-relative path with `/` separators, refusing anything that could leave the root.
-pub fn clean_path(p: &str) -> Result<String, String> {
+/// A repo-relative path with `/` separators, refusing anything that could leave the root
+/// (the rule of [`format::roots::clean_relative`]).
+pub fn clean_path(p: &str) -> Result<String, CodeRefError> {
     let p = p.trim().replace('\\', "/");
     if p.is_empty() {
-        return Err("a code reference needs a `path`".into());
+        return Err(CodeRefError::NoPath);
     }
-    let mut parts = Vec::new();
-    for c in Path::new(&p).components() {
-        match c {
-            Component::Normal(x) => parts.push(x.to_string_lossy().into_owned()),
-            Component::CurDir => {}
-            _ => {
-                return Err(format!(
-                "code reference path `{p}` must be relative to its repository root, without `..`"
-            ))
-            }
-        }
-    }
+    let parts = clean_relative(Path::new(&p)).ok_or_else(|| CodeRefError::Escapes(p.clone()))?;
     if parts.is_empty() {
-        return Err(format!("code reference path `{p}` names no file"));
+        return Err(CodeRefError::NoFile(p));
     }
     Ok(parts.join("/"))
 }
 
 /// The file of repo-relative `path` (of `repo`, or of the root where it exists; the first root
-/// if it exists nowhere), confined to that root after resolving symlinks. `Ok(None)` when the
-/// index records no roots (nothing to resolve against).
+/// if it exists nowhere), confined to that root after resolving symlinks
+/// ([`format::roots::confine`]). `Ok(None)` when the index records no roots (nothing to
+/// resolve against).
 pub fn resolve_path(
     roots: &[RootEntry],
     repo: &str,
     path: &str,
-) -> Result<Option<(RootEntry, PathBuf)>, String> {
+) -> Result<Option<(RootEntry, PathBuf)>, CodeRefError> {
     let rel = clean_path(path)?;
     if roots.is_empty() {
         return Ok(None);
     }
-    let candidates: Vec<&RootEntry> = if repo.is_empty() {
-        roots.iter().collect()
-    } else {
-        let v: Vec<&RootEntry> = roots.iter().filter(|r| r.repo == repo).collect();
-        if v.is_empty() {
-            return Err(format!(
-                "no indexed repository `{repo}`; the index holds: {}",
-                roots
-                    .iter()
-                    .map(|r| r.repo.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        v
+    let opts = ConfineOptions {
+        repo: Some(repo),
+        allow_absolute: false,
+        allow_root: false,
     };
-    let root = candidates
-        .iter()
-        .find(|r| Path::new(&r.path).join(&rel).exists())
-        .unwrap_or(&candidates[0]);
-    let full = Path::new(&root.path).join(&rel);
-    if let Ok(c) = std::fs::canonicalize(&full) {
-        if !c.starts_with(&root.path) {
-            return Err(format!(
-                "code reference path `{rel}` resolves to {}, outside the root {}",
-                c.display(),
-                root.path
-            ));
+    match confine(roots, &rel, opts) {
+        Ok(c) => Ok(Some((c.root, c.full))),
+        Err(ConfineError::UnknownRepo { repo, known }) => {
+            Err(CodeRefError::UnknownRepo { repo, known })
+        }
+        Err(ConfineError::OutsideRoot {
+            path,
+            resolved,
+            root,
+        }) => Err(CodeRefError::OutsideRoot {
+            path,
+            resolved,
+            root,
+        }),
+        Err(ConfineError::NoFile(_)) => Err(CodeRefError::NoFile(rel)),
+        // `rel` is clean: these cannot happen; refuse rather than guess.
+        Err(ConfineError::Empty) => Err(CodeRefError::NoPath),
+        Err(ConfineError::Escapes(_) | ConfineError::NotInRoot { .. }) => {
+            Err(CodeRefError::Escapes(rel))
         }
     }
-    Ok(Some(((*root).clone(), full)))
 }
 
 /// The commit `HEAD` names in the git work tree holding `dir` (read from `.git` directly:
@@ -302,7 +306,7 @@ impl RefStatus {
 pub struct RefCtx<'a> {
     pub roots: &'a [RootEntry],
     pub cache: &'a FileCache,
-    pub snap: &'a Snapshot,
+    pub code: &'a CodeView,
 }
 
 /// Checks one reference against the current files (see the module doc).
@@ -319,7 +323,7 @@ pub fn check_ref(ctx: &RefCtx<'_>, r: &CodeRef) -> RefStatus {
                 reason: "the index records no source roots".into(),
             }
         }
-        Err(e) => return RefStatus::Unverified { reason: e },
+        Err(e) => return RefStatus::Unverified { reason: e.to_string() },
     };
     let Some(view) = ctx.cache.get(&full) else {
         return RefStatus::Stale {
@@ -351,9 +355,9 @@ pub fn check_ref(ctx: &RefCtx<'_>, r: &CodeRef) -> RefStatus {
     }
     // The same symbol, same body, at its current lines in the index.
     if !r.symbol_id.is_empty() {
-        for node in ctx.snap.by_symbol_id(&r.symbol_id) {
-            let c = ctx.snap.chunk(node);
-            let f = ctx.snap.file(node);
+        for node in ctx.code.by_symbol_id(&r.symbol_id) {
+            let c = ctx.code.chunk(node);
+            let f = ctx.code.file(node);
             if f.path.as_str() != clean_path(&r.path).unwrap_or_default() {
                 continue;
             }
@@ -494,6 +498,7 @@ mod tests {
         #[cfg(unix)]
         assert!(resolve_path(&roots, "", "link/secret.rs")
             .unwrap_err()
+            .to_string()
             .contains("outside the root"));
         assert!(resolve_path(&[], "", "a.rs").unwrap().is_none());
     }

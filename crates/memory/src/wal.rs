@@ -225,7 +225,7 @@ impl Wal {
             file.seek(SeekFrom::Start(0)).map_err(io)?;
             file.write_all(MAGIC).map_err(io)?;
             file.sync_all().map_err(io)?;
-            crate::memory::sync_parent(&path);
+            sync_parent(&path);
             b = MAGIC.to_vec();
         } else if !b.starts_with(MAGIC) {
             return Err(WalError::BadMagic { path });
@@ -366,6 +366,15 @@ pub fn read_only(dir: &Path) -> Result<Recovery, WalError> {
         cut_bytes: (b.len() - end) as u64,
         cut_reason: why,
     })
+}
+
+/// fsyncs the directory holding `path` (after creating a file in it). Best effort.
+pub fn sync_parent(path: &std::path::Path) {
+    if let Some(d) = path.parent() {
+        if let Ok(f) = std::fs::File::open(d) {
+            let _ = f.sync_all();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,26 +10,30 @@
 //! When the build has committed, the server swaps to the new snapshot; queries keep running on
 //! the old one meanwhile. Jobs run one at a time, in submission order.
 
-use std::collections::VecDeque;
-use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use format::manifest::RootEntry;
+use format::roots::{confine, ConfineError, ConfineOptions};
 use indexer::build::{build, BuildOptions};
+use memory::now_ms;
+use memory::time::rfc3339;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
-use crate::memory::now_ms;
-use crate::memory::tools::rfc3339;
-use crate::tools::{ms, ToolError, ToolResult};
+use crate::jobs::{JobStatus, KEEP_JOBS};
+use crate::tools::common::{ms, ToolError, ToolResult};
 
-/// Jobs kept for `job_status`.
-const KEEP_JOBS: usize = 64;
 /// Longest `wait: true` call.
 const MAX_WAIT: Duration = Duration::from_secs(600);
 
+/// Re-index code after edits, inside the server: the indexed roots whole, or some files or
+/// directories (`paths`). Only files whose content changed are re-chunked and re-embedded;
+/// replaced and deleted files' chunks are tombstoned; queries keep working and see the new code
+/// when the job commits. Runs as a background job: returns its id (poll job_status), or its
+/// result with wait: true.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReindexArgs {
@@ -42,6 +46,7 @@ pub struct ReindexArgs {
     pub wait: bool,
 }
 
+/// State and counts of a reindex job (queued, running, done, failed), or of the recent jobs.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobStatusArgs {
@@ -50,171 +55,46 @@ pub struct JobStatusArgs {
     pub job_id: Option<u64>,
 }
 
-/// A re-index job.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct JobStatus {
-    pub job_id: u64,
-    /// `queued`, `running`, `done` or `failed`.
-    pub state: String,
-    /// Roots (absolute paths) the job re-indexes.
-    pub roots: Vec<String>,
-    /// Repo-relative path prefixes it is limited to (empty: whole roots).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<String>,
-    pub submitted_at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub elapsed_ms: Option<f64>,
-    pub files_seen: usize,
-    pub files_changed: usize,
-    pub files_deleted: usize,
-    pub chunks_embedded: usize,
-    pub chunks_reused: usize,
-    pub chunks_tombstoned: u64,
-    /// Index generation the job committed (unchanged when nothing changed).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub generation: Option<u64>,
-    /// Code references re-checked after the commit (memories linked to code), and how many
-    /// turned out stale or relocated; memories whose references were written back.
-    pub refs_checked: usize,
-    pub refs_stale: usize,
-    pub refs_relocated: usize,
-    pub memories_updated: usize,
-    /// Files that could not be indexed (unreadable, walk errors).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub file_errors: Vec<String>,
-    /// Why the job failed (nothing was committed for the root that failed).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct JobStatusAnswer {
     pub jobs: Vec<JobStatus>,
 }
 
-/// The job table of an engine.
-#[derive(Default)]
-pub struct Jobs {
-    table: Mutex<(u64, VecDeque<JobStatus>)>,
-    changed: Condvar,
-    /// Held by the running job: one build at a time.
-    run: Mutex<()>,
-}
-
-impl Jobs {
-    fn update(&self, id: u64, f: impl FnOnce(&mut JobStatus)) {
-        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(j) = t.1.iter_mut().find(|j| j.job_id == id) {
-            f(j);
-        }
-        self.changed.notify_all();
-    }
-
-    fn get(&self, id: u64) -> Option<JobStatus> {
-        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        t.1.iter().find(|j| j.job_id == id).cloned()
-    }
-
-    fn wait(&self, id: u64, timeout: Duration) -> Option<JobStatus> {
-        let deadline = Instant::now() + timeout;
-        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            let j = t.1.iter().find(|j| j.job_id == id).cloned()?;
-            let now = Instant::now();
-            if j.state == "done" || j.state == "failed" || now >= deadline {
-                return Some(j);
-            }
-            t = self
-                .changed
-                .wait_timeout(t, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-    }
-}
-
-/// `p` without `.` components; `None` if it has `..` (it could leave the root).
-fn clean_relative(p: &Path) -> Option<PathBuf> {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::Normal(x) => out.push(x),
-            Component::CurDir => {}
-            _ => return None,
-        }
-    }
-    Some(out)
-}
-
-/// Resolves `p` to (root, repo-relative prefix with `/` separators). Absolute paths must lie
-/// inside a root (compared component by component after resolving symlinks, so
-/// `/src/app-old` is not inside `/src/app`); relative ones are taken relative to the root in
-/// which they exist (the first root, if they exist in none: a deleted file).
+/// Resolves `p` to (root, repo-relative prefix with `/` separators) with the index's one
+/// confinement rule ([`format::roots::confine`]): absolute paths must lie inside a root
+/// (compared component by component after resolving symlinks, so `/src/app-old` is not inside
+/// `/src/app`); relative ones are taken relative to the root in which they exist (the first
+/// root, if they exist in none: a deleted file).
 fn resolve(roots: &[RootEntry], p: &str) -> ToolResult<(RootEntry, String)> {
-    let raw = Path::new(p.trim());
     if p.trim().is_empty() {
         return Err(ToolError::InvalidInput("an empty path in `paths`".into()));
     }
-    let to_rel = |r: &Path| -> String {
-        r.components()
-            .map(|c| c.as_os_str().to_string_lossy())
-            .collect::<Vec<_>>()
-            .join("/")
+    let opts = ConfineOptions {
+        repo: None,
+        allow_absolute: true,
+        allow_root: true,
     };
-    if raw.is_absolute() {
-        // Resolve symlinks of what exists (a deleted file: its parent).
-        let abs = std::fs::canonicalize(raw).or_else(|_| {
-            let parent = raw.parent().unwrap_or(raw);
-            std::fs::canonicalize(parent).map(|d| d.join(raw.file_name().unwrap_or_default()))
-        });
-        let abs = abs.unwrap_or_else(|_| raw.to_path_buf());
-        for r in roots {
-            if let Ok(rest) = abs.strip_prefix(&r.path) {
-                return Ok((r.clone(), to_rel(rest)));
-            }
-        }
-        return Err(ToolError::InvalidInput(format!(
-            "`{p}` is not inside an indexed root ({})",
-            roots
-                .iter()
-                .map(|r| r.path.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    let rel = clean_relative(raw).ok_or_else(|| {
-        ToolError::InvalidInput(format!(
+    match confine(roots, p.trim(), opts) {
+        Ok(c) => Ok((c.root, c.rel)),
+        // A symlink inside the root that points outside it is refused like an absolute path.
+        Err(ConfineError::OutsideRoot { resolved, root, .. }) => Err(ToolError::InvalidInput(
+            format!("`{p}` resolves to {resolved}, outside the root {root}"),
+        )),
+        Err(ConfineError::Escapes(_)) => Err(ToolError::InvalidInput(format!(
             "`{p}` must stay inside its root: `..` and root components are not allowed"
-        ))
-    })?;
-    let hit = roots
-        .iter()
-        .find(|r| Path::new(&r.path).join(&rel).exists())
-        .or_else(|| roots.first())
-        .expect("roots is not empty");
-    // A symlink inside the root that points outside it is refused like an absolute path.
-    let full = Path::new(&hit.path).join(&rel);
-    if let Ok(c) = std::fs::canonicalize(&full) {
-        if !c.starts_with(&hit.path) {
-            return Err(ToolError::InvalidInput(format!(
-                "`{p}` resolves to {}, outside the root {}",
-                c.display(),
-                hit.path
-            )));
-        }
+        ))),
+        Err(ConfineError::NotInRoot { roots, .. }) => Err(ToolError::InvalidInput(format!(
+            "`{p}` is not inside an indexed root ({roots})"
+        ))),
+        Err(e) => Err(ToolError::InvalidInput(format!("`{p}`: {e}"))),
     }
-    Ok((hit.clone(), to_rel(&rel)))
 }
 
 impl Engine {
     /// Queues a re-index job (see the module doc) and returns its status (final with `wait`).
     pub fn reindex(self: &Arc<Self>, a: &ReindexArgs) -> ToolResult<JobStatus> {
         let snap = self.snapshot();
-        let roots = snap.index.manifest.roots.clone();
+        let roots = snap.code.index.manifest.roots.clone();
         if roots.is_empty() {
             return Err(ToolError::InvalidInput(
                 "this index records no source roots (it holds only memories, or was built \
@@ -350,7 +230,7 @@ impl Engine {
         }
         // Eager staleness: memories linked to code are re-checked against the files now.
         if error.is_none() {
-            let args = crate::memory::code_tools::CheckStalenessArgs {
+            let args = crate::tools::code_links::CheckStalenessArgs {
                 ids: None,
                 changed_files: None,
                 debug: false,

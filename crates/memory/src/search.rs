@@ -5,7 +5,7 @@
 //! any beyond the default "active") and a deny bitmap (tombstoned, superseded and, by default,
 //! inactive records). The delta is searched exactly: a dot product per filtered entry, and BM25
 //! with the delta's own statistics, like a segment's. The vector and lexical lists are fused
-//! like code results ([`crate::search::fuse`]); then each hit's score is multiplied by
+//! like code results ([`code::search::fuse`]); then each hit's score is multiplied by
 //! `1 + boost`, where boost adds [`ENTITY_BOOST`] for the preferred entity, [`TAG_BOOST`] per
 //! preferred tag (at most [`MAX_TAG_BOOSTS`]), [`CATEGORY_BOOST`] for the preferred category,
 //! and `recency_weight · 2^(−age / half_life)`.
@@ -14,197 +14,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use format::bm25::TermStats;
-use format::memory::{tag_key, ArchivedMemoryRecord, MemoryRecord};
 use roaring::RoaringBitmap;
 
-use crate::engine::Snapshot;
-use crate::memory::Entry;
-use crate::search::{fuse, Mode, SearchOptions};
-
-pub const ENTITY_BOOST: f32 = 0.1;
-pub const CATEGORY_BOOST: f32 = 0.1;
-pub const TAG_BOOST: f32 = 0.05;
-pub const MAX_TAG_BOOSTS: usize = 4;
-/// Default recency half-life and weight.
-pub const DEFAULT_HALF_LIFE_DAYS: f64 = 30.0;
-pub const DEFAULT_RECENCY_WEIGHT: f32 = 0.1;
-
-/// The fields filters and boosts look at, for stored and for delta records.
-pub trait MemFields {
-    fn category(&self) -> &str;
-    fn scope(&self) -> &str;
-    fn entity(&self) -> &str;
-    fn source(&self) -> &str;
-    fn state(&self) -> &str;
-    fn created_at(&self) -> i64;
-    fn has_tag(&self, t: &str) -> bool;
-}
-
-impl MemFields for MemoryRecord {
-    fn category(&self) -> &str {
-        &self.category
-    }
-    fn scope(&self) -> &str {
-        &self.scope
-    }
-    fn entity(&self) -> &str {
-        &self.entity
-    }
-    fn source(&self) -> &str {
-        &self.source
-    }
-    fn state(&self) -> &str {
-        &self.state
-    }
-    fn created_at(&self) -> i64 {
-        self.created_at
-    }
-    fn has_tag(&self, t: &str) -> bool {
-        self.tags.iter().any(|x| tag_matches(x, t))
-    }
-}
-
-impl MemFields for ArchivedMemoryRecord {
-    fn category(&self) -> &str {
-        self.category.as_str()
-    }
-    fn scope(&self) -> &str {
-        self.scope.as_str()
-    }
-    fn entity(&self) -> &str {
-        self.entity.as_str()
-    }
-    fn source(&self) -> &str {
-        self.source.as_str()
-    }
-    fn state(&self) -> &str {
-        self.state.as_str()
-    }
-    fn created_at(&self) -> i64 {
-        self.created_at.to_native()
-    }
-    fn has_tag(&self, t: &str) -> bool {
-        self.tags.iter().any(|x| tag_matches(x.as_str(), t))
-    }
-}
-
-/// A filter tag `key` matches any tag with that key; `key=value` matches exactly.
-fn tag_matches(tag: &str, filter: &str) -> bool {
-    if filter.contains('=') {
-        tag == filter
-    } else {
-        tag_key(tag) == filter
-    }
-}
-
-/// Hard filters. Strings compare exactly, except `entity` (case-insensitive).
-#[derive(Debug, Clone)]
-pub struct MemFilter {
-    pub category: Option<String>,
-    pub scope: Option<String>,
-    pub entity: Option<String>,
-    pub source: Option<String>,
-    /// Canonical tags (see [`format::memory::normalize_tag`]).
-    pub tags: Vec<String>,
-    /// All tags must match (else any).
-    pub tags_all: bool,
-    /// Unix milliseconds, inclusive / exclusive.
-    pub created_after: Option<i64>,
-    pub created_before: Option<i64>,
-    /// Allowed states; default `["active"]`.
-    pub states: Vec<String>,
-}
-
-impl Default for MemFilter {
-    fn default() -> Self {
-        MemFilter {
-            category: None,
-            scope: None,
-            entity: None,
-            source: None,
-            tags: Vec::new(),
-            tags_all: true,
-            created_after: None,
-            created_before: None,
-            states: vec!["active".into()],
-        }
-    }
-}
-
-impl MemFilter {
-    /// Only the default state filter: segments can use their precomputed `hidden` bitmap.
-    pub fn is_default(&self) -> bool {
-        self.category.is_none()
-            && self.scope.is_none()
-            && self.entity.is_none()
-            && self.source.is_none()
-            && self.tags.is_empty()
-            && self.created_after.is_none()
-            && self.created_before.is_none()
-            && self.states == ["active"]
-    }
-
-    pub fn matches(&self, m: &(impl MemFields + ?Sized)) -> bool {
-        self.category.as_deref().is_none_or(|c| m.category() == c)
-            && self.scope.as_deref().is_none_or(|s| m.scope() == s)
-            && self
-                .entity
-                .as_deref()
-                .is_none_or(|e| m.entity().eq_ignore_ascii_case(e))
-            && self.source.as_deref().is_none_or(|s| m.source() == s)
-            && self.states.iter().any(|s| s == m.state())
-            && self.created_after.is_none_or(|t| m.created_at() >= t)
-            && self.created_before.is_none_or(|t| m.created_at() < t)
-            && (self.tags.is_empty()
-                || if self.tags_all {
-                    self.tags.iter().all(|t| m.has_tag(t))
-                } else {
-                    self.tags.iter().any(|t| m.has_tag(t))
-                })
-    }
-}
-
-/// Soft preferences.
-#[derive(Debug, Clone)]
-pub struct Boosts {
-    pub entity: Option<String>,
-    pub category: Option<String>,
-    pub tags: Vec<String>,
-    /// 0 disables recency.
-    pub half_life_days: f64,
-    pub recency_weight: f32,
-    pub now_ms: i64,
-}
-
-impl Boosts {
-    pub fn boost(&self, m: &(impl MemFields + ?Sized)) -> f32 {
-        let mut b = 0.0;
-        if self
-            .entity
-            .as_deref()
-            .is_some_and(|e| m.entity().eq_ignore_ascii_case(e))
-        {
-            b += ENTITY_BOOST;
-        }
-        if self.category.as_deref().is_some_and(|c| m.category() == c) {
-            b += CATEGORY_BOOST;
-        }
-        let tags = self.tags.iter().filter(|t| m.has_tag(t)).count();
-        b += TAG_BOOST * tags.min(MAX_TAG_BOOSTS) as f32;
-        if self.half_life_days > 0.0 {
-            let age_days = (self.now_ms - m.created_at()).max(0) as f64 / 86_400_000.0;
-            b += self.recency_weight * (-age_days / self.half_life_days).exp2() as f32;
-        }
-        b
-    }
-}
-
-/// A result: where the memory is, its final score, its ranks in the two lists.
-#[derive(Debug, Clone)]
-pub enum MemKey {
-    Segment(usize, u32),
-    Delta(Arc<Entry>),
-}
+pub use crate::filter::{
+    Boosts, MemFields, MemFilter, MemKey, CATEGORY_BOOST, DEFAULT_HALF_LIFE_DAYS,
+    DEFAULT_RECENCY_WEIGHT, ENTITY_BOOST, MAX_TAG_BOOSTS, TAG_BOOST,
+};
+use crate::view::MemoryView;
+use code::search::{fuse, Mode, SearchOptions};
 
 #[derive(Debug, Clone)]
 pub struct MemHit {
@@ -223,7 +40,7 @@ pub struct MemTimings {
 }
 
 /// Index-wide IDF statistics of `query`'s terms over the memory segments and the delta.
-pub fn mem_term_stats(snap: &Snapshot, query: &str) -> TermStats {
+pub fn mem_term_stats(snap: &MemoryView, query: &str) -> TermStats {
     let mut st = TermStats::default();
     for ls in &snap.index.memory {
         st.add_segment(ls.segment.postings(), query);
@@ -239,7 +56,7 @@ pub fn mem_term_stats(snap: &Snapshot, query: &str) -> TermStats {
 /// the delta's own, so scores are computed exactly as a segment of these memories would
 /// compute them. Returns (slot, score) for entries passing `filter`.
 fn delta_bm25(
-    delta: &crate::memory::Delta,
+    delta: &crate::delta::Delta,
     query: &str,
     filter: &MemFilter,
     stats: &TermStats,
@@ -273,7 +90,7 @@ fn delta_bm25(
 /// Searches memories. `o` gives mode, limit, weights and nprobe; `qv` is required unless the
 /// mode is lexical.
 pub fn search(
-    snap: &Snapshot,
+    snap: &MemoryView,
     query: &str,
     qv: Option<&[f32]>,
     filter: &MemFilter,
@@ -403,8 +220,10 @@ pub fn search(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::wal::WalOp;
-    use crate::memory::{new_id, Delta};
+    use format::memory::MemoryRecord;
+    use crate::delta::Delta;
+    use crate::new_id;
+    use crate::wal::WalOp;
 
     fn rec(text: &str, entity: &str, tags: &[&str]) -> MemoryRecord {
         MemoryRecord {

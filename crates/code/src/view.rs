@@ -1,113 +1,50 @@
-//! The long-running side of `queryd`: an immutable [`Snapshot`] of the index (memory-mapped
-//! segments plus symbol maps built at load) behind an `ArcSwap`, swapped when `indexer build`
-//! commits a new `MANIFEST`, and the query encoder with an LRU cache of query vectors.
-//!
-//! Readers load the current `Arc<Snapshot>` once per request and keep it to the end, so a swap
-//! never shows a query a half-built state and never blocks it. A failed reload (corrupt or
-//! half-copied index) keeps the old snapshot and is reported by `index_status`.
+//! The code view of one index generation: the memory-mapped code segments, read through the
+//! segments' sorted lookup tables (symbol ids, names, paths), and one code graph across
+//! segments.
 //!
 //! The graph of an incrementally built index spans segments: edges of an old segment may point
 //! at chunks that a later build tombstoned (their file changed), and a new segment names targets
-//! that live in older segments by symbol id (`external` edges). [`Snapshot::out_edges`] and
-//! [`Snapshot::in_edges`] resolve both by symbol id to the live chunks, so callers see one graph.
+//! that live in older segments by symbol id (`external` edges). [`CodeView::out_edges`] and
+//! [`CodeView::in_edges`] resolve both by symbol id to the live chunks, so callers see one graph.
 
 use std::collections::HashMap;
-use std::num::NonZeroUsize;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime};
+use std::path::Path;
+use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use format::graph::Direction;
-use format::manifest::MANIFEST;
 use format::records::{name_key, qualified_key, ArchivedChunkRecord, ArchivedFileRecord, EdgeKind};
-use format::{FormatError, Index, IndexManifest};
-
-use crate::memory::{self, wal::Wal, Delta, MemSegState};
-use serde::Serialize;
+use format::{FormatError, Index};
 
 /// A graph node: (segment ordinal, node id). Node ids are chunk ordinals, then
 /// `chunk_count + file ordinal` for file nodes.
 pub type NodeRef = (usize, u32);
 
-/// How often the watcher looks at `MANIFEST`.
-pub const WATCH_INTERVAL: Duration = Duration::from_millis(500);
-/// Query vectors kept in the LRU cache.
-pub const EMBED_CACHE_ENTRIES: usize = 1024;
-
-/// One generation of the index, immutable once built. Everything it knows is read from the
-/// mapped segments: symbols, names, paths and external edges are found by binary search in
-/// each segment's lookup tables (written by `format`), so opening a snapshot costs no heap
-/// proportional to the index and a swap is cheap.
-pub struct Snapshot {
+/// The code half of a snapshot. Everything it knows is read from the mapped segments: symbols,
+/// names, paths and external edges are found by binary search in each segment's lookup tables
+/// (written by `format`), so a view costs no heap proportional to the index and is cheap to
+/// clone (one `Arc`).
+#[derive(Clone)]
+pub struct CodeView {
     pub index: Arc<Index>,
-    pub loaded_at: SystemTime,
-    pub manifest_mtime: Option<SystemTime>,
-    /// Memories written since the last flush (see [`crate::memory`]).
-    pub delta: Delta,
-    /// Per memory segment: tombstoned or shadowed records, and inactive ones.
-    pub mem: Arc<Vec<MemSegState>>,
-    /// The graph of the active memories, built on first use (see [`memory::graph`]).
-    pub graph: std::sync::OnceLock<Arc<memory::graph::MemGraph>>,
 }
 
-impl std::fmt::Debug for Snapshot {
+impl std::fmt::Debug for CodeView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Snapshot")
+        f.debug_struct("CodeView")
             .field("dir", &self.index.dir)
             .field("generation", &self.index.manifest.generation)
             .finish()
     }
 }
 
-pub(crate) fn manifest_mtime(dir: &Path) -> Option<SystemTime> {
-    std::fs::metadata(dir.join(MANIFEST))
-        .and_then(|m| m.modified())
-        .ok()
-}
-
-impl Snapshot {
-    /// Opens the index at `dir`.
-    pub fn load(dir: &Path) -> Result<Snapshot, FormatError> {
-        let mtime = manifest_mtime(dir);
-        let index = Index::open(dir)?;
-        Ok(Snapshot::from_index(index, mtime))
+impl CodeView {
+    /// Opens the index at `dir` (code and memory segments; this view reads the code ones).
+    pub fn open(dir: &Path) -> Result<CodeView, FormatError> {
+        Ok(CodeView::new(Arc::new(Index::open(dir)?)))
     }
 
-    /// Wraps an opened index (no delta).
-    pub fn from_index(index: Index, manifest_mtime: Option<SystemTime>) -> Snapshot {
-        Snapshot::with_delta(Arc::new(index), manifest_mtime, Delta::default())
-    }
-
-    /// An index with a delta of live memory writes on top.
-    pub fn with_delta(
-        index: Arc<Index>,
-        manifest_mtime: Option<SystemTime>,
-        delta: Delta,
-    ) -> Snapshot {
-        let mem = Arc::new(memory::mem_states(&index, &delta.shadowed));
-        Snapshot {
-            index,
-            loaded_at: SystemTime::now(),
-            manifest_mtime,
-            delta,
-            mem,
-            graph: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The memory graph of the memories passing `f`: cached for the default filter (active
-    /// memories), built for this call otherwise.
-    pub fn mem_graph(&self, f: &memory::search::MemFilter) -> Arc<memory::graph::MemGraph> {
-        if f.is_default() {
-            Arc::clone(
-                self.graph
-                    .get_or_init(|| Arc::new(memory::graph::MemGraph::build(self, f))),
-            )
-        } else {
-            Arc::new(memory::graph::MemGraph::build(self, f))
-        }
+    pub fn new(index: Arc<Index>) -> CodeView {
+        CodeView { index }
     }
 
     pub fn generation(&self) -> u64 {
@@ -505,411 +442,9 @@ pub fn levenshtein(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// A small LRU map of query text to its vector.
-pub struct EmbedCache {
-    inner: Mutex<lru::LruCache<String, Arc<[f32]>>>,
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-}
-
-impl EmbedCache {
-    pub fn new(entries: usize) -> EmbedCache {
-        EmbedCache {
-            inner: Mutex::new(lru::LruCache::new(
-                NonZeroUsize::new(entries.max(1)).expect("at least one entry"),
-            )),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-        }
-    }
-
-    pub fn get(&self, q: &str) -> Option<Arc<[f32]>> {
-        let v = self.lock().get(q).cloned();
-        let c = if v.is_some() {
-            &self.hits
-        } else {
-            &self.misses
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-        v
-    }
-
-    pub fn put(&self, q: &str, v: Arc<[f32]>) {
-        self.lock().put(q.to_string(), v);
-    }
-
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, lru::LruCache<String, Arc<[f32]>>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// The last reload that failed; the old snapshot keeps serving.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReloadFailure {
-    pub error: String,
-    /// Seconds since the Unix epoch.
-    pub at_unix: u64,
-    #[serde(skip)]
-    key: (Option<SystemTime>, Option<u64>),
-}
-
-/// The query engine: the current snapshot, the encoder and its cache.
-pub struct Engine {
-    dir: PathBuf,
-    encoder: kernels::Encoder,
-    model_dir: PathBuf,
-    snap: ArcSwap<Snapshot>,
-    pub cache: EmbedCache,
-    last_failure: Mutex<Option<ReloadFailure>>,
-    reload_lock: Mutex<()>,
-    /// (MANIFEST mtime, generation) last examined without error.
-    seen: Mutex<(Option<SystemTime>, Option<u64>)>,
-    pub reloads: AtomicU64,
-    pub started: SystemTime,
-    /// Serialises memory writes, flushes and snapshot swaps (readers never take it).
-    pub(crate) writer: Mutex<Writer>,
-    /// Wakes the background flusher.
-    flush_tx: Mutex<Option<std::sync::mpsc::SyncSender<()>>>,
-    /// Re-index jobs (see [`crate::reindex`]).
-    pub(crate) jobs: crate::reindex::Jobs,
-    /// Source files read by code-reference checks.
-    pub(crate) files: memory::coderefs::FileCache,
-}
-
-/// The write side of memories.
-pub(crate) struct Writer {
-    /// The open log, or why memory writes are disabled (a read-only index directory, another
-    /// queryd holding the log).
-    pub wal: Result<Wal, String>,
-    /// Delta size that triggers a flush.
-    pub flush_at: usize,
-}
-
-/// Errors of starting the engine.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("cannot open the index: {0}")]
-    Index(#[from] FormatError),
-    #[error("cannot load the model from {dir}: {source}")]
-    Model {
-        dir: PathBuf,
-        #[source]
-        source: kernels::ModelError,
-    },
-    #[error("the index at {index} was built with model `{index_model}` but {model_dir} holds `{model}`; pass the model the index was built with (--model)")]
-    ModelMismatch {
-        index: PathBuf,
-        index_model: String,
-        model_dir: PathBuf,
-        model: String,
-    },
-}
-
-impl Engine {
-    /// Opens the index and loads the model (on the CPU). Fails on a missing, empty or corrupt
-    /// index and on a model that differs from the one the index was built with.
-    pub fn open(index_dir: &Path, model_dir: &Path) -> Result<Engine, OpenError> {
-        format::vectors::set_faiss_threads(1);
-        let mtime = manifest_mtime(index_dir);
-        let index = Index::open(index_dir)?;
-        let encoder =
-            kernels::Encoder::load(model_dir, kernels::DeviceChoice::Cpu).map_err(|source| {
-                OpenError::Model {
-                    dir: model_dir.to_path_buf(),
-                    source,
-                }
-            })?;
-        if encoder.model_id() != index.manifest.model_id {
-            return Err(OpenError::ModelMismatch {
-                index: index_dir.to_path_buf(),
-                index_model: index.manifest.model_id.clone(),
-                model_dir: model_dir.to_path_buf(),
-                model: encoder.model_id().to_string(),
-            });
-        }
-        // One snapshot, built after recovery (which may have moved to a newer generation).
-        let (wal, snap) = memory::tools::recover(index_dir, index, mtime);
-        let snap_key = (snap.manifest_mtime, snap.generation());
-        Ok(Engine {
-            dir: index_dir.to_path_buf(),
-            encoder,
-            model_dir: model_dir.to_path_buf(),
-            snap: ArcSwap::from_pointee(snap),
-            writer: Mutex::new(Writer {
-                wal,
-                flush_at: memory::DEFAULT_FLUSH_AT,
-            }),
-            flush_tx: Mutex::new(None),
-            jobs: crate::reindex::Jobs::default(),
-            files: memory::coderefs::FileCache::default(),
-            cache: EmbedCache::new(EMBED_CACHE_ENTRIES),
-            last_failure: Mutex::new(None),
-            reload_lock: Mutex::new(()),
-            seen: Mutex::new((snap_key.0, Some(snap_key.1))),
-            reloads: AtomicU64::new(0),
-            started: SystemTime::now(),
-        })
-    }
-
-    /// Why memory writes are disabled on this engine (another queryd holds the log, a
-    /// read-only directory…), if they are.
-    pub fn memory_writes_disabled(&self) -> Option<String> {
-        self.writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .wal
-            .as_ref()
-            .err()
-            .cloned()
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    pub fn model_dir(&self) -> &Path {
-        &self.model_dir
-    }
-
-    pub fn encoder(&self) -> &kernels::Encoder {
-        &self.encoder
-    }
-
-    /// The current snapshot; hold it for the whole request.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.snap.load_full()
-    }
-
-    /// Installs a new snapshot (callers hold the writer lock).
-    pub(crate) fn store_snapshot(&self, s: Snapshot) {
-        self.snap.store(Arc::new(s));
-    }
-
-    /// Records that this (MANIFEST mtime, generation) is already served (after a flush
-    /// committed it), so the watcher does not reload it.
-    pub(crate) fn mark_seen(&self, mtime: Option<SystemTime>, generation: u64) {
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = (mtime, Some(generation));
-    }
-
-    /// Asks the background flusher (if started) to flush the delta.
-    pub(crate) fn request_flush(&self) {
-        if let Some(tx) = self
-            .flush_tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
-            let _ = tx.try_send(());
-        }
-    }
-
-    /// Starts the thread that flushes the memory delta when a write finds it at the flush
-    /// size. Without it, flushes happen only when [`Engine::flush_memories`] is called.
-    pub fn spawn_flusher(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
-        *self.flush_tx.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
-        let weak: Weak<Engine> = Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("queryd-flush".into())
-            .spawn(move || {
-                while rx.recv().is_ok() {
-                    let Some(e) = weak.upgrade() else { return };
-                    match e.flush_memories() {
-                        Ok(Some(r)) => eprintln!(
-                            "queryd: flushed {} memories into a segment ({} merged from older segments) in {:.0} ms (generation {})",
-                            r.memories, r.merged, r.ms, r.generation
-                        ),
-                        Ok(None) => {}
-                        Err(err) => eprintln!("queryd: memory flush failed (the log keeps the writes): {err}"),
-                    }
-                }
-            })
-            .expect("spawn the memory flusher")
-    }
-
-    /// The last failed reload, while the snapshot it could not replace is still served.
-    pub fn last_failure(&self) -> Option<ReloadFailure> {
-        self.last_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Re-reads `MANIFEST`; when its generation or modification time changed, opens the new
-    /// generation and swaps it in atomically. Returns whether a new snapshot was installed. On
-    /// failure the old snapshot stays and the error is kept for `index_status`; the same
-    /// (mtime, generation) is not retried until the MANIFEST changes again.
-    pub fn reload_if_changed(&self) -> Result<bool, String> {
-        let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mtime = manifest_mtime(&self.dir);
-        let manifest = IndexManifest::read(&self.dir);
-        let key = (mtime, manifest.as_ref().ok().map(|m| m.generation));
-        if *self.seen.lock().unwrap_or_else(|e| e.into_inner()) == key {
-            return Ok(false);
-        }
-        if let Some(f) = self.last_failure() {
-            if f.key == key {
-                return Err(f.error);
-            }
-        }
-        let cur = self.snap.load_full();
-        let result = manifest.and_then(|m| {
-            if m.model_id != self.encoder.model_id() {
-                return Err(FormatError::Mismatch {
-                    path: self.dir.join(MANIFEST),
-                    detail: format!(
-                        "the new index generation was built with model `{}`, this server runs `{}`; restart queryd with that model",
-                        m.model_id,
-                        self.encoder.model_id()
-                    ),
-                });
-            }
-            if m.generation == cur.generation()
-                && m.segments == cur.index.manifest.segments
-                && m.memory_segments == cur.index.manifest.memory_segments
-            {
-                return Ok(None); // the same generation (touched, or restored after a failure)
-            }
-            Index::open_reusing(&self.dir, Some(&cur.index)).map(Some)
-        });
-        let out = match result {
-            Ok(Some(index)) => {
-                // Keep the live delta: swap under the writer lock so no write is lost between
-                // reading the current delta and storing the new snapshot.
-                let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-                let now = self.snap.load_full();
-                if !Arc::ptr_eq(&now.index, &cur.index) {
-                    // A flush installed a newer index while this one was opening: it is
-                    // already current, and installing ours would step back.
-                    return Ok(false);
-                }
-                let index = Arc::new(index);
-                // Segment copies of ids the delta holds are superseded (a dump ingested while
-                // we run may have added some).
-                let mut delta = now.delta.clone();
-                let ids: Vec<String> = delta.entries.keys().cloned().collect();
-                for id in ids {
-                    if !delta.shadowed.contains(&id)
-                        && memory::find_in_segments(&index, &id).is_some()
-                    {
-                        delta.shadowed.insert(id);
-                    }
-                }
-                self.snap
-                    .store(Arc::new(Snapshot::with_delta(index, mtime, delta)));
-                self.reloads.fetch_add(1, Ordering::Relaxed);
-                Ok(true)
-            }
-            Ok(None) => Ok(false),
-            Err(e) => {
-                let error = e.to_string();
-                eprintln!(
-                    "queryd: reload failed, still serving index generation {}: {error}",
-                    cur.generation()
-                );
-                *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(ReloadFailure {
-                        error: error.clone(),
-                        at_unix: unix_secs(SystemTime::now()),
-                        key,
-                    });
-                return Err(error);
-            }
-        };
-        *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = key;
-        out
-    }
-
-    /// Starts a thread that calls [`reload_if_changed`](Self::reload_if_changed) every
-    /// `interval` until the engine is dropped.
-    pub fn spawn_watcher(self: &Arc<Self>, interval: Duration) -> std::thread::JoinHandle<()> {
-        let weak: Weak<Engine> = Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("queryd-watch".into())
-            .spawn(move || loop {
-                std::thread::sleep(interval);
-                let Some(e) = weak.upgrade() else { return };
-                if let Ok(true) = e.reload_if_changed() {
-                    eprintln!(
-                        "queryd: now serving index generation {}",
-                        e.snapshot().generation()
-                    );
-                    // An `indexer build` changed code: re-check memories linked to it.
-                    if e.memory_writes_disabled().is_none() {
-                        let args = memory::code_tools::CheckStalenessArgs {
-                            ids: None,
-                            changed_files: None,
-                            debug: false,
-                        };
-                        if let Ok(r) = e.check_staleness(&args) {
-                            if r.updated > 0 {
-                                eprintln!(
-                                    "queryd: code references re-checked: {} stale, {} relocated, {} memories updated",
-                                    r.stale, r.relocated, r.updated
-                                );
-                            }
-                        }
-                    }
-                }
-            })
-            .expect("spawn the MANIFEST watcher")
-    }
-
-    /// The query's vector, from the cache when it was embedded before. Returns (vector,
-    /// cached).
-    pub fn embed_query(&self, q: &str) -> Result<(Arc<[f32]>, bool), String> {
-        if let Some(v) = self.cache.get(q) {
-            return Ok((v, true));
-        }
-        let (v, _) = self
-            .encoder
-            .embed(&[q])
-            .map_err(|e| format!("embedding the query failed: {e}"))?;
-        let v: Arc<[f32]> = v.into();
-        self.cache.put(q, v.clone());
-        Ok((v, false))
-    }
-
-    /// Embeds a text without caching it (code for `find_duplicates`).
-    pub fn embed_text(&self, text: &str) -> Result<Vec<f32>, String> {
-        self.encoder
-            .embed(&[text])
-            .map(|(v, _)| v)
-            .map_err(|e| format!("embedding failed: {e}"))
-    }
-}
-
-pub fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lru_cache_evicts_least_recently_used() {
-        let c = EmbedCache::new(2);
-        c.put("a", Arc::from(vec![1.0]));
-        c.put("b", Arc::from(vec![2.0]));
-        assert!(c.get("a").is_some()); // a is now most recent
-        c.put("c", Arc::from(vec![3.0])); // evicts b
-        assert!(c.get("b").is_none());
-        assert_eq!(c.get("c").as_deref(), Some(&[3.0f32][..]));
-        assert_eq!(c.len(), 2);
-        assert_eq!(c.hits.load(Ordering::Relaxed), 2);
-        assert_eq!(c.misses.load(Ordering::Relaxed), 1);
-    }
 
     #[test]
     fn edit_distance() {
@@ -919,6 +454,7 @@ mod tests {
     }
 
     use format::manifest::{SegmentEntry, TombstoneRef};
+    use format::IndexManifest;
     use format::records::{ChunkRecord, EdgeInput, ExternalEdge, FileRecord, NO_PARENT};
     use format::{tombstones, SegmentBuilder};
 
@@ -1035,7 +571,7 @@ mod tests {
         .commit(d)
         .unwrap();
 
-        let s = Snapshot::load(d).unwrap();
+        let s = CodeView::open(d).unwrap();
         let (caller, old_callee, callee, helper) = ((0, 0), (0, 1), (1, 0), (1, 1));
         assert!(!s.is_live_chunk(old_callee));
         assert_eq!(s.resolve("callee"), vec![callee]);

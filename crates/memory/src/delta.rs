@@ -1,26 +1,6 @@
-//! Memories: live writes through a write-ahead log into an in-memory delta, flushed into
-//! immutable memory segments.
-//!
-//! Write path (`Engine::write_memories`): validate → embed (outside any lock) → under the
-//! writer lock: append to `memory.wal` and fsync ([`wal`]) → apply to a copy of the delta
-//! (persistent maps: the copy shares almost everything) → publish a new snapshot. The write is
-//! acknowledged after the publish, so it is durable *and* visible. Readers load the snapshot
-//! with one atomic pointer read and never wait for a writer.
-//!
-//! Flush (`Engine::flush_memories`, when the delta holds `flush_at` memories, and on clean
-//! shutdown): under the writer lock and the index directory lock, the delta becomes a memory
-//! segment; superseded or deleted records of older memory segments get tombstones; `MANIFEST`
-//! records the segment and `memory_lsn`; the snapshot is swapped to the new index with an empty
-//! delta; then the log is truncated. A crash anywhere in between replays the log on start and
-//! skips what `memory_lsn` says is already in a segment.
-
-pub mod code_tools;
-pub mod coderefs;
-pub mod graph;
-pub mod graph_tools;
-pub mod search;
-pub mod tools;
-pub mod wal;
+//! The delta: memories written since the last flush, in persistent maps (a copy per write
+//! shares almost everything), with the BM25 terms and reverse SIMILAR links search needs; and,
+//! per memory segment, which records the delta shadows or that are tombstoned.
 
 use std::sync::Arc;
 
@@ -29,12 +9,7 @@ use format::manifest::Index;
 use format::memory::{MemoryRecord, MEMORY_PATH, MEMORY_SYMBOL_PREFIX};
 use roaring::RoaringBitmap;
 
-use wal::WalOp;
-
-/// Delta size (memories) that triggers a flush into a segment. The delta is searched by exact
-/// scan over individually allocated entries (memory-latency bound, ~0.55 µs per memory on the
-/// 2-core dev machine: 5.7 ms at 10,000), so it is kept small; a flush of 2,000 takes ~0.1 s.
-pub const DEFAULT_FLUSH_AT: usize = 2_000;
+use crate::wal::WalOp;
 
 /// A memory in the delta with what search needs: its vector and its BM25 terms.
 #[derive(Debug)]
@@ -227,20 +202,4 @@ pub fn shadow(index: &Index, states: &mut [MemSegState], id: &str) {
             states[si].hidden.insert(c);
         }
     }
-}
-
-/// fsyncs the directory holding `path` (after creating a file in it). Best effort.
-pub fn sync_parent(path: &std::path::Path) {
-    if let Some(d) = path.parent() {
-        if let Ok(f) = std::fs::File::open(d) {
-            let _ = f.sync_all();
-        }
-    }
-}
-
-pub use format::memory::now_ms;
-
-/// A new time-ordered memory id.
-pub fn new_id() -> String {
-    uuid::Uuid::now_v7().hyphenated().to_string()
 }

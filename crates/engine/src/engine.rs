@@ -1,0 +1,392 @@
+//! The long-running engine: the current [`Snapshot`] behind one `ArcSwap`, swapped when
+//! `indexer build` commits a new `MANIFEST` ([`Engine::reload_if_changed`]; the watcher in
+//! [`crate::watch`]) or a memory write or flush publishes one; the query encoder with its LRU
+//! cache; the writer lock and the background flusher; the re-index job table.
+//!
+//! Readers load the current `Arc<Snapshot>` once per request and keep it to the end, so a swap
+//! never shows a query a half-built state and never blocks it. A failed reload (corrupt or
+//! half-copied index) keeps the old snapshot and is reported by `index_status`.
+//!
+//! Lock order: the directory lock (`LOCK`, flushes and re-index commits), then the writer lock;
+//! readers take neither.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use code::{EmbedCache, EMBED_CACHE_ENTRIES};
+use format::manifest::{manifest_mtime, DirLock, MANIFEST};
+use format::{FormatError, Index, IndexManifest};
+use memory::store::{FlushError, FlushReport, Writer};
+use memory::wal::WalOp;
+use serde::Serialize;
+
+use crate::snapshot::Snapshot;
+use crate::tools::common::{ToolError, ToolResult};
+
+/// How often the watcher looks at `MANIFEST`.
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The last reload that failed; the old snapshot keeps serving.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadFailure {
+    pub error: String,
+    /// Seconds since the Unix epoch.
+    pub at_unix: u64,
+    #[serde(skip)]
+    key: (Option<SystemTime>, Option<u64>),
+}
+
+/// The query engine: the current snapshot, the encoder and its cache.
+pub struct Engine {
+    dir: PathBuf,
+    encoder: kernels::Encoder,
+    model_dir: PathBuf,
+    snap: ArcSwap<Snapshot>,
+    pub cache: EmbedCache,
+    last_failure: Mutex<Option<ReloadFailure>>,
+    reload_lock: Mutex<()>,
+    /// (MANIFEST mtime, generation) last examined without error.
+    seen: Mutex<(Option<SystemTime>, Option<u64>)>,
+    pub reloads: AtomicU64,
+    pub started: SystemTime,
+    /// Serialises memory writes, flushes and snapshot swaps (readers never take it).
+    pub(crate) writer: Mutex<Writer>,
+    /// Wakes the background flusher.
+    flush_tx: Mutex<Option<std::sync::mpsc::SyncSender<()>>>,
+    /// Re-index jobs (see [`crate::reindex`]).
+    pub(crate) jobs: crate::jobs::Jobs,
+    /// Source files read by code-reference checks.
+    pub(crate) files: memory::coderefs::FileCache,
+}
+
+/// Errors of starting the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot open the index: {0}")]
+    Index(#[from] FormatError),
+    #[error("cannot load the model from {dir}: {source}")]
+    Model {
+        dir: PathBuf,
+        #[source]
+        source: kernels::ModelError,
+    },
+    #[error("the index at {index} was built with model `{index_model}` but {model_dir} holds `{model}`; pass the model the index was built with (--model)")]
+    ModelMismatch {
+        index: PathBuf,
+        index_model: String,
+        model_dir: PathBuf,
+        model: String,
+    },
+}
+
+impl Engine {
+    /// Opens the index and loads the model (on the CPU). Fails on a missing, empty or corrupt
+    /// index and on a model that differs from the one the index was built with.
+    pub fn open(index_dir: &Path, model_dir: &Path) -> Result<Engine, OpenError> {
+        format::vectors::set_faiss_threads(1);
+        let mtime = manifest_mtime(index_dir);
+        let index = Index::open(index_dir)?;
+        let encoder =
+            kernels::Encoder::load(model_dir, kernels::DeviceChoice::Cpu).map_err(|source| {
+                OpenError::Model {
+                    dir: model_dir.to_path_buf(),
+                    source,
+                }
+            })?;
+        if encoder.model_id() != index.manifest.model_id {
+            return Err(OpenError::ModelMismatch {
+                index: index_dir.to_path_buf(),
+                index_model: index.manifest.model_id.clone(),
+                model_dir: model_dir.to_path_buf(),
+                model: encoder.model_id().to_string(),
+            });
+        }
+        // One snapshot, built after recovery (which may have moved to a newer generation).
+        let rec = memory::store::recover(index_dir, index, mtime);
+        let (wal, snap) = (
+            rec.wal,
+            Snapshot::new(Arc::new(rec.index), rec.manifest_mtime, rec.delta),
+        );
+        let snap_key = (snap.manifest_mtime, snap.generation());
+        Ok(Engine {
+            dir: index_dir.to_path_buf(),
+            encoder,
+            model_dir: model_dir.to_path_buf(),
+            snap: ArcSwap::from_pointee(snap),
+            writer: Mutex::new(Writer {
+                wal,
+                flush_at: memory::DEFAULT_FLUSH_AT,
+            }),
+            flush_tx: Mutex::new(None),
+            jobs: crate::jobs::Jobs::default(),
+            files: memory::coderefs::FileCache::default(),
+            cache: EmbedCache::new(EMBED_CACHE_ENTRIES),
+            last_failure: Mutex::new(None),
+            reload_lock: Mutex::new(()),
+            seen: Mutex::new((snap_key.0, Some(snap_key.1))),
+            reloads: AtomicU64::new(0),
+            started: SystemTime::now(),
+        })
+    }
+
+    /// Why memory writes are disabled on this engine (another queryd holds the log, a
+    /// read-only directory…), if they are.
+    pub fn memory_writes_disabled(&self) -> Option<String> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .wal
+            .as_ref()
+            .err()
+            .map(|e| e.0.clone())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn model_dir(&self) -> &Path {
+        &self.model_dir
+    }
+
+    pub fn encoder(&self) -> &kernels::Encoder {
+        &self.encoder
+    }
+
+    /// The current snapshot; hold it for the whole request.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snap.load_full()
+    }
+
+    /// Installs a new snapshot (callers hold the writer lock).
+    pub(crate) fn store_snapshot(&self, s: Snapshot) {
+        self.snap.store(Arc::new(s));
+    }
+
+    /// Records that this (MANIFEST mtime, generation) is already served (after a flush
+    /// committed it), so the watcher does not reload it.
+    pub(crate) fn mark_seen(&self, mtime: Option<SystemTime>, generation: u64) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = (mtime, Some(generation));
+    }
+
+    /// Asks the background flusher (if started) to flush the delta.
+    pub(crate) fn request_flush(&self) {
+        if let Some(tx) = self
+            .flush_tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let _ = tx.try_send(());
+        }
+    }
+
+    /// Runs `prepare` on the current snapshot under the writer lock; the operations it returns
+    /// are logged (fsynced), applied and published before this returns.
+    pub(crate) fn write_with<T>(
+        &self,
+        prepare: impl FnOnce(&Snapshot) -> ToolResult<(Vec<WalOp>, T)>,
+    ) -> ToolResult<T> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let flush_at = w.flush_at;
+        let wal = w.wal.as_mut().map_err(|e| {
+            ToolError::Internal(format!("memory writes are disabled on this server: {e}"))
+        })?;
+        let cur = self.snapshot();
+        let (ops, out) = prepare(&cur)?;
+        if ops.is_empty() {
+            return Ok(out);
+        }
+        let lsns = wal
+            .append(&ops)
+            .map_err(|e| ToolError::Internal(format!("the write was not saved: {e}")))?;
+        let memory = cur.memory.with_applied(lsns.into_iter().zip(&ops));
+        // Dead slots (replaced versions) count too, so a stream of updates also flushes.
+        let size = memory.delta.slots.len();
+        self.store_snapshot(Snapshot {
+            code: cur.code.clone(),
+            memory,
+            loaded_at: cur.loaded_at,
+            manifest_mtime: cur.manifest_mtime,
+        });
+        drop(w);
+        if size >= flush_at {
+            self.request_flush();
+        }
+        Ok(out)
+    }
+
+    /// Sets the delta size that triggers a flush.
+    pub fn set_flush_at(&self, n: usize) {
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .flush_at = n.max(1);
+    }
+
+    /// Writes the delta into a memory segment, tombstones what it supersedes, commits
+    /// `MANIFEST`, swaps the snapshot and truncates the log ([`memory::store::flush`]).
+    /// `Ok(None)` when there was nothing to flush.
+    pub fn flush_memories(&self) -> Result<Option<FlushReport>, FlushError> {
+        let dir = self.dir().to_path_buf();
+        // The directory lock first: an indexer build may hold it for minutes, and writes must
+        // not wait for that behind the writer lock.
+        let _lock = DirLock::acquire(&dir)?;
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let cur = self.snapshot();
+        memory::store::flush(&dir, &cur.memory, &mut w, |index, mtime, delta, generation| {
+            self.store_snapshot(Snapshot::new(index, mtime, delta));
+            self.mark_seen(mtime, generation);
+        })
+    }
+
+    /// Starts the thread that flushes the memory delta when a write finds it at the flush
+    /// size. Without it, flushes happen only when [`Engine::flush_memories`] is called.
+    pub fn spawn_flusher(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        *self.flush_tx.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        let weak: Weak<Engine> = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("queryd-flush".into())
+            .spawn(move || {
+                while rx.recv().is_ok() {
+                    let Some(e) = weak.upgrade() else { return };
+                    match e.flush_memories() {
+                        Ok(Some(r)) => eprintln!(
+                            "queryd: flushed {} memories into a segment ({} merged from older segments) in {:.0} ms (generation {})",
+                            r.memories, r.merged, r.ms, r.generation
+                        ),
+                        Ok(None) => {}
+                        Err(err) => eprintln!("queryd: memory flush failed (the log keeps the writes): {err}"),
+                    }
+                }
+            })
+            .expect("spawn the memory flusher")
+    }
+
+    /// The last failed reload, while the snapshot it could not replace is still served.
+    pub fn last_failure(&self) -> Option<ReloadFailure> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Re-reads `MANIFEST`; when its generation or modification time changed, opens the new
+    /// generation and swaps it in atomically. Returns whether a new snapshot was installed. On
+    /// failure the old snapshot stays and the error is kept for `index_status`; the same
+    /// (mtime, generation) is not retried until the MANIFEST changes again.
+    pub fn reload_if_changed(&self) -> Result<bool, String> {
+        let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mtime = manifest_mtime(&self.dir);
+        let manifest = IndexManifest::read(&self.dir);
+        let key = (mtime, manifest.as_ref().ok().map(|m| m.generation));
+        if *self.seen.lock().unwrap_or_else(|e| e.into_inner()) == key {
+            return Ok(false);
+        }
+        if let Some(f) = self.last_failure() {
+            if f.key == key {
+                return Err(f.error);
+            }
+        }
+        let cur = self.snap.load_full();
+        let result = manifest.and_then(|m| {
+            if m.model_id != self.encoder.model_id() {
+                return Err(FormatError::Mismatch {
+                    path: self.dir.join(MANIFEST),
+                    detail: format!(
+                        "the new index generation was built with model `{}`, this server runs `{}`; restart queryd with that model",
+                        m.model_id,
+                        self.encoder.model_id()
+                    ),
+                });
+            }
+            if m.generation == cur.generation()
+                && m.segments == cur.code.index.manifest.segments
+                && m.memory_segments == cur.code.index.manifest.memory_segments
+            {
+                return Ok(None); // the same generation (touched, or restored after a failure)
+            }
+            Index::open_reusing(&self.dir, Some(&cur.code.index)).map(Some)
+        });
+        let out = match result {
+            Ok(Some(index)) => {
+                // Keep the live delta: swap under the writer lock so no write is lost between
+                // reading the current delta and storing the new snapshot.
+                let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+                let now = self.snap.load_full();
+                if !Arc::ptr_eq(&now.code.index, &cur.code.index) {
+                    // A flush installed a newer index while this one was opening: it is
+                    // already current, and installing ours would step back.
+                    return Ok(false);
+                }
+                let index = Arc::new(index);
+                // Segment copies of ids the delta holds are superseded (a dump ingested while
+                // we run may have added some).
+                let mut delta = now.memory.delta.clone();
+                let ids: Vec<String> = delta.entries.keys().cloned().collect();
+                for id in ids {
+                    if !delta.shadowed.contains(&id)
+                        && memory::find_in_segments(&index, &id).is_some()
+                    {
+                        delta.shadowed.insert(id);
+                    }
+                }
+                self.snap
+                    .store(Arc::new(Snapshot::new(index, mtime, delta)));
+                self.reloads.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => {
+                let error = e.to_string();
+                eprintln!(
+                    "queryd: reload failed, still serving index generation {}: {error}",
+                    cur.generation()
+                );
+                *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(ReloadFailure {
+                        error: error.clone(),
+                        at_unix: unix_secs(SystemTime::now()),
+                        key,
+                    });
+                return Err(error);
+            }
+        };
+        *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = key;
+        out
+    }
+
+    /// The query's vector, from the cache when it was embedded before. Returns (vector,
+    /// cached).
+    pub fn embed_query(&self, q: &str) -> Result<(Arc<[f32]>, bool), String> {
+        if let Some(v) = self.cache.get(q) {
+            return Ok((v, true));
+        }
+        let (v, _) = self
+            .encoder
+            .embed(&[q])
+            .map_err(|e| format!("embedding the query failed: {e}"))?;
+        let v: Arc<[f32]> = v.into();
+        self.cache.put(q, v.clone());
+        Ok((v, false))
+    }
+
+    /// Embeds a text without caching it (code for `find_duplicates`).
+    pub fn embed_text(&self, text: &str) -> Result<Vec<f32>, String> {
+        self.encoder
+            .embed(&[text])
+            .map(|(v, _)| v)
+            .map_err(|e| format!("embedding failed: {e}"))
+    }
+}
+
+pub fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+

@@ -1,0 +1,611 @@
+//! `find_callers`, `find_callees` (a cascade: graph → text → semantic → not found, the stage
+//! named in the answer) and `impact_analysis` (transitive callers).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use code::NodeRef;
+use format::records::{EdgeKind, EDGE_RESOLVED};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{check_symbol, label, ms, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT};
+use crate::engine::Engine;
+use crate::snapshot::Snapshot;
+
+/// Who calls a function or method. Cascade: code-graph CALLS edges; else whole-word text
+/// matches in indexed code; else semantic search on the name's words; else not found with
+/// suggested names. `stage` says which answered (graph results are exact, the others are
+/// leads).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "CallArgs")]
+pub struct FindCallersArgs {
+    /// A symbol id, qualified name (`Dictionary::suggest`) or simple name (`closest_match`).
+    pub symbol: String,
+    /// Results to return (default 20, at most 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Return a per-phase timing breakdown.
+    #[serde(default)]
+    pub debug: bool,
+}
+
+/// What a function or method calls. Cascade: code-graph CALLS edges; else indexed symbols
+/// called by name in its code; else semantic search; else not found with suggested names.
+/// `stage` says which answered.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "CallArgs")]
+pub struct FindCalleesArgs {
+    /// A symbol id, qualified name (`Dictionary::suggest`) or simple name (`closest_match`).
+    pub symbol: String,
+    /// Results to return (default 20, at most 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Return a per-phase timing breakdown.
+    #[serde(default)]
+    pub debug: bool,
+}
+
+/// Which stage of the cascade answered.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// CALLS edges of the code graph (exact).
+    Graph,
+    /// Whole-word occurrences of the identifier in indexed code (likely, unconfirmed).
+    Text,
+    /// Semantic search on the identifier split into words (related code, not confirmed calls).
+    Semantic,
+    /// Nothing found; see `suggestions`.
+    NotFound,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CallSite {
+    #[serde(flatten)]
+    pub symbol: SymbolRef,
+    /// Graph stage: whether the edge was resolved through the file or its imports (true) or
+    /// inferred from a globally unique name (false).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<bool>,
+    /// Text stage: the line of the match and its text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line_text: Option<String>,
+    /// Semantic stage: cosine similarity to the identifier's words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<f32>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CallAnswer {
+    pub symbol: String,
+    /// The symbols the name resolved to.
+    pub resolved_to: Vec<SymbolRef>,
+    pub stage: Stage,
+    /// What the stage means for these results.
+    pub note: String,
+    pub results: Vec<CallSite>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub suggestions: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+/// Minimum cosine similarity for the semantic stage of the cascade.
+pub const SEMANTIC_MIN_SIMILARITY: f32 = 0.45;
+
+/// Splits an identifier into lower-case words: `closest_match` → `closest match`,
+/// `HttpServer.serveHTTP` → `http server serve http`.
+pub fn identifier_words(ident: &str) -> String {
+    let mut words = Vec::new();
+    for part in ident.split(|c: char| !c.is_alphanumeric()) {
+        if part.is_empty() {
+            continue;
+        }
+        let toks = format::text::tokenize(part);
+        if toks.len() > 1 {
+            words.extend(toks.into_iter().skip(1));
+        } else {
+            words.extend(toks);
+        }
+    }
+    words.join(" ")
+}
+
+/// The identifier to look for in text: the last component of a name or symbol id.
+pub fn simple_name(symbol: &str) -> String {
+    let s = symbol
+        .trim()
+        .trim_end_matches("().")
+        .trim_end_matches(['.', '#', '(', ')', '/']);
+    s.rsplit(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+        .find(|p| !p.is_empty())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Positions where `ident` occurs as a whole word in `text`.
+pub fn whole_word_lines(text: &str, ident: &str) -> Vec<(u32, String)> {
+    let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    let mut out = Vec::new();
+    if ident.is_empty() {
+        return out;
+    }
+    for (i, line) in text.lines().enumerate() {
+        let mut from = 0;
+        while let Some(p) = line[from..].find(ident) {
+            let a = from + p;
+            let b = a + ident.len();
+            let before = line[..a].chars().next_back();
+            let after = line[b..].chars().next();
+            if !before.is_some_and(is_id) && !after.is_some_and(is_id) {
+                out.push((i as u32, line.trim().chars().take(200).collect()));
+                break;
+            }
+            from = b;
+        }
+    }
+    out
+}
+
+/// Identifiers directly followed by `(` in `text` (call sites), in order, without duplicates.
+pub fn called_identifiers(text: &str) -> Vec<String> {
+    let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    let mut out: Vec<String> = Vec::new();
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if is_id(chars[i].1) && !chars[i].1.is_ascii_digit() {
+            let start = chars[i].0;
+            let mut j = i;
+            while j < chars.len() && is_id(chars[j].1) {
+                j += 1;
+            }
+            let end = chars.get(j).map_or(text.len(), |c| c.0);
+            let mut k = j;
+            while k < chars.len() && chars[k].1 == ' ' {
+                k += 1;
+            }
+            if chars.get(k).is_some_and(|c| c.1 == '(') {
+                let w = &text[start..end];
+                if !KEYWORDS.contains(&w) && !out.iter().any(|o| o == w) {
+                    out.push(w.to_string());
+                }
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+const KEYWORDS: &[&str] = &[
+    "if", "for", "while", "match", "return", "switch", "catch", "fn", "def", "function", "sizeof",
+    "typeof", "new", "super", "self", "this", "print", "println", "assert", "Some", "Ok", "Err",
+    "elif", "and", "or", "not", "in", "func", "else", "with", "await", "async", "lambda", "vec",
+];
+
+/// What every stage of the caller/callee cascade works from: the request, the snapshot, the
+/// symbols the name resolved to, and the timings so far.
+struct Cascade<'a> {
+    symbol: &'a str,
+    limit: usize,
+    debug: bool,
+    t0: Instant,
+    snap: Arc<Snapshot>,
+    targets: Vec<NodeRef>,
+    resolved_to: Vec<SymbolRef>,
+    /// The simple name to look for in text.
+    ident: String,
+    dbg: Debug,
+}
+
+impl Cascade<'_> {
+    fn answer(&mut self, stage: Stage, note: String, results: Vec<CallSite>) -> CallAnswer {
+        self.dbg.total_ms = ms(self.t0.elapsed());
+        CallAnswer {
+            symbol: self.symbol.to_string(),
+            resolved_to: self.resolved_to.clone(),
+            stage,
+            note,
+            results,
+            suggestions: if stage == Stage::NotFound {
+                self.snap.code.suggest(self.symbol, 5)
+            } else {
+                Vec::new()
+            },
+            debug: self.debug.then(|| self.dbg.clone()),
+        }
+    }
+
+    fn site(&self, n: NodeRef) -> CallSite {
+        CallSite {
+            symbol: symbol_ref(&self.snap.code, n),
+            resolved: None,
+            line: None,
+            line_text: None,
+            similarity: None,
+        }
+    }
+
+    /// Symbol ids of the targets (their own chunks are never their callers).
+    fn target_ids(&self) -> HashSet<String> {
+        self.targets
+            .iter()
+            .map(|&n| self.snap.code.chunk(n).symbol_id.to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    /// Stage 1: the code graph's CALLS edges (`in_edges` for callers, `out_edges` for callees).
+    fn graph(
+        &mut self,
+        edges: impl Fn(&code::CodeView, NodeRef) -> Vec<(NodeRef, u8)>,
+        seen: &mut HashSet<NodeRef>,
+    ) -> Vec<CallSite> {
+        let t = Instant::now();
+        let mut results = Vec::new();
+        for &n in &self.targets {
+            for (m, fl) in edges(&self.snap.code, n) {
+                if seen.insert(m) && results.len() < self.limit {
+                    results.push(CallSite {
+                        resolved: Some(fl & EDGE_RESOLVED != 0),
+                        ..self.site(m)
+                    });
+                }
+            }
+        }
+        self.dbg.graph_ms = ms(t.elapsed());
+        results
+    }
+
+    /// Stage 2 for callers: chunks that mention the name as a whole word (not defining
+    /// another symbol of that name).
+    fn text_mentions(&mut self) -> Vec<CallSite> {
+        let t = Instant::now();
+        let ident = self.ident.clone();
+        let mut results = Vec::new();
+        if !ident.is_empty() {
+            let own = self.target_ids();
+            for n in self.snap.code.live_chunks() {
+                let c = self.snap.code.chunk(n);
+                if own.contains(c.symbol_id.as_str()) {
+                    continue;
+                }
+                let hits = whole_word_lines(&c.text, &ident);
+                let Some((off, text)) = hits.into_iter().find(|(_, l)| {
+                    // A call or a reference, not the definition of another symbol of the same name.
+                    !(l.contains(&format!("fn {ident}"))
+                        || l.contains(&format!("def {ident}"))
+                        || l.contains(&format!("function {ident}")))
+                }) else {
+                    continue;
+                };
+                results.push(CallSite {
+                    line: Some(c.start_line.to_native() + off),
+                    line_text: Some(text),
+                    ..self.site(n)
+                });
+                if results.len() >= self.limit {
+                    break;
+                }
+            }
+        }
+        self.dbg.other_ms = ms(t.elapsed());
+        results
+    }
+
+    /// Stage 2 for callees: indexed symbols called by name in the targets' code.
+    fn text_calls(&mut self, seen: &mut HashSet<NodeRef>) -> Vec<CallSite> {
+        let t = Instant::now();
+        let mut results = Vec::new();
+        for &n in &self.targets {
+            let own = self.snap.code.chunk(n).name.to_string();
+            for w in called_identifiers(&Engine::code_of(&self.snap, n)) {
+                if w == own {
+                    continue;
+                }
+                if let Some(&m) = self.snap.code.by_name(&w).first() {
+                    if seen.insert(m) && results.len() < self.limit {
+                        results.push(self.site(m));
+                    }
+                }
+            }
+        }
+        self.dbg.other_ms = ms(t.elapsed());
+        results
+    }
+
+    /// Stage 3: code semantically close to the name's words. Returns the words searched.
+    fn semantic(&mut self, engine: &Engine) -> ToolResult<(String, Vec<CallSite>)> {
+        let words = identifier_words(&self.ident);
+        if words.is_empty() {
+            return Ok((words, Vec::new()));
+        }
+        let t = Instant::now();
+        let (qv, cached) = engine.embed_query(&words).map_err(ToolError::Internal)?;
+        self.dbg.embed_ms = ms(t.elapsed());
+        self.dbg.embed_cached = cached;
+        let t = Instant::now();
+        let mut hits: Vec<(f32, NodeRef)> = Vec::new();
+        for (si, ls) in self.snap.code.index.segments.iter().enumerate() {
+            let found = ls
+                .segment
+                .search_vectors(
+                    &qv,
+                    self.limit + self.targets.len(),
+                    format::vectors::DEFAULT_NPROBE,
+                    None,
+                    Some(&ls.tombstones),
+                )
+                .map_err(|e| ToolError::Internal(e.to_string()))?;
+            hits.extend(found.into_iter().map(|(c, s)| (s, (si, c))));
+        }
+        hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        self.dbg.vector_ms = ms(t.elapsed());
+        let own = self.target_ids();
+        let results = hits
+            .into_iter()
+            .filter(|(s, n)| {
+                *s >= SEMANTIC_MIN_SIMILARITY
+                    && !own.contains(self.snap.code.chunk(*n).symbol_id.as_str())
+            })
+            .take(self.limit)
+            .map(|(s, n)| CallSite {
+                similarity: Some((s * 1e4).round() / 1e4),
+                ..self.site(n)
+            })
+            .collect();
+        Ok((words, results))
+    }
+
+    /// Stage 4: nothing found; suggestions of close names.
+    fn not_found(&mut self, what: &str) -> CallAnswer {
+        let note = if self.targets.is_empty() {
+            format!("`{}` is not a known symbol and nothing mentions it; check the spelling or try the suggestions", self.symbol)
+        } else {
+            format!("no {what} found in the graph, in the text or semantically; it may be unused, called dynamically or from outside the index")
+        };
+        self.answer(Stage::NotFound, note, Vec::new())
+    }
+}
+
+fn semantic_note(words: &str) -> String {
+    format!("no graph edges or text matches; code semantically close to \"{words}\" (related, not confirmed calls)")
+}
+
+impl Engine {
+    fn cascade<'a>(&self, symbol: &'a str, limit: Option<usize>, debug: bool) -> ToolResult<Cascade<'a>> {
+        let t0 = Instant::now();
+        check_symbol(symbol)?;
+        let snap = self.snapshot();
+        let targets = snap.code.resolve(symbol);
+        let resolved_to = targets
+            .iter()
+            .take(10)
+            .map(|&n| symbol_ref(&snap.code, n))
+            .collect();
+        Ok(Cascade {
+            symbol,
+            limit: limit.unwrap_or(20).clamp(1, MAX_LIMIT),
+            debug,
+            t0,
+            dbg: Debug {
+                generation: snap.generation(),
+                ..Debug::default()
+            },
+            snap,
+            targets,
+            resolved_to,
+            ident: simple_name(symbol),
+        })
+    }
+
+    /// Callers: graph edges into the symbol; else whole-word mentions; else semantic
+    /// neighbours of its name; else not found.
+    pub fn find_callers(&self, a: &FindCallersArgs) -> ToolResult<CallAnswer> {
+        let mut c = self.cascade(&a.symbol, a.limit, a.debug)?;
+        let results = c.graph(|v, n| v.in_edges(n, EdgeKind::Calls), &mut HashSet::new());
+        if !results.is_empty() {
+            let note = "callers from the code graph's CALLS edges".to_string();
+            return Ok(c.answer(Stage::Graph, note, results));
+        }
+        let results = c.text_mentions();
+        if !results.is_empty() {
+            let note = format!("no CALLS edges; these chunks mention `{}` as a whole word (likely callers, unconfirmed)", c.ident);
+            return Ok(c.answer(Stage::Text, note, results));
+        }
+        let (words, results) = c.semantic(self)?;
+        if !results.is_empty() {
+            return Ok(c.answer(Stage::Semantic, semantic_note(&words), results));
+        }
+        Ok(c.not_found("callers"))
+    }
+
+    /// Callees: graph edges out of the symbol; else indexed symbols called by name in its
+    /// code; else (only for a known symbol: the callees of an unknown body cannot be guessed)
+    /// semantic neighbours of its name; else not found.
+    pub fn find_callees(&self, a: &FindCalleesArgs) -> ToolResult<CallAnswer> {
+        let mut c = self.cascade(&a.symbol, a.limit, a.debug)?;
+        let mut seen = HashSet::new();
+        let results = c.graph(|v, n| v.out_edges(n, EdgeKind::Calls), &mut seen);
+        if !results.is_empty() {
+            let note = "callees from the code graph's CALLS edges".to_string();
+            return Ok(c.answer(Stage::Graph, note, results));
+        }
+        let results = c.text_calls(&mut seen);
+        if !results.is_empty() {
+            let note = "no CALLS edges; these indexed symbols are called by name in its code (unconfirmed)".to_string();
+            return Ok(c.answer(Stage::Text, note, results));
+        }
+        if !c.targets.is_empty() {
+            let (words, results) = c.semantic(self)?;
+            if !results.is_empty() {
+                return Ok(c.answer(Stage::Semantic, semantic_note(&words), results));
+            }
+        }
+        Ok(c.not_found("callees"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// impact_analysis
+
+/// What may break if a symbol changes: its transitive callers up to `depth` levels, each with
+/// the call path from the symbol, and the files involved.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImpactArgs {
+    /// A symbol id, qualified name or simple name.
+    pub symbol: String,
+    /// How many call levels up to follow (default 3, at most 8).
+    #[serde(default)]
+    pub depth: Option<usize>,
+    /// Affected symbols to return at most (default 50, at most 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Return a per-phase timing breakdown.
+    #[serde(default)]
+    pub debug: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Affected {
+    #[serde(flatten)]
+    pub symbol: SymbolRef,
+    /// Call levels between it and the changed symbol (1 = direct caller).
+    pub depth: usize,
+    /// Names from the changed symbol up to this one.
+    pub path: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ImpactAnswer {
+    pub symbol: SymbolRef,
+    pub depth: usize,
+    pub affected: Vec<Affected>,
+    /// Files holding affected symbols.
+    pub files: Vec<String>,
+    /// True when `limit` cut the list.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+impl Engine {
+    pub fn impact_analysis(&self, a: &ImpactArgs) -> ToolResult<ImpactAnswer> {
+        let t0 = Instant::now();
+        check_symbol(&a.symbol)?;
+        let depth = a.depth.unwrap_or(3).clamp(1, 8);
+        let limit = a.limit.unwrap_or(50).clamp(1, MAX_LIMIT);
+        let snap = self.snapshot();
+        let Some(&root) = snap.code.resolve(&a.symbol).first() else {
+            return Err(self.not_found(&snap, &a.symbol));
+        };
+        let t = Instant::now();
+        let mut parent: HashMap<NodeRef, NodeRef> = HashMap::new();
+        let mut level: HashMap<NodeRef, usize> = HashMap::from([(root, 0)]);
+        let mut order = Vec::new();
+        let mut q = VecDeque::from([root]);
+        let mut truncated = false;
+        while let Some(n) = q.pop_front() {
+            let d = level[&n];
+            if d >= depth {
+                continue;
+            }
+            for (m, _) in snap.code.in_edges(n, EdgeKind::Calls) {
+                if level.contains_key(&m) {
+                    continue;
+                }
+                if order.len() >= limit {
+                    truncated = true;
+                    break;
+                }
+                level.insert(m, d + 1);
+                parent.insert(m, n);
+                order.push(m);
+                q.push_back(m);
+            }
+        }
+        let graph = t.elapsed();
+        let t = Instant::now();
+        let name = |n: NodeRef| label(&symbol_ref(&snap.code, n));
+        let affected: Vec<Affected> = order
+            .iter()
+            .map(|&m| {
+                let mut path = vec![name(m)];
+                let mut cur = m;
+                while let Some(&p) = parent.get(&cur) {
+                    path.push(name(p));
+                    cur = p;
+                }
+                path.reverse();
+                Affected {
+                    symbol: symbol_ref(&snap.code, m),
+                    depth: level[&m],
+                    path,
+                }
+            })
+            .collect();
+        let mut files: Vec<String> = affected.iter().map(|x| x.symbol.path.clone()).collect();
+        files.sort();
+        files.dedup();
+        Ok(ImpactAnswer {
+            symbol: symbol_ref(&snap.code, root),
+            depth,
+            affected,
+            files,
+            truncated,
+            debug: a.debug.then(|| Debug {
+                graph_ms: ms(graph),
+                format_ms: ms(t.elapsed()),
+                total_ms: ms(t0.elapsed()),
+                generation: snap.generation(),
+                ..Debug::default()
+            }),
+        })
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_split_into_words() {
+        assert_eq!(identifier_words("closest_match"), "closest match");
+        assert_eq!(identifier_words("HttpServer"), "http server");
+        assert_eq!(identifier_words("Server.serveHTTP"), "server serve http");
+        assert_eq!(
+            simple_name("rust polyglot src/lib.rs/Dictionary#suggest()."),
+            "suggest"
+        );
+        assert_eq!(simple_name("Dictionary::suggest"), "suggest");
+        assert_eq!(simple_name("closest_match"), "closest_match");
+    }
+
+    #[test]
+    fn text_stage_matches_whole_words_only() {
+        let text = "fn a() {\n    let x = closest_match(w, c);\n    closest_matches();\n}\n";
+        assert_eq!(
+            whole_word_lines(text, "closest_match"),
+            vec![(1, "let x = closest_match(w, c);".to_string())]
+        );
+        assert!(whole_word_lines("my_closest_match()", "closest_match").is_empty());
+        assert!(whole_word_lines("", "x").is_empty());
+    }
+
+    #[test]
+    fn callee_stage_finds_call_sites() {
+        let text = "def total(shapes):\n    if x:\n        return sum(s.area() for s in shapes)\n";
+        assert_eq!(called_identifiers(text), vec!["total", "sum", "area"]);
+    }
+}

@@ -1,0 +1,151 @@
+//! `find_duplicates`: chunks whose embedding is close to a symbol's or a piece of code's.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use code::NodeRef;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{check_symbol, check_text, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT};
+use crate::engine::Engine;
+
+/// Code that is near-identical in meaning to a given code fragment or symbol (cosine similarity
+/// of embeddings above `threshold`): copy-paste, parallel implementations.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DuplicatesArgs {
+    /// Code to compare against the index (give this or `symbol`).
+    #[serde(default)]
+    pub code: Option<String>,
+    /// A symbol id or name whose stored embedding is compared (give this or `code`).
+    #[serde(default)]
+    pub symbol: Option<String>,
+    /// Minimum cosine similarity, 0..1 (default 0.85 for a symbol, 0.75 for code).
+    #[serde(default)]
+    pub threshold: Option<f32>,
+    /// Results to return (default 10, at most 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Lines of each result's code to include (default 6).
+    #[serde(default)]
+    pub snippet_lines: Option<usize>,
+    /// Return a per-phase timing breakdown.
+    #[serde(default)]
+    pub debug: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Duplicate {
+    pub similarity: f32,
+    #[serde(flatten)]
+    pub symbol: SymbolRef,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub snippet: String,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct DuplicatesAnswer {
+    /// The symbol compared (when `symbol` was given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of: Option<SymbolRef>,
+    pub threshold: f32,
+    pub duplicates: Vec<Duplicate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+impl Engine {
+    pub fn find_duplicates(&self, a: &DuplicatesArgs) -> ToolResult<DuplicatesAnswer> {
+        let t0 = Instant::now();
+        let snap = self.snapshot();
+        let mut dbg = Debug {
+            generation: snap.generation(),
+            ..Debug::default()
+        };
+        let limit = a.limit.unwrap_or(10).clamp(1, MAX_LIMIT);
+        let (qv, of, exclude, default_threshold): (
+            Vec<f32>,
+            Option<SymbolRef>,
+            HashSet<String>,
+            f32,
+        ) = match (a.code.as_deref(), a.symbol.as_deref()) {
+            (Some(code), None) => {
+                check_text("code", code)?;
+                let t = Instant::now();
+                let v = self.embed_text(code).map_err(ToolError::Internal)?;
+                dbg.embed_ms = ms(t.elapsed());
+                (v, None, HashSet::new(), 0.75)
+            }
+            (None, Some(s)) => {
+                check_symbol(s)?;
+                let Some(&n) = snap.code.resolve(s).first() else {
+                    return Err(self.not_found(&snap, s));
+                };
+                let v = snap
+                    .code.vector(n)
+                    .ok_or_else(|| ToolError::Internal("the symbol has no stored vector".into()))?
+                    .to_vec();
+                let id = snap.code.chunk(n).symbol_id.to_string();
+                (v, Some(symbol_ref(&snap.code, n)), HashSet::from([id]), 0.85)
+            }
+            _ => return Err(ToolError::InvalidInput(
+                "give exactly one of `code` (a code fragment) or `symbol` (a symbol id or name)"
+                    .into(),
+            )),
+        };
+        let threshold = a.threshold.unwrap_or(default_threshold);
+        if !(0.0..=1.0).contains(&threshold) {
+            return Err(ToolError::InvalidInput(format!(
+                "`threshold` is {threshold}; use a cosine similarity between 0 and 1 (e.g. 0.85)"
+            )));
+        }
+        let t = Instant::now();
+        let mut hits: Vec<(f32, NodeRef)> = Vec::new();
+        for (si, ls) in snap.code.index.segments.iter().enumerate() {
+            let found = ls
+                .segment
+                .search_vectors(
+                    &qv,
+                    limit + 8,
+                    format::vectors::DEFAULT_NPROBE,
+                    None,
+                    Some(&ls.tombstones),
+                )
+                .map_err(|e| ToolError::Internal(e.to_string()))?;
+            hits.extend(found.into_iter().map(|(c, s)| (s, (si, c))));
+        }
+        hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        dbg.vector_ms = ms(t.elapsed());
+        let t = Instant::now();
+        let lines = a.snippet_lines.unwrap_or(6);
+        let duplicates = hits
+            .into_iter()
+            .filter(|(s, n)| {
+                *s >= threshold && {
+                    let id = snap.code.chunk(*n).symbol_id.as_str();
+                    id.is_empty() || !exclude.contains(id)
+                }
+            })
+            .take(limit)
+            .map(|(s, n)| Duplicate {
+                similarity: (s * 1e4).round() / 1e4,
+                symbol: symbol_ref(&snap.code, n),
+                snippet: if lines == 0 {
+                    String::new()
+                } else {
+                    snippet(&snap.code.chunk(n).text, lines, 600).0
+                },
+            })
+            .collect();
+        dbg.format_ms = ms(t.elapsed());
+        dbg.total_ms = ms(t0.elapsed());
+        Ok(DuplicatesAnswer {
+            of,
+            threshold,
+            duplicates,
+            debug: a.debug.then_some(dbg),
+        })
+    }
+}
+

@@ -1,0 +1,258 @@
+//! `search_code`: hybrid search ([`code::search`]) plus graph expansion of the top results.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use code::search::{path_glob, Mode, SearchOptions};
+use code::NodeRef;
+use format::records::{EdgeKind, EDGE_RESOLVED};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{check_text, check_weights, label, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT};
+use crate::engine::Engine;
+use crate::snapshot::Snapshot;
+
+/// Ranking mode.
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeArg {
+    /// Vectors and BM25, filtered before ranking and fused (default).
+    #[default]
+    Hybrid,
+    /// Embedding similarity only: paraphrases, descriptions.
+    Vector,
+    /// BM25 only: exact identifiers and keywords.
+    Lexical,
+}
+
+/// Hybrid code search over the indexed repositories: embeddings and BM25, each filtered before
+/// ranking, fused by a linear combination of z-scored lists (the default; weighted reciprocal
+/// rank fusion is the alternative, and `weights` shifts the balance). Use a sentence for
+/// behaviour ("where are retries configured") or an identifier for exact names
+/// (`parse_config`); identifier-like queries lean lexical. Filters: language, kind, path glob,
+/// repo. Top results are expanded along the code graph (callees, callers, members), marked
+/// source=graph. Returns ranked chunks with path, lines, symbol id and a snippet.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchCodeArgs {
+    /// What to find: a sentence ("where are retries configured"), keywords or an identifier.
+    pub query: String,
+    /// Results to return (default 10, at most 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// hybrid (default) | vector | lexical.
+    #[serde(default)]
+    pub mode: Option<ModeArg>,
+    /// Weights of the [vector, lexical] rankings in hybrid mode (default: by query shape,
+    /// identifiers lean lexical, sentences weigh both equally).
+    #[serde(default)]
+    pub weights: Option<[f32; 2]>,
+    /// Only this language: rust, python, typescript, tsx, javascript, go, java, c, cpp, markdown, toml, ...
+    #[serde(default)]
+    pub language: Option<String>,
+    /// Only this chunk kind: function, method, class, struct, enum, trait, interface, impl, module, top_level, window, ...
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Only paths matching this glob (`src/**/*.rs`, `*.py`) or starting with this prefix (`crates/format/`).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only this repository (its name in the index).
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// Lines of each result's code to include (default 12; 0 for none).
+    #[serde(default)]
+    pub snippet_lines: Option<usize>,
+    /// Characters of each snippet at most (default 800).
+    #[serde(default)]
+    pub max_chars: Option<usize>,
+    /// Add callees, callers and members of the top results from the code graph (default true).
+    #[serde(default)]
+    pub expand_graph: Option<bool>,
+    /// Return a per-phase timing breakdown.
+    #[serde(default)]
+    pub debug: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CodeHit {
+    pub score: f32,
+    #[serde(flatten)]
+    pub symbol: SymbolRef,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub repo: String,
+    /// `search` (ranked by the query) or `graph` (a neighbour of a top result).
+    pub source: &'static str,
+    /// For graph results: how it relates to which result (`called by X`, `calls X`, `member of X`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector_rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lexical_rank: Option<usize>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub snippet: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SearchCodeAnswer {
+    pub query: String,
+    pub mode: &'static str,
+    pub results: Vec<CodeHit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+/// (score, node, vector rank, lexical rank, graph relation).
+type Ranked = (f32, NodeRef, Option<usize>, Option<usize>, Option<String>);
+
+/// Damping of a graph neighbour's score relative to its seed.
+pub const GRAPH_DAMPING: f32 = 0.5;
+/// Top results whose neighbours are added.
+pub const GRAPH_SEEDS: usize = 3;
+
+impl Engine {
+    pub fn search_code(&self, a: &SearchCodeArgs) -> ToolResult<SearchCodeAnswer> {
+        let t0 = Instant::now();
+        check_text("query", &a.query)?;
+        let snap = self.snapshot();
+        let mut dbg = Debug {
+            generation: snap.generation(),
+            ..Debug::default()
+        };
+        let mode = match a.mode.unwrap_or_default() {
+            ModeArg::Hybrid => Mode::Hybrid,
+            ModeArg::Vector => Mode::Vector,
+            ModeArg::Lexical => Mode::Lexical,
+        };
+        let limit = a.limit.unwrap_or(10).clamp(1, MAX_LIMIT);
+        let mut o = SearchOptions {
+            limit,
+            mode,
+            language: a.language.clone().filter(|s| !s.is_empty()),
+            kind: a.kind.clone().filter(|s| !s.is_empty()),
+            repo: a.repo.clone().filter(|s| !s.is_empty()),
+            weights: a.weights.map(|[v, l]| (v, l)),
+            ..SearchOptions::default()
+        };
+        check_weights(o.weights)?;
+        if let Some(p) = a.path.as_deref().filter(|p| !p.trim().is_empty()) {
+            o.path_glob = Some(path_glob(p).map_err(|e| ToolError::InvalidInput(e.to_string()))?);
+        }
+        let qv = if mode == Mode::Lexical {
+            None
+        } else {
+            let t = Instant::now();
+            let (v, cached) = self
+                .embed_query(a.query.trim())
+                .map_err(ToolError::Internal)?;
+            dbg.embed_ms = ms(t.elapsed());
+            dbg.embed_cached = cached;
+            Some(v)
+        };
+        let (hits, tm) = code::search::search(&snap.code.index, a.query.trim(), qv.as_deref(), &o)
+            .map_err(|e| ToolError::Internal(e.to_string()))?;
+        dbg.filter_ms = ms(tm.filter);
+        dbg.vector_ms = ms(tm.vector);
+        dbg.bm25_ms = ms(tm.bm25);
+        dbg.fusion_ms = ms(tm.fusion);
+
+        // Graph expansion: neighbours of the top seeds, damped, that pass the same filters.
+        let t = Instant::now();
+        let mut ranked: Vec<Ranked> = hits
+            .iter()
+            .map(|h| {
+                (
+                    h.score,
+                    (h.segment, h.chunk),
+                    h.vector_rank,
+                    h.lexical_rank,
+                    None,
+                )
+            })
+            .collect();
+        if a.expand_graph.unwrap_or(true) {
+            let mut seen: HashSet<NodeRef> = ranked.iter().map(|r| r.1).collect();
+            let mut extra = Vec::new();
+            let cap = (limit / 2).max(2);
+            for h in hits.iter().take(GRAPH_SEEDS) {
+                let seed = (h.segment, h.chunk);
+                let seed_label = label(&symbol_ref(&snap.code, seed));
+                let mut neigh: Vec<(NodeRef, u8, String)> = Vec::new();
+                for (n, fl) in snap.code.out_edges(seed, EdgeKind::Calls) {
+                    neigh.push((n, fl, format!("called by {seed_label}")));
+                }
+                for (n, fl) in snap.code.in_edges(seed, EdgeKind::Calls) {
+                    neigh.push((n, fl, format!("calls {seed_label}")));
+                }
+                for (n, fl) in snap.code.out_edges(seed, EdgeKind::Contains) {
+                    neigh.push((n, fl, format!("member of {seed_label}")));
+                }
+                for (n, fl, via) in neigh {
+                    if !snap.code.is_live_chunk(n) || !passes(&snap, n, &o) || !seen.insert(n) {
+                        continue;
+                    }
+                    let w = if fl & EDGE_RESOLVED != 0 { 1.0 } else { 0.7 };
+                    extra.push((h.score * GRAPH_DAMPING * w, n, None, None, Some(via)));
+                }
+            }
+            extra.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            extra.truncate(cap);
+            ranked.extend(extra);
+            ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        }
+        dbg.graph_ms = ms(t.elapsed());
+
+        let t = Instant::now();
+        let lines = a.snippet_lines.unwrap_or(12);
+        let max_chars = a.max_chars.unwrap_or(800);
+        let results = ranked
+            .into_iter()
+            .map(|(score, n, vr, lr, via)| {
+                let (snip, truncated) = if lines == 0 {
+                    (String::new(), false)
+                } else {
+                    snippet(&snap.code.chunk(n).text, lines, max_chars)
+                };
+                CodeHit {
+                    score: (score * 1e4).round() / 1e4,
+                    symbol: symbol_ref(&snap.code, n),
+                    repo: snap.code.file(n).repo.to_string(),
+                    source: if via.is_some() { "graph" } else { "search" },
+                    via,
+                    vector_rank: vr,
+                    lexical_rank: lr,
+                    snippet: snip,
+                    truncated,
+                }
+            })
+            .collect();
+        dbg.format_ms = ms(t.elapsed());
+        dbg.total_ms = ms(t0.elapsed());
+        Ok(SearchCodeAnswer {
+            query: a.query.clone(),
+            mode: match mode {
+                Mode::Hybrid => "hybrid",
+                Mode::Vector => "vector",
+                Mode::Lexical => "lexical",
+            },
+            results,
+            debug: a.debug.then_some(dbg),
+        })
+    }
+}
+
+/// Whether a chunk passes the search filters (for graph neighbours, which bypass the bitmaps).
+fn passes(s: &Snapshot, n: NodeRef, o: &SearchOptions) -> bool {
+    let f = s.code.file(n);
+    let c = s.code.chunk(n);
+    o.language.as_deref().is_none_or(|l| f.language == l)
+        && o.kind.as_deref().is_none_or(|k| c.kind == k)
+        && o.repo.as_deref().is_none_or(|r| f.repo == r)
+        && o.path_glob
+            .as_ref()
+            .is_none_or(|g| g.is_match(f.path.as_str()))
+}
+

@@ -1,0 +1,126 @@
+//! `index_status`: what is served (generation, segments, counts), its health and the caches.
+
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{ms, Debug, ToolResult};
+use crate::engine::{unix_secs, Engine};
+
+/// The served index: health, generation, segments, live chunks and files, languages, model,
+/// index age, reload errors and embedding-cache statistics.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusArgs {
+    /// Return a per-phase timing breakdown.
+    #[serde(default)]
+    pub debug: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SegmentStatus {
+    pub id: String,
+    pub chunks: u32,
+    pub live_chunks: u64,
+    pub files: u32,
+    pub vector_index: String,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StatusAnswer {
+    /// `ok`, or `degraded` when a newer index generation could not be loaded (the previous one
+    /// is still served; see `reload_error`).
+    pub health: &'static str,
+    pub index_dir: String,
+    pub generation: u64,
+    pub model_id: String,
+    pub dim: u32,
+    pub segments: Vec<SegmentStatus>,
+    pub live_chunks: u64,
+    pub files: u64,
+    /// Live chunks per language.
+    pub languages: std::collections::BTreeMap<String, u64>,
+    /// Seconds since the served MANIFEST was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index_age_s: Option<u64>,
+    /// Seconds since this generation was loaded.
+    pub loaded_s_ago: u64,
+    pub reloads: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reload_error: Option<String>,
+    pub uptime_s: u64,
+    pub embed_cache: CacheStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CacheStatus {
+    pub entries: usize,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl Engine {
+    pub fn index_status(&self, a: &StatusArgs) -> ToolResult<StatusAnswer> {
+        let t0 = Instant::now();
+        let snap = self.snapshot();
+        let now = SystemTime::now();
+        let age = |t: SystemTime| now.duration_since(t).map_or(0, |d| d.as_secs());
+        let mut languages = std::collections::BTreeMap::new();
+        let mut files = 0u64;
+        let mut segments = Vec::new();
+        for ls in &snap.code.index.segments {
+            let t = ls.segment.table();
+            for f in t.files.iter() {
+                let first = f.first_chunk.to_native();
+                let live = (first..first + f.chunk_count.to_native())
+                    .filter(|c| !ls.tombstones.contains(*c))
+                    .count() as u64;
+                if live > 0 {
+                    files += 1;
+                    *languages.entry(f.language.to_string()).or_insert(0) += live;
+                }
+            }
+            let m = ls.segment.meta();
+            segments.push(SegmentStatus {
+                id: ls.segment.id().chars().take(16).collect(),
+                chunks: m.chunk_count,
+                live_chunks: u64::from(m.chunk_count) - ls.tombstones.len(),
+                files: m.file_count,
+                vector_index: m.vector_index.clone(),
+            });
+        }
+        let failure = self.last_failure();
+        Ok(StatusAnswer {
+            health: if failure.is_some() { "degraded" } else { "ok" },
+            index_dir: self.dir().display().to_string(),
+            generation: snap.generation(),
+            model_id: snap.code.index.manifest.model_id.clone(),
+            dim: snap.code.index.manifest.dim,
+            segments,
+            live_chunks: snap.code.index.live_chunks(),
+            files,
+            languages,
+            index_age_s: snap.manifest_mtime.map(age),
+            loaded_s_ago: age(snap.loaded_at),
+            reloads: self.reloads.load(Ordering::Relaxed),
+            reload_error: failure.map(|f| format!("{} (at unix {})", f.error, f.at_unix)),
+            uptime_s: unix_secs(now).saturating_sub(unix_secs(self.started)),
+            embed_cache: CacheStatus {
+                entries: self.cache.len(),
+                hits: self.cache.hits.load(Ordering::Relaxed),
+                misses: self.cache.misses.load(Ordering::Relaxed),
+            },
+            debug: a.debug.then(|| Debug {
+                other_ms: ms(t0.elapsed()),
+                total_ms: ms(t0.elapsed()),
+                generation: snap.generation(),
+                ..Debug::default()
+            }),
+        })
+    }
+}
+

@@ -1,0 +1,115 @@
+//! `reindex` and `job_status` in-process: a background re-index job updates the served index
+//! (paths and whole roots), memories survive it, and queries keep working meanwhile.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{call, err_text, start};
+use serde_json::{json, Value};
+
+/// `reindex` and `job_status` over MCP: a new file becomes searchable, a path-limited job
+/// leaves other changed files alone, a whole-root job picks them up and drops deleted files,
+/// memories written meanwhile stay, and bad paths are refused.
+#[test]
+fn reindex_jobs_update_the_served_index() {
+    let ix = common::indexed_fixture();
+    let c = start(&ix.index, None);
+    let names = |v: &Value| -> Vec<String> {
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let q = json!({"query": "compute_invoice_total", "mode": "lexical"});
+    let before = call(&c, "search_code", q.clone()).unwrap();
+    assert!(!names(&before).contains(&"compute_invoice_total".to_string()));
+    let m = call(
+        &c,
+        "add_memories",
+        json!({"memories": [{"text": "Invoices are summed in pkg/billing.py"}]}),
+    )
+    .unwrap();
+    let mem_id = m["ids"][0].as_str().unwrap().to_string();
+
+    // A new file, re-indexed by path; a change elsewhere stays out of that job.
+    std::fs::write(
+        ix.repo.join("pkg/billing.py"),
+        "def compute_invoice_total(lines):\n    \"\"\"Sums invoice lines.\"\"\"\n    return sum(l.amount for l in lines)\n",
+    )
+    .unwrap();
+    let g = ix.repo.join("pkg/geometry.py");
+    let text = std::fs::read_to_string(&g).unwrap();
+    std::fs::write(
+        &g,
+        format!("{text}\n\ndef hexagon_area(side):\n    return 2.598 * side * side\n"),
+    )
+    .unwrap();
+    let j = call(
+        &c,
+        "reindex",
+        json!({"paths": ["pkg/billing.py"], "wait": true}),
+    )
+    .unwrap();
+    assert_eq!(j["state"], "done", "{j:#}");
+    assert_eq!(j["files_changed"], 1);
+    assert!(j["chunks_embedded"].as_u64().unwrap() >= 1);
+    assert_eq!(j["paths"], json!(["polyglot/pkg/billing.py"]));
+    let after = call(&c, "search_code", q.clone()).unwrap();
+    assert_eq!(names(&after)[0], "compute_invoice_total", "{after:#}");
+    let hex = json!({"query": "hexagon_area", "mode": "lexical"});
+    let h = call(&c, "search_code", hex.clone()).unwrap();
+    assert!(!names(&h).contains(&"hexagon_area".to_string()));
+
+    // The whole root, in the background: poll job_status; queries work meanwhile.
+    std::fs::remove_file(ix.repo.join("pkg/billing.py")).unwrap();
+    let j = call(&c, "reindex", json!({})).unwrap();
+    let id = j["job_id"].as_u64().unwrap();
+    let mut last = Value::Null;
+    for _ in 0..600 {
+        call(&c, "search_code", json!({"query": "circle area"}))
+            .unwrap();
+        last = call(&c, "job_status", json!({"job_id": id})).unwrap()["jobs"][0].clone();
+        if last["state"] == "done" || last["state"] == "failed" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(last["state"], "done", "{last:#}");
+    assert_eq!(last["files_changed"], 1, "{last:#}");
+    assert_eq!(last["files_deleted"], 1, "{last:#}");
+    let h = call(&c, "search_code", hex).unwrap();
+    assert_eq!(names(&h)[0], "hexagon_area", "{h:#}");
+    let gone = call(&c, "search_code", q).unwrap();
+    assert!(!names(&gone).contains(&"compute_invoice_total".to_string()));
+    // Nothing changed since: a no-op job.
+    let j = call(&c, "reindex", json!({"wait": true})).unwrap();
+    assert_eq!(
+        (j["state"].as_str(), j["files_changed"].as_u64()),
+        (Some("done"), Some(0))
+    );
+    let all = call(&c, "job_status", json!({})).unwrap();
+    assert_eq!(all["jobs"].as_array().unwrap().len(), 3);
+    assert!(all["jobs"][0]["job_id"].as_u64() > all["jobs"][1]["job_id"].as_u64());
+    // The memory written before is still there.
+    call(&c, "get_memory", json!({"id": mem_id})).unwrap();
+
+    // Bad input.
+    for (a, expect) in [
+        (json!({"paths": ["../elsewhere"]}), "inside its root"),
+        (
+            json!({"paths": ["/etc/passwd"]}),
+            "not inside an indexed root",
+        ),
+        (json!({"paths": [""]}), "empty path"),
+    ] {
+        let e = call(&c, "reindex", a.clone()).expect_err("bad path");
+        assert!(err_text(e.clone()).contains(expect), "{a}: {e}");
+    }
+    let e = call(&c, "job_status", json!({"job_id": 999}))
+        .unwrap_err();
+    assert!(err_text(e).contains("no job 999"));
+    drop(c);
+}

@@ -1,0 +1,331 @@
+//! The durable side of memories: recovery at start (log replay on top of `MANIFEST`'s
+//! `memory_lsn`), the writer state (the open log, or why writes are disabled), the flush of the
+//! delta into a memory segment (merging older memory segments when there are many), and
+//! export.
+//!
+//! Lock order, kept by the engine that calls these: the directory lock (`LOCK`), then the
+//! writer lock (the `Mutex<Writer>`). A flush commits `MANIFEST` (with `memory_lsn`) before the
+//! log is truncated, and replay skips LSNs ≤ `memory_lsn`, so a crash at any point neither loses
+//! nor duplicates a write; a failure after the commit disables writes until a restart.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use format::manifest::{manifest_mtime, DirLock, IndexManifest, SegmentEntry};
+use format::memory::MemoryRecord;
+use format::{FormatError, Index, SegmentBuilder};
+use serde::Serialize;
+
+use crate::delta::{find_in_segments, Delta};
+use crate::search::MemFilter;
+use crate::view::MemoryView;
+use crate::wal::{Wal, WalError, WalOp, WAL_FILE};
+
+/// A flush that would leave more memory segments than this merges them all into one.
+pub const MERGE_AT: usize = 8;
+
+/// Why memory writes are disabled on a server (another queryd holds the log, a read-only
+/// directory, a flush that committed but could not be installed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WritesDisabled(pub String);
+
+/// The write side of memories; the engine keeps it behind its writer lock.
+pub struct Writer {
+    /// The open log, or why memory writes are disabled.
+    pub wal: Result<Wal, WritesDisabled>,
+    /// Delta size that triggers a flush.
+    pub flush_at: usize,
+}
+
+/// What recovery found: the log (or why writes are disabled), the index generation to serve
+/// (a newer one when a previous server flushed after `index` was opened) and the replayed
+/// delta.
+pub struct Recovered {
+    pub wal: Result<Wal, WritesDisabled>,
+    pub index: Index,
+    pub manifest_mtime: Option<SystemTime>,
+    pub delta: Delta,
+}
+
+/// Opens the log of `dir`, replays what `MANIFEST`'s `memory_lsn` does not cover into a delta
+/// on top of `index`.
+pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered {
+    let disabled = |index: Index, msg: String| Recovered {
+        wal: Err(WritesDisabled(msg)),
+        index,
+        manifest_mtime: mtime,
+        delta: Delta::default(),
+    };
+    let (mut wal, rec) = match Wal::open(dir, 1) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("queryd: memory writes are disabled: {e}");
+            return disabled(index, e.to_string());
+        }
+    };
+    // The log is ours now. A previous server may have flushed (and truncated its log) after
+    // `index` was opened: start from the MANIFEST as it is now.
+    let (index, mtime) = match IndexManifest::read(dir) {
+        Ok(m) if m.generation != index.manifest.generation => {
+            match Index::open_reusing(dir, Some(&index)) {
+                Ok(ix) => (ix, manifest_mtime(dir)),
+                Err(e) => {
+                    eprintln!("queryd: memory writes are disabled: reopening the index: {e}");
+                    return disabled(index, e.to_string());
+                }
+            }
+        }
+        _ => (index, mtime),
+    };
+    let done = index.manifest.memory_lsn;
+    wal.ensure_next_lsn(done + 1);
+    let dim = index.manifest.dim as usize;
+    if rec.cut_bytes > 0 {
+        eprintln!(
+            "queryd: memory log {}: cut {} bytes at the end ({}); the records before it were replayed",
+            dir.join(WAL_FILE).display(),
+            rec.cut_bytes,
+            rec.cut_reason.as_deref().unwrap_or("?")
+        );
+    }
+    let mut delta = Delta {
+        last_lsn: done,
+        ..Delta::default()
+    };
+    let mut n = 0;
+    for (lsn, op) in &rec.ops {
+        if *lsn <= done {
+            continue;
+        }
+        if let WalOp::Put { record, vector } = op {
+            if vector.len() != dim {
+                eprintln!(
+                    "queryd: memory log record {lsn} (memory {}) has a {}-d vector, the index is {dim}-d (a different model?); not replayed: re-add it",
+                    record.id,
+                    vector.len()
+                );
+                continue;
+            }
+        }
+        delta.apply(*lsn, op, |id| find_in_segments(&index, id).is_some());
+        n += 1;
+    }
+    if n > 0 {
+        eprintln!("queryd: replayed {n} memory writes from the log");
+    }
+    Recovered {
+        wal: Ok(wal),
+        index,
+        manifest_mtime: mtime,
+        delta,
+    }
+}
+
+/// Result of a flush.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlushReport {
+    pub segment: Option<String>,
+    /// Memories from the delta.
+    pub memories: usize,
+    /// Memories copied from merged older segments.
+    pub merged: usize,
+    pub tombstoned: u64,
+    pub generation: u64,
+    pub ms: f64,
+}
+
+/// Why a flush failed. Before the commit nothing changed (the log keeps the writes); after it,
+/// writes are disabled until a restart ([`FlushError::NotInstalled`]).
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("memory writes are disabled; nothing to flush")]
+    Disabled,
+    #[error("a memory flush was committed but could not be installed ({0}); restart queryd")]
+    NotInstalled(String),
+    #[error(transparent)]
+    Wal(#[from] WalError),
+}
+
+/// Writes the delta of `cur` into a memory segment, tombstones what it supersedes and commits
+/// `MANIFEST`; then `install` publishes the new generation (index, MANIFEST mtime, empty
+/// delta, generation) and the log is truncated. `Ok(None)` when nothing was logged since the
+/// last flush. The caller holds the directory lock and the writer lock (`w`), and `cur` is the
+/// view it serves.
+pub fn flush(
+    dir: &Path,
+    cur: &MemoryView,
+    w: &mut Writer,
+    install: impl FnOnce(Arc<Index>, Option<SystemTime>, Delta, u64),
+) -> Result<Option<FlushReport>, FlushError> {
+    let t0 = Instant::now();
+    let mut m = IndexManifest::read(dir)?;
+    if cur.delta.last_lsn <= m.memory_lsn {
+        return Ok(None); // nothing logged since the last flush
+    }
+    if w.wal.is_err() {
+        return Err(FlushError::Disabled);
+    }
+    let base: Arc<Index> = if m.memory_segments == cur.index.manifest.memory_segments {
+        Arc::clone(&cur.index)
+    } else {
+        Arc::new(Index::open_reusing(dir, Some(&cur.index))?)
+    };
+    let generation = m.generation + 1;
+    let model = m.model_id.clone();
+    let mut tombstoned = 0;
+    // Merge: with many memory segments, their live records go into the new segment
+    // together with the delta (vectors are copied, nothing is re-embedded).
+    let merge = base.memory.len() + 1 > MERGE_AT;
+    let dim = m.dim as usize;
+    let mut recs = Vec::new();
+    let mut vecs = Vec::new();
+    let mut merged = 0usize;
+    // Every segment copy of an id the delta touched is superseded: ids shadowed at write
+    // time, and ids the delta holds (a dump ingested meanwhile may have added copies).
+    let superseded: Vec<&str> = cur
+        .delta
+        .shadowed
+        .iter()
+        .map(String::as_str)
+        .chain(cur.delta.entries.keys().map(String::as_str))
+        .collect();
+    let kept = if merge {
+        for ls in base.memory.iter() {
+            let Some(t) = ls.segment.memories() else {
+                continue;
+            };
+            for (i, r) in t.memories.iter().enumerate() {
+                let i = i as u32;
+                let dead = ls.tombstones.contains(i)
+                    || cur.delta.shadowed.contains(r.id.as_str())
+                    || cur.delta.entries.contains_key(r.id.as_str());
+                if let (false, Some(v)) = (dead, ls.segment.vector(i)) {
+                    recs.push(r.to_record());
+                    vecs.extend_from_slice(v);
+                    merged += 1;
+                } else if !ls.tombstones.contains(i) {
+                    tombstoned += 1;
+                }
+            }
+        }
+        Vec::new()
+    } else {
+        let (kept, newly) = format::manifest::tombstone_memory_ids(
+            dir,
+            &base,
+            &m.memory_segments,
+            superseded.iter().copied(),
+            generation,
+        )?;
+        tombstoned += newly;
+        kept
+    };
+    m.memory_segments = kept;
+    let n = cur.delta.entries.len();
+    let mut segment = None;
+    for e in cur.delta.entries.values() {
+        recs.push(e.record.clone());
+        vecs.extend_from_slice(&e.vector);
+    }
+    if !recs.is_empty() {
+        // Record order inside a segment: by id (time order).
+        let mut order: Vec<usize> = (0..recs.len()).collect();
+        order.sort_by(|&a, &b| recs[a].id.cmp(&recs[b].id));
+        let recs: Vec<MemoryRecord> = order.iter().map(|&i| recs[i].clone()).collect();
+        let vecs: Vec<f32> = order
+            .iter()
+            .flat_map(|&i| vecs[i * dim..(i + 1) * dim].iter().copied())
+            .collect();
+        let (id, meta) = SegmentBuilder::for_memories(recs, vecs).write(dir, &model, dim)?;
+        m.memory_segments.push(SegmentEntry {
+            id: id.clone(),
+            chunks: meta.chunk_count,
+            tombstones: None,
+        });
+        segment = Some(id);
+    }
+    m.memory_lsn = cur.delta.last_lsn;
+    m.generation = generation;
+    // From the commit on, a failure leaves disk ahead of memory: the log's records are in
+    // the new segment. Serving on would flush them twice, so memory writes stop until a
+    // restart, which replays only what `memory_lsn` does not cover.
+    let poison = |w: &mut Writer, e: String| {
+        let err = FlushError::NotInstalled(e);
+        eprintln!("queryd: {err}");
+        w.wal = Err(WritesDisabled(err.to_string()));
+        err
+    };
+    if let Err(e) = m.commit(dir) {
+        return Err(poison(w, e.to_string()));
+    }
+    if let Err(e) = Index::collect_garbage(dir) {
+        eprintln!("queryd: garbage collection after a memory flush: {e}");
+    }
+    let index = match Index::open_reusing(dir, Some(&base)) {
+        Ok(ix) => ix,
+        Err(e) => return Err(poison(w, e.to_string())),
+    };
+    install(
+        Arc::new(index),
+        manifest_mtime(dir),
+        Delta {
+            last_lsn: cur.delta.last_lsn,
+            ..Delta::default()
+        },
+        generation,
+    );
+    // Committed: the log's records are in the segment (and `memory_lsn` says so, should
+    // this truncation not happen).
+    if let Ok(wal) = w.wal.as_mut() {
+        wal.truncate()?;
+    }
+    Ok(Some(FlushReport {
+        segment,
+        memories: n,
+        merged,
+        tombstoned,
+        generation,
+        ms: (t0.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+    }))
+}
+
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error(transparent)]
+    Wal(#[from] WalError),
+}
+
+/// Every live memory of the index at `dir`, including unflushed writes in its log, sorted by
+/// id (the dump format of `indexer build --memories`). Reads only.
+pub fn export(dir: &Path) -> Result<Vec<MemoryRecord>, ExportError> {
+    // Under the directory lock a flush cannot move records from the log into a segment
+    // between reading the one and the other.
+    let _lock = DirLock::acquire(dir)?;
+    let index = Index::open(dir)?;
+    let rec = crate::wal::read_only(dir)?;
+    let done = index.manifest.memory_lsn;
+    let mut delta = Delta::default();
+    for (lsn, op) in &rec.ops {
+        if *lsn > done {
+            delta.apply(*lsn, op, |id| find_in_segments(&index, id).is_some());
+        }
+    }
+    let view = MemoryView::new(Arc::new(index), delta);
+    let all = MemFilter {
+        states: format::memory::STATES
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        ..MemFilter::default()
+    };
+    let mut v = view.all_memories(&all);
+    v.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(v)
+}
