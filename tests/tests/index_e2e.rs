@@ -12,13 +12,13 @@ use std::sync::OnceLock;
 use cix_tests::{
     closing_line, copy_dir, embed_one, encoder, fixture, line_of, with_leading_comments,
 };
+use code::{Mode, SearchOptions};
 use format::graph::Direction;
 use format::records::{EdgeKind, EDGE_RESOLVED};
 use format::Index;
 use indexer::build::{build, BuildOptions, BuildReport};
 use indexer::progress::Progress;
 use indexer::IndexerError;
-use code::{Mode, SearchOptions};
 use tempfile::TempDir;
 
 /// Repository name of every fixture copy (the directory name), part of each symbol id.

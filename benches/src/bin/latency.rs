@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
+use code::search::{search, Mode, SearchOptions};
 use format::manifest::{IndexManifest, SegmentEntry};
 use format::records::{ChunkRecord, FileRecord, NO_PARENT};
 use format::vectors::{exact_search, set_faiss_threads, DEFAULT_NPROBE};
 use format::{Index, SegmentBuilder};
-use code::search::{search, Mode, SearchOptions};
 
 const DIM: usize = 384;
 const MODEL: &str = "synthetic-384";

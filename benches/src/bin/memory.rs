@@ -17,11 +17,11 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use format::memory::MemoryRecord;
-use memory::search::{Boosts, MemFilter};
+use code::search::{Mode, SearchOptions};
 use engine::tools::memory::args::AddMemoriesArgs;
 use engine::tools::memory::input::MemoryInput;
-use code::search::{Mode, SearchOptions};
+use format::memory::MemoryRecord;
+use memory::search::{Boosts, MemFilter};
 
 #[derive(Parser)]
 struct Args {

@@ -21,12 +21,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use code::search::{search, Mode, SearchOptions};
 use format::manifest::{IndexManifest, SegmentEntry};
 use format::records::{ChunkRecord, FileRecord, NO_PARENT};
 use format::{Index, SegmentBuilder};
 use indexer::build::embed_text;
 use indexer::chunk::{self, ChunkKind, ChunkOptions, Language};
-use code::search::{search, Mode, SearchOptions};
 use serde_json::json;
 
 #[derive(Parser)]

@@ -21,10 +21,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Parser;
-use format::memory::{CodeRef, MemoryRecord};
 use engine::tools::code_links::CheckStalenessArgs;
-use memory::coderefs::{check_ref, RefStatus};
 use engine::tools::memory::input::CodeRefInput;
+use format::memory::{CodeRef, MemoryRecord};
+use memory::coderefs::{check_ref, RefStatus};
 
 #[derive(Parser)]
 struct Args {
@@ -62,7 +62,7 @@ impl indexer::build::Embedder for Stand {
     fn dim(&self) -> usize {
         self.dim
     }
-    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), indexer::build::EmbedError> {
         let mut v = vec![0f32; texts.len() * self.dim];
         for i in 0..texts.len() {
             v[i * self.dim] = 1.0;

@@ -54,7 +54,6 @@ impl EmbedCache {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

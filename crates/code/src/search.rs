@@ -102,6 +102,16 @@ pub enum Fusion {
     Rrf { k: f32 },
 }
 
+impl Fusion {
+    /// How this fusion combines the lists, in words (tool descriptions are checked against it).
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Fusion::LinearZScore => "a linear combination of z-scored lists",
+            Fusion::Rrf { .. } => "weighted reciprocal rank fusion",
+        }
+    }
+}
+
 /// One result.
 #[derive(Debug, Clone, Serialize)]
 pub struct Hit {

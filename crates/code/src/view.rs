@@ -454,8 +454,8 @@ mod tests {
     }
 
     use format::manifest::{SegmentEntry, TombstoneRef};
-    use format::IndexManifest;
     use format::records::{ChunkRecord, EdgeInput, ExternalEdge, FileRecord, NO_PARENT};
+    use format::IndexManifest;
     use format::{tombstones, SegmentBuilder};
 
     const MODEL: &str = "test-model@0";

@@ -115,30 +115,91 @@ pub static CATALOG: [ToolSpec; 25] = [
     tool!("find_callees", Calls, FindCalleesArgs, find_callees),
     tool!("impact_analysis", Calls, ImpactArgs, impact_analysis),
     tool!("explain_code", Symbols, ExplainCodeArgs, explain_code),
-    tool!("find_duplicates", CodeSearch, DuplicatesArgs, find_duplicates),
+    tool!(
+        "find_duplicates",
+        CodeSearch,
+        DuplicatesArgs,
+        find_duplicates
+    ),
     tool!("add_memories", Memory, AddMemoriesArgs, add_memories),
     tool!("search_memory", Memory, SearchMemoryArgs, search_memory),
     tool!("get_memory", Memory, GetMemoryArgs, get_memory),
     tool!("list_memories", Memory, ListMemoriesArgs, list_memories),
     tool!("update_memory", Memory, UpdateMemoryArgs, update_memory),
-    tool!("delete_memories", Memory, DeleteMemoriesArgs, delete_memories),
-    tool!("memories_for_code", CodeLinks, MemoriesForCodeArgs, memories_for_code),
-    tool!("check_staleness", CodeLinks, CheckStalenessArgs, check_staleness),
-    tool!("graph_related_memories", MemoryGraph, GraphRelatedArgs, graph_related_memories),
-    tool!("graph_similar_memories", MemoryGraph, GraphSimilarArgs, graph_similar_memories),
-    tool!("graph_subgraph", MemoryGraph, GraphSubgraphArgs, graph_subgraph),
-    tool!("graph_aggregate", MemoryGraph, GraphAggregateArgs, graph_aggregate),
-    tool!("graph_tag_cooccurrence", MemoryGraph, GraphTagCooccurrenceArgs, graph_tag_cooccurrence),
-    tool!("graph_entity_network", MemoryGraph, GraphEntityNetworkArgs, graph_entity_network),
-    tool!("graph_path_between_entities", MemoryGraph, GraphPathArgs, graph_path_between_entities),
+    tool!(
+        "delete_memories",
+        Memory,
+        DeleteMemoriesArgs,
+        delete_memories
+    ),
+    tool!(
+        "memories_for_code",
+        CodeLinks,
+        MemoriesForCodeArgs,
+        memories_for_code
+    ),
+    tool!(
+        "check_staleness",
+        CodeLinks,
+        CheckStalenessArgs,
+        check_staleness
+    ),
+    tool!(
+        "graph_related_memories",
+        MemoryGraph,
+        GraphRelatedArgs,
+        graph_related_memories
+    ),
+    tool!(
+        "graph_similar_memories",
+        MemoryGraph,
+        GraphSimilarArgs,
+        graph_similar_memories
+    ),
+    tool!(
+        "graph_subgraph",
+        MemoryGraph,
+        GraphSubgraphArgs,
+        graph_subgraph
+    ),
+    tool!(
+        "graph_aggregate",
+        MemoryGraph,
+        GraphAggregateArgs,
+        graph_aggregate
+    ),
+    tool!(
+        "graph_tag_cooccurrence",
+        MemoryGraph,
+        GraphTagCooccurrenceArgs,
+        graph_tag_cooccurrence
+    ),
+    tool!(
+        "graph_entity_network",
+        MemoryGraph,
+        GraphEntityNetworkArgs,
+        graph_entity_network
+    ),
+    tool!(
+        "graph_path_between_entities",
+        MemoryGraph,
+        GraphPathArgs,
+        graph_path_between_entities
+    ),
     tool!("index_status", Index, StatusArgs, index_status),
     tool!("reindex", Index, ReindexArgs, reindex),
     tool!("job_status", Index, JobStatusArgs, job_status),
 ];
 
-/// (input schema, description) per tool, built once.
-fn schemas() -> &'static HashMap<&'static str, (Arc<Map<String, Value>>, String)> {
-    static S: OnceLock<HashMap<&'static str, (Arc<Map<String, Value>>, String)>> = OnceLock::new();
+/// A tool's input schema and its description (the schema's doc comment, unwrapped).
+struct Described {
+    schema: Arc<Map<String, Value>>,
+    description: String,
+}
+
+/// Per tool, built once.
+fn schemas() -> &'static HashMap<&'static str, Described> {
+    static S: OnceLock<HashMap<&'static str, Described>> = OnceLock::new();
     S.get_or_init(|| {
         CATALOG
             .iter()
@@ -148,7 +209,14 @@ fn schemas() -> &'static HashMap<&'static str, (Arc<Map<String, Value>>, String)
                     .get("description")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                (t.name, (Arc::new(schema.clone()), unwrap_doc(doc)))
+                let description = unwrap_doc(doc);
+                (
+                    t.name,
+                    Described {
+                        schema: Arc::new(schema.clone()),
+                        description,
+                    },
+                )
             })
             .collect()
     })
@@ -166,12 +234,12 @@ fn unwrap_doc(doc: &str) -> String {
 impl ToolSpec {
     /// The JSON schema of the arguments (JSON Schema 2020-12).
     pub fn input_schema(&self) -> Arc<Map<String, Value>> {
-        Arc::clone(&schemas()[self.name].0)
+        Arc::clone(&schemas()[self.name].schema)
     }
 
     /// What the tool does, for agents: its argument type's doc comment.
     pub fn description(&self) -> &'static str {
-        schemas()[self.name].1.as_str()
+        schemas()[self.name].description.as_str()
     }
 }
 

@@ -237,10 +237,15 @@ impl Engine {
         let _lock = DirLock::acquire(&dir)?;
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let cur = self.snapshot();
-        memory::store::flush(&dir, &cur.memory, &mut w, |index, mtime, delta, generation| {
-            self.store_snapshot(Snapshot::new(index, mtime, delta));
-            self.mark_seen(mtime, generation);
-        })
+        memory::store::flush(
+            &dir,
+            &cur.memory,
+            &mut w,
+            |index, mtime, delta, generation| {
+                self.store_snapshot(Snapshot::new(index, mtime, delta));
+                self.mark_seen(mtime, generation);
+            },
+        )
     }
 
     /// Starts the thread that flushes the memory delta when a write finds it at the flush
@@ -389,4 +394,3 @@ pub fn unix_secs(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
-

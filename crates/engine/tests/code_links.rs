@@ -110,8 +110,7 @@ fn code_linked_memories_track_their_code() {
         (json!({"uri": "src/lib.rs:10"}), "not a code link"),
         (json!({"path": "src/lib.rs"}), "needs `start_line`"),
     ] {
-        let e = add(json!({"text": "x", "code_refs": [r.clone()]}))
-            .unwrap_err();
+        let e = add(json!({"text": "x", "code_refs": [r.clone()]})).unwrap_err();
         assert!(err_text(e.clone()).contains(expect), "{r}: {e}");
     }
     assert_eq!(list_all(&c).len(), 4);
@@ -285,8 +284,7 @@ fn code_links_are_suggested_from_text() {
     let ix = common::indexed_fixture();
     let c = start(&ix.index, None);
     let text = "closest_match() ranks candidates by levenshtein_distance; words are cleaned in src/util.rs";
-    let v = call(&c, "add_memories", json!({"memories": [{"text": text}]}))
-        .unwrap();
+    let v = call(&c, "add_memories", json!({"memories": [{"text": text}]})).unwrap();
     let links = v["suggested_links"].as_array().unwrap();
     let matched: HashSet<&str> = links
         .iter()
@@ -310,8 +308,7 @@ fn code_links_are_suggested_from_text() {
         .find(|l| l["matched"] == "closest_match")
         .unwrap();
     assert!((unique["confidence"].as_f64().unwrap() - 0.8).abs() < 1e-6);
-    let m = call(&c, "get_memory", json!({"id": v["ids"][0]}))
-        .unwrap();
+    let m = call(&c, "get_memory", json!({"id": v["ids"][0]})).unwrap();
     assert!(
         m["memory"].get("code_refs").is_none(),
         "not attached: {m:#}"
@@ -322,8 +319,7 @@ fn code_links_are_suggested_from_text() {
         json!({"memories": [{"text": text}], "auto_link": true}),
     )
     .unwrap();
-    let m = call(&c, "get_memory", json!({"id": v["ids"][0]}))
-        .unwrap();
+    let m = call(&c, "get_memory", json!({"id": v["ids"][0]})).unwrap();
     let refs = m["memory"]["code_refs"].as_array().unwrap();
     assert_eq!(refs.len(), 3, "{m:#}");
     assert!(refs

@@ -69,8 +69,7 @@ fn reindex_jobs_update_the_served_index() {
     let id = j["job_id"].as_u64().unwrap();
     let mut last = Value::Null;
     for _ in 0..600 {
-        call(&c, "search_code", json!({"query": "circle area"}))
-            .unwrap();
+        call(&c, "search_code", json!({"query": "circle area"})).unwrap();
         last = call(&c, "job_status", json!({"job_id": id})).unwrap()["jobs"][0].clone();
         if last["state"] == "done" || last["state"] == "failed" {
             break;
@@ -108,8 +107,7 @@ fn reindex_jobs_update_the_served_index() {
         let e = call(&c, "reindex", a.clone()).expect_err("bad path");
         assert!(err_text(e.clone()).contains(expect), "{a}: {e}");
     }
-    let e = call(&c, "job_status", json!({"job_id": 999}))
-        .unwrap_err();
+    let e = call(&c, "job_status", json!({"job_id": 999})).unwrap_err();
     assert!(err_text(e).contains("no job 999"));
     drop(c);
 }

@@ -50,8 +50,7 @@ fn memory_graph_tools() {
 
     // SIMILAR: the paraphrase links both ways; the unrelated memory links to neither.
     for (a, b) in [(0, 1), (1, 0)] {
-        let s = call(&c, "graph_similar_memories", json!({"id": ids[a]}))
-            .unwrap();
+        let s = call(&c, "graph_similar_memories", json!({"id": ids[a]})).unwrap();
         let got: Vec<&str> = s["similar"]
             .as_array()
             .unwrap()
@@ -116,8 +115,7 @@ fn memory_graph_tools() {
 
     // related: the paraphrase first (shared entity and both tags), then the billing memory
     // that mentions uploads and shares area=io.
-    let r = call(&c, "graph_related_memories", json!({"id": ids[0]}))
-        .unwrap();
+    let r = call(&c, "graph_related_memories", json!({"id": ids[0]})).unwrap();
     let rel: Vec<&str> = r["related"]
         .as_array()
         .unwrap()
@@ -127,8 +125,7 @@ fn memory_graph_tools() {
     assert_eq!(rel[..2], [ids[1].as_str(), ids[2].as_str()], "{r:#}");
 
     // subgraph around an entity: depth 1 its memories, depth 2 their entities and tags.
-    let sg = call(&c, "graph_subgraph", json!({"node": "entity:Billing"}))
-        .unwrap();
+    let sg = call(&c, "graph_subgraph", json!({"node": "entity:Billing"})).unwrap();
     let nodes: HashSet<String> = sg["nodes"]
         .as_array()
         .unwrap()
@@ -160,14 +157,12 @@ fn memory_graph_tools() {
         .any(|e| e["type"] == "MENTIONS"
             && e["from"] == format!("memory:{}", ids[2])
             && e["to"] == "entity:uploads"));
-    let sg = call(&c, "graph_subgraph", json!({"node": ids[0], "limit": 3}))
-        .unwrap();
+    let sg = call(&c, "graph_subgraph", json!({"node": ids[0], "limit": 3})).unwrap();
     assert_eq!(sg["nodes"].as_array().unwrap().len(), 3);
     assert_eq!(sg["truncated"], true);
 
     // aggregates, tag PMI, entity network, shortest path.
-    let a = call(&c, "graph_aggregate", json!({"group_by": "tag"}))
-        .unwrap();
+    let a = call(&c, "graph_aggregate", json!({"group_by": "tag"})).unwrap();
     assert_eq!(a["total"], 6);
     assert_eq!(a["groups"][0], json!({"name": "area=io", "count": 3}));
     let a = call(
@@ -178,8 +173,7 @@ fn memory_graph_tools() {
     .unwrap();
     assert_eq!(a["total"], 3);
     assert_eq!(a["groups"][0], json!({"name": "uploads", "count": 2}));
-    let a = call(&c, "graph_aggregate", json!({"group_by": "month"}))
-        .unwrap();
+    let a = call(&c, "graph_aggregate", json!({"group_by": "month"})).unwrap();
     assert_eq!(a["groups"].as_array().unwrap().len(), 1);
     assert_eq!(a["groups"][0]["count"], 6);
     let t = call(&c, "graph_tag_cooccurrence", json!({})).unwrap();
@@ -196,8 +190,7 @@ fn memory_graph_tools() {
     .unwrap();
     assert_eq!(t["pairs"][0]["a"], "area=io");
     assert_eq!(t["pairs"][0]["b"], "pdf");
-    let n = call(&c, "graph_entity_network", json!({"center": "billing"}))
-        .unwrap();
+    let n = call(&c, "graph_entity_network", json!({"center": "billing"})).unwrap();
     let mut e: Vec<&str> = n["edges"]
         .as_array()
         .unwrap()
@@ -242,10 +235,8 @@ fn memory_graph_tools() {
     assert_eq!(p["found"], false);
 
     // A deleted memory leaves the graph: no SIMILAR link to it remains.
-    call(&c, "delete_memories", json!({"ids": [ids[1]]}))
-        .unwrap();
-    let s = call(&c, "graph_similar_memories", json!({"id": ids[0]}))
-        .unwrap();
+    call(&c, "delete_memories", json!({"ids": [ids[1]]})).unwrap();
+    let s = call(&c, "graph_similar_memories", json!({"id": ids[0]})).unwrap();
     assert!(!s.to_string().contains(&ids[1]));
 
     // Bad input.

@@ -158,21 +158,19 @@ impl ArchivedMemoryTable {
 
     /// Checks the reverse SIMILAR table against the records: sorted, in range, and exactly
     /// the records' edges.
-    pub fn check_similar(&self) -> Result<(), String> {
+    pub fn check_similar(&self) -> Result<(), SimilarTableError> {
         let n = self.memories.len() as u32;
         let v = &self.similar_in;
         let mut count = 0usize;
         for (i, e) in v.iter().enumerate() {
             let src = e.source.to_native();
             if src >= n {
-                return Err(format!(
-                    "reverse SIMILAR edge {i} names record {src} of {n}"
-                ));
+                return Err(SimilarTableError::OutOfRange { i, src, n });
             }
             if i > 0 {
                 let p = &v[i - 1];
                 if (p.target.as_str(), p.source.to_native()) >= (e.target.as_str(), src) {
-                    return Err("reverse SIMILAR edges are not sorted".into());
+                    return Err(SimilarTableError::Unsorted);
                 }
             }
             if !self.memories[src as usize]
@@ -180,7 +178,7 @@ impl ArchivedMemoryTable {
                 .iter()
                 .any(|s| s.id.as_str() == e.target.as_str())
             {
-                return Err(format!("reverse SIMILAR edge {i} is not a record's edge"));
+                return Err(SimilarTableError::NotAnEdge(i));
             }
         }
         for m in self.memories.iter() {
@@ -190,7 +188,7 @@ impl ArchivedMemoryTable {
             count += ids.len();
         }
         if count != v.len() {
-            return Err("reverse SIMILAR edges and the records' edges differ in number".into());
+            return Err(SimilarTableError::Count);
         }
         Ok(())
     }
@@ -250,20 +248,81 @@ pub const MAX_LIST: usize = 64;
 pub const MAX_TAG_KEY: usize = 64;
 pub const MAX_TAG_VALUE: usize = 256;
 
-fn one_of(what: &str, v: &str, allowed: &[&str]) -> Result<(), String> {
+/// How a memory segment's reverse SIMILAR table disagrees with its records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimilarTableError {
+    #[error("reverse SIMILAR edge {i} names record {src} of {n}")]
+    OutOfRange { i: usize, src: u32, n: u32 },
+    #[error("reverse SIMILAR edges are not sorted")]
+    Unsorted,
+    #[error("reverse SIMILAR edge {0} is not a record's edge")]
+    NotAnEdge(usize),
+    #[error("reverse SIMILAR edges and the records' edges differ in number")]
+    Count,
+}
+
+/// Why a memory record, tag or code reference is invalid. The texts are what agents read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecordError {
+    #[error("unknown {what} `{value}`; expected one of: {allowed}")]
+    NotOneOf {
+        what: &'static str,
+        value: String,
+        allowed: String,
+    },
+    #[error("malformed tag `{0}`: a tag is `key` or `key=value`; the key is 1-{MAX_TAG_KEY} letters, digits or `_ - . : /`")]
+    TagKey(String),
+    #[error("malformed tag `{0}`: the value must be 1-{MAX_TAG_VALUE} bytes on one line")]
+    TagValue(String),
+    #[error("tag `{0}` is not in canonical form")]
+    TagNotCanonical(String),
+    #[error("tags must be sorted and unique")]
+    TagsUnsorted,
+    #[error("a code reference needs a `path`")]
+    RefNoPath,
+    #[error(
+        "code reference path `{0}` must be relative to the repository and must not contain `..`"
+    )]
+    RefPath(String),
+    #[error("code reference lines {start}-{end} are invalid: lines are 1-based and end ≥ start")]
+    RefLines { start: u32, end: u32 },
+    #[error("`{0}` is not a memory id (a lower-case hyphenated UUID)")]
+    BadId(String),
+    #[error("the memory text is empty")]
+    EmptyText,
+    #[error("the memory text is {0} bytes; the limit is {MAX_TEXT_BYTES} bytes: split it into several memories")]
+    TextTooLong(usize),
+    #[error("`{0}` must be at most {MAX_FIELD_BYTES} bytes on one line")]
+    FieldTooLong(&'static str),
+    #[error("`category` is empty")]
+    EmptyCategory,
+    #[error("{count} {what}; at most {MAX_LIST} are allowed")]
+    TooMany { what: &'static str, count: usize },
+    #[error("an evidence entry is empty or longer than 1024 bytes")]
+    Evidence,
+    #[error("SIMILAR edge to `{0}`: not another memory's id")]
+    SimilarId(String),
+    #[error("SIMILAR edge to `{id}`: score {score} is not a cosine similarity")]
+    SimilarScore { id: String, score: f32 },
+    #[error("timestamps are invalid: updated_at must be ≥ created_at ≥ 0")]
+    Timestamps,
+}
+
+fn one_of(what: &'static str, v: &str, allowed: &[&str]) -> Result<(), RecordError> {
     if allowed.contains(&v) {
         Ok(())
     } else {
-        Err(format!(
-            "unknown {what} `{v}`; expected one of: {}",
-            allowed.join(", ")
-        ))
+        Err(RecordError::NotOneOf {
+            what,
+            value: v.to_string(),
+            allowed: allowed.join(", "),
+        })
     }
 }
 
 /// A tag in canonical form: `key` or `key=value`, key of letters, digits and `_ - . : /`,
 /// value without line breaks; surrounding spaces trimmed.
-pub fn normalize_tag(t: &str) -> Result<String, String> {
+pub fn normalize_tag(t: &str) -> Result<String, RecordError> {
     let t = t.trim();
     let (k, v) = match t.split_once('=') {
         Some((k, v)) => (k.trim(), Some(v.trim())),
@@ -274,16 +333,13 @@ pub fn normalize_tag(t: &str) -> Result<String, String> {
         && k.chars()
             .all(|c| c.is_alphanumeric() || "_-.:/".contains(c));
     if !key_ok {
-        return Err(format!(
-            "malformed tag `{t}`: a tag is `key` or `key=value`; the key is 1-{MAX_TAG_KEY} \
-             letters, digits or `_ - . : /`"
-        ));
+        return Err(RecordError::TagKey(t.to_string()));
     }
     match v {
         None => Ok(k.to_string()),
-        Some(v) if v.is_empty() || v.len() > MAX_TAG_VALUE || v.contains(['\n', '\r']) => Err(
-            format!("malformed tag `{t}`: the value must be 1-{MAX_TAG_VALUE} bytes on one line"),
-        ),
+        Some(v) if v.is_empty() || v.len() > MAX_TAG_VALUE || v.contains(['\n', '\r']) => {
+            Err(RecordError::TagValue(t.to_string()))
+        }
         Some(v) => Ok(format!("{k}={v}")),
     }
 }
@@ -305,53 +361,41 @@ pub fn is_uuid(s: &str) -> bool {
 
 /// Checks a code reference's shape: a relative path without `..`, lines 1-based with
 /// end ≥ start.
-pub fn validate_code_ref(r: &CodeRef) -> Result<(), String> {
+pub fn validate_code_ref(r: &CodeRef) -> Result<(), RecordError> {
     if r.path.trim().is_empty() {
-        return Err("a code reference needs a `path`".into());
+        return Err(RecordError::RefNoPath);
     }
     if r.path.starts_with('/') || r.path.split(['/', '\\']).any(|c| c == "..") {
-        return Err(format!(
-            "code reference path `{}` must be relative to the repository and must not contain `..`",
-            r.path
-        ));
+        return Err(RecordError::RefPath(r.path.clone()));
     }
     if r.start_line == 0 || r.end_line < r.start_line {
-        return Err(format!(
-            "code reference lines {}-{} are invalid: lines are 1-based and end ≥ start",
-            r.start_line, r.end_line
-        ));
+        return Err(RecordError::RefLines {
+            start: r.start_line,
+            end: r.end_line,
+        });
     }
     Ok(())
 }
 
 /// Checks a whole record (ids, enumerations, sizes, tags in canonical form, sorted and unique).
 /// Used for every write and for every record of a memory dump.
-pub fn validate_record(m: &MemoryRecord) -> Result<(), String> {
+pub fn validate_record(m: &MemoryRecord) -> Result<(), RecordError> {
     if !is_uuid(&m.id) {
-        return Err(format!(
-            "`{}` is not a memory id (a lower-case hyphenated UUID)",
-            m.id
-        ));
+        return Err(RecordError::BadId(m.id.clone()));
     }
     if m.text.trim().is_empty() {
-        return Err("the memory text is empty".into());
+        return Err(RecordError::EmptyText);
     }
     if m.text.len() > MAX_TEXT_BYTES {
-        return Err(format!(
-            "the memory text is {} bytes; the limit is {MAX_TEXT_BYTES} bytes: split it into \
-             several memories",
-            m.text.len()
-        ));
+        return Err(RecordError::TextTooLong(m.text.len()));
     }
     for (what, v) in [("category", &m.category), ("entity", &m.entity)] {
         if v.len() > MAX_FIELD_BYTES || v.contains(['\n', '\r']) {
-            return Err(format!(
-                "`{what}` must be at most {MAX_FIELD_BYTES} bytes on one line"
-            ));
+            return Err(RecordError::FieldTooLong(what));
         }
     }
     if m.category.trim().is_empty() {
-        return Err("`category` is empty".into());
+        return Err(RecordError::EmptyCategory);
     }
     one_of("scope", &m.scope, &SCOPES)?;
     one_of("source", &m.source, &SOURCES)?;
@@ -362,48 +406,45 @@ pub fn validate_record(m: &MemoryRecord) -> Result<(), String> {
         ("code references", m.code_refs.len()),
     ] {
         if n > MAX_LIST {
-            return Err(format!("{n} {what}; at most {MAX_LIST} are allowed"));
+            return Err(RecordError::TooMany { what, count: n });
         }
     }
     for t in &m.tags {
         if normalize_tag(t)? != *t {
-            return Err(format!("tag `{t}` is not in canonical form"));
+            return Err(RecordError::TagNotCanonical(t.clone()));
         }
     }
     if m.tags.windows(2).any(|w| w[0] >= w[1]) {
-        return Err("tags must be sorted and unique".into());
+        return Err(RecordError::TagsUnsorted);
     }
     if m.evidence
         .iter()
         .any(|e| e.trim().is_empty() || e.len() > 1024)
     {
-        return Err("an evidence entry is empty or longer than 1024 bytes".into());
+        return Err(RecordError::Evidence);
     }
     for r in &m.code_refs {
         validate_code_ref(r)?;
     }
     if m.similar.len() > MAX_LIST {
-        return Err(format!(
-            "{} SIMILAR edges; at most {MAX_LIST} are allowed",
-            m.similar.len()
-        ));
+        return Err(RecordError::TooMany {
+            what: "SIMILAR edges",
+            count: m.similar.len(),
+        });
     }
     for e in &m.similar {
         if !is_uuid(&e.id) || e.id == m.id {
-            return Err(format!(
-                "SIMILAR edge to `{}`: not another memory's id",
-                e.id
-            ));
+            return Err(RecordError::SimilarId(e.id.clone()));
         }
         if !(e.score.is_finite() && (-1.0..=1.0001).contains(&e.score)) {
-            return Err(format!(
-                "SIMILAR edge to `{}`: score {} is not a cosine similarity",
-                e.id, e.score
-            ));
+            return Err(RecordError::SimilarScore {
+                id: e.id.clone(),
+                score: e.score,
+            });
         }
     }
     if m.created_at < 0 || m.updated_at < m.created_at {
-        return Err("timestamps are invalid: updated_at must be ≥ created_at ≥ 0".into());
+        return Err(RecordError::Timestamps);
     }
     Ok(())
 }
@@ -478,9 +519,15 @@ mod tests {
             id: r.id.clone(),
             score: 0.9,
         }];
-        assert!(validate_record(&r).unwrap_err().contains("SIMILAR"));
+        assert!(validate_record(&r)
+            .unwrap_err()
+            .to_string()
+            .contains("SIMILAR"));
         r.similar = vec![e(1, f32::NAN)];
-        assert!(validate_record(&r).unwrap_err().contains("cosine"));
+        assert!(validate_record(&r)
+            .unwrap_err()
+            .to_string()
+            .contains("cosine"));
     }
 
     #[test]
@@ -489,7 +536,7 @@ mod tests {
         let bad = |f: &dyn Fn(&mut MemoryRecord)| {
             let mut r = record();
             f(&mut r);
-            validate_record(&r).unwrap_err()
+            validate_record(&r).unwrap_err().to_string()
         };
         assert!(bad(&|r| r.id = "x".into()).contains("memory id"));
         assert!(bad(&|r| r.text = " ".into()).contains("empty"));

@@ -473,7 +473,8 @@ impl Segment {
                     return Err(corrupt(&mp, "memory records and chunks disagree"));
                 }
             }
-            mt.check_similar().map_err(|e| corrupt(&mp, e))?;
+            mt.check_similar()
+                .map_err(|e| corrupt(&mp, e.to_string()))?;
         }
         let vp = self.path_of(Component::Vectors);
         let expect = n as usize * self.meta.dim as usize * 4;

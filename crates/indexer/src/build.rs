@@ -30,7 +30,7 @@ mod embedder;
 mod types;
 mod vectors;
 
-pub use embedder::{Embedder, HashEmbedder};
+pub use embedder::{EmbedError, Embedder, HashEmbedder};
 pub use types::{BuildOptions, BuildReport};
 
 use commit::write_and_commit;

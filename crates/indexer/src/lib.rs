@@ -45,7 +45,7 @@ pub enum IndexerError {
         model: String,
     },
     #[error("embedding failed: {0}")]
-    Embed(String),
+    Embed(#[from] crate::build::EmbedError),
     #[error(
         "the index at {0} changed while this build ran (another `indexer build`?); nothing was \
          committed, run the build again"

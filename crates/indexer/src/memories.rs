@@ -170,7 +170,7 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Vec<(MemoryRecord, bool)>, 
             .iter()
             .map(|t| normalize_tag(t))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| err(line, e))?;
+            .map_err(|e| err(line, e.to_string()))?;
         tags.sort();
         tags.dedup();
         let created = d.created_at.unwrap_or(now);
@@ -192,7 +192,7 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Vec<(MemoryRecord, bool)>, 
             state: d.state.unwrap_or_else(|| "active".into()),
             similar: d.similar.unwrap_or_default(),
         };
-        validate_record(&r).map_err(|e| err(line, e))?;
+        validate_record(&r).map_err(|e| err(line, e.to_string()))?;
         if !ids.insert(r.id.clone()) {
             return Err(err(line, format!("id {} appears twice", r.id)));
         }
@@ -224,7 +224,7 @@ pub fn ingest(
     let mut vectors = Vec::with_capacity(recs.len() * dim);
     for batch in recs.chunks(256) {
         let texts: Vec<&str> = batch.iter().map(|r| r.text.as_str()).collect();
-        let (v, tokens) = embedder.embed(&texts).map_err(IndexerError::Embed)?;
+        let (v, tokens) = embedder.embed(&texts)?;
         vectors.extend(v);
         report.tokens += tokens;
     }

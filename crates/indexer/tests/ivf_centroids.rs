@@ -7,7 +7,7 @@
 
 use std::sync::Mutex;
 
-use indexer::build::{build, BuildOptions, Embedder, HashEmbedder};
+use indexer::build::{build, BuildOptions, EmbedError, Embedder, HashEmbedder};
 use indexer::progress::Progress;
 
 struct Trainer {
@@ -23,7 +23,7 @@ impl Embedder for Trainer {
     fn dim(&self) -> usize {
         self.hash.dim
     }
-    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), EmbedError> {
         self.hash.embed(texts)
     }
     fn ivf_centroids(
@@ -31,9 +31,9 @@ impl Embedder for Trainer {
         sample: &[f32],
         dim: usize,
         k: usize,
-    ) -> Option<Result<Vec<f32>, String>> {
+    ) -> Option<Result<Vec<f32>, EmbedError>> {
         if self.fail {
-            return Some(Err("device lost during k-means".into()));
+            return Some(Err(EmbedError::Other("device lost during k-means".into())));
         }
         let c =
             kernels::kmeans::kmeans_cpu(sample, dim, k, 3, kernels::kmeans::Metric::InnerProduct);

@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use format::manifest::RootEntry;
-use format::roots::{clean_relative, confine, ConfineError, ConfineOptions};
 use format::memory::{CodeRef, MemoryRecord};
+use format::roots::{clean_relative, confine, ConfineError, ConfineOptions};
 use sha2::{Digest, Sha256};
 
 use code::CodeView;
@@ -323,7 +323,11 @@ pub fn check_ref(ctx: &RefCtx<'_>, r: &CodeRef) -> RefStatus {
                 reason: "the index records no source roots".into(),
             }
         }
-        Err(e) => return RefStatus::Unverified { reason: e.to_string() },
+        Err(e) => {
+            return RefStatus::Unverified {
+                reason: e.to_string(),
+            }
+        }
     };
     let Some(view) = ctx.cache.get(&full) else {
         return RefStatus::Stale {

@@ -220,10 +220,10 @@ pub fn search(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use format::memory::MemoryRecord;
     use crate::delta::Delta;
     use crate::new_id;
     use crate::wal::WalOp;
+    use format::memory::MemoryRecord;
 
     fn rec(text: &str, entity: &str, tags: &[&str]) -> MemoryRecord {
         MemoryRecord {

@@ -8,8 +8,8 @@ use format::memory::MemoryRecord;
 use format::Index;
 
 use crate::delta::{find_in_segments, mem_states, shadow, Delta, MemSegState};
-use crate::graph::MemGraph;
 use crate::filter::{MemFilter, MemKey};
+use crate::graph::MemGraph;
 use crate::wal::WalOp;
 
 pub struct MemoryView {
@@ -68,8 +68,9 @@ impl MemoryView {
     pub fn mem_graph(&self, f: &MemFilter) -> Arc<MemGraph> {
         if f.is_default() {
             Arc::clone(
-                self.graph
-                    .get_or_init(|| Arc::new(MemGraph::build(&self.index, &self.mem, &self.delta, f))),
+                self.graph.get_or_init(|| {
+                    Arc::new(MemGraph::build(&self.index, &self.mem, &self.delta, f))
+                }),
             )
         } else {
             Arc::new(MemGraph::build(&self.index, &self.mem, &self.delta, f))

@@ -258,10 +258,7 @@ fn search_cmd(a: SearchArgs) -> anyhow::Result<()> {
         mode,
         language: lang,
         kind,
-        path_glob: path
-            .as_deref()
-            .map(code::search::path_glob)
-            .transpose()?,
+        path_glob: path.as_deref().map(code::search::path_glob).transpose()?,
         ..Default::default()
     };
     let (hits, tm) = code::search(&ix, &query, qv.as_deref(), &opts)?;

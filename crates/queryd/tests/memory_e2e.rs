@@ -1,6 +1,7 @@
-//! Memories end to end over a real MCP client (rmcp over stdio against the `queryd` binary):
-//! every memory tool, bad input, flushes into segments, restart, export; and a crash test that
-//! SIGKILLs the server at random points while writes stream in.
+//! Memories through the `queryd` binary (rmcp over stdio): the memory tools over the protocol,
+//! flushes into segments, restart, the `export` and `staleness` commands, and a crash test that
+//! SIGKILLs the server at random points while writes stream in. The tools' own scenarios (graph,
+//! code links, jobs, concurrency) are direct calls in `crates/engine/tests/`.
 
 mod common;
 
@@ -566,4 +567,52 @@ async fn acknowledged_writes_survive_sigkill() {
         "{n} memory segments"
     );
     c.cancel().await.unwrap();
+}
+
+/// `queryd staleness` (the git hook's command) cannot record while a server holds the log; once
+/// the server is gone it re-checks the references into changed files and records them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staleness_cli_records_when_no_server_holds_the_log() {
+    let ix = common::indexed_fixture();
+    let (c, _) = start(&ix.index, &[]).await;
+    call(
+        &c,
+        "add_memories",
+        json!({"memories": [{"text": "Circle.area uses math.pi",
+            "code_refs": [{"path": "pkg/geometry.py", "start_line": 12, "end_line": 14}]}]}),
+    )
+    .await
+    .unwrap();
+    let staleness = |json: bool| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.arg("staleness");
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.arg("--index")
+            .arg(&ix.index)
+            .arg("--model")
+            .arg(common::model_dir())
+            .args(["--changed-files", "pkg/geometry.py"])
+            .output()
+            .unwrap()
+    };
+    let o = staleness(false);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("check_staleness"));
+    c.cancel().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(ix.repo.join("pkg/geometry.py"), "# emptied\n").unwrap();
+    let o = staleness(true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (
+            r["memories"].as_u64(),
+            r["stale"].as_u64(),
+            r["updated"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{r:#}"
+    );
 }

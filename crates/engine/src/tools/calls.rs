@@ -10,7 +10,9 @@ use format::records::{EdgeKind, EDGE_RESOLVED};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{check_symbol, label, ms, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT};
+use super::common::{
+    check_symbol, label, ms, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT,
+};
 use crate::engine::Engine;
 use crate::snapshot::Snapshot;
 
@@ -381,7 +383,12 @@ fn semantic_note(words: &str) -> String {
 }
 
 impl Engine {
-    fn cascade<'a>(&self, symbol: &'a str, limit: Option<usize>, debug: bool) -> ToolResult<Cascade<'a>> {
+    fn cascade<'a>(
+        &self,
+        symbol: &'a str,
+        limit: Option<usize>,
+        debug: bool,
+    ) -> ToolResult<Cascade<'a>> {
         let t0 = Instant::now();
         check_symbol(symbol)?;
         let snap = self.snapshot();
@@ -573,7 +580,6 @@ impl Engine {
         })
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -256,7 +256,9 @@ fn relative(snap: &Snapshot, path: &str) -> ToolResult<String> {
             allow_root: true,
         };
         return match confine(&snap.code.index.manifest.roots, path.trim(), opts) {
-            Ok(c) => coderefs::clean_path(&c.rel).map_err(|e| ToolError::InvalidInput(e.to_string())),
+            Ok(c) => {
+                coderefs::clean_path(&c.rel).map_err(|e| ToolError::InvalidInput(e.to_string()))
+            }
             Err(ConfineError::NotInRoot { .. }) => Err(ToolError::InvalidInput(format!(
                 "`{path}` is not inside an indexed root"
             ))),
@@ -429,7 +431,9 @@ impl Engine {
                 let ctx = self.ref_ctx(snap);
                 let mut ops = Vec::new();
                 for id in batch {
-                    let Some(k) = snap.memory.key_of(id) else { continue };
+                    let Some(k) = snap.memory.key_of(id) else {
+                        continue;
+                    };
                     let mut m = snap.memory.record_of(&k);
                     let vector = match &k {
                         memory::search::MemKey::Delta(e) => e.vector.clone(),

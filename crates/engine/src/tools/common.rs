@@ -234,7 +234,6 @@ pub fn snippet(text: &str, lines: usize, max_chars: usize) -> (String, bool) {
     (out, truncated)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,10 @@ use code::NodeRef;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{check_symbol, check_text, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT};
+use super::common::{
+    check_symbol, check_text, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError, ToolResult,
+    MAX_LIMIT,
+};
 use crate::engine::Engine;
 
 /// Code that is near-identical in meaning to a given code fragment or symbol (cosine similarity
@@ -83,11 +86,17 @@ impl Engine {
                     return Err(self.not_found(&snap, s));
                 };
                 let v = snap
-                    .code.vector(n)
+                    .code
+                    .vector(n)
                     .ok_or_else(|| ToolError::Internal("the symbol has no stored vector".into()))?
                     .to_vec();
                 let id = snap.code.chunk(n).symbol_id.to_string();
-                (v, Some(symbol_ref(&snap.code, n)), HashSet::from([id]), 0.85)
+                (
+                    v,
+                    Some(symbol_ref(&snap.code, n)),
+                    HashSet::from([id]),
+                    0.85,
+                )
             }
             _ => return Err(ToolError::InvalidInput(
                 "give exactly one of `code` (a code fragment) or `symbol` (a symbol id or name)"
@@ -148,4 +157,3 @@ impl Engine {
         })
     }
 }
-

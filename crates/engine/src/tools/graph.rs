@@ -54,12 +54,7 @@ fn entity_node(g: &MemGraph, name: &str) -> ToolResult<u32> {
         let mut close: Vec<(usize, &str)> = g
             .entities
             .iter()
-            .map(|e| {
-                (
-                    levenshtein(&entity_key(&e.name), &key),
-                    e.name.as_str(),
-                )
-            })
+            .map(|e| (levenshtein(&entity_key(&e.name), &key), e.name.as_str()))
             .collect();
         close.sort();
         ToolError::NotFound {
@@ -459,7 +454,8 @@ impl Engine {
         let start = if let Some(e) = node.strip_prefix("entity:") {
             GNode::Ent(entity_node(&g, e)?)
         } else if let Some(t) = node.strip_prefix("tag:") {
-            let t = format::memory::normalize_tag(t).map_err(ToolError::InvalidInput)?;
+            let t = format::memory::normalize_tag(t)
+                .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
             GNode::Tag(g.tag(&t).ok_or_else(|| ToolError::NotFound {
                 message: format!("no active memory has the tag `{t}`"),
                 suggestions: vec!["graph_aggregate with group_by=tag".into()],
@@ -653,7 +649,8 @@ impl Engine {
         {
             None => None,
             Some(t) => {
-                let t = format::memory::normalize_tag(t).map_err(ToolError::InvalidInput)?;
+                let t = format::memory::normalize_tag(t)
+                    .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
                 match g.tag(&t) {
                     Some(i) => Some(i),
                     None => {

@@ -109,7 +109,11 @@ pub fn similar_of(snap: &MemoryView, id: &str) -> Vec<(String, f32)> {
     v
 }
 
-pub(crate) fn related_out(g: &MemGraph, r: &(u32, Vec<u32>, Vec<u32>, f64), detail: bool) -> RelatedOut {
+pub(crate) fn related_out(
+    g: &MemGraph,
+    r: &(u32, Vec<u32>, Vec<u32>, f64),
+    detail: bool,
+) -> RelatedOut {
     RelatedOut {
         id: g.nodes[r.0 as usize].id.clone(),
         score: (r.3 * 1e4).round() / 1e4,

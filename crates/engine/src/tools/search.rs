@@ -9,7 +9,10 @@ use format::records::{EdgeKind, EDGE_RESOLVED};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{check_text, check_weights, label, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT};
+use super::common::{
+    check_text, check_weights, label, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError,
+    ToolResult, MAX_LIMIT,
+};
 use crate::engine::Engine;
 use crate::snapshot::Snapshot;
 
@@ -255,4 +258,3 @@ fn passes(s: &Snapshot, n: NodeRef, o: &SearchOptions) -> bool {
             .as_ref()
             .is_none_or(|g| g.is_match(f.path.as_str()))
 }
-

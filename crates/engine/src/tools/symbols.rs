@@ -8,7 +8,9 @@ use format::records::{EdgeKind, NO_PARENT};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{check_symbol, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT};
+use super::common::{
+    check_symbol, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT,
+};
 use crate::engine::Engine;
 use crate::snapshot::Snapshot;
 
@@ -108,14 +110,18 @@ impl Engine {
             out.push(symbol_ref(&snap.code, cur));
         }
         let t = snap.code.index.segments[n.0].segment.table();
-        let file_node = (n.0, t.chunks.len() as u32 + snap.code.chunk(n).file.to_native());
+        let file_node = (
+            n.0,
+            t.chunks.len() as u32 + snap.code.chunk(n).file.to_native(),
+        );
         out.push(symbol_ref(&snap.code, file_node));
         out
     }
 
     fn children(snap: &Snapshot, n: NodeRef) -> Vec<SymbolRef> {
         let mut kids: Vec<NodeRef> = snap
-            .code.out_edges(n, EdgeKind::Contains)
+            .code
+            .out_edges(n, EdgeKind::Contains)
             .into_iter()
             .map(|x| x.0)
             .filter(|&x| snap.code.is_live_chunk(x))
@@ -236,18 +242,21 @@ impl Engine {
         let snap = self.snapshot();
         let t = Instant::now();
         let n = snap
-            .code.resolve(&a.symbol)
+            .code
+            .resolve(&a.symbol)
             .first()
             .copied()
             .ok_or_else(|| self.not_found(&snap, &a.symbol))?;
         let callers = snap
-            .code.in_edges(n, EdgeKind::Calls)
+            .code
+            .in_edges(n, EdgeKind::Calls)
             .into_iter()
             .take(20)
             .map(|(m, _)| symbol_ref(&snap.code, m))
             .collect();
         let callees = snap
-            .code.out_edges(n, EdgeKind::Calls)
+            .code
+            .out_edges(n, EdgeKind::Calls)
             .into_iter()
             .take(20)
             .map(|(m, _)| symbol_ref(&snap.code, m))
@@ -263,7 +272,8 @@ impl Engine {
             }
         }
         let file_imports = snap
-            .code.file(n)
+            .code
+            .file(n)
             .imports
             .iter()
             .map(|s| s.to_string())
@@ -317,7 +327,6 @@ impl Engine {
         })
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -41,7 +41,8 @@ pub fn indexed_fixture() -> Indexed {
 /// flusher (no MANIFEST watcher: tests reload explicitly).
 pub fn start(index: &Path, flush_at: Option<usize>) -> std::sync::Arc<engine::Engine> {
     let e = std::sync::Arc::new(
-        engine::Engine::open(index, &model_dir()).unwrap_or_else(|e| panic!("open the engine: {e}")),
+        engine::Engine::open(index, &model_dir())
+            .unwrap_or_else(|e| panic!("open the engine: {e}")),
     );
     if let Some(n) = flush_at {
         e.set_flush_at(n);

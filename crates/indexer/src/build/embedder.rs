@@ -2,12 +2,29 @@
 //! (`kernels::Encoder`) as the production implementation and [`HashEmbedder`] as a stand-in
 //! for tests and benchmarks.
 
+/// Why embedding failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// The model could not run.
+    #[error(transparent)]
+    Model(#[from] kernels::ModelError),
+    #[error("encoder returned more groups than it was given")]
+    ExtraGroup,
+    #[error("encoder returned {got} of {want} groups")]
+    MissingGroups { got: usize, want: usize },
+    #[error("encoder returned {floats} floats for {texts} texts")]
+    WrongLength { floats: usize, texts: usize },
+    /// Another implementation's failure (a test stand-in, a device lost mid-training).
+    #[error("{0}")]
+    Other(String),
+}
+
 /// Something that turns texts into L2-normalised vectors (the burn encoder in production).
 pub trait Embedder: Sync {
     fn model_id(&self) -> &str;
     fn dim(&self) -> usize;
     /// Row-major `texts.len() × dim` in input order, and the number of (unpadded) tokens.
-    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String>;
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), EmbedError>;
 
     /// Embeds `groups` in order, handing each group's vectors and token count to `sink` as they
     /// come. The burn encoder overlaps the CPU half (tokenising, batching) of the next groups
@@ -15,8 +32,8 @@ pub trait Embedder: Sync {
     fn embed_groups(
         &self,
         groups: Vec<Vec<&str>>,
-        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), String>,
-    ) -> Result<(), String> {
+        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), EmbedError>,
+    ) -> Result<(), EmbedError> {
         for g in groups {
             let (v, tokens) = self.embed(&g)?;
             sink(v, tokens)?;
@@ -31,7 +48,7 @@ pub trait Embedder: Sync {
         _sample: &[f32],
         _dim: usize,
         _k: usize,
-    ) -> Option<Result<Vec<f32>, String>> {
+    ) -> Option<Result<Vec<f32>, EmbedError>> {
         None
     }
 }
@@ -49,7 +66,7 @@ impl Embedder for HashEmbedder {
     fn dim(&self) -> usize {
         self.dim
     }
-    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), EmbedError> {
         let mut out = Vec::with_capacity(texts.len() * self.dim);
         for t in texts {
             let mut xof = blake3::Hasher::new().update(t.as_bytes()).finalize_xof();
@@ -73,34 +90,23 @@ impl Embedder for kernels::Encoder {
     fn dim(&self) -> usize {
         kernels::Encoder::dim(self)
     }
-    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), String> {
-        kernels::Encoder::embed(self, texts)
-            .map(|(v, s)| (v, s.tokens))
-            .map_err(|e| e.to_string())
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), EmbedError> {
+        Ok(kernels::Encoder::embed(self, texts).map(|(v, s)| (v, s.tokens))?)
     }
     fn embed_groups(
         &self,
         groups: Vec<Vec<&str>>,
-        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), String>,
-    ) -> Result<(), String> {
-        struct Failed(String);
-        impl From<kernels::ModelError> for Failed {
-            fn from(e: kernels::ModelError) -> Self {
-                Failed(e.to_string())
-            }
-        }
-        self.embed_pipelined(groups, PIPELINE_DEPTH, |v, stats| {
-            sink(v, stats.tokens).map_err(Failed)
-        })
-        .map_err(|Failed(e)| e)
+        sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), EmbedError>,
+    ) -> Result<(), EmbedError> {
+        self.embed_pipelined(groups, PIPELINE_DEPTH, |v, stats| sink(v, stats.tokens))
     }
     fn ivf_centroids(
         &self,
         sample: &[f32],
         dim: usize,
         k: usize,
-    ) -> Option<Result<Vec<f32>, String>> {
+    ) -> Option<Result<Vec<f32>, EmbedError>> {
         self.train_ivf_centroids(sample, dim, k)
-            .map(|r| r.map_err(|e| e.to_string()))
+            .map(|r| r.map_err(EmbedError::from))
     }
 }

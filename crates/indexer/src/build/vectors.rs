@@ -7,7 +7,7 @@ use std::time::Instant;
 use format::records::ChunkRecord;
 use format::Index;
 
-use super::{BuildOptions, BuildReport, Embedder};
+use super::{BuildOptions, BuildReport, EmbedError, Embedder};
 use crate::progress::Progress;
 use crate::IndexerError;
 
@@ -91,33 +91,29 @@ pub(super) fn embed_vectors(
         .map(|g| g.iter().map(|&i| texts[i].as_str()).collect())
         .collect();
     let mut next = 0usize;
-    embedder
-        .embed_groups(text_groups, &mut |v, tokens| {
-            let group = index_groups
-                .get(next)
-                .ok_or("encoder returned more groups than it was given")?;
-            next += 1;
-            report.tokens_embedded += tokens;
-            if v.len() != group.len() * dim {
-                return Err(format!(
-                    "encoder returned {} floats for {} texts",
-                    v.len(),
-                    group.len()
-                ));
-            }
-            for (k, &i) in group.iter().enumerate() {
-                vectors[i * dim..(i + 1) * dim].copy_from_slice(&v[k * dim..(k + 1) * dim]);
-            }
-            bar.inc(group.len() as u64);
-            progress.tick_line(&format!("embed: {}/{} chunks", bar.position(), todo.len()));
-            Ok(())
-        })
-        .map_err(IndexerError::Embed)?;
+    embedder.embed_groups(text_groups, &mut |v, tokens| {
+        let group = index_groups.get(next).ok_or(EmbedError::ExtraGroup)?;
+        next += 1;
+        report.tokens_embedded += tokens;
+        if v.len() != group.len() * dim {
+            return Err(EmbedError::WrongLength {
+                floats: v.len(),
+                texts: group.len(),
+            });
+        }
+        for (k, &i) in group.iter().enumerate() {
+            vectors[i * dim..(i + 1) * dim].copy_from_slice(&v[k * dim..(k + 1) * dim]);
+        }
+        bar.inc(group.len() as u64);
+        progress.tick_line(&format!("embed: {}/{} chunks", bar.position(), todo.len()));
+        Ok(())
+    })?;
     if next != index_groups.len() {
-        return Err(IndexerError::Embed(format!(
-            "encoder returned {next} of {} groups",
-            index_groups.len()
-        )));
+        return Err(EmbedError::MissingGroups {
+            got: next,
+            want: index_groups.len(),
+        }
+        .into());
     }
     bar.finish_and_clear();
     for (j, i) in copies {
@@ -145,7 +141,7 @@ pub(super) fn gpu_ivf_centroids(
         let sample = format::vectors::ivf_training_sample(vectors, dim);
         let k = format::vectors::nlist_for(n);
         if let Some(r) = embedder.ivf_centroids(&sample, dim, k) {
-            let centroids = r.map_err(IndexerError::Embed)?;
+            let centroids = r?;
             report.timings.push(("ivf-centroids-gpu", t.elapsed()));
             return Ok(Some(centroids));
         }

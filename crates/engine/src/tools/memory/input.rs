@@ -2,7 +2,6 @@
 //! and validated into records), the memory filters shared by listing, search and the graph
 //! tools, and the input checks.
 
-
 use format::memory::{normalize_tag, validate_record, CodeRef, MemoryRecord};
 use memory::coderefs::{self, RefCtx};
 use memory::search::MemFilter;
@@ -118,7 +117,8 @@ impl CodeRefInput {
             start = start.or(Some(c.start_line.to_native()));
             end = end.or(Some(c.end_line.to_native()));
         }
-        let path = coderefs::clean_path(path.as_deref().unwrap_or_default()).map_err(|e| e.to_string())?;
+        let path =
+            coderefs::clean_path(path.as_deref().unwrap_or_default()).map_err(|e| e.to_string())?;
         let (Some(start), Some(end)) = (start, end.or(start)) else {
             return Err(format!(
                 "code reference `{path}` needs `start_line` and `end_line` (or a uri ending in #L<start>-L<end>)"
@@ -143,7 +143,9 @@ impl CodeRefInput {
             confidence: None,
             reason: String::new(),
         };
-        let Some((root, full)) = coderefs::resolve_path(ctx.roots, &r.repo, &r.path).map_err(|e| e.to_string())? else {
+        let Some((root, full)) =
+            coderefs::resolve_path(ctx.roots, &r.repo, &r.path).map_err(|e| e.to_string())?
+        else {
             r.reason = "unverified: the index records no source roots".into();
             return Ok(r);
         };
@@ -227,7 +229,7 @@ pub fn parse_time(what: &str, s: &str) -> ToolResult<i64> {
 pub fn canonical_tags(tags: &[String]) -> ToolResult<Vec<String>> {
     let mut out = tags
         .iter()
-        .map(|t| normalize_tag(t).map_err(ToolError::InvalidInput))
+        .map(|t| normalize_tag(t).map_err(|e| ToolError::InvalidInput(e.to_string())))
         .collect::<ToolResult<Vec<_>>>()?;
     out.sort();
     out.dedup();
@@ -278,7 +280,7 @@ pub(crate) fn record_from(
         state: "active".into(),
         similar: vec![],
     };
-    validate_record(&r).map_err(ToolError::InvalidInput)?;
+    validate_record(&r).map_err(|e| ToolError::InvalidInput(e.to_string()))?;
     Ok(r)
 }
 
@@ -410,7 +412,11 @@ impl MemoryFilterArgs {
     }
 }
 
-pub(crate) fn one_of(what: &str, v: Option<String>, allowed: &[&str]) -> ToolResult<Option<String>> {
+pub(crate) fn one_of(
+    what: &str,
+    v: Option<String>,
+    allowed: &[&str],
+) -> ToolResult<Option<String>> {
     match v {
         Some(s) if !allowed.contains(&s.as_str()) => Err(ToolError::InvalidInput(format!(
             "unknown {what} `{s}`; expected one of: {}",
@@ -430,4 +436,3 @@ pub(crate) fn check_id(id: &str) -> ToolResult<()> {
         )))
     }
 }
-

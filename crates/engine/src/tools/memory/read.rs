@@ -11,7 +11,9 @@ use super::args::*;
 use super::input::*;
 use super::output::*;
 use crate::engine::Engine;
-use crate::tools::common::{check_text, check_weights, ms, Debug, ToolError, ToolResult, MAX_LIMIT};
+use crate::tools::common::{
+    check_text, check_weights, ms, Debug, ToolError, ToolResult, MAX_LIMIT,
+};
 use crate::tools::relations::{relations, RelationDetail};
 
 /// A result's score is multiplied by `CONFIDENCE_FLOOR + (1 − CONFIDENCE_FLOOR) · confidence`.
@@ -23,7 +25,10 @@ impl Engine {
         check_id(a.id.trim())?;
         let level = RelationDetail::parse(a.relation_detail.as_deref())?;
         let snap = self.snapshot();
-        let (r, _) = snap.memory.lookup(a.id.trim()).ok_or_else(|| not_found(&a.id))?;
+        let (r, _) = snap
+            .memory
+            .lookup(a.id.trim())
+            .ok_or_else(|| not_found(&a.id))?;
         let mut o = self.annotated(&snap, &r);
         o.relations = relations(&snap.memory, &r.id, level);
         Ok(MemoryAnswer {
@@ -173,4 +178,3 @@ impl Engine {
         })
     }
 }
-

@@ -48,7 +48,9 @@ impl Engine {
         // Code links suggested by identifiers in the texts.
         let mut suggested_links = Vec::new();
         for (i, r) in recs.iter_mut().enumerate() {
-            for (matched, conf, mut cr) in crate::tools::code_links::suggest_links(&ctx, &r.text, now) {
+            for (matched, conf, mut cr) in
+                crate::tools::code_links::suggest_links(&ctx, &r.text, now)
+            {
                 let dup = r.code_refs.iter().any(|x| {
                     x.path == cr.path && x.start_line == cr.start_line && x.end_line == cr.end_line
                 });
@@ -123,7 +125,7 @@ impl Engine {
             )));
         }
         for r in &records {
-            validate_record(r).map_err(ToolError::InvalidInput)?;
+            validate_record(r).map_err(|e| ToolError::InvalidInput(e.to_string()))?;
         }
         let ops = records
             .into_iter()
@@ -244,7 +246,7 @@ impl Engine {
                 r.state = s.clone();
             }
             r.updated_at = now.max(r.updated_at);
-            validate_record(&r).map_err(ToolError::InvalidInput)?;
+            validate_record(&r).map_err(|e| ToolError::InvalidInput(e.to_string()))?;
             let vector = new_vec.clone().unwrap_or(old_vec);
             Ok((
                 vec![WalOp::Put {
@@ -279,8 +281,10 @@ impl Engine {
         ids.sort();
         ids.dedup();
         let deleted = self.write_with(|snap| {
-            let missing: Vec<&String> =
-                ids.iter().filter(|id| snap.memory.lookup(id).is_none()).collect();
+            let missing: Vec<&String> = ids
+                .iter()
+                .filter(|id| snap.memory.lookup(id).is_none())
+                .collect();
             if !missing.is_empty() {
                 return Err(ToolError::NotFound {
                     message: format!(
