@@ -204,16 +204,16 @@ fn schemas() -> &'static HashMap<&'static str, Described> {
         CATALOG
             .iter()
             .map(|t| {
-                let schema = (t.schema)();
-                let doc = schema
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let description = unwrap_doc(doc);
+                let mut schema = (t.schema)();
+                // The doc comment is the tool's description; the schema does not repeat it
+                // (it would cost every client the same text twice in `tools/list`).
+                let doc = schema.remove("description");
+                let description =
+                    unwrap_doc(doc.as_ref().and_then(Value::as_str).unwrap_or_default());
                 (
                     t.name,
                     Described {
-                        schema: Arc::new(schema.clone()),
+                        schema: Arc::new(schema),
                         description,
                     },
                 )

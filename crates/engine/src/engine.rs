@@ -231,6 +231,7 @@ impl Engine {
     /// `MANIFEST`, swaps the snapshot and truncates the log ([`memory::store::flush`]).
     /// `Ok(None)` when there was nothing to flush.
     pub fn flush_memories(&self) -> Result<Option<FlushReport>, FlushError> {
+        let started = std::time::Instant::now();
         let dir = self.dir().to_path_buf();
         // The directory lock first: an indexer build may hold it for minutes, and writes must
         // not wait for that behind the writer lock.
@@ -241,6 +242,7 @@ impl Engine {
             &dir,
             &cur.memory,
             &mut w,
+            started,
             |index, mtime, delta, generation| {
                 self.store_snapshot(Snapshot::new(index, mtime, delta));
                 self.mark_seen(mtime, generation);

@@ -44,8 +44,10 @@ pub enum IndexerError {
         index_model: String,
         model: String,
     },
+    /// Not `#[from]`/`#[source]`: the text already includes the cause, and error chains
+    /// printed with `{:#}` would repeat it.
     #[error("embedding failed: {0}")]
-    Embed(#[from] crate::build::EmbedError),
+    Embed(crate::build::EmbedError),
     #[error(
         "the index at {0} changed while this build ran (another `indexer build`?); nothing was \
          committed, run the build again"
@@ -55,4 +57,10 @@ pub enum IndexerError {
     Dump { path: PathBuf, message: String },
     #[error(transparent)]
     Format(format::FormatError),
+}
+
+impl From<crate::build::EmbedError> for IndexerError {
+    fn from(e: crate::build::EmbedError) -> Self {
+        IndexerError::Embed(e)
+    }
 }

@@ -154,14 +154,15 @@ pub enum FlushError {
 /// `MANIFEST`; then `install` publishes the new generation (index, MANIFEST mtime, empty
 /// delta, generation) and the log is truncated. `Ok(None)` when nothing was logged since the
 /// last flush. The caller holds the directory lock and the writer lock (`w`), and `cur` is the
-/// view it serves.
+/// view it serves; `started` is when the flush was asked for (the report's `ms` counts the
+/// wait for the locks too).
 pub fn flush(
     dir: &Path,
     cur: &MemoryView,
     w: &mut Writer,
+    started: Instant,
     install: impl FnOnce(Arc<Index>, Option<SystemTime>, Delta, u64),
 ) -> Result<Option<FlushReport>, FlushError> {
-    let t0 = Instant::now();
     let mut m = IndexManifest::read(dir)?;
     if cur.delta.last_lsn <= m.memory_lsn {
         return Ok(None); // nothing logged since the last flush
@@ -289,7 +290,7 @@ pub fn flush(
         merged,
         tombstoned,
         generation,
-        ms: (t0.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+        ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
     }))
 }
 

@@ -110,3 +110,20 @@ impl Embedder for kernels::Encoder {
             .map(|r| r.map_err(EmbedError::from))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::IndexerError;
+
+    /// The build error says the cause once: no `source` chain that `{:#}` would print again.
+    #[test]
+    fn embed_errors_are_said_once() {
+        let e: IndexerError = EmbedError::MissingGroups { got: 1, want: 2 }.into();
+        assert_eq!(
+            e.to_string(),
+            "embedding failed: encoder returned 1 of 2 groups"
+        );
+        assert!(std::error::Error::source(&e).is_none());
+    }
+}
