@@ -1,7 +1,7 @@
 //! Memories through the `queryd` binary (rmcp over stdio): the memory tools over the protocol,
 //! flushes into segments, restart, the `export` and `staleness` commands, and a crash test that
 //! SIGKILLs the server at random points while writes stream in. The tools' own scenarios (graph,
-//! code links, jobs, concurrency) are direct calls in `crates/engine/tests/`.
+//! code links, jobs, concurrency) are direct calls in `crates/engine/tests/tools/`.
 
 mod common;
 

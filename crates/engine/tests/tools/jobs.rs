@@ -1,11 +1,9 @@
 //! `reindex` and `job_status` in-process: a background re-index job updates the served index
 //! (paths and whole roots), memories survive it, and queries keep working meanwhile.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{call, err_text, start};
+use crate::common::{call, err_text, start};
 use serde_json::{json, Value};
 
 /// `reindex` and `job_status` over MCP: a new file becomes searchable, a path-limited job
@@ -13,7 +11,7 @@ use serde_json::{json, Value};
 /// memories written meanwhile stay, and bad paths are refused.
 #[test]
 fn reindex_jobs_update_the_served_index() {
-    let ix = common::indexed_fixture();
+    let ix = crate::common::indexed_fixture();
     let c = start(&ix.index, None);
     let names = |v: &Value| -> Vec<String> {
         v["results"]

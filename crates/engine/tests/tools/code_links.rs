@@ -1,11 +1,9 @@
 //! Code-linked memories in-process: references completed from symbols, URIs and paths, lookup
 //! by line, staleness and relocation as the code changes, and links suggested from text.
 
-mod common;
-
 use std::collections::HashSet;
 
-use common::{call, err_text, list_all, start};
+use crate::common::{call, err_text, list_all, start};
 use serde_json::{json, Value};
 
 /// Code-linked memories over MCP (the PRD's acceptance criteria): references completed from a
@@ -17,7 +15,7 @@ use serde_json::{json, Value};
 /// and `queryd staleness`.
 #[test]
 fn code_linked_memories_track_their_code() {
-    let ix = common::indexed_fixture();
+    let ix = crate::common::indexed_fixture();
     let c = start(&ix.index, None);
     let add = |m: Value| {
         let c = &c;
@@ -253,7 +251,7 @@ fn code_linked_memories_track_their_code() {
 
     // A second engine on the same index cannot write while this one holds the log (what
     // `queryd staleness` reports); once it is gone, a new one records the re-check.
-    let other = engine::Engine::open(&ix.index, &common::model_dir()).unwrap();
+    let other = engine::Engine::open(&ix.index, &crate::common::model_dir()).unwrap();
     assert!(other.memory_writes_disabled().is_some());
     drop(other);
     c.flush_memories().unwrap();
@@ -281,7 +279,7 @@ fn code_linked_memories_track_their_code() {
 /// them with reason `inferred_from_code_index`.
 #[test]
 fn code_links_are_suggested_from_text() {
-    let ix = common::indexed_fixture();
+    let ix = crate::common::indexed_fixture();
     let c = start(&ix.index, None);
     let text = "closest_match() ranks candidates by levenshtein_distance; words are cleaned in src/util.rs";
     let v = call(&c, "add_memories", json!({"memories": [{"text": text}]})).unwrap();

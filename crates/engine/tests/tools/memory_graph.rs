@@ -1,12 +1,10 @@
 //! The memory graph tools (graph_*) and `relation_detail`, in-process: SIMILAR links across a
 //! flushed segment and the delta, entities, tags, paths, and their errors.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{call, err_text, start};
+use crate::common::{call, err_text, start};
 use serde_json::{json, Value};
 
 /// The memory graph over MCP: SIMILAR links (stored at write, both directions, across the
@@ -14,7 +12,7 @@ use serde_json::{json, Value};
 /// the entity network, shortest paths and `relation_detail`; bad input.
 #[test]
 fn memory_graph_tools() {
-    let ix = common::indexed_fixture();
+    let ix = crate::common::indexed_fixture();
     let c = start(&ix.index, Some(3));
     let mems = [
         ("The upload service retries failed chunk uploads three times with exponential backoff", "uploads", vec!["area=io", "retry"]),

@@ -2,8 +2,6 @@
 //! search_code, get_symbol, explain_code, each stage of the callers/callees cascade,
 //! impact_analysis, find_duplicates, index_status, and their input errors.
 
-mod common;
-
 use std::sync::Arc;
 
 use engine::tools::calls::{FindCalleesArgs, FindCallersArgs, ImpactArgs, Stage};
@@ -15,7 +13,7 @@ use engine::tools::symbols::{ExplainCodeArgs, GetSymbolArgs};
 use engine::{Engine, ToolError};
 
 fn engine(index: &std::path::Path) -> Arc<Engine> {
-    Arc::new(Engine::open(index, &common::model_dir()).expect("open the engine"))
+    Arc::new(Engine::open(index, &crate::common::model_dir()).expect("open the engine"))
 }
 
 fn search(q: &str) -> SearchCodeArgs {
@@ -45,7 +43,7 @@ fn names<'a>(it: impl Iterator<Item = &'a SymbolRef>) -> Vec<String> {
 
 #[test]
 fn every_tool_answers_on_the_fixture() {
-    let ix = common::indexed_fixture();
+    let ix = crate::common::indexed_fixture();
     let e = engine(&ix.index);
 
     // search_code: a sentence finds the function, with a debug breakdown; graph neighbours are marked.

@@ -2,8 +2,6 @@
 //! queries run, a corrupt MANIFEST (the old snapshot keeps serving), and opening a missing or
 //! corrupt index.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +13,7 @@ use engine::tools::status::StatusArgs;
 use engine::Engine;
 
 fn engine(index: &std::path::Path) -> Arc<Engine> {
-    Arc::new(Engine::open(index, &common::model_dir()).expect("open the engine"))
+    Arc::new(Engine::open(index, &crate::common::model_dir()).expect("open the engine"))
 }
 
 fn search(q: &str) -> SearchCodeArgs {
@@ -45,7 +43,7 @@ fn names<'a>(it: impl Iterator<Item = &'a SymbolRef>) -> Vec<String> {
 
 #[test]
 fn incremental_build_keeps_the_graph_whole_and_swaps_snapshots_under_load() {
-    let ix = common::indexed_fixture();
+    let ix = crate::common::indexed_fixture();
     let e = engine(&ix.index);
     let gen0 = e.snapshot().generation();
     e.spawn_watcher(Duration::from_millis(100));
@@ -80,7 +78,7 @@ fn incremental_build_keeps_the_graph_whole_and_swaps_snapshots_under_load() {
         "\n/// Paints zebra stripes onto a canvas.\npub fn zebra_stripe_painter(width: u32) -> u32 {\n    normalize_word(\"zebra\").len() as u32 * width\n}\n",
     );
     std::fs::write(&util, text).unwrap();
-    common::build_index(&ix.repo, &ix.index);
+    crate::common::build_index(&ix.repo, &ix.index);
 
     let t = Instant::now();
     while e.snapshot().generation() == gen0 {
@@ -139,7 +137,7 @@ fn incremental_build_keeps_the_graph_whole_and_swaps_snapshots_under_load() {
 
 #[test]
 fn corrupt_manifest_keeps_the_old_snapshot_serving() {
-    let ix = common::indexed_fixture();
+    let ix = crate::common::indexed_fixture();
     let e = engine(&ix.index);
     let manifest = ix.index.join("MANIFEST");
     let good = std::fs::read(&manifest).unwrap();
@@ -164,13 +162,13 @@ fn corrupt_manifest_keeps_the_old_snapshot_serving() {
 #[test]
 fn missing_or_corrupt_index_fails_to_open_with_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
-    let err = match Engine::open(&tmp.path().join("nope"), &common::model_dir()) {
+    let err = match Engine::open(&tmp.path().join("nope"), &crate::common::model_dir()) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("opened a missing index"),
     };
     assert!(err.contains("indexer build"), "{err}");
     std::fs::write(tmp.path().join("MANIFEST"), b"garbage").unwrap();
-    let err = match Engine::open(tmp.path(), &common::model_dir()) {
+    let err = match Engine::open(tmp.path(), &crate::common::model_dir()) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("opened a corrupt index"),
     };

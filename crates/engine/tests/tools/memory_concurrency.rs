@@ -1,7 +1,5 @@
 //! Concurrent writers and readers on one engine while the delta flushes in the background.
 
-mod common;
-
 use std::collections::HashSet;
 
 use serde_json::{json, Value};
@@ -13,8 +11,9 @@ use serde_json::{json, Value};
 fn concurrent_writers_and_readers_with_flushes() {
     use engine::tools::memory::args::{AddMemoriesArgs, ListMemoriesArgs, SearchMemoryArgs};
     use engine::tools::memory::input::MemoryInput;
-    let ix = common::indexed_fixture();
-    let e = std::sync::Arc::new(engine::Engine::open(&ix.index, &common::model_dir()).unwrap());
+    let ix = crate::common::indexed_fixture();
+    let e =
+        std::sync::Arc::new(engine::Engine::open(&ix.index, &crate::common::model_dir()).unwrap());
     e.set_flush_at(5);
     e.spawn_flusher();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
