@@ -1,6 +1,6 @@
 //! Workspace-level end-to-end tests live in `tests/tests/`; this library holds their shared
-//! helpers: where the real model is, one encoder per test binary, the fixture repositories and
-//! small file utilities.
+//! helpers: where the real model is, one encoder per test binary, the fixture repositories (and
+//! an index of the polyglot one) and small file utilities.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -125,4 +125,34 @@ pub fn with_leading_comments(text: &str, def_line: u32, markers: &[&str]) -> u32
         }
     }
     start
+}
+
+/// A copy of the polyglot fixture under `parent`.
+pub fn fixture_copy(parent: &Path) -> PathBuf {
+    let repo = parent.join("polyglot");
+    copy_dir(&fixture("polyglot"), &repo);
+    repo
+}
+
+/// Builds (or incrementally rebuilds) the index of `repo` into `out` with the real model.
+pub fn build_index(repo: &Path, out: &Path) {
+    let opts = indexer::build::BuildOptions::new(vec![repo.to_path_buf()], out.to_path_buf());
+    indexer::build::build(&opts, encoder(), &indexer::progress::Progress::silent())
+        .unwrap_or_else(|e| panic!("indexing {} failed: {e}", repo.display()));
+}
+
+/// A temporary directory holding a fixture copy and its index.
+pub struct Indexed {
+    pub tmp: tempfile::TempDir,
+    pub repo: PathBuf,
+    pub index: PathBuf,
+}
+
+/// A fresh copy of the polyglot fixture and its index, in a temporary directory.
+pub fn indexed_fixture() -> Indexed {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_copy(tmp.path());
+    let index = tmp.path().join("index");
+    build_index(&repo, &index);
+    Indexed { tmp, repo, index }
 }

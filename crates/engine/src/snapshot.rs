@@ -2,13 +2,11 @@
 //! (they share the same `Arc<Index>`), immutable once built. The engine swaps whole snapshots
 //! behind one `ArcSwap`; a request loads one and keeps it to the end.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use code::CodeView;
-use format::manifest::manifest_mtime;
-use format::{FormatError, Index};
+use format::Index;
 use memory::{Delta, MemoryView};
 
 pub struct Snapshot {
@@ -28,13 +26,6 @@ impl std::fmt::Debug for Snapshot {
 }
 
 impl Snapshot {
-    /// Opens the index at `dir` (no live memory writes on top).
-    pub fn load(dir: &Path) -> Result<Snapshot, FormatError> {
-        let mtime = manifest_mtime(dir);
-        let index = Index::open(dir)?;
-        Ok(Snapshot::new(Arc::new(index), mtime, Delta::default()))
-    }
-
     /// An index with a delta of live memory writes on top.
     pub fn new(index: Arc<Index>, manifest_mtime: Option<SystemTime>, delta: Delta) -> Snapshot {
         Snapshot {

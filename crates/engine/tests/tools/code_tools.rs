@@ -2,44 +2,14 @@
 //! search_code, get_symbol, explain_code, each stage of the callers/callees cascade,
 //! impact_analysis, find_duplicates, index_status, and their input errors.
 
-use std::sync::Arc;
-
-use engine::tools::calls::{FindCalleesArgs, FindCallersArgs, ImpactArgs, Stage};
-use engine::tools::common::SymbolRef;
+use engine::tools::calls::{ImpactArgs, Stage};
 use engine::tools::duplicates::DuplicatesArgs;
 use engine::tools::search::{ModeArg, SearchCodeArgs};
 use engine::tools::status::StatusArgs;
 use engine::tools::symbols::{ExplainCodeArgs, GetSymbolArgs};
-use engine::{Engine, ToolError};
+use engine::ToolError;
 
-fn engine(index: &std::path::Path) -> Arc<Engine> {
-    Arc::new(Engine::open(index, &crate::common::model_dir()).expect("open the engine"))
-}
-
-fn search(q: &str) -> SearchCodeArgs {
-    SearchCodeArgs {
-        query: q.into(),
-        ..Default::default()
-    }
-}
-
-fn callers(s: &str) -> FindCallersArgs {
-    FindCallersArgs {
-        symbol: s.into(),
-        ..Default::default()
-    }
-}
-
-fn callees(s: &str) -> FindCalleesArgs {
-    FindCalleesArgs {
-        symbol: s.into(),
-        ..Default::default()
-    }
-}
-
-fn names<'a>(it: impl Iterator<Item = &'a SymbolRef>) -> Vec<String> {
-    it.map(|s| s.name.clone()).collect()
-}
+use crate::common::{callees, callers, engine, names, search};
 
 #[test]
 fn every_tool_answers_on_the_fixture() {

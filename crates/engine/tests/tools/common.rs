@@ -2,47 +2,51 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
-use indexer::build::{build, BuildOptions};
-use indexer::progress::Progress;
+use engine::tools::calls::{FindCalleesArgs, FindCallersArgs};
+use engine::tools::common::SymbolRef;
+use engine::tools::search::SearchCodeArgs;
+use engine::Engine;
 
-pub use cix_tests::{copy_dir, encoder, model_dir, workspace_root};
+pub use cix_tests::{build_index, indexed_fixture, model_dir};
 
-pub fn fixture_copy(parent: &Path) -> PathBuf {
-    let repo = parent.join("polyglot");
-    copy_dir(&workspace_root().join("tests/fixtures/polyglot"), &repo);
-    repo
+/// An engine over `index`, no background threads.
+pub fn engine(index: &Path) -> Arc<Engine> {
+    Arc::new(Engine::open(index, &model_dir()).expect("open the engine"))
 }
 
-/// Builds (or incrementally rebuilds) the index of `repo` into `out`.
-pub fn build_index(repo: &Path, out: &Path) {
-    let opts = BuildOptions::new(vec![repo.to_path_buf()], out.to_path_buf());
-    build(&opts, encoder(), &Progress::silent())
-        .unwrap_or_else(|e| panic!("indexing {} failed: {e}", repo.display()));
+pub fn search(q: &str) -> SearchCodeArgs {
+    SearchCodeArgs {
+        query: q.into(),
+        ..Default::default()
+    }
 }
 
-/// A temporary directory holding a fixture copy and its index.
-pub struct Indexed {
-    pub tmp: tempfile::TempDir,
-    pub repo: PathBuf,
-    pub index: PathBuf,
+pub fn callers(s: &str) -> FindCallersArgs {
+    FindCallersArgs {
+        symbol: s.into(),
+        ..Default::default()
+    }
 }
 
-pub fn indexed_fixture() -> Indexed {
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = fixture_copy(tmp.path());
-    let index = tmp.path().join("index");
-    build_index(&repo, &index);
-    Indexed { tmp, repo, index }
+pub fn callees(s: &str) -> FindCalleesArgs {
+    FindCalleesArgs {
+        symbol: s.into(),
+        ..Default::default()
+    }
+}
+
+pub fn names<'a>(it: impl Iterator<Item = &'a SymbolRef>) -> Vec<String> {
+    it.map(|s| s.name.clone()).collect()
 }
 
 /// An engine over `index` as `queryd` runs it: the model, a flush size, the background
 /// flusher (no MANIFEST watcher: tests reload explicitly).
-pub fn start(index: &Path, flush_at: Option<usize>) -> std::sync::Arc<engine::Engine> {
-    let e = std::sync::Arc::new(
-        engine::Engine::open(index, &model_dir())
-            .unwrap_or_else(|e| panic!("open the engine: {e}")),
+pub fn start(index: &Path, flush_at: Option<usize>) -> Arc<Engine> {
+    let e = Arc::new(
+        Engine::open(index, &model_dir()).unwrap_or_else(|e| panic!("open the engine: {e}")),
     );
     if let Some(n) = flush_at {
         e.set_flush_at(n);

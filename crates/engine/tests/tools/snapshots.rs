@@ -6,40 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::tools::calls::{FindCalleesArgs, FindCallersArgs, Stage};
-use engine::tools::common::SymbolRef;
+use engine::tools::calls::Stage;
 use engine::tools::search::{ModeArg, SearchCodeArgs};
 use engine::tools::status::StatusArgs;
 use engine::Engine;
 
-fn engine(index: &std::path::Path) -> Arc<Engine> {
-    Arc::new(Engine::open(index, &crate::common::model_dir()).expect("open the engine"))
-}
-
-fn search(q: &str) -> SearchCodeArgs {
-    SearchCodeArgs {
-        query: q.into(),
-        ..Default::default()
-    }
-}
-
-fn callers(s: &str) -> FindCallersArgs {
-    FindCallersArgs {
-        symbol: s.into(),
-        ..Default::default()
-    }
-}
-
-fn callees(s: &str) -> FindCalleesArgs {
-    FindCalleesArgs {
-        symbol: s.into(),
-        ..Default::default()
-    }
-}
-
-fn names<'a>(it: impl Iterator<Item = &'a SymbolRef>) -> Vec<String> {
-    it.map(|s| s.name.clone()).collect()
-}
+use crate::common::{callees, callers, engine, names, search};
 
 #[test]
 fn incremental_build_keeps_the_graph_whole_and_swaps_snapshots_under_load() {
