@@ -255,12 +255,36 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 
 /// Runs tool `name` on JSON arguments (an object). Runs on the calling thread and may block
 /// (embedding, file reads, fsync): async callers run it on a blocking thread.
+///
+/// A panic inside the tool (damaged index bytes the checks did not cover) becomes a tool error
+/// and makes the engine re-verify its segments; text that is not valid UTF-8 is replaced before
+/// it reaches JSON (see [`crate::integrity`]).
 pub fn call(engine: &Arc<Engine>, name: &str, args: Value) -> Result<Value, CallError> {
-    match find(name) {
-        Some(t) => (t.run)(engine, args),
-        None => Err(CallError::UnknownTool {
+    let Some(t) = find(name) else {
+        return Err(CallError::UnknownTool {
             name: name.to_string(),
             tools: names().collect::<Vec<_>>().join(", "),
-        }),
+        });
+    };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (t.run)(engine, args))) {
+        Ok(Ok(mut v)) => {
+            engine.sanitize_text(name, &mut v);
+            Ok(v)
+        }
+        Ok(Err(CallError::Tool(e))) => Err(CallError::Tool(engine.sanitize_error(name, e))),
+        Ok(Err(e)) => Err(e),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            engine.record_panic(name, &msg);
+            Err(CallError::Tool(ToolError::Internal(format!(
+                "`{name}` hit an internal error ({msg}); the index may be damaged: the server is \
+                 re-verifying its segments and leaves out any that fail (see index_status); \
+                 retry the call"
+            ))))
+        }
     }
 }

@@ -60,6 +60,8 @@ pub struct Engine {
     pub(crate) jobs: crate::jobs::Jobs,
     /// Source files read by code-reference checks.
     pub(crate) files: memory::coderefs::FileCache,
+    /// Damaged segments, caught panics, bad text (see [`crate::integrity`]).
+    pub(crate) integrity: crate::integrity::Integrity,
 }
 
 /// Errors of starting the engine.
@@ -83,12 +85,20 @@ pub enum OpenError {
 }
 
 impl Engine {
-    /// Opens the index and loads the model (on the CPU). Fails on a missing, empty or corrupt
-    /// index and on a model that differs from the one the index was built with.
+    /// Opens the index and loads the model (on the CPU). Fails on a missing or unreadable
+    /// MANIFEST, a damaged memory segment and on a model that differs from the one the index
+    /// was built with; a damaged code segment is left out and reported (see
+    /// [`crate::integrity`]).
     pub fn open(index_dir: &Path, model_dir: &Path) -> Result<Engine, OpenError> {
         format::vectors::set_faiss_threads(1);
         let mtime = manifest_mtime(index_dir);
-        let index = Index::open(index_dir)?;
+        let index = Index::open_lenient(index_dir)?;
+        for d in &index.damaged {
+            eprintln!(
+                "queryd: code segment {} is damaged and left out: {}",
+                d.id, d.error
+            );
+        }
         let encoder =
             kernels::Encoder::load(model_dir, kernels::DeviceChoice::Cpu).map_err(|source| {
                 OpenError::Model {
@@ -123,6 +133,7 @@ impl Engine {
             flush_tx: Mutex::new(None),
             jobs: crate::jobs::Jobs::default(),
             files: memory::coderefs::FileCache::default(),
+            integrity: crate::integrity::Integrity::default(),
             cache: EmbedCache::new(EMBED_CACHE_ENTRIES),
             last_failure: Mutex::new(None),
             reload_lock: Mutex::new(()),
@@ -321,29 +332,11 @@ impl Engine {
         });
         let out = match result {
             Ok(Some(index)) => {
-                // Keep the live delta: swap under the writer lock so no write is lost between
-                // reading the current delta and storing the new snapshot.
-                let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-                let now = self.snap.load_full();
-                if !Arc::ptr_eq(&now.code.index, &cur.code.index) {
+                if !self.install_index(&cur, index, mtime) {
                     // A flush installed a newer index while this one was opening: it is
                     // already current, and installing ours would step back.
                     return Ok(false);
                 }
-                let index = Arc::new(index);
-                // Segment copies of ids the delta holds are superseded (a dump ingested while
-                // we run may have added some).
-                let mut delta = now.memory.delta.clone();
-                let ids: Vec<String> = delta.entries.keys().cloned().collect();
-                for id in ids {
-                    if !delta.shadowed.contains(&id)
-                        && memory::find_in_segments(&index, &id).is_some()
-                    {
-                        delta.shadowed.insert(id);
-                    }
-                }
-                self.snap
-                    .store(Arc::new(Snapshot::new(index, mtime, delta)));
                 self.reloads.fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             }
@@ -366,6 +359,37 @@ impl Engine {
         *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = key;
         out
+    }
+
+    /// Installs `index` as the new snapshot, keeping the live memory delta, unless the served
+    /// index is no longer `cur`'s (a flush or another reload installed a newer one meanwhile).
+    /// Returns whether it was installed.
+    pub(crate) fn install_index(
+        &self,
+        cur: &Snapshot,
+        index: Index,
+        mtime: Option<SystemTime>,
+    ) -> bool {
+        // Swap under the writer lock so no write is lost between reading the current delta
+        // and storing the new snapshot.
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.snap.load_full();
+        if !Arc::ptr_eq(&now.code.index, &cur.code.index) {
+            return false;
+        }
+        let index = Arc::new(index);
+        // Segment copies of ids the delta holds are superseded (a dump ingested while we run
+        // may have added some).
+        let mut delta = now.memory.delta.clone();
+        let ids: Vec<String> = delta.entries.keys().cloned().collect();
+        for id in ids {
+            if !delta.shadowed.contains(&id) && memory::find_in_segments(&index, &id).is_some() {
+                delta.shadowed.insert(id);
+            }
+        }
+        self.snap
+            .store(Arc::new(Snapshot::new(index, mtime, delta)));
+        true
     }
 
     /// The query's vector, from the cache when it was embedded before. Returns (vector,

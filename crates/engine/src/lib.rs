@@ -10,6 +10,7 @@
 
 pub mod catalog;
 pub mod engine;
+pub mod integrity;
 pub mod jobs;
 pub mod snapshot;
 pub mod tools;

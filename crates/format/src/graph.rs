@@ -193,35 +193,36 @@ pub enum Direction {
 }
 
 impl ArchivedGraphArchive {
-    /// Neighbours of `node` along `kind` as (node, flags). Empty for unknown nodes.
+    /// Neighbours of `node` along `kind` as (node, flags). Empty for unknown nodes. Every
+    /// access is bounds-checked: the open-time validation covers the bytes as they were then,
+    /// and a file changed under the live map afterwards must give wrong answers (caught by the
+    /// background verify), never a panic.
     pub fn neighbors(
         &self,
         node: u32,
         kind: EdgeKind,
         dir: Direction,
     ) -> impl Iterator<Item = (u32, u8)> + '_ {
-        let pair = &self.kinds[kind as usize];
-        let c = match dir {
+        let c = self.kinds.get(kind as usize).map(|pair| match dir {
             Direction::Out => &pair.forward,
             Direction::In => &pair.reverse,
-        };
-        let (a, b) = if node < self.node_count.to_native() {
-            (
-                c.offsets[node as usize].to_native() as usize,
-                c.offsets[node as usize + 1].to_native() as usize,
-            )
-        } else {
-            (0, 0)
-        };
-        c.targets[a..b]
-            .iter()
-            .zip(&c.flags[a..b])
-            .map(|(t, f)| (t.to_native(), *f))
+        });
+        let range = c.and_then(|c| {
+            let a = c.offsets.get(node as usize)?.to_native() as usize;
+            let b = c.offsets.get(node as usize + 1)?.to_native() as usize;
+            let t = c.targets.get(a..b)?;
+            let f = c.flags.get(a..b)?;
+            Some((t, f))
+        });
+        let (t, f) = range.unwrap_or((&[], &[]));
+        t.iter().zip(f).map(|(t, f)| (t.to_native(), *f))
     }
 
     /// Number of edges of `kind`.
     pub fn edge_count(&self, kind: EdgeKind) -> usize {
-        self.kinds[kind as usize].forward.targets.len()
+        self.kinds
+            .get(kind as usize)
+            .map_or(0, |k| k.forward.targets.len())
     }
 }
 

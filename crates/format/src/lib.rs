@@ -20,7 +20,7 @@ pub mod vectors;
 
 use std::path::{Path, PathBuf};
 
-pub use manifest::{Index, IndexManifest, SegmentEntry};
+pub use manifest::{DamagedSegment, Index, IndexManifest, OpenOptions, SegmentEntry};
 pub use records::{ChunkInput, EdgeInput, FileInput};
 pub use segment::{Segment, SegmentBuilder, SegmentMeta};
 
@@ -58,6 +58,21 @@ pub enum FormatError {
 }
 
 pub type Result<T, E = FormatError> = std::result::Result<T, E>;
+
+impl FormatError {
+    /// The file the error is about (`None` for invalid writer input).
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            FormatError::Io { path, .. }
+            | FormatError::Corrupt { path, .. }
+            | FormatError::Version { path, .. }
+            | FormatError::Mismatch { path, .. }
+            | FormatError::NotAnIndex { path }
+            | FormatError::Faiss { path, .. } => Some(path),
+            FormatError::InvalidInput(_) => None,
+        }
+    }
+}
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> FormatError + '_ {
     move |source| FormatError::Io {

@@ -159,26 +159,74 @@ pub struct LiveSegment {
     pub tombstones: RoaringBitmap,
 }
 
+/// A code segment the index names but does not serve (see [`OpenOptions::lenient`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DamagedSegment {
+    pub id: String,
+    /// The file at fault (or the segment directory when no single file is).
+    pub path: PathBuf,
+    /// What is wrong, one sentence.
+    pub error: String,
+}
+
+/// How [`Index::open_with`] treats code segments that fail to open.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Leave out code segments that fail to open (recorded in [`Index::damaged`]) instead of
+    /// failing: a server keeps serving the healthy segments and every memory. Memory segments
+    /// are never left out (that would hide memories): their damage always fails the open.
+    pub lenient: bool,
+    /// Code segment ids to leave out, with why (a checksum mismatch found after open): they
+    /// are listed in [`Index::damaged`] without being opened.
+    pub quarantine: std::collections::BTreeMap<String, DamagedSegment>,
+}
+
 /// An open index: the manifest and its validated segments.
 #[derive(Debug)]
 pub struct Index {
     pub dir: PathBuf,
     pub manifest: IndexManifest,
+    /// The code segments served: every one the manifest names, except the
+    /// [`Index::damaged`] ones (so positions match `manifest.segments` only when none is).
     pub segments: Vec<LiveSegment>,
     /// Memory segments, in manifest order.
     pub memory: Vec<LiveSegment>,
+    /// Code segments named by the manifest but left out (lenient opens only), in manifest
+    /// order.
+    pub damaged: Vec<DamagedSegment>,
+    /// The options this index was opened with; [`Index::open_reusing`] carries them on.
+    pub options: OpenOptions,
 }
 
 impl Index {
-    /// Opens and validates every segment named by `dir/MANIFEST`.
+    /// Opens and validates every segment named by `dir/MANIFEST`; any damage fails the open.
     pub fn open(dir: &Path) -> Result<Index> {
-        Index::open_reusing(dir, None)
+        Index::open_with(dir, None, OpenOptions::default())
+    }
+
+    /// Opens `dir` leaving out damaged code segments (see [`OpenOptions::lenient`]).
+    pub fn open_lenient(dir: &Path) -> Result<Index> {
+        Index::open_with(
+            dir,
+            None,
+            OpenOptions {
+                lenient: true,
+                ..OpenOptions::default()
+            },
+        )
     }
 
     /// Opens the index at `dir`, taking segments that `previous` already opened (same id) from
     /// it instead of mapping and validating them again; only tombstones are re-read. A new
-    /// generation that adds one segment costs one segment's validation.
+    /// generation that adds one segment costs one segment's validation. The options are
+    /// `previous`'s (strict without one).
     pub fn open_reusing(dir: &Path, previous: Option<&Index>) -> Result<Index> {
+        let options = previous.map(|p| p.options.clone()).unwrap_or_default();
+        Index::open_with(dir, previous, options)
+    }
+
+    /// [`Index::open_reusing`] with explicit options.
+    pub fn open_with(dir: &Path, previous: Option<&Index>, options: OpenOptions) -> Result<Index> {
         let manifest = IndexManifest::read(dir)?;
         let mut known: std::collections::HashMap<&str, &std::sync::Arc<Segment>> =
             std::collections::HashMap::new();
@@ -187,13 +235,35 @@ impl Index {
                 known.insert(ls.segment.id(), &ls.segment);
             }
         }
-        let segments = open_all(dir, &manifest, &manifest.segments, false, &known)?;
-        let memory = open_all(dir, &manifest, &manifest.memory_segments, true, &known)?;
+        let mut damaged = Vec::new();
+        let mut segments = Vec::with_capacity(manifest.segments.len());
+        for e in &manifest.segments {
+            if let Some(d) = options.quarantine.get(&e.id) {
+                damaged.push(d.clone());
+                continue;
+            }
+            match open_one(dir, &manifest, e, false, &known) {
+                Ok(ls) => segments.push(ls),
+                Err(err) if options.lenient => damaged.push(DamagedSegment {
+                    id: e.id.clone(),
+                    path: err.path().unwrap_or(&dir.join(dir_name(&e.id))).to_path_buf(),
+                    error: err.to_string(),
+                }),
+                Err(err) => return Err(err),
+            }
+        }
+        let memory = manifest
+            .memory_segments
+            .iter()
+            .map(|e| open_one(dir, &manifest, e, true, &known))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Index {
             dir: dir.to_path_buf(),
             manifest,
             segments,
             memory,
+            damaged,
+            options,
         })
     }
 
@@ -243,56 +313,50 @@ impl Index {
     }
 }
 
-/// Opens the segments of `entries` with their tombstones; `memory` says which list they are
-/// from (memory segments must carry `memories.rkyv`, code segments must not).
-fn open_all(
+/// Opens the segment of entry `e` with its tombstones; `memory` says which list it is from
+/// (memory segments must carry `memories.rkyv`, code segments must not).
+fn open_one(
     dir: &Path,
     manifest: &IndexManifest,
-    entries: &[SegmentEntry],
+    e: &SegmentEntry,
     memory: bool,
     known: &std::collections::HashMap<&str, &std::sync::Arc<Segment>>,
-) -> Result<Vec<LiveSegment>> {
-    let mut out = Vec::with_capacity(entries.len());
-    for e in entries {
-        let segment = match known.get(e.id.as_str()) {
-            Some(s) if s.meta().model_id == manifest.model_id && s.meta().dim == manifest.dim => {
-                std::sync::Arc::clone(s)
-            }
-            _ => std::sync::Arc::new(Segment::open(dir, &e.id, &manifest.model_id, manifest.dim)?),
-        };
-        if segment.meta().chunk_count != e.chunks {
-            return Err(corrupt(
-                &dir.join(MANIFEST),
-                format!(
-                    "segment {} has {} chunks, MANIFEST says {}",
-                    e.id,
-                    segment.meta().chunk_count,
-                    e.chunks
-                ),
-            ));
+) -> Result<LiveSegment> {
+    let segment = match known.get(e.id.as_str()) {
+        Some(s) if s.meta().model_id == manifest.model_id && s.meta().dim == manifest.dim => {
+            std::sync::Arc::clone(s)
         }
-        if segment.memories().is_some() != memory {
-            return Err(corrupt(
-                &dir.join(MANIFEST),
-                format!(
-                    "segment {} is listed as a {} segment but is not one",
-                    e.id,
-                    if memory { "memory" } else { "code" }
-                ),
-            ));
-        }
-        let tombstones = match &e.tombstones {
-            Some(t) => {
-                tombstones::read(&dir.join(&t.file), &manifest.model_id, &t.blake3, e.chunks)?
-            }
-            None => RoaringBitmap::new(),
-        };
-        out.push(LiveSegment {
-            segment,
-            tombstones,
-        });
+        _ => std::sync::Arc::new(Segment::open(dir, &e.id, &manifest.model_id, manifest.dim)?),
+    };
+    if segment.meta().chunk_count != e.chunks {
+        return Err(corrupt(
+            &dir.join(MANIFEST),
+            format!(
+                "segment {} has {} chunks, MANIFEST says {}",
+                e.id,
+                segment.meta().chunk_count,
+                e.chunks
+            ),
+        ));
     }
-    Ok(out)
+    if segment.memories().is_some() != memory {
+        return Err(corrupt(
+            &dir.join(MANIFEST),
+            format!(
+                "segment {} is listed as a {} segment but is not one",
+                e.id,
+                if memory { "memory" } else { "code" }
+            ),
+        ));
+    }
+    let tombstones = match &e.tombstones {
+        Some(t) => tombstones::read(&dir.join(&t.file), &manifest.model_id, &t.blake3, e.chunks)?,
+        None => RoaringBitmap::new(),
+    };
+    Ok(LiveSegment {
+        segment,
+        tombstones,
+    })
 }
 
 /// Tombstones, in the memory segments of `index` (whose manifest entries are `entries`, same

@@ -229,8 +229,14 @@ fn search_cmd(a: SearchArgs) -> anyhow::Result<()> {
         anyhow::bail!("the query is empty; pass some words or an identifier");
     }
     let t = Instant::now();
-    let ix = format::Index::open(&index)
+    let ix = format::Index::open_lenient(&index)
         .with_context(|| format!("opening the index at {}", index.display()))?;
+    for d in &ix.damaged {
+        eprintln!(
+            "queryd: warning: code segment {} is damaged and left out of these results: {}",
+            d.id, d.error
+        );
+    }
     let open = t.elapsed();
     let mut embed_time = std::time::Duration::ZERO;
     let qv = if mode == Mode::Lexical {
@@ -347,12 +353,20 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         engine.encoder().model_id(),
         t.elapsed()
     );
+    if !snap.code.index.damaged.is_empty() {
+        eprintln!(
+            "queryd: serving DEGRADED: {} damaged code segment(s) left out (see index_status)",
+            snap.code.index.damaged.len()
+        );
+    }
     drop(snap);
     if !a.no_watch {
         engine.spawn_watcher(engine::WATCH_INTERVAL);
     }
     engine.set_flush_at(a.memory_flush_at);
     engine.spawn_flusher();
+    // Checksums every served segment once in the background, and again when its files change.
+    engine.spawn_verifier(engine::integrity::VERIFY_INTERVAL);
     let server = queryd::mcp::Server::new(
         engine.clone(),
         std::sync::Arc::new(queryd::metrics::Metrics::new()),

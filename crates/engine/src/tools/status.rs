@@ -30,8 +30,9 @@ pub struct SegmentStatus {
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct StatusAnswer {
-    /// `ok`, or `degraded` when a newer index generation could not be loaded (the previous one
-    /// is still served; see `reload_error`).
+    /// `ok`, or `degraded` when something is wrong: a newer index generation could not be
+    /// loaded (the previous one is still served; see `reload_error`), a code segment is left
+    /// out (`left_out`), or a problem was found while serving (`problems`).
     pub health: &'static str,
     pub index_dir: String,
     pub generation: u64,
@@ -50,10 +51,28 @@ pub struct StatusAnswer {
     pub reloads: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reload_error: Option<String>,
+    /// Code segments the index names but this server does not serve (they failed to open, or
+    /// their checksums failed after open): their files are missing from every answer. Rebuild
+    /// them with `indexer build` on the same roots.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
+    /// Problems found while serving: a damaged memory segment, a tool that failed with an
+    /// internal error, damaged text (newest last).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<crate::integrity::Problem>,
     pub uptime_s: u64,
     pub embed_cache: CacheStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub debug: Option<Debug>,
+}
+
+/// A code segment left out of what is served.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LeftOut {
+    pub id: String,
+    /// The damaged file.
+    pub path: String,
+    pub error: String,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -94,8 +113,21 @@ impl Engine {
             });
         }
         let failure = self.last_failure();
+        let left_out: Vec<LeftOut> = snap
+            .code
+            .index
+            .damaged
+            .iter()
+            .map(|d| LeftOut {
+                id: d.id.clone(),
+                path: d.path.display().to_string(),
+                error: d.error.clone(),
+            })
+            .collect();
+        let problems = self.problems();
+        let healthy = failure.is_none() && left_out.is_empty() && problems.is_empty();
         Ok(StatusAnswer {
-            health: if failure.is_some() { "degraded" } else { "ok" },
+            health: if healthy { "ok" } else { "degraded" },
             index_dir: self.dir().display().to_string(),
             generation: snap.generation(),
             model_id: snap.code.index.manifest.model_id.clone(),
@@ -108,6 +140,8 @@ impl Engine {
             loaded_s_ago: age(snap.loaded_at),
             reloads: self.reloads.load(Ordering::Relaxed),
             reload_error: failure.map(|f| format!("{} (at unix {})", f.error, f.at_unix)),
+            left_out,
+            problems,
             uptime_s: unix_secs(now).saturating_sub(unix_secs(self.started)),
             embed_cache: CacheStatus {
                 entries: self.cache.len(),

@@ -8,6 +8,7 @@ mod common;
 mod catalog;
 mod code_links;
 mod code_tools;
+mod integrity;
 mod jobs;
 mod memory_concurrency;
 mod memory_graph;

@@ -1,0 +1,200 @@
+//! Damaged indexes: a code segment that fails to open is left out (memories and the healthy
+//! segments are still served), bytes changed under the live maps never panic or leak invalid
+//! UTF-8, and the verifier quarantines segments whose checksums fail (a corrupt
+//! `vectors.f32` included, which the open-time checks do not read).
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use engine::tools::status::StatusArgs;
+use serde_json::json;
+
+use crate::common::{build_index, call, engine, indexed_fixture, list_all, search};
+
+/// The code segment directories named by the index's MANIFEST, in order.
+fn code_segments(index: &Path) -> Vec<(String, PathBuf)> {
+    format::IndexManifest::read(index)
+        .unwrap()
+        .segments
+        .iter()
+        .map(|s| (s.id.clone(), index.join(format!("seg-{}", s.id))))
+        .collect()
+}
+
+/// Overwrites bytes of `path` in place (same inode: live memory maps see the change).
+fn patch(path: &Path, offset: usize, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset as u64)).unwrap();
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[test]
+fn a_damaged_code_segment_is_left_out_and_the_rest_is_still_served() {
+    let ix = indexed_fixture();
+    {
+        let e = engine(&ix.index);
+        call(
+            &e,
+            "add_memories",
+            json!({"memories": [{"text": "The dictionary normalises words before lookup.", "category": "fact"}]}),
+        )
+        .unwrap();
+        e.flush_memories().unwrap();
+        call(
+            &e,
+            "add_memories",
+            json!({"memories": [{"text": "Zebra stripes are painted by the canvas helper.", "category": "fact"}]}),
+        )
+        .unwrap();
+    }
+    // A second code segment, holding only the new file.
+    std::fs::write(
+        ix.repo.join("src/zebra.rs"),
+        "/// Paints zebra stripes onto a canvas.\npub fn zebra_stripe_painter(width: u32) -> u32 {\n    width * 2\n}\n",
+    )
+    .unwrap();
+    build_index(&ix.repo, &ix.index);
+    let segs = code_segments(&ix.index);
+    assert_eq!(segs.len(), 2, "{segs:?}");
+    // Damage the first one's graph (a copy, as a disk error would leave it).
+    let graph = segs[0].1.join("graph.rkyv");
+    let mut bytes = std::fs::read(&graph).unwrap();
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 16] {
+        *b ^= 0xA5;
+    }
+    std::fs::write(&graph, &bytes).unwrap();
+
+    // The server starts anyway and says what it left out.
+    let e = engine(&ix.index);
+    let st = e.index_status(&StatusArgs::default()).unwrap();
+    assert_eq!(st.health, "degraded");
+    assert_eq!(st.left_out.len(), 1, "{:?}", st.left_out);
+    assert_eq!(st.left_out[0].id, segs[0].0);
+    assert!(
+        st.left_out[0].path.contains(&format!("seg-{}", segs[0].0)),
+        "{:?}",
+        st.left_out[0]
+    );
+    assert_eq!(st.segments.len(), 1);
+    // The healthy segment and every memory are served.
+    let r = e.search_code(&search("zebra stripes canvas")).unwrap();
+    assert!(
+        r.results.iter().any(|h| h.symbol.path.ends_with("zebra.rs")),
+        "{:?}",
+        r.results
+    );
+    assert_eq!(list_all(&e).len(), 2);
+    // Export does not need the code segments.
+    assert_eq!(memory::store::export(&ix.index).unwrap().len(), 2);
+    // The indexer still refuses to build on it (strict open), naming the file.
+    let strict = format::Index::open(&ix.index).unwrap_err().to_string();
+    assert!(strict.contains("graph.rkyv") || strict.contains(&segs[0].0), "{strict}");
+}
+
+#[test]
+fn a_segment_changed_under_the_live_map_never_panics_and_is_quarantined() {
+    let ix = indexed_fixture();
+    let e = engine(&ix.index);
+    let hits = e.search_code(&search("normalize a word")).unwrap();
+    let id = hits.results[0].symbol.symbol_id.clone();
+    let (seg_id, seg_dir) = code_segments(&ix.index).remove(0);
+    assert!(e.verify_pass().is_empty(), "a fresh index verifies");
+
+    // Graph: the call targets become node ids far past the last node (bytes of the edge
+    // array, found through the archive the engine maps: the payload ends with the root).
+    let graph = seg_dir.join("graph.rkyv");
+    let len = std::fs::metadata(&graph).unwrap().len() as usize;
+    let (at, n) = {
+        let snap = e.snapshot();
+        let g = snap.code.index.segments[0].segment.graph();
+        let root = g as *const format::graph::ArchivedGraphArchive as usize;
+        let payload_start =
+            root + std::mem::size_of::<format::graph::ArchivedGraphArchive>() - (len - 64);
+        let t = &g.kinds[format::records::EdgeKind::Calls as usize].forward.targets;
+        assert!(!t.is_empty(), "the fixture has calls");
+        (64 + (t.as_ptr() as usize - payload_start), t.len())
+    };
+    patch(&graph, at, &0xFFFF_FFF0u32.to_le_bytes().repeat(n));
+    // Text: a byte of the chunk text becomes invalid UTF-8.
+    let chunks = seg_dir.join("chunks.rkyv");
+    let at = find(
+        &std::fs::read(&chunks).unwrap(),
+        b"strips surrounding punctuation",
+    )
+    .expect("the doc comment is stored in chunks.rkyv");
+    patch(&chunks, at, &[0xFF]);
+
+    // Every graph and symbol tool answers (an answer or a tool error), never a panic, and
+    // what reaches JSON is valid UTF-8.
+    for (tool, args) in [
+        ("find_callers", json!({"symbol": id})),
+        ("find_callees", json!({"symbol": id})),
+        ("impact_analysis", json!({"symbol": id})),
+        ("explain_code", json!({"symbol": id})),
+        ("get_symbol", json!({"symbol": id})),
+        ("search_code", json!({"query": "strips surrounding punctuation"})),
+    ] {
+        let out = match call(&e, tool, args) {
+            Ok(v) | Err(v) => v,
+        };
+        let text = serde_json::to_string(&out).unwrap();
+        assert!(
+            std::str::from_utf8(text.as_bytes()).is_ok(),
+            "{tool} leaked invalid UTF-8"
+        );
+    }
+    let st = e.index_status(&StatusArgs::default()).unwrap();
+    assert!(
+        st.problems.iter().any(|p| p.kind == "text" || p.kind == "panic"),
+        "the damaged text was reported: {:?}",
+        st.problems
+    );
+
+    // The verifier catches the change and stops serving the segment.
+    assert_eq!(e.verify_pass(), vec![seg_id.clone()]);
+    let st = e.index_status(&StatusArgs::default()).unwrap();
+    assert_eq!(st.health, "degraded");
+    assert_eq!(st.left_out.len(), 1);
+    assert_eq!(st.left_out[0].id, seg_id);
+    assert!(st.left_out[0].error.contains("checksum"), "{:?}", st.left_out);
+    assert!(st.segments.is_empty());
+    assert!(e
+        .search_code(&search("normalize a word"))
+        .unwrap()
+        .results
+        .is_empty());
+}
+
+#[test]
+fn a_corrupt_vectors_file_is_caught_by_the_verifier() {
+    let ix = indexed_fixture();
+    let (seg_id, seg_dir) = code_segments(&ix.index).remove(0);
+    let vectors = seg_dir.join("vectors.f32");
+    let mut bytes = std::fs::read(&vectors).unwrap();
+    // NaN rows: what a bit flip in exponents looks like to vector search.
+    let n = bytes.len();
+    for b in &mut bytes[64..n.min(64 + 4096)] {
+        *b = 0xFF;
+    }
+    std::fs::write(&vectors, &bytes).unwrap();
+    // Open-time checks do not read vectors (sizes match): the server starts and serves.
+    let e = engine(&ix.index);
+    assert_eq!(e.index_status(&StatusArgs::default()).unwrap().health, "ok");
+    // The first verifier pass quarantines the segment and says why.
+    assert_eq!(e.verify_pass(), vec![seg_id.clone()]);
+    let st = e.index_status(&StatusArgs::default()).unwrap();
+    assert_eq!(st.health, "degraded");
+    assert!(
+        st.left_out[0].path.ends_with("vectors.f32"),
+        "{:?}",
+        st.left_out
+    );
+    // A second pass finds nothing new.
+    assert!(e.verify_pass().is_empty());
+}
