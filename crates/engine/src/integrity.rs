@@ -88,8 +88,7 @@ impl Integrity {
             detail,
             at_unix: unix_secs(SystemTime::now()),
         };
-        if s
-            .problems
+        if s.problems
             .iter()
             .any(|q| q.kind == p.kind && q.path == p.path && q.detail == p.detail)
         {
@@ -146,7 +145,10 @@ impl Engine {
                 suggestions,
             } => {
                 usize::from(fix_str(message))
-                    + suggestions.iter_mut().map(|s| usize::from(fix_str(s))).sum::<usize>()
+                    + suggestions
+                        .iter_mut()
+                        .map(|s| usize::from(fix_str(s)))
+                        .sum::<usize>()
             }
         };
         self.text_replaced(tool, n);
@@ -155,7 +157,9 @@ impl Engine {
 
     fn text_replaced(&self, tool: &str, n: usize) {
         if n > 0 {
-            eprintln!("queryd: `{tool}` read {n} invalid UTF-8 strings from the index; re-verifying it");
+            eprintln!(
+                "queryd: `{tool}` read {n} invalid UTF-8 strings from the index; re-verifying it"
+            );
             self.integrity.report(
                 "text",
                 None,
@@ -227,7 +231,10 @@ impl Engine {
                 );
             }
         }
-        if bad.iter().any(|id| self.integrity.lock().quarantine.contains_key(id)) {
+        if bad
+            .iter()
+            .any(|id| self.integrity.lock().quarantine.contains_key(id))
+        {
             if let Err(e) = self.reopen_with_quarantine(&snap) {
                 eprintln!("queryd: could not leave out the damaged segments: {e}");
             }

@@ -246,7 +246,10 @@ impl Index {
                 Ok(ls) => segments.push(ls),
                 Err(err) if options.lenient => damaged.push(DamagedSegment {
                     id: e.id.clone(),
-                    path: err.path().unwrap_or(&dir.join(dir_name(&e.id))).to_path_buf(),
+                    path: err
+                        .path()
+                        .unwrap_or(&dir.join(dir_name(&e.id)))
+                        .to_path_buf(),
                     error: err.to_string(),
                 }),
                 Err(err) => return Err(err),

@@ -306,6 +306,43 @@ pub enum RecordError {
     SimilarScore { id: String, score: f32 },
     #[error("timestamps are invalid: updated_at must be ≥ created_at ≥ 0")]
     Timestamps,
+    #[error("`{what}` contains the control character U+{code:04X}; {allowed}")]
+    ControlChar {
+        what: &'static str,
+        code: u32,
+        allowed: &'static str,
+    },
+}
+
+/// Longest user value echoed back in an error, in characters.
+pub const MAX_ECHO_CHARS: usize = 80;
+
+/// `s` as an error message quotes it: at most [`MAX_ECHO_CHARS`] characters, with a note of
+/// the full length when cut (a 100 KB bad tag is not echoed back whole).
+pub fn clip(s: &str) -> String {
+    if s.chars().count() <= MAX_ECHO_CHARS {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(MAX_ECHO_CHARS - 20).collect();
+    format!("{head}… ({} bytes)", s.len())
+}
+
+/// Refuses control characters (NUL, escape, DEL, C1…) in `s`; with `multiline`, newlines,
+/// carriage returns and tabs are allowed.
+pub fn check_controls(what: &'static str, s: &str, multiline: bool) -> Result<(), RecordError> {
+    let ok = |c: char| !c.is_control() || (multiline && matches!(c, '\n' | '\r' | '\t'));
+    match s.chars().find(|&c| !ok(c)) {
+        None => Ok(()),
+        Some(c) => Err(RecordError::ControlChar {
+            what,
+            code: c as u32,
+            allowed: if multiline {
+                "only newlines and tabs are allowed"
+            } else {
+                "it must be one line of printable text"
+            },
+        }),
+    }
 }
 
 fn one_of(what: &'static str, v: &str, allowed: &[&str]) -> Result<(), RecordError> {
@@ -314,7 +351,7 @@ fn one_of(what: &'static str, v: &str, allowed: &[&str]) -> Result<(), RecordErr
     } else {
         Err(RecordError::NotOneOf {
             what,
-            value: v.to_string(),
+            value: clip(v),
             allowed: allowed.join(", "),
         })
     }
@@ -333,14 +370,17 @@ pub fn normalize_tag(t: &str) -> Result<String, RecordError> {
         && k.chars()
             .all(|c| c.is_alphanumeric() || "_-.:/".contains(c));
     if !key_ok {
-        return Err(RecordError::TagKey(t.to_string()));
+        return Err(RecordError::TagKey(clip(t)));
     }
     match v {
         None => Ok(k.to_string()),
         Some(v) if v.is_empty() || v.len() > MAX_TAG_VALUE || v.contains(['\n', '\r']) => {
-            Err(RecordError::TagValue(t.to_string()))
+            Err(RecordError::TagValue(clip(t)))
         }
-        Some(v) => Ok(format!("{k}={v}")),
+        Some(v) => {
+            check_controls("tag value", v, false)?;
+            Ok(format!("{k}={v}"))
+        }
     }
 }
 
@@ -366,8 +406,9 @@ pub fn validate_code_ref(r: &CodeRef) -> Result<(), RecordError> {
         return Err(RecordError::RefNoPath);
     }
     if r.path.starts_with('/') || r.path.split(['/', '\\']).any(|c| c == "..") {
-        return Err(RecordError::RefPath(r.path.clone()));
+        return Err(RecordError::RefPath(clip(&r.path)));
     }
+    check_controls("code reference path", &r.path, false)?;
     if r.start_line == 0 || r.end_line < r.start_line {
         return Err(RecordError::RefLines {
             start: r.start_line,
@@ -381,7 +422,7 @@ pub fn validate_code_ref(r: &CodeRef) -> Result<(), RecordError> {
 /// Used for every write and for every record of a memory dump.
 pub fn validate_record(m: &MemoryRecord) -> Result<(), RecordError> {
     if !is_uuid(&m.id) {
-        return Err(RecordError::BadId(m.id.clone()));
+        return Err(RecordError::BadId(clip(&m.id)));
     }
     if m.text.trim().is_empty() {
         return Err(RecordError::EmptyText);
@@ -389,10 +430,12 @@ pub fn validate_record(m: &MemoryRecord) -> Result<(), RecordError> {
     if m.text.len() > MAX_TEXT_BYTES {
         return Err(RecordError::TextTooLong(m.text.len()));
     }
+    check_controls("text", &m.text, true)?;
     for (what, v) in [("category", &m.category), ("entity", &m.entity)] {
         if v.len() > MAX_FIELD_BYTES || v.contains(['\n', '\r']) {
             return Err(RecordError::FieldTooLong(what));
         }
+        check_controls(what, v, false)?;
     }
     if m.category.trim().is_empty() {
         return Err(RecordError::EmptyCategory);
@@ -411,7 +454,7 @@ pub fn validate_record(m: &MemoryRecord) -> Result<(), RecordError> {
     }
     for t in &m.tags {
         if normalize_tag(t)? != *t {
-            return Err(RecordError::TagNotCanonical(t.clone()));
+            return Err(RecordError::TagNotCanonical(clip(t)));
         }
     }
     if m.tags.windows(2).any(|w| w[0] >= w[1]) {
@@ -422,6 +465,9 @@ pub fn validate_record(m: &MemoryRecord) -> Result<(), RecordError> {
         .any(|e| e.trim().is_empty() || e.len() > 1024)
     {
         return Err(RecordError::Evidence);
+    }
+    for e in &m.evidence {
+        check_controls("evidence", e, false)?;
     }
     for r in &m.code_refs {
         validate_code_ref(r)?;
@@ -434,7 +480,7 @@ pub fn validate_record(m: &MemoryRecord) -> Result<(), RecordError> {
     }
     for e in &m.similar {
         if !is_uuid(&e.id) || e.id == m.id {
-            return Err(RecordError::SimilarId(e.id.clone()));
+            return Err(RecordError::SimilarId(clip(&e.id)));
         }
         if !(e.score.is_finite() && (-1.0..=1.0001).contains(&e.score)) {
             return Err(RecordError::SimilarScore {

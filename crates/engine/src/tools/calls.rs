@@ -11,7 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    check_symbol, label, ms, symbol_ref, Debug, SymbolRef, ToolError, ToolResult, MAX_LIMIT,
+    check_symbol, label, limit_arg, ms, symbol_ref, Debug, SymbolRef, ToolError, ToolResult,
+    MAX_LIMIT,
 };
 use crate::engine::Engine;
 use crate::snapshot::Snapshot;
@@ -400,7 +401,7 @@ impl Engine {
             .collect();
         Ok(Cascade {
             symbol,
-            limit: limit.unwrap_or(20).clamp(1, MAX_LIMIT),
+            limit: limit_arg(limit, 20, MAX_LIMIT)?,
             debug,
             t0,
             dbg: Debug {
@@ -511,7 +512,7 @@ impl Engine {
         let t0 = Instant::now();
         check_symbol(&a.symbol)?;
         let depth = a.depth.unwrap_or(3).clamp(1, 8);
-        let limit = a.limit.unwrap_or(50).clamp(1, MAX_LIMIT);
+        let limit = limit_arg(a.limit, 50, MAX_LIMIT)?;
         let snap = self.snapshot();
         let Some(&root) = snap.code.resolve(&a.symbol).first() else {
             return Err(self.not_found(&snap, &a.symbol));

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::snapshot::Snapshot;
-use crate::tools::common::{ms, Debug, ToolError, ToolResult, MAX_LIMIT};
+use crate::tools::common::{limit_arg, ms, Debug, ToolError, ToolResult, MAX_LIMIT};
 use crate::tools::memory::input::{check_id, CodeRefInput, MAX_BATCH};
 use crate::tools::memory::output::{out, MemoryOut};
 
@@ -341,7 +341,7 @@ impl Engine {
                 .then(y.1.confidence.total_cmp(&x.1.confidence))
                 .then(y.2.cmp(&x.2))
         });
-        out.truncate(a.limit.unwrap_or(20).clamp(1, MAX_LIMIT));
+        out.truncate(limit_arg(a.limit, 20, MAX_LIMIT)?);
         Ok(MemoriesForCodeAnswer {
             path,
             line: a.line,

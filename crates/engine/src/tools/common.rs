@@ -11,6 +11,17 @@ pub const MAX_QUERY_BYTES: usize = 8 * 1024;
 /// Most results any tool returns.
 pub const MAX_LIMIT: usize = 100;
 
+/// A `limit` argument: `default` when absent, at most `max`; 0 is refused (it used to become
+/// 1 silently).
+pub fn limit_arg(v: Option<usize>, default: usize, max: usize) -> ToolResult<usize> {
+    match v {
+        Some(0) => Err(ToolError::InvalidInput(format!(
+            "`limit` must be at least 1; omit it for the default ({default}), at most {max}"
+        ))),
+        v => Ok(v.unwrap_or(default).min(max)),
+    }
+}
+
 /// Why a tool could not answer. `InvalidInput` and `NotFound` are the caller's to fix.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolError {
@@ -22,15 +33,30 @@ pub enum ToolError {
     Internal(String),
 }
 
+/// Longest error text an agent reads; longer ones (an echoed 100 KB argument) are cut.
+pub const MAX_ERROR_BYTES: usize = 2048;
+
+/// `m`, cut to [`MAX_ERROR_BYTES`] on a character boundary with a note of what was cut.
+fn bounded(m: &str) -> std::borrow::Cow<'_, str> {
+    if m.len() <= MAX_ERROR_BYTES {
+        return m.into();
+    }
+    let mut end = MAX_ERROR_BYTES - 64;
+    while !m.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes cut)", &m[..end], m.len() - end).into()
+}
+
 impl std::fmt::Display for ToolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ToolError::InvalidInput(m) | ToolError::Internal(m) => f.write_str(m),
+            ToolError::InvalidInput(m) | ToolError::Internal(m) => f.write_str(&bounded(m)),
             ToolError::NotFound {
                 message,
                 suggestions,
             } => {
-                f.write_str(message)?;
+                f.write_str(&bounded(message))?;
                 if !suggestions.is_empty() {
                     write!(f, "; did you mean: {}?", suggestions.join(", "))?;
                 }

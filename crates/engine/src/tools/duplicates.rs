@@ -8,8 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    check_symbol, check_text, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError, ToolResult,
-    MAX_LIMIT,
+    check_symbol, check_text, limit_arg, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError,
+    ToolResult, MAX_LIMIT,
 };
 use crate::engine::Engine;
 
@@ -66,7 +66,7 @@ impl Engine {
             generation: snap.generation(),
             ..Debug::default()
         };
-        let limit = a.limit.unwrap_or(10).clamp(1, MAX_LIMIT);
+        let limit = limit_arg(a.limit, 10, MAX_LIMIT)?;
         let (qv, of, exclude, default_threshold): (
             Vec<f32>,
             Option<SymbolRef>,

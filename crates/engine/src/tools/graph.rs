@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::snapshot::Snapshot;
-use crate::tools::common::{ms, Debug, ToolError, ToolResult, MAX_LIMIT};
+use crate::tools::common::{limit_arg, ms, Debug, ToolError, ToolResult, MAX_LIMIT};
 use crate::tools::memory::input::{check_id, with_memory_filters, MemoryFilterArgs};
 use crate::tools::memory::output::{not_found, MemoryOut};
 use crate::tools::relations::{related_out, similar_of, CountOut};
@@ -71,8 +71,8 @@ fn entity_node(g: &MemGraph, name: &str) -> ToolResult<u32> {
     })
 }
 
-fn limit(l: Option<usize>, default: usize) -> usize {
-    l.unwrap_or(default).clamp(1, MAX_LIMIT)
+fn limit(l: Option<usize>, default: usize) -> ToolResult<usize> {
+    limit_arg(l, default, MAX_LIMIT)
 }
 
 /// Memories connected to a memory through shared entities (about or mentioned in the text) and
@@ -378,7 +378,7 @@ impl Engine {
         let related = g
             .related(n)
             .iter()
-            .take(limit(a.limit, 10))
+            .take(limit(a.limit, 10)?)
             .map(|r| {
                 let o = related_out(&g, r, true);
                 RelatedMemory {
@@ -409,7 +409,7 @@ impl Engine {
         let similar = similar_of(&snap.memory, id)
             .into_iter()
             .filter(|(_, s)| *s >= min)
-            .take(limit(a.limit, 10))
+            .take(limit(a.limit, 10)?)
             .filter_map(|(o, score)| {
                 Some(SimilarMemory {
                     memory: short(self, &snap, &snap.memory.key_of(&o)?, mc),
@@ -430,7 +430,7 @@ impl Engine {
         if !(1..=3).contains(&depth) {
             return Err(ToolError::InvalidInput("`depth` must be 1, 2 or 3".into()));
         }
-        let max_nodes = a.limit.unwrap_or(50).clamp(1, 500);
+        let max_nodes = limit_arg(a.limit, 50, 500)?;
         const TYPES: [&str; 4] = ["ABOUT", "MENTIONS", "TAGGED", "SIMILAR"];
         let types: HashSet<String> = match &a.edge_types {
             None => TYPES.iter().map(|s| s.to_string()).collect(),
@@ -624,7 +624,7 @@ impl Engine {
         } else {
             groups.sort_by(|x, y| y.count.cmp(&x.count).then(x.name.cmp(&y.name)));
         }
-        groups.truncate(limit(a.limit, 20));
+        groups.truncate(limit(a.limit, 20)?);
         Ok(GraphAggregateAnswer {
             group_by: by.to_string(),
             total: g.nodes.len(),
@@ -667,7 +667,7 @@ impl Engine {
         let pairs = g
             .tag_pmi(tag, a.min_count.unwrap_or(2).max(1))
             .into_iter()
-            .take(limit(a.limit, 20))
+            .take(limit(a.limit, 20)?)
             .map(|(x, y, k, pmi)| TagPairOut {
                 a: g.tags[x as usize].tag.clone(),
                 b: g.tags[y as usize].tag.clone(),
@@ -693,7 +693,7 @@ impl Engine {
         let snap = self.snapshot();
         let g = snap.memory.mem_graph(&f);
         let min = a.min_count.unwrap_or(1).max(1);
-        let lim = limit(a.limit, 20);
+        let lim = limit(a.limit, 20)?;
         let mut edges: Vec<(u32, u32, u32)> =
             match a.center.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
                 Some(c) => {

@@ -10,8 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    check_text, check_weights, label, ms, snippet, symbol_ref, Debug, SymbolRef, ToolError,
-    ToolResult, MAX_LIMIT,
+    check_text, check_weights, label, limit_arg, ms, snippet, symbol_ref, Debug, SymbolRef,
+    ToolError, ToolResult, MAX_LIMIT,
 };
 use crate::engine::Engine;
 use crate::snapshot::Snapshot;
@@ -130,7 +130,7 @@ impl Engine {
             ModeArg::Vector => Mode::Vector,
             ModeArg::Lexical => Mode::Lexical,
         };
-        let limit = a.limit.unwrap_or(10).clamp(1, MAX_LIMIT);
+        let limit = limit_arg(a.limit, 10, MAX_LIMIT)?;
         let mut o = SearchOptions {
             limit,
             mode,

@@ -85,7 +85,9 @@ fn a_damaged_code_segment_is_left_out_and_the_rest_is_still_served() {
     // The healthy segment and every memory are served.
     let r = e.search_code(&search("zebra stripes canvas")).unwrap();
     assert!(
-        r.results.iter().any(|h| h.symbol.path.ends_with("zebra.rs")),
+        r.results
+            .iter()
+            .any(|h| h.symbol.path.ends_with("zebra.rs")),
         "{:?}",
         r.results
     );
@@ -94,7 +96,10 @@ fn a_damaged_code_segment_is_left_out_and_the_rest_is_still_served() {
     assert_eq!(memory::store::export(&ix.index).unwrap().len(), 2);
     // The indexer still refuses to build on it (strict open), naming the file.
     let strict = format::Index::open(&ix.index).unwrap_err().to_string();
-    assert!(strict.contains("graph.rkyv") || strict.contains(&segs[0].0), "{strict}");
+    assert!(
+        strict.contains("graph.rkyv") || strict.contains(&segs[0].0),
+        "{strict}"
+    );
 }
 
 #[test]
@@ -116,7 +121,9 @@ fn a_segment_changed_under_the_live_map_never_panics_and_is_quarantined() {
         let root = g as *const format::graph::ArchivedGraphArchive as usize;
         let payload_start =
             root + std::mem::size_of::<format::graph::ArchivedGraphArchive>() - (len - 64);
-        let t = &g.kinds[format::records::EdgeKind::Calls as usize].forward.targets;
+        let t = &g.kinds[format::records::EdgeKind::Calls as usize]
+            .forward
+            .targets;
         assert!(!t.is_empty(), "the fixture has calls");
         (64 + (t.as_ptr() as usize - payload_start), t.len())
     };
@@ -138,7 +145,10 @@ fn a_segment_changed_under_the_live_map_never_panics_and_is_quarantined() {
         ("impact_analysis", json!({"symbol": id})),
         ("explain_code", json!({"symbol": id})),
         ("get_symbol", json!({"symbol": id})),
-        ("search_code", json!({"query": "strips surrounding punctuation"})),
+        (
+            "search_code",
+            json!({"query": "strips surrounding punctuation"}),
+        ),
     ] {
         let out = match call(&e, tool, args) {
             Ok(v) | Err(v) => v,
@@ -151,7 +161,9 @@ fn a_segment_changed_under_the_live_map_never_panics_and_is_quarantined() {
     }
     let st = e.index_status(&StatusArgs::default()).unwrap();
     assert!(
-        st.problems.iter().any(|p| p.kind == "text" || p.kind == "panic"),
+        st.problems
+            .iter()
+            .any(|p| p.kind == "text" || p.kind == "panic"),
         "the damaged text was reported: {:?}",
         st.problems
     );
@@ -162,7 +174,11 @@ fn a_segment_changed_under_the_live_map_never_panics_and_is_quarantined() {
     assert_eq!(st.health, "degraded");
     assert_eq!(st.left_out.len(), 1);
     assert_eq!(st.left_out[0].id, seg_id);
-    assert!(st.left_out[0].error.contains("checksum"), "{:?}", st.left_out);
+    assert!(
+        st.left_out[0].error.contains("checksum"),
+        "{:?}",
+        st.left_out
+    );
     assert!(st.segments.is_empty());
     assert!(e
         .search_code(&search("normalize a word"))

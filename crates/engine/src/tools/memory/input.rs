@@ -220,7 +220,8 @@ pub struct MemoryInput {
 pub fn parse_time(what: &str, s: &str) -> ToolResult<i64> {
     memory::time::parse_utc(s).ok_or_else(|| {
         ToolError::InvalidInput(format!(
-            "`{what}` = `{s}` is not a date; use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC)"
+            "`{what}` = `{}` is not a date; use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC)",
+            format::memory::clip(s)
         ))
     })
 }
@@ -364,7 +365,8 @@ impl MemoryFilterArgs {
                 None => Ok(None),
                 Some(s) if allowed.is_empty() || allowed.contains(&s) => Ok(Some(s.to_string())),
                 Some(s) => Err(ToolError::InvalidInput(format!(
-                    "unknown {what} `{s}`; expected one of: {}",
+                    "unknown {what} `{}`; expected one of: {}",
+                    format::memory::clip(s),
                     allowed.join(", ")
                 ))),
             }
@@ -378,7 +380,8 @@ impl MemoryFilterArgs {
             Some(s) if format::memory::STATES.contains(&s) => vec![s.to_string()],
             Some(s) => {
                 return Err(ToolError::InvalidInput(format!(
-                    "unknown state `{s}`; expected active, archived, deleted or all"
+                    "unknown state `{}`; expected active, archived, deleted or all",
+                    format::memory::clip(s)
                 )))
             }
         };
@@ -393,7 +396,8 @@ impl MemoryFilterArgs {
                 Some("any") => false,
                 Some(m) => {
                     return Err(ToolError::InvalidInput(format!(
-                        "unknown tags_mode `{m}`; expected all or any"
+                        "unknown tags_mode `{}`; expected all or any",
+                        format::memory::clip(m)
                     )))
                 }
             },
@@ -419,7 +423,8 @@ pub(crate) fn one_of(
 ) -> ToolResult<Option<String>> {
     match v {
         Some(s) if !allowed.contains(&s.as_str()) => Err(ToolError::InvalidInput(format!(
-            "unknown {what} `{s}`; expected one of: {}",
+            "unknown {what} `{}`; expected one of: {}",
+            format::memory::clip(&s),
             allowed.join(", ")
         ))),
         v => Ok(v),

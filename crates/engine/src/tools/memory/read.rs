@@ -12,7 +12,7 @@ use super::input::*;
 use super::output::*;
 use crate::engine::Engine;
 use crate::tools::common::{
-    check_text, check_weights, ms, Debug, ToolError, ToolResult, MAX_LIMIT,
+    check_text, check_weights, limit_arg, ms, Debug, ToolError, ToolResult, MAX_LIMIT,
 };
 use crate::tools::relations::{relations, RelationDetail};
 
@@ -43,7 +43,7 @@ impl Engine {
     pub fn list_memories(&self, a: &ListMemoriesArgs) -> ToolResult<ListMemoriesAnswer> {
         let t0 = Instant::now();
         let f = a.filter_args().filter()?;
-        let limit = a.limit.unwrap_or(20).clamp(1, MAX_LIMIT);
+        let limit = limit_arg(a.limit, 20, MAX_LIMIT)?;
         let offset = a.offset.unwrap_or(0);
         let snap = self.snapshot();
         let mut all = snap.memory.all_memories(&f);
@@ -85,7 +85,7 @@ impl Engine {
                 "`half_life_days` must be a non-negative number (0 turns recency off)".into(),
             ));
         }
-        let limit = a.limit.unwrap_or(10).clamp(1, MAX_LIMIT);
+        let limit = limit_arg(a.limit, 10, MAX_LIMIT)?;
         if a.min_confidence
             .is_some_and(|c| !(c.is_finite() && (0.0..=1.0).contains(&c)))
         {
