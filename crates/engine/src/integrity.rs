@@ -198,9 +198,16 @@ impl Engine {
             let path = problems[0]
                 .path()
                 .map_or_else(|| seg.dir().to_path_buf(), |p| p.to_path_buf());
+            // One clause per file, without the per-error hint (said once below).
             let error = problems
                 .iter()
-                .map(ToString::to_string)
+                .map(|p| match p {
+                    format::FormatError::Corrupt { path, detail } => format!(
+                        "{}: {detail}",
+                        path.file_name().unwrap_or_default().to_string_lossy()
+                    ),
+                    other => other.to_string(),
+                })
                 .collect::<Vec<_>>()
                 .join("; ");
             bad.push(seg.id().to_string());
@@ -209,7 +216,7 @@ impl Engine {
                 self.integrity.report(
                     "memory_segment",
                     Some(path.display().to_string()),
-                    format!("memory segment {} failed its checksum: {error}; its memories are still served from the mapped bytes; keep a copy of the index and run `indexer verify`", seg.id()),
+                    format!("memory segment {} failed its checksum ({error}); its memories are still served from the mapped bytes; export them now (`queryd export`) and keep a copy of the index directory", seg.id()),
                 );
                 // Reported once per change of its files.
                 self.integrity
@@ -226,7 +233,10 @@ impl Engine {
                     DamagedSegment {
                         id: seg.id().to_string(),
                         path,
-                        error: format!("failed its checksum after open: {error}"),
+                        error: format!(
+                            "failed its checksum after open ({error}); rebuild the code with \
+                             `indexer build --rebuild` on the same roots (memories are kept)"
+                        ),
                     },
                 );
             }
