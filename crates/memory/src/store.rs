@@ -40,16 +40,17 @@ pub struct Writer {
 }
 
 /// How a server holds the memory log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogAccess {
     /// This server holds the log and writes memories.
     Writer,
     /// Another process holds the log: memories are served read-only, and the log is re-read
     /// ([`replay_shared`]) to follow its writes.
     HeldElsewhere,
-    /// The log has a damaged record followed by valid ones: the valid prefix is served and
-    /// memory writes stop until `queryd repair-wal` (this server keeps the log locked).
-    Damaged(Damage),
+    /// This server holds the log, but it has a damaged record followed by valid ones
+    /// ([`Recovered::damage`]): the valid prefix is served and memory writes stop until
+    /// `queryd repair-wal` (the log stays locked meanwhile).
+    Damaged,
     /// Memory writes are disabled for another reason (the `WritesDisabled` message says why).
     Disabled,
 }
@@ -63,6 +64,8 @@ pub struct Recovered {
     pub manifest_mtime: Option<SystemTime>,
     pub delta: Delta,
     pub access: LogAccess,
+    /// Damage found in the log (whoever holds it).
+    pub damage: Option<Damage>,
     /// A damaged log, held open (locked) while writes are disabled, so that no other server
     /// writes it and no repair runs under this one.
     pub held: Option<Wal>,
@@ -133,6 +136,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
                 manifest_mtime: mtime,
                 delta: Delta::default(),
                 access: LogAccess::Disabled,
+                damage: None,
                 held: None,
             };
         }
@@ -151,6 +155,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
                         manifest_mtime: mtime,
                         delta: Delta::default(),
                         access: LogAccess::Disabled,
+                        damage: None,
                         held: None,
                     };
                 }
@@ -177,14 +182,15 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
         eprintln!("queryd: replayed {n} memory writes from the log");
     }
     if let Some(d) = rec.damage {
-        let msg = format!("{}: {d}", dir.join(WAL_FILE).display());
+        let msg = format!("{}: {}", dir.join(WAL_FILE).display(), d.message(dir));
         eprintln!("queryd: MEMORY LOG DAMAGED, memory writes are disabled: {msg}");
         return Recovered {
             wal: Err(WritesDisabled(msg)),
             index,
             manifest_mtime: mtime,
             delta,
-            access: LogAccess::Damaged(d),
+            access: LogAccess::Damaged,
+            damage: Some(d),
             held: Some(wal),
         };
     }
@@ -194,6 +200,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
         manifest_mtime: mtime,
         delta,
         access: LogAccess::Writer,
+        damage: None,
         held: None,
     }
 }
@@ -206,22 +213,18 @@ fn recover_shared(
     mut mtime: Option<SystemTime>,
     why: String,
 ) -> Recovered {
-    let out = |index: Index, mtime, delta, access| Recovered {
+    let out = |index: Index, mtime, delta, damage| Recovered {
         wal: Err(WritesDisabled(why.clone())),
         index,
         manifest_mtime: mtime,
         delta,
-        access,
+        access: LogAccess::HeldElsewhere,
+        damage,
         held: None,
     };
     for _ in 0..5 {
         match replay_shared(dir, &index) {
-            Ok(Some((delta, rec))) => {
-                let access = rec
-                    .damage
-                    .map_or(LogAccess::HeldElsewhere, LogAccess::Damaged);
-                return out(index, mtime, delta, access);
-            }
+            Ok(Some((delta, rec))) => return out(index, mtime, delta, rec.damage),
             Ok(None) => match Index::open_reusing(dir, Some(&index)) {
                 Ok(ix) => {
                     index = ix;
@@ -238,7 +241,7 @@ fn recover_shared(
             }
         }
     }
-    out(index, mtime, Delta::default(), LogAccess::HeldElsewhere)
+    out(index, mtime, Delta::default(), None)
 }
 
 /// Result of a flush.

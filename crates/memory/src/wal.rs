@@ -90,6 +90,28 @@ pub struct Damage {
     pub last_lsn_after: u64,
 }
 
+impl Damage {
+    /// Records in the damaged stretch itself, from the LSN gap around it (`None` when the
+    /// damage is at the start of the log and the gap is unknown).
+    pub fn damaged_records(&self) -> Option<u64> {
+        let before = self.last_good_lsn + self.unreplayed_before;
+        (before > 0).then(|| self.first_lsn_after.saturating_sub(before + 1))
+    }
+
+    /// Records of the log that are not served: the damaged ones, the intact ones of the batch
+    /// it broke, and every one after it (at least one damaged record when the gap is unknown).
+    pub fn records_not_served(&self) -> u64 {
+        self.damaged_records().unwrap_or(1) + self.unreplayed_before + self.records_after
+    }
+
+    /// The message of [`Display`](std::fmt::Display), with the repair command for the index
+    /// at `dir`.
+    pub fn message(&self, dir: &Path) -> String {
+        self.to_string()
+            .replace("--index DIR", &format!("--index {}", dir.display()))
+    }
+}
+
 impl std::fmt::Display for Damage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -586,7 +608,7 @@ pub fn sync_parent(path: &std::path::Path) {
 mod tests {
     use super::*;
 
-    fn rec(i: u32) -> MemoryRecord {
+    pub(super) fn rec(i: u32) -> MemoryRecord {
         MemoryRecord {
             id: format!("0190f3c4-8f7a-7b2e-9c1d-{i:012x}"),
             text: format!("memory number {i}"),
@@ -604,11 +626,116 @@ mod tests {
         }
     }
 
-    fn put(i: u32) -> WalOp {
+    pub(super) fn put(i: u32) -> WalOp {
         WalOp::Put {
             record: Box::new(rec(i)),
             vector: vec![i as f32, 0.5, -1.0],
         }
+    }
+
+    /// Bytes of the last `n` records of a log.
+    fn record_len(b: &[u8], n: usize) -> usize {
+        let s = salvage(b);
+        assert!(s.skips.is_empty());
+        b.len() - s.recs[s.recs.len() - n].at
+    }
+
+    fn cut_files(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .contains(".cut-")
+            })
+            .count()
+    }
+
+    /// A log of `n` one-record batches (puts 1..=n); returns the bytes and each record's
+    /// offset.
+    fn log_of(dir: &Path, n: u32) -> (Vec<u8>, Vec<usize>) {
+        let (mut w, _) = Wal::open(dir, 1).unwrap();
+        for i in 1..=n {
+            w.append(&[put(i)]).unwrap();
+        }
+        drop(w);
+        let b = std::fs::read(dir.join(WAL_FILE)).unwrap();
+        let at = salvage(&b).recs.iter().map(|r| r.at).collect();
+        (b, at)
+    }
+
+    #[test]
+    fn torn_tail_is_cut_but_mid_log_damage_is_kept_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let (full, at) = log_of(d.path(), 10);
+        let path = d.path().join(WAL_FILE);
+
+        // Torn tail: the last record half written. Cut, no damage.
+        std::fs::write(&path, &full[..at[9] + 11]).unwrap();
+        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        assert_eq!((r.ops.len(), r.cut_bytes, r.damage.is_none()), (9, 11, true));
+        drop(w);
+        // Garbage after the last record (a torn append of zeros): cut too.
+        let mut b = full.clone();
+        b.extend_from_slice(&[0u8; 64]);
+        std::fs::write(&path, &b).unwrap();
+        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        assert_eq!((r.ops.len(), r.cut_bytes, r.damage.is_none()), (10, 64, true));
+        drop(w);
+        assert_eq!(cut_files(d.path()), 2);
+
+        // One bit flipped in the middle record (5 of 10): the 4 before are served, nothing
+        // is cut, the 5 after are counted, appends are refused.
+        let mut b = full.clone();
+        b[at[4] + 40] ^= 0x04;
+        std::fs::write(&path, &b).unwrap();
+        let (mut w, r) = Wal::open(d.path(), 1).unwrap();
+        let dmg = r.damage.clone().expect("mid-log damage");
+        assert_eq!(r.ops.len(), 4);
+        assert_eq!(r.cut_bytes, 0);
+        assert_eq!(
+            (dmg.bad_offset, dmg.resume_offset),
+            (at[4] as u64, at[5] as u64)
+        );
+        assert_eq!(dmg.reason, "checksum mismatch");
+        assert_eq!(
+            (dmg.last_good_lsn, dmg.records_after, dmg.first_lsn_after, dmg.last_lsn_after),
+            (4, 5, 6, 10)
+        );
+        assert_eq!((dmg.damaged_records(), dmg.records_not_served()), (Some(1), 6));
+        assert!(w.append(&[put(11)]).is_err(), "an append after damage");
+        drop(w);
+        assert_eq!(std::fs::read(&path).unwrap(), b, "the damaged log was modified");
+        assert_eq!(cut_files(d.path()), 2, "the damaged log was cut");
+        // The read-only reader (export) sees the same.
+        let ro = read_only(d.path()).unwrap();
+        assert_eq!((ro.ops.len(), ro.damage), (4, Some(dmg)));
+
+        // A flipped length field: the scan re-synchronises at the next record.
+        let mut b = full.clone();
+        b[at[2] + 2] ^= 0x01;
+        std::fs::write(&path, &b).unwrap();
+        let r = read_only(d.path()).unwrap();
+        let dmg = r.damage.expect("damage");
+        assert_eq!((r.ops.len(), dmg.resume_offset), (2, at[3] as u64));
+        assert_eq!(dmg.records_after, 7);
+    }
+
+    #[test]
+    fn the_holder_records_its_pid_and_a_second_opener_is_told() {
+        let d = tempfile::tempdir().unwrap();
+        let (w, _) = Wal::open(d.path(), 1).unwrap();
+        assert_eq!(holder_pid(d.path()), Some(std::process::id()));
+        match Wal::open(d.path(), 1) {
+            Err(e @ WalError::Busy { pid: Some(_), .. }) => {
+                assert!(e.to_string().contains(&format!("(pid {})", std::process::id())))
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        drop(w);
+        assert_eq!(holder_pid(d.path()), None);
     }
 
     #[test]
@@ -643,14 +770,22 @@ mod tests {
             assert_eq!(r2.ops.last().unwrap().0, lsn);
         }
 
-        // A flipped bit anywhere in a record: that record and the rest are not applied.
+        // A flipped bit anywhere in a record: that record and the rest are not applied. In
+        // the last record it is a torn tail (cut); before it, damage (nothing cut).
+        let last_rec = full.len() - record_len(&full, 1);
         for pos in (MAGIC.len()..full.len()).step_by(7) {
             let mut b = full.clone();
             b[pos] ^= 0x10;
             std::fs::write(d.path().join(WAL_FILE), &b).unwrap();
             let (_, r) = Wal::open(d.path(), 1).unwrap();
             assert!(r.ops.len() < 3, "flip at {pos} went unnoticed");
-            assert!(r.cut_bytes > 0 && r.cut_reason.is_some());
+            if pos < last_rec {
+                let dmg = r.damage.as_ref().expect("damage before the last record");
+                assert_eq!((r.cut_bytes, dmg.last_lsn_after), (0, 3), "flip at {pos}");
+                assert_eq!(std::fs::read(d.path().join(WAL_FILE)).unwrap(), b);
+            } else {
+                assert!(r.damage.is_none() && r.cut_bytes > 0 && r.cut_reason.is_some());
+            }
             for (i, op) in r.ops.iter().enumerate() {
                 assert_eq!(op, &(i as u64 + 1, [put(1), put(2)][i].clone()));
             }

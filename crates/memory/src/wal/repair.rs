@@ -283,3 +283,82 @@ impl std::fmt::Display for RepairReport {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{put, rec};
+    use super::super::{read_only, Wal};
+    use super::*;
+
+    #[test]
+    fn salvages_every_readable_record_and_keeps_the_original() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(WAL_FILE);
+        // Batches: [1] [2 3 4] [5] [6] [7] [8 9(unfinished: a torn tail)].
+        let (mut w, _) = Wal::open(d.path(), 1).unwrap();
+        w.append(&[put(1)]).unwrap();
+        w.append(&[put(2), put(3), WalOp::Delete { id: rec(1).id }])
+            .unwrap();
+        for i in 5..=7 {
+            w.append(&[put(i)]).unwrap();
+        }
+        w.append(&[put(8), put(9)]).unwrap();
+        drop(w);
+        let mut b = std::fs::read(&path).unwrap();
+        let at: Vec<usize> = salvage(&b).recs.iter().map(|r| r.at).collect();
+        b.truncate(at[8] + 20); // the last record half written
+        // Damage the middle record of the 3-record batch (LSN 3), in its vector.
+        let end3 = at[3];
+        b[end3 - 5] ^= 0x40;
+        std::fs::write(&path, &b).unwrap();
+
+        // Refused while a server holds the log.
+        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        assert!(r.damage.is_some());
+        assert!(matches!(repair(d.path()), Err(WalError::Busy { .. })));
+        drop(w);
+        assert_eq!(std::fs::read(&path).unwrap(), b);
+
+        let r = repair(d.path()).unwrap();
+        assert!(r.repaired);
+        assert_eq!(r.records_kept, 6); // 1 2 4 5 6 7 (8 is in the unfinished last batch)
+        assert_eq!(r.kept_lsns, [(1, 2), (4, 7)]);
+        assert_eq!(r.records_lost, 1);
+        assert_eq!(r.lost.len(), 1);
+        let lost = &r.lost[0];
+        assert_eq!((lost.first_lsn, lost.last_lsn), (Some(3), 3));
+        assert_eq!((lost.from_byte, lost.to_byte), (at[2] as u64, at[3] as u64));
+        assert_eq!(lost.probable_ids, [rec(3).id]);
+        assert_eq!(
+            r.partially_applied
+                .iter()
+                .map(|k| (k.lsn, k.op))
+                .collect::<Vec<_>>(),
+            [(2, "put"), (4, "delete")]
+        );
+        assert_eq!(r.torn_tail_records, 1);
+        assert_eq!(r.bytes_skipped, (at[3] - at[2] + 20) as u64);
+        assert_eq!(r.torn_tail_bytes, (at[8] - at[7] + 20) as u64);
+        // The original is kept byte for byte.
+        let aside = r.kept_aside.clone().unwrap();
+        assert_eq!(std::fs::read(&aside).unwrap(), b);
+        let text = r.to_string();
+        assert!(text.contains("records lost: 1") && text.contains(&rec(3).id), "{text}");
+
+        // The new log is clean and holds every kept record.
+        let ro = read_only(d.path()).unwrap();
+        assert!(ro.damage.is_none() && ro.cut_bytes == 0);
+        let lsns: Vec<u64> = ro.ops.iter().map(|o| o.0).collect();
+        assert_eq!(lsns, [1, 2, 4, 5, 6, 7]);
+        assert_eq!(ro.ops[1].1, put(2));
+        let (mut w, r2) = Wal::open(d.path(), 1).unwrap();
+        assert_eq!(r2.ops.len(), 6);
+        assert_eq!(w.append(&[put(10)]).unwrap(), [8]);
+        drop(w);
+
+        // Nothing left to repair; the aside copy stays.
+        let again = repair(d.path()).unwrap();
+        assert!(!again.repaired && again.kept_aside.is_none());
+        assert!(aside.exists());
+    }
+}
