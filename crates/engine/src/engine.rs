@@ -19,8 +19,9 @@ use arc_swap::ArcSwap;
 use code::{EmbedCache, EMBED_CACHE_ENTRIES};
 use format::manifest::{manifest_mtime, DirLock, MANIFEST};
 use format::{FormatError, Index, IndexManifest};
-use memory::store::{FlushError, FlushReport, Writer};
-use memory::wal::WalOp;
+use memory::store::{FlushError, FlushReport, LogAccess, Writer};
+use memory::wal::{Damage, Wal, WalOp, WAL_FILE};
+use memory::MemoryView;
 use serde::Serialize;
 
 use crate::snapshot::Snapshot;
@@ -62,7 +63,19 @@ pub struct Engine {
     pub(crate) files: memory::coderefs::FileCache,
     /// Damaged segments, caught panics, bad text (see [`crate::integrity`]).
     pub(crate) integrity: crate::integrity::Integrity,
+    /// How this server holds the memory log (fixed at open).
+    access: LogAccess,
+    /// Damage found in the memory log (re-read by [`Engine::tail_memory_log`] when another
+    /// server holds it).
+    damage: Mutex<Option<Damage>>,
+    /// A damaged log kept locked while writes are disabled (see `Recovered::held`).
+    _held_log: Option<Wal>,
+    /// Serialises [`Engine::tail_memory_log`]; holds the (log length, log mtime, generation)
+    /// last replayed.
+    tail_seen: Mutex<Option<TailKey>>,
 }
+
+type TailKey = (Option<(u64, Option<SystemTime>)>, u64);
 
 /// Errors of starting the engine.
 #[derive(Debug, thiserror::Error)]
@@ -116,10 +129,8 @@ impl Engine {
         }
         // One snapshot, built after recovery (which may have moved to a newer generation).
         let rec = memory::store::recover(index_dir, index, mtime);
-        let (wal, snap) = (
-            rec.wal,
-            Snapshot::new(Arc::new(rec.index), rec.manifest_mtime, rec.delta),
-        );
+        let (wal, access, damage, held) = (rec.wal, rec.access, rec.damage, rec.held);
+        let snap = Snapshot::new(Arc::new(rec.index), rec.manifest_mtime, rec.delta);
         let snap_key = (snap.manifest_mtime, snap.generation());
         Ok(Engine {
             dir: index_dir.to_path_buf(),
@@ -140,7 +151,93 @@ impl Engine {
             seen: Mutex::new((snap_key.0, Some(snap_key.1))),
             reloads: AtomicU64::new(0),
             started: SystemTime::now(),
+            access,
+            damage: Mutex::new(damage),
+            _held_log: held,
+            tail_seen: Mutex::new(None),
         })
+    }
+
+    /// How this server holds the memory log.
+    pub fn memory_access(&self) -> LogAccess {
+        self.access
+    }
+
+    /// Damage found in the memory log, if any (the valid prefix is served).
+    pub fn memory_log_damage(&self) -> Option<Damage> {
+        self.damage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// On a server reading a log another process holds ([`LogAccess::HeldElsewhere`]):
+    /// when the log or `MANIFEST` changed since the last call, reloads the index if needed,
+    /// re-reads the log and installs its records as the delta, so the writer's new memories
+    /// are served here too. Returns whether a new snapshot was installed.
+    pub fn tail_memory_log(&self) -> Result<bool, String> {
+        if self.access != LogAccess::HeldElsewhere {
+            return Ok(false);
+        }
+        let mut seen = self.tail_seen.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..5 {
+            let log = std::fs::metadata(self.dir.join(WAL_FILE))
+                .ok()
+                .map(|m| (m.len(), m.modified().ok()));
+            // A flush by the writer commits a new generation and truncates the log. (A failed
+            // reload is reported by `index_status`; the log is then read on the next call.)
+            let _ = self.reload_if_changed();
+            let cur = self.snapshot();
+            let key = (log, cur.generation());
+            if *seen == Some(key) {
+                return Ok(false);
+            }
+            match memory::store::replay_shared(&self.dir, &cur.code.index) {
+                Ok(Some((delta, rec))) => {
+                    let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+                    let now = self.snapshot();
+                    if !Arc::ptr_eq(&now.code.index, &cur.code.index) {
+                        continue; // a reload installed a newer index meanwhile
+                    }
+                    self.store_snapshot(Snapshot {
+                        code: now.code.clone(),
+                        memory: MemoryView::new(Arc::clone(&now.code.index), delta),
+                        loaded_at: now.loaded_at,
+                        manifest_mtime: now.manifest_mtime,
+                    });
+                    *self.damage.lock().unwrap_or_else(|e| e.into_inner()) = rec.damage;
+                    *seen = Some(key);
+                    return Ok(true);
+                }
+                Ok(None) => continue, // MANIFEST moved on while the log was read
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Starts the thread that follows a log another server writes
+    /// ([`Engine::tail_memory_log`] every `interval`) until the engine is dropped.
+    pub fn spawn_log_tailer(self: &Arc<Self>, interval: Duration) -> std::thread::JoinHandle<()> {
+        let weak: Weak<Engine> = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("queryd-tail".into())
+            .spawn(move || {
+                let mut last_err = None;
+                loop {
+                    std::thread::sleep(interval);
+                    let Some(e) = weak.upgrade() else { return };
+                    let err = e.tail_memory_log().err();
+                    if err.is_some() && err != last_err {
+                        eprintln!(
+                            "queryd: following the memory log of the other queryd: {}",
+                            err.as_deref().unwrap_or_default()
+                        );
+                    }
+                    last_err = err;
+                }
+            })
+            .expect("spawn the memory log tailer")
     }
 
     /// Why memory writes are disabled on this engine (another queryd holds the log, a

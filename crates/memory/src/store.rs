@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::delta::{find_in_segments, Delta};
 use crate::search::MemFilter;
 use crate::view::MemoryView;
-use crate::wal::{Wal, WalError, WalOp, WAL_FILE};
+use crate::wal::{Damage, Recovery, Wal, WalError, WalOp, WAL_FILE};
 
 /// A flush that would leave more memory segments than this merges them all into one.
 pub const MERGE_AT: usize = 8;
@@ -39,6 +39,22 @@ pub struct Writer {
     pub flush_at: usize,
 }
 
+/// How a server holds the memory log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogAccess {
+    /// This server holds the log and writes memories.
+    Writer,
+    /// Another process holds the log: memories are served read-only, and the log is re-read
+    /// ([`replay_shared`]) to follow its writes.
+    HeldElsewhere,
+    /// This server holds the log, but it has a damaged record followed by valid ones
+    /// ([`Recovered::damage`]): the valid prefix is served and memory writes stop until
+    /// `queryd repair-wal` (the log stays locked meanwhile).
+    Damaged,
+    /// Memory writes are disabled for another reason (the `WritesDisabled` message says why).
+    Disabled,
+}
+
 /// What recovery found: the log (or why writes are disabled), the index generation to serve
 /// (a newer one when a previous server flushed after `index` was opened) and the replayed
 /// delta.
@@ -47,22 +63,82 @@ pub struct Recovered {
     pub index: Index,
     pub manifest_mtime: Option<SystemTime>,
     pub delta: Delta,
+    pub access: LogAccess,
+    /// Damage found in the log (whoever holds it).
+    pub damage: Option<Damage>,
+    /// A damaged log, held open (locked) while writes are disabled, so that no other server
+    /// writes it and no repair runs under this one.
+    pub held: Option<Wal>,
+}
+
+/// Applies the records past `index`'s `memory_lsn` to a new delta; returns it and how many
+/// were applied. Records whose vector does not fit the index are skipped and handed to
+/// `misfit` (LSN, memory id, vector length).
+fn replay(
+    index: &Index,
+    ops: &[(u64, WalOp)],
+    mut misfit: impl FnMut(u64, &str, usize),
+) -> (Delta, usize) {
+    let done = index.manifest.memory_lsn;
+    let dim = index.manifest.dim as usize;
+    let mut delta = Delta {
+        last_lsn: done,
+        ..Delta::default()
+    };
+    let mut n = 0;
+    for (lsn, op) in ops {
+        if *lsn <= done {
+            continue;
+        }
+        if let WalOp::Put { record, vector } = op {
+            if vector.len() != dim {
+                misfit(*lsn, &record.id, vector.len());
+                continue;
+            }
+        }
+        delta.apply(*lsn, op, |id| find_in_segments(index, id).is_some());
+        n += 1;
+    }
+    (delta, n)
+}
+
+/// The log of `dir`, read without taking it (another process writes it), replayed on top of
+/// `index`. `Ok(None)` when `MANIFEST` no longer names `index`'s generation after the read: a
+/// flush may have moved records from the log into a segment meanwhile, so reload the index
+/// and call again. (A flush commits `MANIFEST` before it truncates the log, so an unchanged
+/// generation means the log read still held every record the index lacks.)
+pub fn replay_shared(dir: &Path, index: &Index) -> Result<Option<(Delta, Recovery)>, WalError> {
+    let mut rec = crate::wal::read_only(dir)?;
+    match IndexManifest::read(dir) {
+        Ok(m) if m.generation == index.manifest.generation => {}
+        _ => return Ok(None),
+    }
+    let ops = std::mem::take(&mut rec.ops);
+    let (delta, _) = replay(index, &ops, |_, _, _| {});
+    Ok(Some((delta, rec)))
 }
 
 /// Opens the log of `dir`, replays what `MANIFEST`'s `memory_lsn` does not cover into a delta
-/// on top of `index`.
+/// on top of `index`. When another process holds the log, its records are replayed read-only;
+/// when the log is damaged, its valid prefix is.
 pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered {
-    let disabled = |index: Index, msg: String| Recovered {
-        wal: Err(WritesDisabled(msg)),
-        index,
-        manifest_mtime: mtime,
-        delta: Delta::default(),
-    };
     let (mut wal, rec) = match Wal::open(dir, 1) {
         Ok(x) => x,
+        Err(e @ WalError::Busy { .. }) => {
+            eprintln!("queryd: memory writes are disabled: {e}; serving its memories read-only");
+            return recover_shared(dir, index, mtime, e.to_string());
+        }
         Err(e) => {
             eprintln!("queryd: memory writes are disabled: {e}");
-            return disabled(index, e.to_string());
+            return Recovered {
+                wal: Err(WritesDisabled(e.to_string())),
+                index,
+                manifest_mtime: mtime,
+                delta: Delta::default(),
+                access: LogAccess::Disabled,
+                damage: None,
+                held: None,
+            };
         }
     };
     // The log is ours now. A previous server may have flushed (and truncated its log) after
@@ -73,15 +149,21 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
                 Ok(ix) => (ix, manifest_mtime(dir)),
                 Err(e) => {
                     eprintln!("queryd: memory writes are disabled: reopening the index: {e}");
-                    return disabled(index, e.to_string());
+                    return Recovered {
+                        wal: Err(WritesDisabled(e.to_string())),
+                        index,
+                        manifest_mtime: mtime,
+                        delta: Delta::default(),
+                        access: LogAccess::Disabled,
+                        damage: None,
+                        held: None,
+                    };
                 }
             }
         }
         _ => (index, mtime),
     };
-    let done = index.manifest.memory_lsn;
-    wal.ensure_next_lsn(done + 1);
-    let dim = index.manifest.dim as usize;
+    wal.ensure_next_lsn(index.manifest.memory_lsn + 1);
     if rec.cut_bytes > 0 {
         eprintln!(
             "queryd: memory log {}: cut {} bytes at the end ({}); the records before it were replayed",
@@ -90,37 +172,76 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
             rec.cut_reason.as_deref().unwrap_or("?")
         );
     }
-    let mut delta = Delta {
-        last_lsn: done,
-        ..Delta::default()
-    };
-    let mut n = 0;
-    for (lsn, op) in &rec.ops {
-        if *lsn <= done {
-            continue;
-        }
-        if let WalOp::Put { record, vector } = op {
-            if vector.len() != dim {
-                eprintln!(
-                    "queryd: memory log record {lsn} (memory {}) has a {}-d vector, the index is {dim}-d (a different model?); not replayed: re-add it",
-                    record.id,
-                    vector.len()
-                );
-                continue;
-            }
-        }
-        delta.apply(*lsn, op, |id| find_in_segments(&index, id).is_some());
-        n += 1;
-    }
+    let dim = index.manifest.dim;
+    let (delta, n) = replay(&index, &rec.ops, |lsn, id, len| {
+        eprintln!(
+            "queryd: memory log record {lsn} (memory {id}) has a {len}-d vector, the index is {dim}-d (a different model?); not replayed: re-add it"
+        )
+    });
     if n > 0 {
         eprintln!("queryd: replayed {n} memory writes from the log");
+    }
+    if let Some(d) = rec.damage {
+        let msg = format!("{}: {}", dir.join(WAL_FILE).display(), d.message(dir));
+        eprintln!("queryd: MEMORY LOG DAMAGED, memory writes are disabled: {msg}");
+        return Recovered {
+            wal: Err(WritesDisabled(msg)),
+            index,
+            manifest_mtime: mtime,
+            delta,
+            access: LogAccess::Damaged,
+            damage: Some(d),
+            held: Some(wal),
+        };
     }
     Recovered {
         wal: Ok(wal),
         index,
         manifest_mtime: mtime,
         delta,
+        access: LogAccess::Writer,
+        damage: None,
+        held: None,
     }
+}
+
+/// Recovery when another process holds the log: its records, read-only, on the generation of
+/// `MANIFEST` they belong with.
+fn recover_shared(
+    dir: &Path,
+    mut index: Index,
+    mut mtime: Option<SystemTime>,
+    why: String,
+) -> Recovered {
+    let out = |index: Index, mtime, delta, damage| Recovered {
+        wal: Err(WritesDisabled(why.clone())),
+        index,
+        manifest_mtime: mtime,
+        delta,
+        access: LogAccess::HeldElsewhere,
+        damage,
+        held: None,
+    };
+    for _ in 0..5 {
+        match replay_shared(dir, &index) {
+            Ok(Some((delta, rec))) => return out(index, mtime, delta, rec.damage),
+            Ok(None) => match Index::open_reusing(dir, Some(&index)) {
+                Ok(ix) => {
+                    index = ix;
+                    mtime = manifest_mtime(dir);
+                }
+                Err(e) => {
+                    eprintln!("queryd: reopening the index to read the memory log: {e}");
+                    break;
+                }
+            },
+            Err(e) => {
+                eprintln!("queryd: reading the memory log held by another queryd: {e}");
+                break;
+            }
+        }
+    }
+    out(index, mtime, Delta::default(), None)
 }
 
 /// Result of a flush.
@@ -303,9 +424,18 @@ pub enum ExportError {
     Wal(#[from] WalError),
 }
 
+/// What [`export`] read: every memory it could, and the damage that kept it from reading
+/// the rest (the export is then incomplete).
+#[derive(Debug)]
+pub struct Exported {
+    pub memories: Vec<MemoryRecord>,
+    pub damage: Option<Damage>,
+}
+
 /// Every live memory of the index at `dir`, including unflushed writes in its log, sorted by
-/// id (the dump format of `indexer build --memories`). Reads only.
-pub fn export(dir: &Path) -> Result<Vec<MemoryRecord>, ExportError> {
+/// id (the dump format of `indexer build --memories`). Reads only. With a damaged log, the
+/// memories of its valid prefix, and the damage.
+pub fn export(dir: &Path) -> Result<Exported, ExportError> {
     // Under the directory lock a flush cannot move records from the log into a segment
     // between reading the one and the other.
     let _lock = DirLock::acquire(dir)?;
@@ -328,5 +458,8 @@ pub fn export(dir: &Path) -> Result<Vec<MemoryRecord>, ExportError> {
     };
     let mut v = view.all_memories(&all);
     v.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(v)
+    Ok(Exported {
+        memories: v,
+        damage: rec.damage,
+    })
 }

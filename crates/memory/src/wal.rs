@@ -9,18 +9,33 @@
 //! `memory_lsn` says which are already in memory segments.
 //!
 //! A write is acknowledged only after its records are appended and the file is fsynced. On
-//! open, the log is read from the start; the first record that is incomplete or fails its
-//! checksum ends the log (a torn tail from a crash mid-append): the file is cut there, so a
-//! later append never follows garbage. Records before it are replayed; nothing after it is
-//! applied, and the number of bytes cut is reported.
+//! open, the log is read from the start. The first record that is incomplete or fails its
+//! checksum is one of two things:
+//! - a torn tail (a crash mid-append): nothing valid follows it. The file is cut there (the
+//!   bytes cut are kept beside it in `memory.wal.cut-<ms>`), so a later append never follows
+//!   garbage; the records before it are replayed and the bytes cut are reported.
+//! - damage ([`Damage`]): a valid record (length, crc32c, decodable, higher LSN) starts
+//!   somewhere after it. A crash cannot write valid records after garbage (appends are
+//!   sequential and a torn tail is cut before the next one), so this is corruption of
+//!   acknowledged data: nothing is cut, the valid prefix (whole batches) is replayed, appends
+//!   are refused, and [`repair`] salvages every readable record into a new log.
+//!
+//! The process holding the log records its pid in `memory.wal.pid` ([`holder_pid`]), so a
+//! second server can say who holds it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use format::memory::MemoryRecord;
+use serde::Serialize;
+
+mod repair;
+pub use repair::{repair, KeptRecord, LostRange, RepairReport};
 
 pub const WAL_FILE: &str = "memory.wal";
+/// Beside the log: the pid of the process holding it.
+pub const PID_FILE: &str = "memory.wal.pid";
 const MAGIC: &[u8; 8] = b"CIXWAL01";
 /// Largest payload accepted when reading (a corrupt length must not allocate gigabytes).
 const MAX_PAYLOAD: usize = 64 << 20;
@@ -47,8 +62,71 @@ pub enum WalError {
     },
     #[error("{path} is not a memory log (bad magic); move it away to start a new one")]
     BadMagic { path: PathBuf },
-    #[error("{path} is in use by another queryd; only one server may write memories to an index")]
-    Busy { path: PathBuf },
+    #[error("{path} is in use by another queryd{}; only one server may write memories to an index", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    Busy { path: PathBuf, pid: Option<u32> },
+}
+
+/// A damaged record followed by valid ones (not a torn tail: see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Damage {
+    /// Why the first bad record is bad (checksum mismatch, implausible length, ...).
+    pub reason: String,
+    /// Byte offset of the first bad record.
+    pub bad_offset: u64,
+    /// Byte offset of the first valid record after it.
+    pub resume_offset: u64,
+    /// Bytes that hold no valid record, between the first and the last valid record after the
+    /// damage (more than one damaged region counts too).
+    pub bytes_skipped: u64,
+    /// LSN of the last record replayed (the valid prefix, whole batches); 0 when none.
+    pub last_good_lsn: u64,
+    /// Intact records of the batch the damage broke, before it: not replayed (whole batches
+    /// only) until the log is repaired.
+    pub unreplayed_before: u64,
+    /// Valid records after the damage: not replayed until the log is repaired.
+    pub records_after: u64,
+    /// LSN range of those records.
+    pub first_lsn_after: u64,
+    pub last_lsn_after: u64,
+}
+
+impl Damage {
+    /// Records in the damaged stretch itself, from the LSN gap around it (`None` when the
+    /// damage is at the start of the log and the gap is unknown).
+    pub fn damaged_records(&self) -> Option<u64> {
+        let before = self.last_good_lsn + self.unreplayed_before;
+        (before > 0).then(|| self.first_lsn_after.saturating_sub(before + 1))
+    }
+
+    /// Records of the log that are not served: the damaged ones, the intact ones of the batch
+    /// it broke, and every one after it (at least one damaged record when the gap is unknown).
+    pub fn records_not_served(&self) -> u64 {
+        self.damaged_records().unwrap_or(1) + self.unreplayed_before + self.records_after
+    }
+
+    /// The message of [`Display`](std::fmt::Display), with the repair command for the index
+    /// at `dir`.
+    pub fn message(&self, dir: &Path) -> String {
+        self.to_string()
+            .replace("--index DIR", &format!("--index {}", dir.display()))
+    }
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the memory log is damaged at byte {} ({}) and {} valid records follow it (LSN {}-{}, from byte {}); they are not served, nor are {} intact records of the batch it broke (only LSNs up to {} are). This is corruption, not a crash: nothing was cut. Stop every queryd on this index and run `queryd repair-wal --index DIR`: it keeps the damaged log aside and writes a new one with every readable record",
+            self.bad_offset,
+            self.reason,
+            self.records_after,
+            self.first_lsn_after,
+            self.last_lsn_after,
+            self.resume_offset,
+            self.unreplayed_before,
+            self.last_good_lsn
+        )
+    }
 }
 
 /// What opening the log found.
@@ -60,6 +138,8 @@ pub struct Recovery {
     pub cut_bytes: u64,
     /// Why the tail was cut.
     pub cut_reason: Option<String>,
+    /// A damaged record followed by valid ones: nothing was cut, `ops` is the valid prefix.
+    pub damage: Option<Damage>,
 }
 
 /// The open log, positioned at its end.
@@ -127,70 +207,156 @@ fn decode(p: &[u8]) -> Option<(u64, WalOp, bool)> {
     Some((lsn, op, last))
 }
 
-/// Reads every valid record of the log bytes `b` (after the magic). Returns the records and
-/// the offset where valid data ends, with the reason when that is not the end of `b`.
-fn scan(b: &[u8]) -> (Vec<(u64, WalOp)>, usize, Option<String>) {
-    let (mut ops, end, why, batch_start) = scan_records(b);
-    // Records of a batch whose last record is missing were never acknowledged.
-    if batch_start < end {
-        while ops.last().is_some_and(|o| !o.2) {
-            ops.pop();
-        }
-        let why = why.or_else(|| Some("incomplete batch".into()));
-        return (
-            ops.into_iter().map(|o| (o.0, o.1)).collect(),
-            batch_start,
-            why,
-        );
-    }
-    (ops.into_iter().map(|o| (o.0, o.1)).collect(), end, why)
+/// A valid record found in the log bytes: `b[at..end]`.
+#[derive(Debug)]
+pub(crate) struct Found {
+    pub at: usize,
+    pub end: usize,
+    pub lsn: u64,
+    pub op: WalOp,
+    /// Last record of its batch.
+    pub last: bool,
 }
 
-/// Every valid record, where valid data ends (with why, when it is not the end of `b`), and
-/// where the last complete batch ends.
-/// A scan: records (lsn, op, last of its batch), where valid data ends, why it ends there
-/// (when not at the end), and where the last complete batch ends.
-type Scan = (Vec<(u64, WalOp, bool)>, usize, Option<String>, usize);
+/// Bytes `[start, end)` that hold no valid record, and why the record at `start` is bad.
+#[derive(Debug)]
+pub(crate) struct Skip {
+    pub start: usize,
+    pub end: usize,
+    pub why: String,
+}
 
-fn scan_records(b: &[u8]) -> Scan {
-    let mut ops = Vec::new();
+/// Every valid record of a log, and the damaged stretches between them.
+#[derive(Debug, Default)]
+pub(crate) struct Salvage {
+    pub recs: Vec<Found>,
+    pub skips: Vec<Skip>,
+}
+
+/// The smallest payload: LSN, op, JSON length, dim.
+const MIN_PAYLOAD: usize = 8 + 1 + 4 + 4;
+
+/// The valid record at `at`, if one starts there with an LSN above `prev_lsn`.
+fn record_at(b: &[u8], at: usize, prev_lsn: u64) -> Result<Found, String> {
+    let head = b
+        .get(at..at.saturating_add(8))
+        .ok_or("incomplete record header")?;
+    let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+    if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&len) {
+        return Err(format!("record length {len} is implausible"));
+    }
+    let end = at + 8 + len;
+    let p = b.get(at + 8..end).ok_or("incomplete record")?;
+    if crc32c::crc32c(p) != crc {
+        return Err("checksum mismatch".into());
+    }
+    let (lsn, op, last) = decode(p).ok_or("undecodable record")?;
+    if lsn == 0 || lsn <= prev_lsn {
+        return Err("sequence numbers go backwards".into());
+    }
+    Ok(Found {
+        at,
+        end,
+        lsn,
+        op,
+        last,
+    })
+}
+
+/// Reads every valid record of the log bytes `b` (which start with the magic). After a bad
+/// record it re-synchronises at the next offset where a valid record with a higher LSN
+/// starts; the bytes in between are a [`Skip`] (the last one, running to the end, is a torn
+/// tail).
+pub(crate) fn salvage(b: &[u8]) -> Salvage {
+    let mut s = Salvage::default();
     let mut at = MAGIC.len();
-    let mut prev_lsn = 0u64;
-    let mut batch_end = at;
-    macro_rules! stop {
-        ($why:expr) => {
-            return (ops, at, Some($why.into()), batch_end)
-        };
-    }
+    let mut prev = 0;
     while at < b.len() {
-        let Some(head) = b.get(at..at + 8) else {
-            stop!("incomplete record header")
-        };
-        let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
-        if len > MAX_PAYLOAD {
-            stop!(format!("record length {len} is implausible"))
-        }
-        let Some(p) = b.get(at + 8..at + 8 + len) else {
-            stop!("incomplete record")
-        };
-        if crc32c::crc32c(p) != crc {
-            stop!("checksum mismatch")
-        }
-        let Some((lsn, op, last)) = decode(p) else {
-            stop!("undecodable record")
-        };
-        if lsn <= prev_lsn && prev_lsn != 0 {
-            stop!("sequence numbers go backwards")
-        }
-        prev_lsn = lsn;
-        ops.push((lsn, op, last));
-        at += 8 + len;
-        if last {
-            batch_end = at;
+        match record_at(b, at, prev) {
+            Ok(f) => {
+                prev = f.lsn;
+                at = f.end;
+                s.recs.push(f);
+            }
+            Err(why) => {
+                let next = (at + 1..b.len())
+                    .find(|&o| record_at(b, o, prev).is_ok())
+                    .unwrap_or(b.len());
+                s.skips.push(Skip {
+                    start: at,
+                    end: next,
+                    why,
+                });
+                at = next;
+            }
         }
     }
-    (ops, at, None, batch_end)
+    s
+}
+
+/// What reading a log found: the records to replay (whole batches of the valid prefix), where
+/// they end, why that is not the end of the bytes (when it is not), and damage.
+struct Scanned {
+    ops: Vec<(u64, WalOp)>,
+    end: usize,
+    why: Option<String>,
+    damage: Option<Damage>,
+}
+
+fn scan(b: &[u8]) -> Scanned {
+    let s = salvage(b);
+    let first_skip = s.skips.first();
+    // The valid prefix: records before the first bad one.
+    let n_pre = s
+        .recs
+        .iter()
+        .take_while(|r| first_skip.is_none_or(|k| r.at < k.start))
+        .count();
+    // Records of a batch whose last record is missing are not replayed.
+    let whole = s.recs[..n_pre]
+        .iter()
+        .rposition(|r| r.last)
+        .map_or(0, |i| i + 1);
+    let end = if whole == 0 {
+        MAGIC.len()
+    } else {
+        s.recs[whole - 1].end
+    };
+    let damage = first_skip.filter(|k| k.end < b.len()).map(|k| {
+        let after = &s.recs[n_pre..];
+        let last_after = after.last().expect("a valid record ends the skip");
+        Damage {
+            reason: k.why.clone(),
+            bad_offset: k.start as u64,
+            resume_offset: k.end as u64,
+            bytes_skipped: s
+                .skips
+                .iter()
+                .filter(|x| x.end <= last_after.at)
+                .map(|x| (x.end - x.start) as u64)
+                .sum(),
+            last_good_lsn: whole.checked_sub(1).map_or(0, |i| s.recs[i].lsn),
+            unreplayed_before: (n_pre - whole) as u64,
+            records_after: after.len() as u64,
+            first_lsn_after: after[0].lsn,
+            last_lsn_after: last_after.lsn,
+        }
+    });
+    let why = (end < b.len())
+        .then(|| first_skip.map_or_else(|| "incomplete batch".to_string(), |k| k.why.clone()));
+    let ops = s
+        .recs
+        .into_iter()
+        .take(whole)
+        .map(|r| (r.lsn, r.op))
+        .collect();
+    Scanned {
+        ops,
+        end,
+        why,
+        damage,
+    }
 }
 
 impl Wal {
@@ -213,9 +379,13 @@ impl Wal {
         // One writer per log, for the life of this handle (released when the file closes).
         match file.try_lock() {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(WalError::Busy { path }),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let pid = holder_pid(dir);
+                return Err(WalError::Busy { path, pid });
+            }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
+        record_holder(dir);
         let mut b = Vec::new();
         file.read_to_end(&mut b).map_err(io)?;
         let mut rec = Recovery::default();
@@ -230,7 +400,30 @@ impl Wal {
         } else if !b.starts_with(MAGIC) {
             return Err(WalError::BadMagic { path });
         }
-        let (ops, end, why) = scan(&b);
+        let Scanned {
+            ops,
+            end,
+            why,
+            damage,
+        } = scan(&b);
+        if let Some(d) = damage {
+            // Corruption of acknowledged records: cut nothing, append nothing (an append
+            // would follow the damage); the valid prefix is served until a repair.
+            let last = ops.last().map_or(0, |o| o.0);
+            let msg = format!("{}: {d}", path.display());
+            rec.ops = ops;
+            rec.damage = Some(d);
+            return Ok((
+                Wal {
+                    path,
+                    file,
+                    len: b.len() as u64,
+                    next_lsn: (last + 1).max(min_next_lsn).max(1),
+                    poisoned: Some(msg),
+                },
+                rec,
+            ));
+        }
         if end < b.len() {
             rec.cut_bytes = (b.len() - end) as u64;
             // Keep what is cut: a torn tail is garbage, but a flipped bit mid-log would
@@ -360,12 +553,48 @@ pub fn read_only(dir: &Path) -> Result<Recovery, WalError> {
     if !b.starts_with(MAGIC) {
         return Err(WalError::BadMagic { path });
     }
-    let (ops, end, why) = scan(&b);
+    let Scanned {
+        ops,
+        end,
+        why,
+        damage,
+    } = scan(&b);
     Ok(Recovery {
         ops,
-        cut_bytes: (b.len() - end) as u64,
+        cut_bytes: if damage.is_some() {
+            0
+        } else {
+            (b.len() - end) as u64
+        },
         cut_reason: why,
+        damage,
     })
+}
+
+/// The pid recorded by the process holding `dir`'s log, if any (see [`PID_FILE`]).
+pub fn holder_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join(PID_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Records this process as the holder of `dir`'s log. Best effort: a read-only directory only
+/// loses the pid in a second server's status.
+fn record_holder(dir: &Path) {
+    let _ = std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id()));
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        // The lock goes with the file; so does the record of who held it.
+        if let Some(dir) = self.path.parent() {
+            if holder_pid(dir) == Some(std::process::id()) {
+                let _ = std::fs::remove_file(dir.join(PID_FILE));
+            }
+        }
+    }
 }
 
 /// fsyncs the directory holding `path` (after creating a file in it). Best effort.
@@ -381,7 +610,7 @@ pub fn sync_parent(path: &std::path::Path) {
 mod tests {
     use super::*;
 
-    fn rec(i: u32) -> MemoryRecord {
+    pub(super) fn rec(i: u32) -> MemoryRecord {
         MemoryRecord {
             id: format!("0190f3c4-8f7a-7b2e-9c1d-{i:012x}"),
             text: format!("memory number {i}"),
@@ -399,11 +628,136 @@ mod tests {
         }
     }
 
-    fn put(i: u32) -> WalOp {
+    pub(super) fn put(i: u32) -> WalOp {
         WalOp::Put {
             record: Box::new(rec(i)),
             vector: vec![i as f32, 0.5, -1.0],
         }
+    }
+
+    /// Bytes of the last `n` records of a log.
+    fn record_len(b: &[u8], n: usize) -> usize {
+        let s = salvage(b);
+        assert!(s.skips.is_empty());
+        b.len() - s.recs[s.recs.len() - n].at
+    }
+
+    fn cut_files(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .contains(".cut-")
+            })
+            .count()
+    }
+
+    /// A log of `n` one-record batches (puts 1..=n); returns the bytes and each record's
+    /// offset.
+    fn log_of(dir: &Path, n: u32) -> (Vec<u8>, Vec<usize>) {
+        let (mut w, _) = Wal::open(dir, 1).unwrap();
+        for i in 1..=n {
+            w.append(&[put(i)]).unwrap();
+        }
+        drop(w);
+        let b = std::fs::read(dir.join(WAL_FILE)).unwrap();
+        let at = salvage(&b).recs.iter().map(|r| r.at).collect();
+        (b, at)
+    }
+
+    #[test]
+    fn torn_tail_is_cut_but_mid_log_damage_is_kept_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let (full, at) = log_of(d.path(), 10);
+        let path = d.path().join(WAL_FILE);
+
+        // Torn tail: the last record half written. Cut, no damage.
+        std::fs::write(&path, &full[..at[9] + 11]).unwrap();
+        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        assert_eq!(
+            (r.ops.len(), r.cut_bytes, r.damage.is_none()),
+            (9, 11, true)
+        );
+        drop(w);
+        // Garbage after the last record (a torn append of zeros): cut too.
+        let mut b = full.clone();
+        b.extend_from_slice(&[0u8; 64]);
+        std::fs::write(&path, &b).unwrap();
+        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        assert_eq!(
+            (r.ops.len(), r.cut_bytes, r.damage.is_none()),
+            (10, 64, true)
+        );
+        drop(w);
+        assert_eq!(cut_files(d.path()), 2);
+
+        // One bit flipped in the middle record (5 of 10): the 4 before are served, nothing
+        // is cut, the 5 after are counted, appends are refused.
+        let mut b = full.clone();
+        b[at[4] + 40] ^= 0x04;
+        std::fs::write(&path, &b).unwrap();
+        let (mut w, r) = Wal::open(d.path(), 1).unwrap();
+        let dmg = r.damage.clone().expect("mid-log damage");
+        assert_eq!(r.ops.len(), 4);
+        assert_eq!(r.cut_bytes, 0);
+        assert_eq!(
+            (dmg.bad_offset, dmg.resume_offset),
+            (at[4] as u64, at[5] as u64)
+        );
+        assert_eq!(dmg.reason, "checksum mismatch");
+        assert_eq!(
+            (
+                dmg.last_good_lsn,
+                dmg.records_after,
+                dmg.first_lsn_after,
+                dmg.last_lsn_after
+            ),
+            (4, 5, 6, 10)
+        );
+        assert_eq!(
+            (dmg.damaged_records(), dmg.records_not_served()),
+            (Some(1), 6)
+        );
+        assert!(w.append(&[put(11)]).is_err(), "an append after damage");
+        drop(w);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b,
+            "the damaged log was modified"
+        );
+        assert_eq!(cut_files(d.path()), 2, "the damaged log was cut");
+        // The read-only reader (export) sees the same.
+        let ro = read_only(d.path()).unwrap();
+        assert_eq!((ro.ops.len(), ro.damage), (4, Some(dmg)));
+
+        // A flipped length field: the scan re-synchronises at the next record.
+        let mut b = full.clone();
+        b[at[2] + 2] ^= 0x01;
+        std::fs::write(&path, &b).unwrap();
+        let r = read_only(d.path()).unwrap();
+        let dmg = r.damage.expect("damage");
+        assert_eq!((r.ops.len(), dmg.resume_offset), (2, at[3] as u64));
+        assert_eq!(dmg.records_after, 7);
+    }
+
+    #[test]
+    fn the_holder_records_its_pid_and_a_second_opener_is_told() {
+        let d = tempfile::tempdir().unwrap();
+        let (w, _) = Wal::open(d.path(), 1).unwrap();
+        assert_eq!(holder_pid(d.path()), Some(std::process::id()));
+        match Wal::open(d.path(), 1) {
+            Err(e @ WalError::Busy { pid: Some(_), .. }) => {
+                assert!(e
+                    .to_string()
+                    .contains(&format!("(pid {})", std::process::id())))
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        drop(w);
+        assert_eq!(holder_pid(d.path()), None);
     }
 
     #[test]
@@ -438,14 +792,22 @@ mod tests {
             assert_eq!(r2.ops.last().unwrap().0, lsn);
         }
 
-        // A flipped bit anywhere in a record: that record and the rest are not applied.
+        // A flipped bit anywhere in a record: that record and the rest are not applied. In
+        // the last record it is a torn tail (cut); before it, damage (nothing cut).
+        let last_rec = full.len() - record_len(&full, 1);
         for pos in (MAGIC.len()..full.len()).step_by(7) {
             let mut b = full.clone();
             b[pos] ^= 0x10;
             std::fs::write(d.path().join(WAL_FILE), &b).unwrap();
             let (_, r) = Wal::open(d.path(), 1).unwrap();
             assert!(r.ops.len() < 3, "flip at {pos} went unnoticed");
-            assert!(r.cut_bytes > 0 && r.cut_reason.is_some());
+            if pos < last_rec {
+                let dmg = r.damage.as_ref().expect("damage before the last record");
+                assert_eq!((r.cut_bytes, dmg.last_lsn_after), (0, 3), "flip at {pos}");
+                assert_eq!(std::fs::read(d.path().join(WAL_FILE)).unwrap(), b);
+            } else {
+                assert!(r.damage.is_none() && r.cut_bytes > 0 && r.cut_reason.is_some());
+            }
             for (i, op) in r.ops.iter().enumerate() {
                 assert_eq!(op, &(i as u64 + 1, [put(1), put(2)][i].clone()));
             }

@@ -167,7 +167,7 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
                     &serde_json::json!({
                         "ready": true,
                         "generation": snap.generation(),
-                        "degraded": e.last_failure().is_some(),
+                        "degraded": e.last_failure().is_some() || e.memory_log_damage().is_some(),
                     }),
                 )
             }

@@ -1,6 +1,7 @@
 //! The `queryd` command: `queryd --index DIR` serves MCP over stdio (what MCP clients launch)
 //! or, with `--http ADDR`, over streamable HTTP; `queryd search` is a one-shot hybrid query for
-//! people and scripts. Logs go to stderr; on stdio, stdout carries only MCP messages.
+//! people and scripts; `queryd export` dumps memories, `queryd repair-wal` salvages a damaged
+//! memory log. Logs go to stderr; on stdio, stdout carries only MCP messages.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -68,6 +69,20 @@ enum Cmd {
         /// Output file (default: standard output).
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Salvage a damaged memory log (a bad record followed by valid ones): keeps the original
+    /// aside as memory.wal.corrupt-<ms>, writes a new log with every readable record, and
+    /// reports what was kept and lost. Refuses while a queryd holds the log.
+    RepairWal {
+        /// Index directory.
+        #[arg(value_name = "INDEX", required_unless_present = "index_flag")]
+        index: Option<PathBuf>,
+        /// Index directory (the same as INDEX).
+        #[arg(long = "index", value_name = "DIR", conflicts_with = "index")]
+        index_flag: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Run one query and print ranked results.
     Search(SearchArgs),
@@ -142,6 +157,11 @@ fn run() -> anyhow::Result<()> {
     };
     match cmd {
         Cmd::Export { index, out } => export(&index, out.as_deref()),
+        Cmd::RepairWal {
+            index,
+            index_flag,
+            json,
+        } => repair_wal(&index.or(index_flag).expect("clap requires one"), json),
         Cmd::Search(a) => search_cmd(a),
         Cmd::Staleness {
             index,
@@ -193,10 +213,11 @@ fn staleness_cmd(
 }
 
 fn export(index: &Path, out: Option<&Path>) -> anyhow::Result<()> {
-    let mems = memory::store::export(index)
+    let ex = memory::store::export(index)
         .map_err(|e| anyhow::anyhow!("exporting memories from {}: {e}", index.display()))?;
+    let mems = &ex.memories;
     let mut buf = Vec::new();
-    for m in &mems {
+    for m in mems {
         serde_json::to_writer(&mut buf, m)?;
         buf.push(b'\n');
     }
@@ -207,7 +228,41 @@ fn export(index: &Path, out: Option<&Path>) -> anyhow::Result<()> {
             std::io::stdout().write_all(&buf)?;
         }
     }
+    if let Some(d) = ex.damage {
+        anyhow::bail!(
+            "the export is INCOMPLETE: it holds {} memories, but {} records of the memory log could not be read ({} damaged, {} of the batch the damage broke, {} valid ones after it, LSN {}-{}): {}",
+            mems.len(),
+            d.records_not_served(),
+            d.damaged_records()
+                .map_or("at least 1".to_string(), |n| n.to_string()),
+            d.unreplayed_before,
+            d.records_after,
+            d.first_lsn_after,
+            d.last_lsn_after,
+            d.message(index)
+        );
+    }
     eprintln!("queryd: exported {} memories", mems.len());
+    Ok(())
+}
+
+fn repair_wal(index: &Path, json: bool) -> anyhow::Result<()> {
+    let r = memory::wal::repair(index).map_err(|e| {
+        anyhow::anyhow!(
+            "repairing the memory log of {}: {e}{}",
+            index.display(),
+            if matches!(e, memory::wal::WalError::Busy { .. }) {
+                "; stop that server first"
+            } else {
+                ""
+            }
+        )
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!("{r}");
+    }
     Ok(())
 }
 
@@ -362,6 +417,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     drop(snap);
     if !a.no_watch {
         engine.spawn_watcher(engine::WATCH_INTERVAL);
+    }
+    if engine.memory_access() == memory::store::LogAccess::HeldElsewhere {
+        // Another queryd writes the memories: follow its log (and its flushes).
+        engine.spawn_log_tailer(engine::WATCH_INTERVAL);
     }
     engine.set_flush_at(a.memory_flush_at);
     engine.spawn_flusher();

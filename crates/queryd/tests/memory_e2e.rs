@@ -616,3 +616,238 @@ async fn staleness_cli_records_when_no_server_holds_the_log() {
         "{r:#}"
     );
 }
+
+/// Byte offsets of the records of a memory log (`[len][crc][payload]` after an 8-byte magic).
+fn wal_records(b: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = 8;
+    while at + 8 <= b.len() {
+        let len = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+        out.push((at, at + 8 + len));
+        at += 8 + len;
+    }
+    out
+}
+
+async fn add_one(c: &Client, text: &str) -> String {
+    let v = call(c, "add_memories", json!({"memories": [{"text": text}]}))
+        .await
+        .unwrap();
+    v["ids"][0].as_str().unwrap().to_string()
+}
+
+fn kill9(pid: u32) {
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// A bit flipped in a record in the middle of the log is damage, not a torn tail: export
+/// fails naming what it could not read, the server serves the valid prefix with `degraded`
+/// health and refuses writes, nothing is cut; `repair-wal` (refused while a server holds the
+/// log) salvages every other record and keeps the original aside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mid_log_damage_is_loud_and_repairable() {
+    let ix = common::indexed_fixture();
+    let n = 12;
+    let (c, pid) = start(&ix.index, &[]).await;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(
+            add_one(
+                &c,
+                &format!("wal damage test memory number {i} about parsers"),
+            )
+            .await,
+        );
+    }
+    // SIGKILL: a clean shutdown would flush the log into a segment.
+    kill9(pid);
+    let wal = ix.index.join("memory.wal");
+    let mut b = std::fs::read(&wal).unwrap();
+    let recs = wal_records(&b);
+    assert_eq!(recs.len(), n);
+    // One bit in the vector of record 6 (its JSON, with the id, stays readable).
+    let bad = 5;
+    b[recs[bad].1 - 9] ^= 0x08;
+    std::fs::write(&wal, &b).unwrap();
+
+    let export = |dir: &std::path::Path| {
+        std::process::Command::new(BIN)
+            .args(["export", "--index"])
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let o = export(&ix.index);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "export of a damaged log succeeded: {err}"
+    );
+    assert!(
+        err.contains("INCOMPLETE")
+            && err.contains(&format!(
+                "{} records of the memory log could not be read",
+                n - bad
+            ))
+            && err.contains("repair-wal"),
+        "{err}"
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), bad);
+
+    // The server: the valid prefix, degraded, writes refused, nothing cut.
+    let (c, pid) = start(&ix.index, &[]).await;
+    let st = call(&c, "index_status", json!({})).await.unwrap();
+    assert_eq!(st["health"], "degraded", "{st:#}");
+    assert_eq!(st["memories"], "read-only (damaged log)");
+    let dmg = &st["memory_log_damage"];
+    assert_eq!(
+        dmg["bad_offset"].as_u64(),
+        Some(recs[bad].0 as u64),
+        "{st:#}"
+    );
+    assert_eq!(dmg["records_after"].as_u64(), Some((n - bad - 1) as u64));
+    assert!(dmg["fix"].as_str().unwrap().contains("repair-wal"));
+    assert_eq!(list_all(&c).await.len(), bad);
+    let e = err_text(
+        call(
+            &c,
+            "add_memories",
+            json!({"memories": [{"text": "refused"}]}),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(e.contains("damaged") && e.contains("repair-wal"), "{e}");
+    assert_eq!(
+        std::fs::read(&wal).unwrap(),
+        b,
+        "the server changed the log"
+    );
+
+    let repair = || {
+        std::process::Command::new(BIN)
+            .args(["repair-wal"])
+            .arg(&ix.index)
+            .output()
+            .unwrap()
+    };
+    let o = repair();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "repair under a running server");
+    assert!(err.contains(&format!("pid {pid}")), "{err}");
+    assert_eq!(std::fs::read(&wal).unwrap(), b);
+    c.cancel().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        std::fs::read(&wal).unwrap(),
+        b,
+        "the shutdown flush touched the log"
+    );
+
+    let o = repair();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains(&format!("records kept: {}", n - 1))
+            && out.contains("records lost: 1")
+            && out.contains(&ids[bad]),
+        "{out}"
+    );
+    let aside: Vec<_> = std::fs::read_dir(&ix.index)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("memory.wal.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(std::fs::read(&aside[0]).unwrap(), b);
+
+    let o = export(&ix.index);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got: HashSet<String> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let want: HashSet<String> = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != bad)
+        .map(|(_, id)| id.clone())
+        .collect();
+    assert_eq!(got, want);
+
+    // Writable again.
+    let (c, _) = start(&ix.index, &[]).await;
+    let st = call(&c, "index_status", json!({})).await.unwrap();
+    assert_eq!(
+        (st["health"].as_str(), st["memories"].as_str()),
+        (Some("ok"), Some("read-write"))
+    );
+    add_one(&c, "written after the repair").await;
+    c.cancel().await.unwrap();
+}
+
+/// A second queryd on the same index says it is read-only and who holds the log, refuses
+/// writes, and follows the first one's writes (and its flushes) within a short wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_queryd_is_read_only_and_follows_the_writer() {
+    let ix = common::indexed_fixture();
+    let (a, pid_a) = start(&ix.index, &["--memory-flush-at", "3"]).await;
+    let first = add_one(&a, "written before the second server started").await;
+    let (b, _) = start(&ix.index, &[]).await;
+    let st = call(&b, "index_status", json!({})).await.unwrap();
+    assert_eq!(
+        st["memories"],
+        format!("read-only (held by pid {pid_a})"),
+        "{st:#}"
+    );
+    assert_eq!(st["health"], "ok");
+    let st_a = call(&a, "index_status", json!({})).await.unwrap();
+    assert_eq!(st_a["memories"], "read-write");
+    call(&b, "get_memory", json!({"id": first})).await.unwrap();
+    let e = err_text(
+        call(
+            &b,
+            "add_memories",
+            json!({"memories": [{"text": "refused"}]}),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(e.contains(&format!("pid {pid_a}")), "{e}");
+
+    // New writes through the first server show up on the second; the third write flushes
+    // the first server's log into a segment (a new generation, the log truncated).
+    let mut ids = vec![first];
+    for i in 0..4 {
+        ids.push(add_one(&a, &format!("written while both servers run, number {i}")).await);
+        let id = ids.last().unwrap();
+        let mut seen = false;
+        for _ in 0..50 {
+            if call(&b, "get_memory", json!({"id": id})).await.is_ok() {
+                seen = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(seen, "the second server never saw write {i}");
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let listed: HashSet<String> = list_all(&b)
+        .await
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, ids.iter().cloned().collect::<HashSet<_>>());
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{ms, Debug, ToolResult};
 use crate::engine::{unix_secs, Engine};
+use memory::store::LogAccess;
 
 /// The served index: health, generation, segments, live chunks and files, languages, model,
 /// index age, reload errors and embedding-cache statistics.
@@ -31,9 +32,17 @@ pub struct SegmentStatus {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct StatusAnswer {
     /// `ok`, or `degraded` when something is wrong: a newer index generation could not be
-    /// loaded (the previous one is still served; see `reload_error`), a code segment is left
-    /// out (`left_out`), or a problem was found while serving (`problems`).
+    /// loaded (the previous one is still served; see `reload_error`), the memory log is damaged
+    /// (see `memory_log_damage`), a code segment is left out (`left_out`), or a problem was
+    /// found while serving (`problems`).
     pub health: &'static str,
+    /// `read-write`; `read-only (held by pid N)` when another queryd holds the memory log (its
+    /// writes are followed); `read-only (damaged log)`; `read-only (<why>)` otherwise.
+    pub memories: String,
+    /// A damaged record followed by valid ones in the memory log: where, which LSNs are not
+    /// served, and the fix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_log_damage: Option<LogDamage>,
     pub index_dir: String,
     pub generation: u64,
     pub model_id: String,
@@ -73,6 +82,24 @@ pub struct LeftOut {
     /// The damaged file.
     pub path: String,
     pub error: String,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LogDamage {
+    /// Byte offset of the first damaged record, and of the first valid record after it.
+    pub bad_offset: u64,
+    pub resume_offset: u64,
+    /// Why the record is bad (checksum mismatch, implausible length, ...).
+    pub reason: String,
+    /// Last LSN served (the valid prefix, whole batches).
+    pub last_good_lsn: u64,
+    /// Valid records after the damage, not served, and their LSN range.
+    pub records_after: u64,
+    pub lsns_after: String,
+    /// Intact records of the broken batch before the damage, not served.
+    pub unreplayed_before: u64,
+    /// What to do.
+    pub fix: String,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -125,9 +152,35 @@ impl Engine {
             })
             .collect();
         let problems = self.problems();
-        let healthy = failure.is_none() && left_out.is_empty() && problems.is_empty();
+
+        let damage = self.memory_log_damage();
+        let memories = match (self.memory_access(), self.memory_writes_disabled()) {
+            (LogAccess::Writer, None) => "read-write".to_string(),
+            (LogAccess::HeldElsewhere, _) => match memory::wal::holder_pid(self.dir()) {
+                Some(pid) => format!("read-only (held by pid {pid})"),
+                None => "read-only (held by another queryd)".to_string(),
+            },
+            (LogAccess::Damaged, _) => "read-only (damaged log)".to_string(),
+            (_, why) => format!("read-only ({})", why.unwrap_or_default()),
+        };
+        let healthy =
+            failure.is_none() && damage.is_none() && left_out.is_empty() && problems.is_empty();
         Ok(StatusAnswer {
             health: if healthy { "ok" } else { "degraded" },
+            memories,
+            memory_log_damage: damage.map(|d| LogDamage {
+                bad_offset: d.bad_offset,
+                resume_offset: d.resume_offset,
+                reason: d.reason.clone(),
+                last_good_lsn: d.last_good_lsn,
+                records_after: d.records_after,
+                lsns_after: format!("{}-{}", d.first_lsn_after, d.last_lsn_after),
+                unreplayed_before: d.unreplayed_before,
+                fix: format!(
+                    "stop every queryd on this index, then run `queryd repair-wal --index {}`",
+                    self.dir().display()
+                ),
+            }),
             index_dir: self.dir().display().to_string(),
             generation: snap.generation(),
             model_id: snap.code.index.manifest.model_id.clone(),

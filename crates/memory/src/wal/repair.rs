@@ -1,0 +1,373 @@
+//! `queryd repair-wal`: salvage every readable record of a damaged memory log.
+//!
+//! The rule for a call (batch) the damage broke: its intact records are kept and the call is
+//! reported as partially applied, with the LSNs that could not be read. Every record before
+//! the last valid one belongs to an acknowledged call (appends are sequential and a torn tail
+//! is cut before the next append), so dropping intact records would lose acknowledged writes
+//! on top of the damaged ones; the all-or-nothing rule of replay exists for unacknowledged
+//! calls, which only a torn tail holds. A last batch without its end (a torn tail) is not
+//! kept, as at every open. The original log is kept aside (`memory.wal.corrupt-<ms>`, never
+//! deleted) before the new one replaces it.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{holder_pid, salvage, sync_parent, Found, WalError, WalOp, MAGIC, WAL_FILE};
+
+/// Records lost in one damaged stretch of the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LostRange {
+    /// Byte range of the damage.
+    pub from_byte: u64,
+    pub to_byte: u64,
+    /// LSNs that could not be read (from the gap between the valid records around the
+    /// damage); `first_lsn` is `None` when the damage is at the start of the log.
+    pub first_lsn: Option<u64>,
+    pub last_lsn: u64,
+    /// Memory ids that appear in the damaged bytes (best effort: the JSON may be damaged).
+    pub probable_ids: Vec<String>,
+}
+
+/// An intact record kept from a call the damage broke (or from the call right after the
+/// damage, which may be the same one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeptRecord {
+    pub lsn: u64,
+    /// `put` or `delete`.
+    pub op: &'static str,
+    pub id: String,
+}
+
+/// What `repair` did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RepairReport {
+    pub path: PathBuf,
+    /// Whether a new log was written (false: nothing to repair).
+    pub repaired: bool,
+    /// Where the original log is kept.
+    pub kept_aside: Option<PathBuf>,
+    pub records_kept: u64,
+    /// LSN ranges of the records kept (a gap is a damaged stretch).
+    pub kept_lsns: Vec<(u64, u64)>,
+    /// Records that could not be read (known from LSN gaps; at least one per stretch when the
+    /// damage is at the start of the log).
+    pub records_lost: u64,
+    pub lost: Vec<LostRange>,
+    /// Bytes holding no valid record, the torn tail included.
+    pub bytes_skipped: u64,
+    /// Intact records around the damage that were kept: the call they belong to may be
+    /// partially applied; check them.
+    pub partially_applied: Vec<KeptRecord>,
+    /// Records of an unfinished last batch (never acknowledged), not kept.
+    pub torn_tail_records: u64,
+    pub torn_tail_bytes: u64,
+}
+
+fn kept(r: &Found) -> KeptRecord {
+    let (op, id) = match &r.op {
+        WalOp::Put { record, .. } => ("put", record.id.clone()),
+        WalOp::Delete { id } => ("delete", id.clone()),
+    };
+    KeptRecord { lsn: r.lsn, op, id }
+}
+
+/// Memory ids that appear as `"id":"<uuid>"` in damaged bytes.
+fn probable_ids(b: &[u8]) -> Vec<String> {
+    const KEY: &[u8] = b"\"id\":\"";
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(p) = b[i..].windows(KEY.len()).position(|w| w == KEY) {
+        let at = i + p + KEY.len();
+        if let Some(id) = b.get(at..at + 36).and_then(|s| std::str::from_utf8(s).ok()) {
+            if format::memory::is_uuid(id) && !out.iter().any(|x| x == id) {
+                out.push(id.to_string());
+            }
+        }
+        i = at;
+    }
+    out
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// Salvages `dir/memory.wal`: keeps the original aside, writes a new log with every valid
+/// record (up to the last complete batch), fsyncs it and renames it into place. Refuses while
+/// another process holds the log ([`WalError::Busy`]). A log without damage followed by valid
+/// records is left alone (`repaired: false`; a torn tail is cut by the next open).
+pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
+    let path = dir.join(WAL_FILE);
+    let io = |source| WalError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut report = RepairReport {
+        path: path.clone(),
+        ..RepairReport::default()
+    };
+    let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+        Err(e) => return Err(io(e)),
+    };
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(WalError::Busy {
+                pid: holder_pid(dir),
+                path,
+            })
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+    }
+    let mut b = Vec::new();
+    file.read_to_end(&mut b).map_err(io)?;
+    if b.len() < MAGIC.len() && MAGIC.starts_with(&b) {
+        return Ok(report);
+    }
+    if !b.starts_with(MAGIC) {
+        return Err(WalError::BadMagic { path });
+    }
+    let s = salvage(&b);
+    // Records kept: up to the last end of a batch; after it, an unacknowledged torn tail.
+    let keep = s.recs.iter().rposition(|r| r.last).map_or(0, |i| i + 1);
+    let kept_end = keep.checked_sub(1).map_or(MAGIC.len(), |i| s.recs[i].end);
+    report.torn_tail_records = (s.recs.len() - keep) as u64;
+    report.torn_tail_bytes = (b.len() - kept_end) as u64;
+    report.bytes_skipped = s.skips.iter().map(|k| (k.end - k.start) as u64).sum();
+    let interior: Vec<_> = s.skips.iter().filter(|k| k.end <= kept_end).collect();
+    report.records_kept = keep as u64;
+    for r in &s.recs[..keep] {
+        match report.kept_lsns.last_mut() {
+            Some((_, hi)) if *hi + 1 == r.lsn => *hi = r.lsn,
+            _ => report.kept_lsns.push((r.lsn, r.lsn)),
+        }
+    }
+    for k in &interior {
+        let before = s.recs[..keep].iter().rposition(|r| r.end <= k.start);
+        let after = s.recs[..keep]
+            .iter()
+            .position(|r| r.at >= k.end)
+            .expect("a kept record follows an interior skip");
+        let next = s.recs[after].lsn;
+        let first = before.map(|i| s.recs[i].lsn + 1);
+        report.records_lost += first.map_or(1, |f| next - f);
+        report.lost.push(LostRange {
+            from_byte: k.start as u64,
+            to_byte: k.end as u64,
+            first_lsn: first,
+            last_lsn: next - 1,
+            probable_ids: probable_ids(&b[k.start..k.end]),
+        });
+        // The intact part of the broken call: records since the last end of a batch before
+        // the damage, and those after it up to the next end of a batch.
+        let start = before.map_or(0, |i| {
+            s.recs[..=i]
+                .iter()
+                .rposition(|r| r.last)
+                .map_or(0, |j| j + 1)
+        });
+        for r in &s.recs[start..before.map_or(0, |i| i + 1)] {
+            report.partially_applied.push(kept(r));
+        }
+        for r in &s.recs[after..keep] {
+            report.partially_applied.push(kept(r));
+            if r.last {
+                break;
+            }
+        }
+    }
+    if interior.is_empty() {
+        return Ok(report); // clean, or only a torn tail: nothing to repair
+    }
+    // The original, kept aside first (never overwritten, never deleted).
+    let aside = path.with_extension(format!("wal.corrupt-{}", now_ms()));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&aside)
+        .map_err(io)?;
+    f.write_all(&b).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    sync_parent(&aside);
+    report.kept_aside = Some(aside);
+    // The new log: the magic and every kept record's bytes as they were.
+    let tmp = path.with_extension("wal.repair-tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    let mut out = Vec::with_capacity(b.len());
+    out.extend_from_slice(MAGIC);
+    for r in &s.recs[..keep] {
+        out.extend_from_slice(&b[r.at..r.end]);
+    }
+    f.write_all(&out).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    std::fs::rename(&tmp, &path).map_err(io)?;
+    sync_parent(&path);
+    report.repaired = true;
+    Ok(report)
+}
+
+impl std::fmt::Display for RepairReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.repaired {
+            if self.torn_tail_bytes > 0 {
+                return write!(
+                    f,
+                    "{}: no damage followed by valid records; only a torn tail of {} bytes ({} records of an unfinished call), which queryd cuts (and keeps aside) when it starts. Nothing to repair",
+                    self.path.display(),
+                    self.torn_tail_bytes,
+                    self.torn_tail_records
+                );
+            }
+            return write!(
+                f,
+                "{}: the log is intact; nothing to repair",
+                self.path.display()
+            );
+        }
+        let ranges = |v: &[(u64, u64)]| {
+            v.iter()
+                .map(|(a, b)| format!("{a}-{b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        writeln!(f, "repaired {}", self.path.display())?;
+        if let Some(a) = &self.kept_aside {
+            writeln!(f, "  original kept in {}", a.display())?;
+        }
+        writeln!(
+            f,
+            "  records kept: {} (LSN {})",
+            self.records_kept,
+            ranges(&self.kept_lsns)
+        )?;
+        writeln!(f, "  records lost: {}", self.records_lost)?;
+        for l in &self.lost {
+            writeln!(
+                f,
+                "    bytes {}-{}: LSN {}{}{}",
+                l.from_byte,
+                l.to_byte,
+                l.first_lsn.map_or("?".to_string(), |x| x.to_string()),
+                if l.first_lsn == Some(l.last_lsn) {
+                    String::new()
+                } else {
+                    format!("-{}", l.last_lsn)
+                },
+                if l.probable_ids.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (probably memories {})", l.probable_ids.join(", "))
+                }
+            )?;
+        }
+        writeln!(f, "  bytes skipped: {}", self.bytes_skipped)?;
+        if !self.partially_applied.is_empty() {
+            writeln!(
+                f,
+                "  kept from the call(s) around the damage (possibly partially applied; check them):"
+            )?;
+            for r in &self.partially_applied {
+                writeln!(f, "    LSN {} {} {}", r.lsn, r.op, r.id)?;
+            }
+        }
+        if self.torn_tail_records > 0 {
+            writeln!(
+                f,
+                "  not kept: {} records of an unfinished last call (never acknowledged)",
+                self.torn_tail_records
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{put, rec};
+    use super::super::{read_only, Wal};
+    use super::*;
+
+    #[test]
+    fn salvages_every_readable_record_and_keeps_the_original() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(WAL_FILE);
+        // Batches: [1] [2 3 4] [5] [6] [7] [8 9(unfinished: a torn tail)].
+        let (mut w, _) = Wal::open(d.path(), 1).unwrap();
+        w.append(&[put(1)]).unwrap();
+        w.append(&[put(2), put(3), WalOp::Delete { id: rec(1).id }])
+            .unwrap();
+        for i in 5..=7 {
+            w.append(&[put(i)]).unwrap();
+        }
+        w.append(&[put(8), put(9)]).unwrap();
+        drop(w);
+        let mut b = std::fs::read(&path).unwrap();
+        let at: Vec<usize> = salvage(&b).recs.iter().map(|r| r.at).collect();
+        b.truncate(at[8] + 20); // the last record half written
+                                // Damage the middle record of the 3-record batch (LSN 3), in its vector.
+        let end3 = at[3];
+        b[end3 - 5] ^= 0x40;
+        std::fs::write(&path, &b).unwrap();
+
+        // Refused while a server holds the log.
+        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        assert!(r.damage.is_some());
+        assert!(matches!(repair(d.path()), Err(WalError::Busy { .. })));
+        drop(w);
+        assert_eq!(std::fs::read(&path).unwrap(), b);
+
+        let r = repair(d.path()).unwrap();
+        assert!(r.repaired);
+        assert_eq!(r.records_kept, 6); // 1 2 4 5 6 7 (8 is in the unfinished last batch)
+        assert_eq!(r.kept_lsns, [(1, 2), (4, 7)]);
+        assert_eq!(r.records_lost, 1);
+        assert_eq!(r.lost.len(), 1);
+        let lost = &r.lost[0];
+        assert_eq!((lost.first_lsn, lost.last_lsn), (Some(3), 3));
+        assert_eq!((lost.from_byte, lost.to_byte), (at[2] as u64, at[3] as u64));
+        assert_eq!(lost.probable_ids, [rec(3).id]);
+        assert_eq!(
+            r.partially_applied
+                .iter()
+                .map(|k| (k.lsn, k.op))
+                .collect::<Vec<_>>(),
+            [(2, "put"), (4, "delete")]
+        );
+        assert_eq!(r.torn_tail_records, 1);
+        assert_eq!(r.bytes_skipped, (at[3] - at[2] + 20) as u64);
+        assert_eq!(r.torn_tail_bytes, (at[8] - at[7] + 20) as u64);
+        // The original is kept byte for byte.
+        let aside = r.kept_aside.clone().unwrap();
+        assert_eq!(std::fs::read(&aside).unwrap(), b);
+        let text = r.to_string();
+        assert!(
+            text.contains("records lost: 1") && text.contains(&rec(3).id),
+            "{text}"
+        );
+
+        // The new log is clean and holds every kept record.
+        let ro = read_only(d.path()).unwrap();
+        assert!(ro.damage.is_none() && ro.cut_bytes == 0);
+        let lsns: Vec<u64> = ro.ops.iter().map(|o| o.0).collect();
+        assert_eq!(lsns, [1, 2, 4, 5, 6, 7]);
+        assert_eq!(ro.ops[1].1, put(2));
+        let (mut w, r2) = Wal::open(d.path(), 1).unwrap();
+        assert_eq!(r2.ops.len(), 6);
+        assert_eq!(w.append(&[put(10)]).unwrap(), [8]);
+        drop(w);
+
+        // Nothing left to repair; the aside copy stays.
+        let again = repair(d.path()).unwrap();
+        assert!(!again.repaired && again.kept_aside.is_none());
+        assert!(aside.exists());
+    }
+}
