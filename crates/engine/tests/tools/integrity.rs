@@ -93,7 +93,7 @@ fn a_damaged_code_segment_is_left_out_and_the_rest_is_still_served() {
     );
     assert_eq!(list_all(&e).len(), 2);
     // Export does not need the code segments.
-    assert_eq!(memory::store::export(&ix.index).unwrap().len(), 2);
+    assert_eq!(memory::store::export(&ix.index).unwrap().memories.len(), 2);
     // The indexer still refuses to build on it (strict open), naming the file.
     let strict = format::Index::open(&ix.index).unwrap_err().to_string();
     assert!(
