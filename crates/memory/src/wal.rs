@@ -317,11 +317,13 @@ impl Wal {
             source,
         };
         fsio::set_len(&self.file, &self.path, MAGIC.len() as u64).map_err(io)?;
+        // The file is this long now, even if what follows fails: a later cut-back of a
+        // failed append must not grow it again (zeros before the next records).
+        self.len = MAGIC.len() as u64;
         self.file
             .seek(SeekFrom::Start(MAGIC.len() as u64))
             .map_err(io)?;
         fsio::sync_all(&self.file, &self.path).map_err(io)?;
-        self.len = MAGIC.len() as u64;
         Ok(())
     }
 
