@@ -46,7 +46,9 @@ pub fn fuzz_dir() -> PathBuf {
 fn scratch(name: &str) -> PathBuf {
     static ROOT: OnceLock<tempfile::TempDir> = OnceLock::new();
     let root = ROOT.get_or_init(|| tempfile::tempdir().expect("a temporary directory"));
-    let d = root.path().join(format!("{name}-{:?}", std::thread::current().id()));
+    let d = root
+        .path()
+        .join(format!("{name}-{:?}", std::thread::current().id()));
     std::fs::create_dir_all(&d).expect("scratch dir");
     d
 }
@@ -230,7 +232,14 @@ fn exercise(seg: &format::Segment) {
             let _ = seg.graph().external_from(i, k).len();
         }
     }
-    let _ = seg.graph().neighbors(n + 5, format::records::EdgeKind::Calls, format::graph::Direction::Out).count();
+    let _ = seg
+        .graph()
+        .neighbors(
+            n + 5,
+            format::records::EdgeKind::Calls,
+            format::graph::Direction::Out,
+        )
+        .count();
     for (name, _) in t.names().take(16) {
         let _ = t.name_chunks(name).count();
         let _ = t.symbol_chunks(name).count();

@@ -196,9 +196,13 @@ fn write_seeds() {
     {
         let _l = format::manifest::DirLock::acquire(&ix.index).unwrap();
         let mut next = None;
-        memory::store::flush(&ix.index, &view, &mut w, std::time::Instant::now(), |a, _, b, _| {
-            next = Some(memory::MemoryView::new(a, b))
-        })
+        memory::store::flush(
+            &ix.index,
+            &view,
+            &mut w,
+            std::time::Instant::now(),
+            |a, _, b, _| next = Some(memory::MemoryView::new(a, b)),
+        )
         .unwrap()
         .unwrap();
         view = next.unwrap();
@@ -210,9 +214,15 @@ fn write_seeds() {
     {
         // Flushing the delete tombstones the memory segment.
         let _l = format::manifest::DirLock::acquire(&ix.index).unwrap();
-        memory::store::flush(&ix.index, &view, &mut w, std::time::Instant::now(), |_, _, _, _| {})
-            .unwrap()
-            .unwrap();
+        memory::store::flush(
+            &ix.index,
+            &view,
+            &mut w,
+            std::time::Instant::now(),
+            |_, _, _, _| {},
+        )
+        .unwrap()
+        .unwrap();
     }
     assert_eq!(dim, 384);
     drop(w);
@@ -229,7 +239,11 @@ fn write_seeds() {
         put("wal", &format!("log-{i}"), b);
     }
     let m = format::IndexManifest::read(&ix.index).unwrap();
-    put("manifest", "MANIFEST", &std::fs::read(ix.index.join("MANIFEST")).unwrap());
+    put(
+        "manifest",
+        "MANIFEST",
+        &std::fs::read(ix.index.join("MANIFEST")).unwrap(),
+    );
     for (kind, e) in [("code", &m.segments[0]), ("memory", &m.memory_segments[0])] {
         let src = ix.index.join(format::segment::dir_name(&e.id));
         let dst = fuzz.join("template").join(kind);
@@ -249,7 +263,11 @@ fn write_seeds() {
             put(target, &format!("{kind}-{n}"), &std::fs::read(&p).unwrap());
         }
         if let Some(t) = &e.tombstones {
-            put("tombstones", &t.file, &std::fs::read(ix.index.join(&t.file)).unwrap());
+            put(
+                "tombstones",
+                &t.file,
+                &std::fs::read(ix.index.join(&t.file)).unwrap(),
+            );
         }
     }
     // The manifest target's index holds the templates: a manifest naming exactly them.
@@ -258,6 +276,13 @@ fn write_seeds() {
         list.truncate(1);
         list[0].tombstones = None;
     }
-    put("manifest", "MANIFEST-templates", &serde_json::to_vec_pretty(&mm).unwrap());
-    assert!(Path::new(&fuzz.join("corpus/tombstones")).exists(), "no tombstone seed");
+    put(
+        "manifest",
+        "MANIFEST-templates",
+        &serde_json::to_vec_pretty(&mm).unwrap(),
+    );
+    assert!(
+        Path::new(&fuzz.join("corpus/tombstones")).exists(),
+        "no tombstone seed"
+    );
 }

@@ -51,5 +51,9 @@ fn failed_truncate_sync_then_failed_append_loses_nothing() {
     let (_, r) = Wal::open(d.path(), 1).unwrap();
     let lsns: Vec<u64> = r.ops.iter().map(|o| o.0).collect();
     assert_eq!(r.cut_bytes, 0, "{:?}", r.cut_reason);
-    assert_eq!(lsns, [a[0], c[0]], "acknowledged writes after the truncation");
+    assert_eq!(
+        lsns,
+        [a[0], c[0]],
+        "acknowledged writes after the truncation"
+    );
 }
