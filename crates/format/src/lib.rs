@@ -7,6 +7,7 @@
 //! opened and then read it zero-copy through `memmap2`.
 
 pub mod bm25;
+pub mod fsio;
 pub mod graph;
 pub mod header;
 pub mod manifest;
@@ -91,17 +92,15 @@ pub(crate) fn corrupt(path: &Path, detail: impl Into<String>) -> FormatError {
 /// Writes `bytes` to `path` and fsyncs the file (no rename: segment files are written into a
 /// fresh directory that only becomes visible through the manifest).
 pub(crate) fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path).map_err(io_err(path))?;
-    f.write_all(bytes).map_err(io_err(path))?;
-    f.sync_all().map_err(io_err(path))?;
+    let mut f = fsio::create(path).map_err(io_err(path))?;
+    fsio::write_all(&mut f, path, bytes).map_err(io_err(path))?;
+    fsio::sync_all(&f, path).map_err(io_err(path))?;
     Ok(())
 }
 
 /// Fsyncs a directory so that renames and creations inside it are durable.
 pub(crate) fn sync_dir(path: &Path) -> Result<()> {
-    let d = std::fs::File::open(path).map_err(io_err(path))?;
-    d.sync_all().map_err(io_err(path))
+    fsio::sync_dir(path).map_err(io_err(path))
 }
 
 /// Hex of the blake3 hash of `bytes`.

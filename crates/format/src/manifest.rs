@@ -81,12 +81,14 @@ impl DirLock {
     /// Blocks until the lock is held.
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         let p = dir.join("LOCK");
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&p)
-            .map_err(io_err(&p))?;
+        let f = crate::fsio::open(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true),
+            &p,
+        )
+        .map_err(io_err(&p))?;
         f.lock().map_err(io_err(&p))?;
         Ok(DirLock { _file: f })
     }
@@ -146,7 +148,7 @@ impl IndexManifest {
             .map_err(|e| FormatError::InvalidInput(e.to_string()))?;
         write_synced(&tmp, &json)?;
         let dest = dir.join(MANIFEST);
-        std::fs::rename(&tmp, &dest).map_err(io_err(&dest))?;
+        crate::fsio::rename(&tmp, &dest).map_err(io_err(&dest))?;
         sync_dir(dir)
     }
 }

@@ -215,7 +215,7 @@ impl SegmentBuilder {
         }
 
         let tmp = index_dir.join(format!(".tmp-seg-{}-{}", std::process::id(), unique()));
-        std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        crate::fsio::create_dir_all(&tmp).map_err(io_err(&tmp))?;
         let result = (|| {
             let mut vector_index = "flat".to_string();
             if n as usize >= vectors::IVF_THRESHOLD {
@@ -236,7 +236,7 @@ impl SegmentBuilder {
                     write_synced(&p, bytes)?;
                 } else {
                     let f = std::fs::File::open(&p).map_err(io_err(&p))?;
-                    f.sync_all().map_err(io_err(&p))?;
+                    crate::fsio::sync_all(&f, &p).map_err(io_err(&p))?;
                 }
                 files.push(FileEntry {
                     name: name.to_string(),
@@ -263,7 +263,7 @@ impl SegmentBuilder {
             if dest.exists() {
                 std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
             } else {
-                std::fs::rename(&tmp, &dest).map_err(io_err(&dest))?;
+                crate::fsio::rename(&tmp, &dest).map_err(io_err(&dest))?;
                 sync_dir(index_dir)?;
             }
             Ok((id, meta))

@@ -114,7 +114,7 @@ fn open_existing(
     embedder: &dyn Embedder,
     report: &mut BuildReport,
 ) -> Result<Option<Index>, IndexerError> {
-    std::fs::create_dir_all(out).map_err(|e| IndexerError::Io {
+    format::fsio::create_dir_all(out).map_err(|e| IndexerError::Io {
         path: out.to_path_buf(),
         source: e,
     })?;

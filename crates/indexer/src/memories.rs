@@ -230,7 +230,7 @@ pub fn ingest(
     }
     report.embed_secs = t.elapsed().as_secs_f64();
 
-    std::fs::create_dir_all(out).map_err(|e| IndexerError::Io {
+    format::fsio::create_dir_all(out).map_err(|e| IndexerError::Io {
         path: out.to_path_buf(),
         source: e,
     })?;

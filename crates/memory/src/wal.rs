@@ -24,9 +24,10 @@
 //! second server can say who holds it.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use format::fsio;
 use format::memory::MemoryRecord;
 use serde::Serialize;
 
@@ -369,13 +370,15 @@ impl Wal {
             path: path.clone(),
             source,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io)?;
+        let mut file = fsio::open(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+            &path,
+        )
+        .map_err(io)?;
         // One writer per log, for the life of this handle (released when the file closes).
         match file.try_lock() {
             Ok(()) => {}
@@ -391,10 +394,10 @@ impl Wal {
         let mut rec = Recovery::default();
         if b.is_empty() || (b.len() < MAGIC.len() && MAGIC.starts_with(&b)) {
             // New, or a crash while writing the magic.
-            file.set_len(0).map_err(io)?;
+            fsio::set_len(&file, &path, 0).map_err(io)?;
             file.seek(SeekFrom::Start(0)).map_err(io)?;
-            file.write_all(MAGIC).map_err(io)?;
-            file.sync_all().map_err(io)?;
+            fsio::write_all(&mut file, &path, MAGIC).map_err(io)?;
+            fsio::sync_all(&file, &path).map_err(io)?;
             sync_parent(&path);
             b = MAGIC.to_vec();
         } else if !b.starts_with(MAGIC) {
@@ -434,15 +437,15 @@ impl Wal {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis())
             ));
-            std::fs::write(&aside, &b[end..]).map_err(io)?;
+            fsio::write_file(&aside, &b[end..]).map_err(io)?;
             rec.cut_reason = Some(format!(
                 "{}; the {} bytes cut are kept in {}",
                 why.unwrap_or_else(|| "corrupt record".into()),
                 b.len() - end,
                 aside.display()
             ));
-            file.set_len(end as u64).map_err(io)?;
-            file.sync_all().map_err(io)?;
+            fsio::set_len(&file, &path, end as u64).map_err(io)?;
+            fsio::sync_all(&file, &path).map_err(io)?;
         }
         file.seek(SeekFrom::Start(end as u64)).map_err(io)?;
         let last = ops.last().map_or(0, |o| o.0);
@@ -480,17 +483,13 @@ impl Wal {
             path: self.path.clone(),
             source,
         };
-        let r = self
-            .file
-            .write_all(&buf)
-            .and_then(|_| self.file.sync_data());
+        let r = fsio::write_all(&mut self.file, &self.path, &buf)
+            .and_then(|_| fsio::sync_data(&self.file, &self.path));
         if let Err(e) = r {
             // Cut the partial append back; if even that fails, refuse further appends (they
             // would follow garbage) until a restart recovers the log.
-            let cut = self
-                .file
-                .set_len(self.len)
-                .and_then(|_| self.file.sync_data())
+            let cut = fsio::set_len(&self.file, &self.path, self.len)
+                .and_then(|_| fsio::sync_data(&self.file, &self.path))
                 .and_then(|_| self.file.seek(SeekFrom::Start(self.len)).map(|_| ()));
             if let Err(c) = cut {
                 self.poisoned = Some(format!(
@@ -510,12 +509,14 @@ impl Wal {
             path: self.path.clone(),
             source,
         };
-        self.file.set_len(MAGIC.len() as u64).map_err(io)?;
+        fsio::set_len(&self.file, &self.path, MAGIC.len() as u64).map_err(io)?;
+        // The file is this long now, even if what follows fails: a later cut-back of a
+        // failed append must not grow it again (zeros before the next records).
+        self.len = MAGIC.len() as u64;
         self.file
             .seek(SeekFrom::Start(MAGIC.len() as u64))
             .map_err(io)?;
-        self.file.sync_all().map_err(io)?;
-        self.len = MAGIC.len() as u64;
+        fsio::sync_all(&self.file, &self.path).map_err(io)?;
         Ok(())
     }
 
@@ -600,9 +601,7 @@ impl Drop for Wal {
 /// fsyncs the directory holding `path` (after creating a file in it). Best effort.
 pub fn sync_parent(path: &std::path::Path) {
     if let Some(d) = path.parent() {
-        if let Ok(f) = std::fs::File::open(d) {
-            let _ = f.sync_all();
-        }
+        let _ = fsio::sync_dir(d);
     }
 }
 

@@ -28,7 +28,7 @@ pub(super) fn write_and_commit(
     let t = Instant::now();
     let model_id = embedder.model_id().to_string();
     let dim = embedder.dim();
-    std::fs::create_dir_all(out).map_err(|e| IndexerError::Io {
+    format::fsio::create_dir_all(out).map_err(|e| IndexerError::Io {
         path: out.to_path_buf(),
         source: e,
     })?;
