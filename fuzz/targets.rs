@@ -14,8 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+/// A fuzz target: must return (any result) for every input, never panic.
+pub type Target = fn(&[u8]);
+
 /// Every target by name (the corpus directory names).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("wal", wal::target),
     ("manifest", manifest::target),
     ("tombstones", tombstones::target),

@@ -189,7 +189,11 @@ impl Run {
 
     /// The export (`queryd export`).
     fn export(&self) -> Result<Vec<MemoryRecord>, String> {
-        store::export(&self.dir).map_err(|e| format!("export: {e}"))
+        let x = store::export(&self.dir).map_err(|e| format!("export: {e}"))?;
+        match x.damage {
+            None => Ok(x.memories),
+            Some(d) => Err(format!("export: the memory log is damaged: {d:?}")),
+        }
     }
 
     /// Runs `step`, keeping its error (the workload goes on after a failed step).
