@@ -14,6 +14,7 @@ pub mod integrity;
 pub mod jobs;
 pub mod snapshot;
 pub mod tools;
+pub mod verify;
 pub mod watch;
 
 pub use catalog::{CallError, ToolSpec, CATALOG};
