@@ -348,7 +348,10 @@ mod tests {
         assert_eq!((r.live, r.duplicates), (3, 1));
         assert_eq!(r.max_generation, 5);
         let ta = r.entries[0].tombstones.as_ref().unwrap();
-        assert_eq!((ta.file.as_str(), ta.count), (tombstones::file_name(&a, 5).as_str(), 2));
+        assert_eq!(
+            (ta.file.as_str(), ta.count),
+            (tombstones::file_name(&a, 5).as_str(), 2)
+        );
         assert!(r.entries[1].tombstones.is_none());
         assert_eq!(r.unusable.len(), 1);
         assert!(r.unusable[0].0.ends_with(format!("seg-{c}")));
@@ -365,7 +368,9 @@ mod tests {
         let a = segment(d.path(), vec![rec(1, 1)]);
         let moved = move_aside(&d.path().join(format!("seg-{a}"))).unwrap();
         assert!(moved.to_string_lossy().contains(".bak-"));
-        crate::IndexManifest::empty("m", 4).commit(d.path()).unwrap();
+        crate::IndexManifest::empty("m", 4)
+            .commit(d.path())
+            .unwrap();
         assert!(crate::Index::collect_garbage(d.path()).unwrap().is_empty());
         assert!(moved.is_dir());
     }

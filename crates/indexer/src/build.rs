@@ -124,7 +124,7 @@ fn open_existing(
         Err(e) => {
             return Err(IndexerError::ExistingIndex {
                 path: out.to_path_buf(),
-                source: e,
+                cause: e,
             })
         }
     };
@@ -135,7 +135,7 @@ fn open_existing(
         if let Some(e) = ix.segments.iter().flat_map(|ls| ls.segment.verify()).next() {
             return Err(IndexerError::ExistingIndex {
                 path: out.to_path_buf(),
-                source: e,
+                cause: e,
             });
         }
         report.timings.push(("verify", t.elapsed()));

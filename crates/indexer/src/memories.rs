@@ -255,7 +255,7 @@ pub fn ingest(
         Err(e) => {
             return Err(IndexerError::ExistingIndex {
                 path: out.to_path_buf(),
-                source: e,
+                cause: e,
             })
         }
     };

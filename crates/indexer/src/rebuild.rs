@@ -43,18 +43,21 @@ pub struct RebuildReport {
 
 impl std::fmt::Display for RebuildReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "rebuild: {} code segments dropped; {} memories in {} memory segments kept{}",
-            self.code_segments_dropped,
-            self.memories,
-            self.memory_segments,
-            if self.recovered {
-                " (recovered from the segments on disk; memory.wal is replayed in full)"
-            } else {
-                ""
-            }
-        )?;
+        if self.recovered {
+            write!(
+                f,
+                "rebuild: MANIFEST recreated: {} memories in {} memory segments recovered from \
+                 disk (memory.wal is replayed in full by the next queryd); code re-indexed",
+                self.memories, self.memory_segments
+            )?;
+        } else {
+            write!(
+                f,
+                "rebuild: {} code segments dropped, re-indexed; {} memories in {} memory segments \
+                 kept (and memory.wal)",
+                self.code_segments_dropped, self.memories, self.memory_segments
+            )?;
+        }
         if self.duplicates > 0 {
             write!(f, "; {} duplicate copies hidden", self.duplicates)?;
         }
@@ -110,10 +113,12 @@ pub fn prepare_rebuild(
             recovered_manifest(dir, model_id, dim, &mut report)?
                 .unwrap_or_else(|| IndexManifest::empty(model_id, dim))
         }
-        Err(e @ FormatError::Version { .. }) => return Err(IndexerError::RebuildRefused(format!(
+        Err(e @ FormatError::Version { .. }) => {
+            return Err(IndexerError::RebuildRefused(format!(
             "{e}; --rebuild changed nothing: it cannot carry memories across format versions\n{}",
             format::repair_hint(&e)
-        ))),
+        )))
+        }
         Err(e) => return Err(fmt_err(e)),
     };
     report.memory_segments = manifest.memory_segments.len();

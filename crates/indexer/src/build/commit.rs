@@ -116,7 +116,7 @@ fn current_manifest(
             Err(e) => {
                 return Err(IndexerError::ExistingIndex {
                     path: out.to_path_buf(),
-                    source: e,
+                    cause: e,
                 })
             }
         },
