@@ -27,14 +27,15 @@ pub enum IndexerError {
     },
     #[error("{0} does not exist; pass existing files or directories to index")]
     MissingRoot(PathBuf),
-    /// Not `#[source]`: the text already includes the cause once; `{:#}` would repeat it.
+    /// Not a source (so not named `source`): the text includes the cause once; `{:#}` chains
+    /// would repeat it.
     #[error(
-        "the existing index at {path} cannot be used: {source}\n{}",
-        existing_hint(path, source)
+        "the existing index at {path} cannot be used: {cause}\n{}",
+        existing_hint(path, cause)
     )]
     ExistingIndex {
         path: PathBuf,
-        source: format::FormatError,
+        cause: format::FormatError,
     },
     /// `--rebuild` refused to go on (it would have lost memories); nothing was changed.
     #[error("{0}")]
