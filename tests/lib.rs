@@ -156,3 +156,17 @@ pub fn indexed_fixture() -> Indexed {
     build_index(&repo, &index);
     Indexed { tmp, repo, index }
 }
+
+/// Another binary of the workspace, from the directory of `bin` (a `CARGO_BIN_EXE_*` path):
+/// tests that drive two binaries (`indexer` then `queryd`) find the second one beside the
+/// first. Fails the test, saying how to build it, when it is missing.
+pub fn sibling_bin(bin: &str, name: &str) -> PathBuf {
+    let p = Path::new(bin).with_file_name(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first (`cargo build --release -p cix-{name}`, or run the whole \
+         workspace's tests)",
+        p.display()
+    );
+    p
+}

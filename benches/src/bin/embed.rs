@@ -82,7 +82,12 @@ fn main() -> anyhow::Result<()> {
     };
     let model = kernels::resolve_model_dir(args.model);
     let repo = walk::repo_name(&args.path);
-    let w = walk::walk(&args.path, &repo, walk::DEFAULT_MAX_FILE_BYTES);
+    let w = walk::walk(
+        &args.path,
+        &repo,
+        walk::DEFAULT_MAX_FILE_BYTES,
+        walk::Symlinks::Confined,
+    );
     let mut texts = Vec::new();
     for c in &w.candidates {
         let Ok((src, _)) = walk::read_source(c) else {

@@ -80,8 +80,9 @@ type TailKey = (Option<(u64, Option<SystemTime>)>, u64);
 /// Errors of starting the engine.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    #[error("cannot open the index: {0}")]
-    Index(#[from] FormatError),
+    /// Not `#[source]`: the text includes the cause once; `{:#}` chains would repeat it.
+    #[error("cannot open the index: {}", format::with_repair_hint(.0))]
+    Index(FormatError),
     #[error("cannot load the model from {dir}: {source}")]
     Model {
         dir: PathBuf,
@@ -95,6 +96,12 @@ pub enum OpenError {
         model_dir: PathBuf,
         model: String,
     },
+}
+
+impl From<FormatError> for OpenError {
+    fn from(e: FormatError) -> Self {
+        OpenError::Index(e)
+    }
 }
 
 impl Engine {

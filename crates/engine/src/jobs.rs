@@ -48,6 +48,10 @@ pub struct JobStatus {
     /// Files that could not be indexed (unreadable, walk errors).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub file_errors: Vec<String>,
+    /// Symlinks not followed because they resolve outside their root (the link, its target,
+    /// the root): the index never reads outside the roots it records.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outside_root: Vec<String>,
     /// Why the job failed (nothing was committed for the root that failed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -13,6 +13,7 @@ pub mod header;
 pub mod manifest;
 pub mod memory;
 pub mod records;
+pub mod recover;
 pub mod roots;
 pub mod segment;
 pub mod text;
@@ -37,12 +38,10 @@ pub enum FormatError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} is corrupt: {detail}; re-run `indexer build` to rebuild the index")]
+    /// A damaged file. No advice here: callers add the repair that fits ([`repair_hint`]).
+    #[error("{path} is corrupt ({detail})")]
     Corrupt { path: PathBuf, detail: String },
-    #[error(
-        "{path} has format version {found}, this build reads version {expected}; \
-         rebuild the index with this version of `indexer build`"
-    )]
+    #[error("{path} has format version {found}, this build reads version {expected}")]
     Version {
         path: PathBuf,
         found: u32,
@@ -79,6 +78,57 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> FormatError 
     move |source| FormatError::Io {
         path: path.to_path_buf(),
         source,
+    }
+}
+
+/// The index directory a damaged file belongs to (`dir/MANIFEST`, `dir/tomb-*`,
+/// `dir/seg-*/file`).
+fn index_dir_of(path: &Path) -> &Path {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    if parent
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("seg-"))
+    {
+        parent.parent().unwrap_or(parent)
+    } else {
+        parent
+    }
+}
+
+/// What to do about `e`, as one line (`hint: ...`), for the errors a repair can fix: a damaged
+/// or missing file ([`FormatError::Corrupt`]) and a file of another format version. Empty for
+/// the others.
+pub fn repair_hint(e: &FormatError) -> String {
+    match e {
+        FormatError::Corrupt { path, .. } => format!(
+            "hint: `indexer build <source paths> --out {} --rebuild` re-indexes the code and \
+             keeps every memory (memory segments and memory.wal); whatever it cannot use is moved \
+             aside as *.bak-<time>, never deleted",
+            index_dir_of(path).display()
+        ),
+        FormatError::Version { path, .. } => format!(
+            "hint: export the memories with the `queryd` that wrote {} (`queryd export`), then \
+             `indexer build <source paths> --out <new dir> --memories <dump.jsonl>`",
+            index_dir_of(path).display()
+        ),
+        _ => String::new(),
+    }
+}
+
+/// `e`'s message, followed on a second line by its [`repair_hint`] when it has one.
+pub fn with_repair_hint(e: &FormatError) -> String {
+    match repair_hint(e) {
+        h if h.is_empty() => e.to_string(),
+        h => format!("{e}\n{h}"),
+    }
+}
+
+/// A short description of a JSON parse failure (not the parser's own wording).
+pub(crate) fn json_detail(e: &serde_json::Error) -> String {
+    if e.is_eof() {
+        "it ends early: truncated".to_string()
+    } else {
+        format!("not valid JSON at line {} column {}", e.line(), e.column())
     }
 }
 

@@ -121,7 +121,7 @@ impl IndexManifest {
             Err(e) => return Err(FormatError::Io { path: p, source: e }),
         };
         let m: IndexManifest =
-            serde_json::from_slice(&bytes).map_err(|e| corrupt(&p, format!("bad JSON: {e}")))?;
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(&p, crate::json_detail(&e)))?;
         if m.format_version != FORMAT_VERSION {
             return Err(FormatError::Version {
                 path: p,
@@ -299,9 +299,11 @@ impl Index {
         for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
             let entry = entry.map_err(io_err(dir))?;
             let name = entry.file_name().to_string_lossy().to_string();
-            let ours = name.starts_with("seg-")
+            // Names moved aside (`*.bak-<time>`, see `recover::move_aside`) are never ours.
+            let ours = (name.starts_with("seg-")
                 || name.starts_with("tomb-")
-                || name.starts_with(".tmp-seg-");
+                || name.starts_with(".tmp-seg-"))
+                && !name.contains(crate::recover::BACKUP_MARK);
             if !ours || keep.contains(&name) {
                 continue;
             }

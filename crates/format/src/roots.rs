@@ -58,6 +58,34 @@ pub struct ConfineOptions<'a> {
     pub allow_root: bool,
 }
 
+/// Where a path leads once every symlink in it is resolved, relative to a root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// It exists and resolves inside the root (the canonical path).
+    Inside(PathBuf),
+    /// It exists and resolves outside the root (the canonical path).
+    Outside(PathBuf),
+    /// It does not exist (or cannot be resolved): nothing to read through it.
+    Missing,
+}
+
+/// Whether `resolved` (a canonical path) lies inside `root` (canonical too), compared
+/// component by component (so `/src/app-old` is not inside `/src/app`).
+pub fn is_within(root: &Path, resolved: &Path) -> bool {
+    resolved.starts_with(root)
+}
+
+/// Resolves every symlink of `path` and says whether it stays inside `root` (a canonical
+/// path). The one check behind [`confine`], the indexer's walk (a symlink whose target is
+/// outside the root is not followed) and its reads.
+pub fn resolve_within(root: &Path, path: &Path) -> Resolution {
+    match std::fs::canonicalize(path) {
+        Ok(c) if is_within(root, &c) => Resolution::Inside(c),
+        Ok(c) => Resolution::Outside(c),
+        Err(_) => Resolution::Missing,
+    }
+}
+
 /// `p`'s components without `.`, or `None` when one could leave the root (`..`, a root or a
 /// prefix component).
 pub fn clean_relative(p: &Path) -> Option<Vec<String>> {
@@ -142,14 +170,12 @@ pub fn confine(
         .unwrap_or(first);
     let full = Path::new(&root.path).join(&rel);
     // A symlink inside the root that points outside it is refused.
-    if let Ok(c) = std::fs::canonicalize(&full) {
-        if !c.starts_with(&root.path) {
-            return Err(ConfineError::OutsideRoot {
-                path: rel,
-                resolved: c.display().to_string(),
-                root: root.path.clone(),
-            });
-        }
+    if let Resolution::Outside(c) = resolve_within(Path::new(&root.path), &full) {
+        return Err(ConfineError::OutsideRoot {
+            path: rel,
+            resolved: c.display().to_string(),
+            root: root.path.clone(),
+        });
     }
     Ok(Confined {
         root: (*root).clone(),

@@ -330,7 +330,7 @@ impl Segment {
             return Err(corrupt(&meta_path, "content does not match the segment id"));
         }
         let meta: SegmentMeta = serde_json::from_slice(&json)
-            .map_err(|e| corrupt(&meta_path, format!("bad JSON: {e}")))?;
+            .map_err(|e| corrupt(&meta_path, crate::json_detail(&e)))?;
         if meta.format_version != FORMAT_VERSION {
             return Err(FormatError::Version {
                 path: meta_path,
@@ -408,8 +408,9 @@ impl Segment {
 
     fn validate_structure(&self) -> Result<()> {
         let chunks_path = self.path_of(Component::Chunks);
-        let table = rkyv::access::<ArchivedChunkTable, rancor::Error>(&self.chunks[HEADER_LEN..])
-            .map_err(|e| corrupt(&chunks_path, format!("archive check failed: {e}")))?;
+        let table =
+            rkyv::access::<ArchivedChunkTable, rancor::Error>(&self.chunks[HEADER_LEN..])
+                .map_err(|_| corrupt(&chunks_path, "its archive structure does not validate"))?;
         let n = table.chunks.len() as u32;
         let nf = table.files.len() as u32;
         if n != self.meta.chunk_count || nf != self.meta.file_count {
@@ -454,16 +455,16 @@ impl Segment {
         let pp = self.path_of(Component::Postings);
         let postings =
             rkyv::access::<ArchivedPostingsArchive, rancor::Error>(&self.postings[HEADER_LEN..])
-                .map_err(|e| corrupt(&pp, format!("archive check failed: {e}")))?;
+                .map_err(|_| corrupt(&pp, "its archive structure does not validate"))?;
         bm25::validate(&pp, postings, n)?;
         let gp = self.path_of(Component::Graph);
         let g = rkyv::access::<ArchivedGraphArchive, rancor::Error>(&self.graph[HEADER_LEN..])
-            .map_err(|e| corrupt(&gp, format!("archive check failed: {e}")))?;
+            .map_err(|_| corrupt(&gp, "its archive structure does not validate"))?;
         graph::validate(&gp, g, n, nf)?;
         if let Some(m) = &self.memories {
             let mp = self.path_of(Component::Memories);
             let mt = rkyv::access::<ArchivedMemoryTable, rancor::Error>(&m[HEADER_LEN..])
-                .map_err(|e| corrupt(&mp, format!("archive check failed: {e}")))?;
+                .map_err(|_| corrupt(&mp, "its archive structure does not validate"))?;
             if mt.memories.len() != n as usize {
                 return Err(corrupt(&mp, "memory count differs from the chunk count"));
             }
@@ -558,10 +559,7 @@ impl Segment {
                 .ok_or_else(|| format!("{}: segment.json does not list it", p.display()))?;
             let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
             if crate::blake3_hex(&bytes) != entry.blake3 {
-                return Err(format!(
-                    "{} is corrupt: checksum mismatch; re-run `indexer build`",
-                    p.display()
-                ));
+                return Err(format!("{} is corrupt (checksum mismatch)", p.display()));
             }
             Ivf::load(&p, self.meta.dim as usize, self.meta.chunk_count as usize)
                 .map_err(|e| e.to_string())

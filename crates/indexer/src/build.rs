@@ -124,7 +124,7 @@ fn open_existing(
         Err(e) => {
             return Err(IndexerError::ExistingIndex {
                 path: out.to_path_buf(),
-                source: e,
+                cause: e,
             })
         }
     };
@@ -135,7 +135,7 @@ fn open_existing(
         if let Some(e) = ix.segments.iter().flat_map(|ls| ls.segment.verify()).next() {
             return Err(IndexerError::ExistingIndex {
                 path: out.to_path_buf(),
-                source: e,
+                cause: e,
             });
         }
         report.timings.push(("verify", t.elapsed()));
@@ -165,11 +165,19 @@ fn walk_roots(
             return Err(IndexerError::MissingRoot(root.clone()));
         }
         let repo = opts.repo.clone().unwrap_or_else(|| walk::repo_name(root));
-        let w = walk::walk(root, &repo, opts.max_file_bytes);
+        let w = walk::walk(root, &repo, opts.max_file_bytes, opts.symlinks);
         for (_, reason) in &w.skipped {
             *report.skipped.entry(reason.name()).or_insert(0) += 1;
         }
         report.errors.extend(w.errors);
+        if !w.outside.is_empty() {
+            let canon = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+            for (link, target) in &w.outside {
+                report
+                    .outside_root
+                    .push(walk::outside_message(link, target, &canon));
+            }
+        }
         cands.extend(w.candidates);
     }
     cands.sort();
@@ -221,6 +229,7 @@ fn parse_files(
                 match reason {
                     SkipReason::Unreadable => report.errors.push(msg),
                     SkipReason::InvalidUtf8 => report.warnings.push(msg),
+                    SkipReason::OutsideRoot => report.outside_root.push(msg),
                     _ => {}
                 }
             }

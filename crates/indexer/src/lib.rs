@@ -10,6 +10,7 @@ pub mod graph;
 pub mod inspect;
 pub mod memories;
 pub mod progress;
+pub mod rebuild;
 pub mod walk;
 
 use std::path::PathBuf;
@@ -26,15 +27,19 @@ pub enum IndexerError {
     },
     #[error("{0} does not exist; pass existing files or directories to index")]
     MissingRoot(PathBuf),
+    /// Not a source (so not named `source`): the text includes the cause once; `{:#}` chains
+    /// would repeat it.
     #[error(
-        "the existing index at {path} cannot be opened: {source}\n\
-         hint: run `indexer verify {path}` for details, or delete the directory (or pass --rebuild) to build from scratch"
+        "the existing index at {path} cannot be used: {cause}\n{}",
+        existing_hint(path, cause)
     )]
     ExistingIndex {
         path: PathBuf,
-        #[source]
-        source: format::FormatError,
+        cause: format::FormatError,
     },
+    /// `--rebuild` refused to go on (it would have lost memories); nothing was changed.
+    #[error("{0}")]
+    RebuildRefused(String),
     #[error(
         "the index at {path} was built with model `{index_model}`, this build uses `{model}`; \
          pass --rebuild to re-embed everything with the new model"
@@ -57,6 +62,15 @@ pub enum IndexerError {
     Dump { path: PathBuf, message: String },
     #[error(transparent)]
     Format(format::FormatError),
+}
+
+/// The repair for an index that cannot be opened, and where to see every problem.
+fn existing_hint(path: &std::path::Path, e: &format::FormatError) -> String {
+    let verify = format!("`indexer verify {}` lists every problem", path.display());
+    match format::repair_hint(e) {
+        h if h.is_empty() => format!("hint: {verify}"),
+        h => format!("{h}; {verify}"),
+    }
 }
 
 impl From<crate::build::EmbedError> for IndexerError {

@@ -52,7 +52,15 @@ enum Cmd {
         /// Skip files larger than this many bytes.
         #[arg(long, default_value_t = indexer::walk::DEFAULT_MAX_FILE_BYTES)]
         max_file_bytes: u64,
-        /// Discard the existing index in --out and build from scratch.
+        /// Also follow symlinks that lead outside the indexed directories (by default such
+        /// links are skipped and counted as `outside root`: the index never reads outside its
+        /// roots unless asked).
+        #[arg(long)]
+        follow_external_symlinks: bool,
+        /// Build the code from scratch: the code segments of --out are dropped and re-indexed;
+        /// memories (memory segments, memory.wal) are kept. Also repairs an index whose MANIFEST
+        /// is damaged (moved aside as MANIFEST.bak-<time>; the memories are recovered from their
+        /// segments).
         #[arg(long)]
         rebuild: bool,
         /// No progress output; the summary is still printed.
@@ -100,6 +108,7 @@ fn run() -> anyhow::Result<ExitCode> {
             precision,
             repo,
             max_file_bytes,
+            follow_external_symlinks,
             rebuild,
             quiet,
             json,
@@ -116,8 +125,13 @@ fn run() -> anyhow::Result<ExitCode> {
                 encoder.device_description(),
                 t.elapsed()
             ));
-            if rebuild && out.join("MANIFEST").exists() {
-                remove_index(&out)?;
+            if rebuild {
+                let r = indexer::rebuild::prepare_rebuild(
+                    &out,
+                    encoder.model_id(),
+                    encoder.dim() as u32,
+                )?;
+                eprintln!("{r}");
             }
             if let Some(dump) = &memories {
                 let r = indexer::memories::ingest(dump, &out, &encoder)?;
@@ -147,6 +161,9 @@ fn run() -> anyhow::Result<ExitCode> {
             let mut opts = BuildOptions::new(paths, out.clone());
             opts.repo = repo;
             opts.max_file_bytes = max_file_bytes;
+            if follow_external_symlinks {
+                opts.symlinks = indexer::walk::Symlinks::FollowExternal;
+            }
             let t = Instant::now();
             let report = build::build(&opts, &encoder, &progress)?;
             let total = t.elapsed();
@@ -189,39 +206,6 @@ fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Removes an index's code (MANIFEST, segments, tombstones) and nothing else. Memories are
-/// kept: when the index holds memory segments, only the code segments leave `MANIFEST`.
-fn remove_index(dir: &Path) -> anyhow::Result<()> {
-    let _lock = format::manifest::DirLock::acquire(dir)?;
-    if let Ok(mut m) = format::IndexManifest::read(dir) {
-        if !m.memory_segments.is_empty() {
-            m.segments.clear();
-            m.generation += 1;
-            m.commit(dir)?;
-            format::Index::collect_garbage(dir)?;
-            return Ok(());
-        }
-    }
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().to_string();
-        if name == "MANIFEST"
-            || name.starts_with("seg-")
-            || name.starts_with("tomb-")
-            || name.starts_with(".tmp-seg-")
-        {
-            let p = entry.path();
-            if p.is_dir() {
-                std::fs::remove_dir_all(&p)
-            } else {
-                std::fs::remove_file(&p)
-            }
-            .with_context(|| format!("removing {}", p.display()))?;
-        }
-    }
-    Ok(())
-}
-
 fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value {
     serde_json::json!({
         "files_seen": r.files_seen,
@@ -233,6 +217,7 @@ fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value
         "skipped": r.skipped,
         "errors": r.errors,
         "warnings": r.warnings,
+        "outside_root": r.outside_root,
         "parse_error_files": r.parse_error_files,
         "chunks_written": r.chunks_written,
         "chunks_embedded": r.chunks_embedded,
@@ -301,6 +286,12 @@ fn print_summary(r: &BuildReport, out: &Path, total: std::time::Duration) {
     }
     for w in &r.warnings {
         eprintln!("warning: skipped {w}");
+    }
+    for n in &r.notes {
+        eprintln!("note: {n}");
+    }
+    for w in &r.outside_root {
+        eprintln!("warning: outside root, skipped {w}");
     }
     for e in &r.errors {
         eprintln!("error: {e}");

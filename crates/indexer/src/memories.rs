@@ -237,13 +237,25 @@ pub fn ingest(
     let _lock = DirLock::acquire(out).map_err(IndexerError::Format)?;
     let (mut m, index) = match Index::open(out) {
         Ok(ix) => (ix.manifest.clone(), Some(ix)),
+        // No MANIFEST: memory segments or a memory log left in the directory are adopted.
         Err(format::FormatError::NotAnIndex { .. }) => {
-            (IndexManifest::empty(embedder.model_id(), dim as u32), None)
+            let mut r = crate::rebuild::RebuildReport::default();
+            let m =
+                crate::rebuild::recovered_manifest(out, embedder.model_id(), dim as u32, &mut r)?
+                    .unwrap_or_else(|| IndexManifest::empty(embedder.model_id(), dim as u32));
+            if m.memory_segments.is_empty() {
+                (m, None)
+            } else {
+                // Commit what was found, so the upsert below can tombstone older copies.
+                m.commit(out).map_err(IndexerError::Format)?;
+                let ix = Index::open(out).map_err(IndexerError::Format)?;
+                (ix.manifest.clone(), Some(ix))
+            }
         }
         Err(e) => {
             return Err(IndexerError::ExistingIndex {
                 path: out.to_path_buf(),
-                source: e,
+                cause: e,
             })
         }
     };

@@ -1,7 +1,17 @@
 //! Finding the files to index: a gitignore-aware walk (the `ignore` crate) that classifies each
 //! file as indexable or skipped-with-a-reason, so the summary can say what was left out and why.
+//!
+//! Confinement: the walk never reads outside its root. Symlinks are followed only while their
+//! target resolves inside the root (`format::roots::resolve_within`, the index's one
+//! confinement rule); a link to a file or directory outside it is skipped as
+//! [`SkipReason::OutsideRoot`] and named in [`WalkOutput::outside`], unless the caller asks for
+//! [`Symlinks::FollowExternal`]. Reads check again, on the opened file itself, so a file swapped
+//! for an outside link between the walk and the read is refused too.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use format::roots::{is_within, resolve_within, Resolution};
 
 use crate::chunk::Language;
 
@@ -17,6 +27,18 @@ pub enum SkipReason {
     Unsupported,
     InvalidUtf8,
     Unreadable,
+    /// A symlink (or a file read through one) that resolves outside the walked root.
+    OutsideRoot,
+}
+
+/// Which symlinks the walk follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Symlinks {
+    /// Only those whose target resolves inside the root (the default).
+    #[default]
+    Confined,
+    /// Also those leading outside the root (`indexer build --follow-external-symlinks`).
+    FollowExternal,
 }
 
 impl SkipReason {
@@ -28,6 +50,7 @@ impl SkipReason {
             SkipReason::Unsupported => "unsupported type",
             SkipReason::InvalidUtf8 => "invalid UTF-8",
             SkipReason::Unreadable => "unreadable",
+            SkipReason::OutsideRoot => "outside root",
         }
     }
 }
@@ -41,6 +64,9 @@ pub struct Candidate {
     pub abs_path: PathBuf,
     pub language: Language,
     pub size: u64,
+    /// The canonical root the file must resolve inside when it is read; `None` when external
+    /// symlinks are followed.
+    pub confined_to: Option<PathBuf>,
 }
 
 /// What the walk produced.
@@ -51,6 +77,8 @@ pub struct WalkOutput {
     pub skipped: Vec<(PathBuf, SkipReason)>,
     /// Walk errors (permission denied, symlink loops, vanished files), as messages with paths.
     pub errors: Vec<String>,
+    /// Symlinks not followed because they lead outside the root, as `(link, resolved target)`.
+    pub outside: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Lock files and similar machine-written files that would only add noise.
@@ -105,20 +133,46 @@ pub fn repo_name(root: &Path) -> String {
 }
 
 /// Walks `root` (a directory or a single file), respecting .gitignore/.ignore files and hidden
-/// files, following symlinks (loops are reported as errors, not followed).
-pub fn walk(root: &Path, repo: &str, max_file_bytes: u64) -> WalkOutput {
+/// files, following symlinks as `symlinks` says (loops are reported as errors, not followed).
+pub fn walk(root: &Path, repo: &str, max_file_bytes: u64, symlinks: Symlinks) -> WalkOutput {
     let mut out = WalkOutput::default();
     let base = if root.is_file() {
         root.parent().unwrap_or(Path::new(".")).to_path_buf()
     } else {
         root.to_path_buf()
     };
-    let walker = ignore::WalkBuilder::new(root)
+    // The place every followed link must resolve inside (the root given on the command line,
+    // with its own symlinks resolved: naming a root is consent to read it).
+    let confined_to = match symlinks {
+        Symlinks::Confined => Some(std::fs::canonicalize(&base).unwrap_or_else(|_| base.clone())),
+        Symlinks::FollowExternal => None,
+    };
+    let outside: Arc<Mutex<Vec<(PathBuf, PathBuf)>>> = Arc::default();
+    let mut builder = ignore::WalkBuilder::new(root);
+    builder
         .follow_links(true)
         .require_git(false)
-        .sort_by_file_path(|a, b| a.cmp(b))
-        .build();
-    for entry in walker {
+        .sort_by_file_path(|a, b| a.cmp(b));
+    if let Some(limit) = confined_to.clone() {
+        let outside = Arc::clone(&outside);
+        // Pruned here, a directory link leading outside is never descended into.
+        builder.filter_entry(move |e| {
+            if e.depth() == 0 || !e.path_is_symlink() {
+                return true;
+            }
+            match resolve_within(&limit, e.path()) {
+                Resolution::Outside(target) => {
+                    outside
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((e.path().to_path_buf(), target));
+                    false
+                }
+                Resolution::Inside(_) | Resolution::Missing => true,
+            }
+        });
+    }
+    for entry in builder.build() {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
@@ -172,19 +226,68 @@ pub fn walk(root: &Path, repo: &str, max_file_bytes: u64) -> WalkOutput {
             abs_path: path.to_path_buf(),
             language,
             size,
+            confined_to: confined_to.clone(),
         });
     }
+    let mut outside = std::mem::take(&mut *outside.lock().unwrap_or_else(|p| p.into_inner()));
+    outside.sort();
+    for (link, _) in &outside {
+        out.skipped.push((link.clone(), SkipReason::OutsideRoot));
+    }
+    out.outside = outside;
     out
 }
 
+/// Where an open file really is (its symlinks resolved when it was opened), for the read-time
+/// confinement check: on Linux the kernel's own name for the descriptor, so a path swapped for
+/// a symlink after the walk cannot slip through; elsewhere the path resolved right after the
+/// open.
+fn opened_path(file: &std::fs::File, path: &Path) -> std::io::Result<PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            return Ok(p);
+        }
+    }
+    let _ = file;
+    std::fs::canonicalize(path)
+}
+
+/// Reads a file, refusing it when it resolves outside `confined_to` (checked on the opened
+/// file, after the open).
+fn read_confined(path: &Path, confined_to: Option<&Path>) -> Result<Vec<u8>, (SkipReason, String)> {
+    use std::io::Read;
+    let unreadable =
+        |e: std::io::Error| (SkipReason::Unreadable, format!("{}: {e}", path.display()));
+    let mut file = std::fs::File::open(path).map_err(unreadable)?;
+    if let Some(root) = confined_to {
+        let real = opened_path(&file, path).map_err(unreadable)?;
+        if !is_within(root, &real) {
+            return Err((SkipReason::OutsideRoot, outside_message(path, &real, root)));
+        }
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(unreadable)?;
+    Ok(bytes)
+}
+
+/// The summary's line for a link left out because it leads outside its root.
+pub fn outside_message(link: &Path, target: &Path, root: &Path) -> String {
+    format!(
+        "{}: resolves to {}, outside the root {} (not read; `indexer build \
+         --follow-external-symlinks` follows such links)",
+        link.display(),
+        target.display(),
+        root.display()
+    )
+}
+
 /// Reads a candidate and decides whether its content is indexable. Returns the text or why not.
+/// Files resolving outside the candidate's root (a swap after the walk) are refused as
+/// [`SkipReason::OutsideRoot`].
 pub fn read_source(c: &Candidate) -> Result<(String, [u8; 32]), (SkipReason, String)> {
-    let bytes = std::fs::read(&c.abs_path).map_err(|e| {
-        (
-            SkipReason::Unreadable,
-            format!("{}: {e}", c.abs_path.display()),
-        )
-    })?;
+    let bytes = read_confined(&c.abs_path, c.confined_to.as_deref())?;
     if bytes.iter().take(8192).any(|&b| b == 0) {
         return Err((SkipReason::Binary, c.abs_path.display().to_string()));
     }
@@ -227,7 +330,7 @@ mod tests {
             "// Code generated by protoc. DO NOT EDIT.\npackage x\n",
         )
         .unwrap();
-        let out = walk(p, "r", 1000);
+        let out = walk(p, "r", 1000, Symlinks::Confined);
         let names: Vec<_> = out.candidates.iter().map(|c| c.rel_path.as_str()).collect();
         assert_eq!(names, ["gen.go", "latin.py", "nul.py", "src/a.rs"]);
         assert!(out
@@ -265,8 +368,85 @@ mod tests {
         std::fs::create_dir_all(d.path().join("a")).unwrap();
         std::fs::write(d.path().join("a/x.py"), "def x():\n    pass\n").unwrap();
         std::os::unix::fs::symlink(d.path(), d.path().join("a/loop")).unwrap();
-        let out = walk(d.path(), "r", DEFAULT_MAX_FILE_BYTES);
+        let out = walk(d.path(), "r", DEFAULT_MAX_FILE_BYTES, Symlinks::Confined);
         assert_eq!(out.candidates.len(), 1);
         assert!(!out.errors.is_empty());
+    }
+
+    /// Links leading outside the root (to a file, to a directory) are skipped as
+    /// `OutsideRoot` and named; links inside it are followed; `FollowExternal` follows all.
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_outside_the_root_are_not_followed() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside");
+        let repo = d.path().join("repo");
+        std::fs::create_dir_all(outside.join("lib")).unwrap();
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        std::fs::write(outside.join("secret.py"), "TOKEN = 'x'\n").unwrap();
+        std::fs::write(outside.join("lib/util.py"), "def u():\n    pass\n").unwrap();
+        std::fs::write(repo.join("src/a.py"), "def a():\n    pass\n").unwrap();
+        symlink(outside.join("secret.py"), repo.join("leak.py")).unwrap();
+        symlink(outside.join("lib"), repo.join("vendored")).unwrap();
+        symlink(repo.join("src/a.py"), repo.join("alias.py")).unwrap();
+        symlink(repo.join("src"), repo.join("src2")).unwrap();
+
+        let out = walk(&repo, "r", DEFAULT_MAX_FILE_BYTES, Symlinks::Confined);
+        let names: Vec<_> = out.candidates.iter().map(|c| c.rel_path.as_str()).collect();
+        assert_eq!(names, ["alias.py", "src/a.py", "src2/a.py"]);
+        let mut outside_skips: Vec<_> = out
+            .skipped
+            .iter()
+            .filter(|(_, r)| *r == SkipReason::OutsideRoot)
+            .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        outside_skips.sort();
+        assert_eq!(outside_skips, ["leak.py", "vendored"]);
+        let targets: Vec<_> = out.outside.iter().map(|(_, t)| t.clone()).collect();
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap();
+        assert_eq!(
+            targets,
+            [
+                canon(&outside.join("secret.py")),
+                canon(&outside.join("lib"))
+            ]
+        );
+        for c in &out.candidates {
+            assert!(read_source(c).is_ok(), "{}", c.rel_path);
+        }
+
+        let out = walk(&repo, "r", DEFAULT_MAX_FILE_BYTES, Symlinks::FollowExternal);
+        let names: Vec<_> = out.candidates.iter().map(|c| c.rel_path.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "alias.py",
+                "leak.py",
+                "src/a.py",
+                "src2/a.py",
+                "vendored/util.py"
+            ]
+        );
+        assert!(out.outside.is_empty());
+        assert!(out.candidates.iter().all(|c| read_source(c).is_ok()));
+    }
+
+    /// A file replaced by a link to outside the root after the walk is refused when read.
+    #[cfg(unix)]
+    #[test]
+    fn a_file_swapped_for_an_outside_link_is_refused_at_read() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::write(d.path().join("secret.py"), "TOKEN = 'x'\n").unwrap();
+        std::fs::write(repo.join("a.py"), "def a():\n    pass\n").unwrap();
+        let out = walk(&repo, "r", DEFAULT_MAX_FILE_BYTES, Symlinks::Confined);
+        assert_eq!(out.candidates.len(), 1);
+        std::fs::remove_file(repo.join("a.py")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("secret.py"), repo.join("a.py")).unwrap();
+        let (reason, msg) = read_source(&out.candidates[0]).unwrap_err();
+        assert_eq!(reason, SkipReason::OutsideRoot);
+        assert!(msg.contains("outside the root"), "{msg}");
     }
 }

@@ -213,8 +213,13 @@ fn staleness_cmd(
 }
 
 fn export(index: &Path, out: Option<&Path>) -> anyhow::Result<()> {
-    let ex = memory::store::export(index)
-        .map_err(|e| anyhow::anyhow!("exporting memories from {}: {e}", index.display()))?;
+    let ex = memory::store::export(index).map_err(|e| {
+        let text = match &e {
+            memory::store::ExportError::Format(f) => format::with_repair_hint(f),
+            e => e.to_string(),
+        };
+        anyhow::anyhow!("exporting memories from {}: {text}", index.display())
+    })?;
     let mems = &ex.memories;
     let mut buf = Vec::new();
     for m in mems {

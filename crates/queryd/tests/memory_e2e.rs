@@ -1,3 +1,7 @@
+//! Long file: one scenario per memory-durability promise (flush, restart, export, crash,
+//! log damage and repair, a read-only second server, rebuild keeping memories), each driven
+//! through the real binaries with shared spawn/export helpers.
+//!
 //! Memories through the `queryd` binary (rmcp over stdio): the memory tools over the protocol,
 //! flushes into segments, restart, the `export` and `staleness` commands, and a crash test that
 //! SIGKILLs the server at random points while writes stream in. The tools' own scenarios (graph,
@@ -850,4 +854,225 @@ async fn second_queryd_is_read_only_and_follows_the_writer() {
     assert_eq!(listed, ids.iter().cloned().collect::<HashSet<_>>());
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
+}
+
+/// Runs the `indexer` binary (found beside `queryd`) with the real model.
+fn indexer(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(cix_tests::sibling_bin(BIN, "indexer"))
+        .args(args)
+        .env("CIX_MODEL_DIR", common::model_dir())
+        .output()
+        .expect("run the indexer binary")
+}
+
+fn described(what: &str, o: &std::process::Output) -> String {
+    format!(
+        "{what}: {}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `queryd export` of `index`: the JSONL lines.
+fn export_lines(index: &std::path::Path) -> Vec<String> {
+    let o = std::process::Command::new(BIN)
+        .args(["export", "--index"])
+        .arg(index)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", described("queryd export", &o));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every exported memory exactly once, and the same as `before`.
+fn assert_same_memories(index: &std::path::Path, before: &[String], what: &str) {
+    let after = export_lines(index);
+    let ids: Vec<String> = after
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(
+        unique.len(),
+        ids.len(),
+        "{what}: an id exported twice: {ids:?}"
+    );
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "{what}: {} of {} memories",
+        after.len(),
+        before.len()
+    );
+    assert_eq!(after, before, "{what}: the memories differ");
+}
+
+fn memory_segments_in(index: &std::path::Path) -> usize {
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(index.join("MANIFEST")).unwrap()).unwrap();
+    m["memory_segments"].as_array().map_or(0, Vec::len)
+}
+
+/// An index of the fixture holding memories in two flushed segments and in `memory.wal`
+/// (updates and a delete of flushed ones included: the server is SIGKILLed before it can flush
+/// them), and its export.
+async fn index_with_segments_and_log() -> (cix_tests::Indexed, Vec<String>) {
+    let ix = common::indexed_fixture();
+    let (c, pid) = start(&ix.index, &["--memory-flush-at", "4"]).await;
+    let mut ids = Vec::new();
+    for round in 1..=2 {
+        for i in 0..4 {
+            let v = call(
+                &c,
+                "add_memories",
+                json!({"memories": [{"text": format!("repair test memory {round}.{i} about gizmos"), "entity": "gizmos"}]}),
+            )
+            .await
+            .unwrap();
+            ids.push(v["ids"][0].as_str().unwrap().to_string());
+        }
+        let mut flushed = false;
+        for _ in 0..100 {
+            if memory_segments_in(&ix.index) == round {
+                flushed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(flushed, "flush {round} did not happen");
+    }
+    // Three logged writes (below the flush size): an update and a delete of flushed
+    // memories, and a new one.
+    call(
+        &c,
+        "update_memory",
+        json!({"id": ids[0], "text": "repair test memory, updated after its flush"}),
+    )
+    .await
+    .unwrap();
+    call(&c, "delete_memories", json!({"ids": [ids[1]]}))
+        .await
+        .unwrap();
+    call(
+        &c,
+        "add_memories",
+        json!({"memories": [{"text": "repair test memory only in the log"}]}),
+    )
+    .await
+    .unwrap();
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(memory_segments_in(&ix.index), 2);
+    let wal = std::fs::metadata(ix.index.join("memory.wal"))
+        .unwrap()
+        .len();
+    assert!(wal > 8, "memory.wal holds no records ({wal} bytes)");
+    let before = export_lines(&ix.index);
+    let texts = before.join("\n");
+    assert!(texts.contains("updated after its flush") && texts.contains("only in the log"));
+    assert!(!texts.contains("repair test memory 1.0 "), "{texts}");
+    (ix, before)
+}
+
+/// A damaged MANIFEST (truncated to half): the build refuses with one clear sentence and a
+/// hint; the hinted command (`indexer build --rebuild`) repairs the index, moving the damaged
+/// MANIFEST aside, and `queryd export` lists every memory exactly once, before and after
+/// queryd replays the log and flushes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_after_a_damaged_manifest_keeps_every_memory() {
+    let (ix, before) = index_with_segments_and_log().await;
+    let (repo, index) = (ix.repo.to_str().unwrap(), ix.index.to_str().unwrap());
+    let m = std::fs::read(ix.index.join("MANIFEST")).unwrap();
+    std::fs::write(ix.index.join("MANIFEST"), &m[..m.len() / 2]).unwrap();
+
+    let o = indexer(&["build", repo, "--out", index, "--quiet"]);
+    assert!(!o.status.success(), "{}", described("build", &o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(err.matches("is corrupt").count(), 1, "{err}");
+    assert!(
+        err.contains("MANIFEST is corrupt (it ends early: truncated)"),
+        "{err}"
+    );
+    let hint = err
+        .lines()
+        .find(|l| l.starts_with("hint:"))
+        .unwrap_or_else(|| panic!("no hint in {err}"));
+    assert!(
+        hint.contains("--rebuild") && hint.contains("keeps every memory"),
+        "{hint}"
+    );
+
+    let o = indexer(&["build", repo, "--out", index, "--rebuild", "--quiet"]);
+    assert!(o.status.success(), "{}", described("build --rebuild", &o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        err.contains("moved aside") && err.contains("MANIFEST.bak-"),
+        "{err}"
+    );
+    let baks: Vec<_> = std::fs::read_dir(&ix.index)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("MANIFEST.bak-"))
+        .collect();
+    assert_eq!(baks.len(), 1);
+    assert_eq!(std::fs::read(baks[0].path()).unwrap(), &m[..m.len() / 2]);
+    assert_eq!(memory_segments_in(&ix.index), 2);
+    assert_same_memories(&ix.index, &before, "after --rebuild");
+
+    // queryd replays the whole log over the recovered segments, then flushes on shutdown.
+    let (c, _) = start(&ix.index, &[]).await;
+    assert_eq!(list_all(&c).await.len(), before.len());
+    c.cancel().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_same_memories(&ix.index, &before, "after queryd replayed and flushed");
+    // The code is searchable again.
+    let o = std::process::Command::new(BIN)
+        .args([
+            "search",
+            "--index",
+            index,
+            "--mode",
+            "lexical",
+            "circle_area",
+        ])
+        .env("CIX_MODEL_DIR", common::model_dir())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", described("search", &o));
+}
+
+/// `--rebuild` on a healthy index, and a build into a directory whose MANIFEST is gone, keep
+/// the memory segments and the log: every memory exported exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_and_a_missing_manifest_keep_every_memory() {
+    let (ix, before) = index_with_segments_and_log().await;
+    let (repo, index) = (ix.repo.to_str().unwrap(), ix.index.to_str().unwrap());
+    let o = indexer(&["build", repo, "--out", index, "--rebuild", "--quiet"]);
+    assert!(o.status.success(), "{}", described("build --rebuild", &o));
+    assert_eq!(memory_segments_in(&ix.index), 2);
+    assert_same_memories(&ix.index, &before, "after --rebuild of a healthy index");
+
+    std::fs::remove_file(ix.index.join("MANIFEST")).unwrap();
+    let o = indexer(&["build", repo, "--out", index, "--quiet"]);
+    assert!(
+        o.status.success(),
+        "{}",
+        described("build without a MANIFEST", &o)
+    );
+    assert_eq!(memory_segments_in(&ix.index), 2);
+    assert_same_memories(&ix.index, &before, "after a build without a MANIFEST");
 }

@@ -9,6 +9,10 @@
 //! takes the index directory lock like a memory flush, so the two never overwrite each other.
 //! When the build has committed, the server swaps to the new snapshot; queries keep running on
 //! the old one meanwhile. Jobs run one at a time, in submission order.
+//!
+//! Nothing outside the recorded roots is read: `paths` resolving outside (through `..`, an
+//! absolute path elsewhere or a symlink) are refused, and the walk skips symlinks leading out of
+//! the root (listed in the job's `outside_root`), as `indexer build` does.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -155,6 +159,7 @@ impl Engine {
                 refs_relocated: 0,
                 memories_updated: 0,
                 file_errors: Vec::new(),
+                outside_root: Vec::new(),
                 error: None,
             });
             while t.1.len() > KEEP_JOBS {
@@ -208,6 +213,7 @@ impl Engine {
                     j.chunks_tombstoned += r.chunks_tombstoned;
                     j.generation = Some(r.generation);
                     j.file_errors.extend(r.errors);
+                    j.outside_root.extend(r.outside_root);
                 }),
                 Err(e) => {
                     error = Some(format!("{}: {e}", root.path));

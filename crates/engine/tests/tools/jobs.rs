@@ -109,3 +109,49 @@ fn reindex_jobs_update_the_served_index() {
     assert!(err_text(e).contains("no job 999"));
     drop(c);
 }
+
+/// `reindex` never reads outside the recorded roots: a file link and a directory link to an
+/// outside place are skipped and named in the job's `outside_root`, their text stays out of the
+/// index, and a `paths` entry resolving outside is refused with a clear error.
+#[cfg(unix)]
+#[test]
+fn reindex_skips_symlinks_leading_outside_the_root() {
+    let ix = crate::common::indexed_fixture();
+    let c = start(&ix.index, None);
+    let outside = ix.tmp.path().join("outside");
+    std::fs::create_dir_all(outside.join("lib")).unwrap();
+    std::fs::write(
+        outside.join("secret.py"),
+        "def zorblaxquint_secret():\n    return 'xyzzy'\n",
+    )
+    .unwrap();
+    std::fs::write(
+        outside.join("lib/vendored.py"),
+        "def quibbleflarn_vendored():\n    return 1\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.py"), ix.repo.join("leak.py")).unwrap();
+    std::os::unix::fs::symlink(outside.join("lib"), ix.repo.join("vendor")).unwrap();
+
+    let j = call(&c, "reindex", json!({"wait": true})).unwrap();
+    assert_eq!(j["state"], "done", "{j:#}");
+    let outside_root: Vec<String> = j["outside_root"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no outside_root in {j:#}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outside_root.len(), 2, "{j:#}");
+    assert!(outside_root[0].contains("leak.py") && outside_root[0].contains("outside the root"));
+    assert!(outside_root[1].contains("vendor"));
+    for word in ["zorblaxquint_secret", "quibbleflarn_vendored"] {
+        let r = call(&c, "search_code", json!({"query": word, "mode": "lexical"})).unwrap();
+        let text = r["results"].to_string();
+        assert!(!text.contains(word), "{word} was indexed: {r:#}");
+    }
+    for p in ["leak.py", "vendor/vendored.py"] {
+        let e = call(&c, "reindex", json!({"paths": [p], "wait": true})).expect_err(p);
+        assert!(err_text(e.clone()).contains("outside the root"), "{p}: {e}");
+    }
+    drop(c);
+}

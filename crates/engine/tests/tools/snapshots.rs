@@ -144,5 +144,13 @@ fn missing_or_corrupt_index_fails_to_open_with_a_clear_error() {
         Err(e) => e.to_string(),
         Ok(_) => panic!("opened a corrupt index"),
     };
-    assert!(err.contains("corrupt"), "{err}");
+    // One sentence naming the file (the cause once), then a repair that keeps memories.
+    assert_eq!(err.matches("corrupt").count(), 1, "{err}");
+    assert!(err.contains("MANIFEST is corrupt (not valid JSON"), "{err}");
+    assert!(
+        err.lines()
+            .nth(1)
+            .is_some_and(|h| h.starts_with("hint:") && h.contains("--rebuild")),
+        "{err}"
+    );
 }

@@ -33,7 +33,7 @@ pub(super) fn write_and_commit(
         source: e,
     })?;
     let _lock = format::manifest::DirLock::acquire(out).map_err(IndexerError::Format)?;
-    let mut manifest = current_manifest(out, existing, &model_id, dim)?;
+    let mut manifest = current_manifest(out, existing, &model_id, dim, report)?;
     let generation = manifest.generation + 1;
     let write_segment = !builder.chunks.is_empty() || !builder.files.is_empty();
     let new_seg = if write_segment {
@@ -87,6 +87,7 @@ fn current_manifest(
     existing: Option<&Index>,
     model_id: &str,
     dim: usize,
+    report: &mut BuildReport,
 ) -> Result<IndexManifest, IndexerError> {
     Ok(match existing {
         Some(ix) => {
@@ -100,7 +101,24 @@ fn current_manifest(
             // An index appeared meanwhile (or holds only memories): keep its memories.
             Ok(current) if current.segments.is_empty() => current,
             Ok(_) => return Err(IndexerError::ConcurrentBuild(out.to_path_buf())),
-            Err(_) => IndexManifest::empty(model_id, dim as u32),
+            // No MANIFEST: memory segments or a memory log left in the directory are adopted,
+            // not garbage collected.
+            Err(format::FormatError::NotAnIndex { .. }) => {
+                let mut r = crate::rebuild::RebuildReport::default();
+                match crate::rebuild::recovered_manifest(out, model_id, dim as u32, &mut r)? {
+                    Some(m) => {
+                        report.notes.push(r.to_string());
+                        m
+                    }
+                    None => IndexManifest::empty(model_id, dim as u32),
+                }
+            }
+            Err(e) => {
+                return Err(IndexerError::ExistingIndex {
+                    path: out.to_path_buf(),
+                    cause: e,
+                })
+            }
         },
     })
 }

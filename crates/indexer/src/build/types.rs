@@ -24,6 +24,8 @@ pub struct BuildOptions {
     /// if they changed on disk; all files are still parsed, for cross-file graph edges. `None`
     /// (the default) re-indexes every changed file of the roots.
     pub only: Option<Vec<(String, String)>>,
+    /// Which symlinks the walk follows: by default only those resolving inside their root.
+    pub symlinks: walk::Symlinks,
 }
 
 impl BuildOptions {
@@ -52,6 +54,7 @@ impl BuildOptions {
             chunk: ChunkOptions::default(),
             embed_group: 256,
             only: None,
+            symlinks: walk::Symlinks::Confined,
         }
     }
 }
@@ -70,6 +73,11 @@ pub struct BuildReport {
     pub errors: Vec<String>,
     /// Files left out for a reason worth telling (invalid UTF-8).
     pub warnings: Vec<String>,
+    /// Symlinks (or files read through one) left out because they resolve outside their root:
+    /// the link, where it leads, and the root.
+    pub outside_root: Vec<String>,
+    /// What the build did besides indexing (memories adopted into a new MANIFEST).
+    pub notes: Vec<String>,
     pub parse_error_files: usize,
     pub chunks_written: usize,
     pub chunks_embedded: usize,

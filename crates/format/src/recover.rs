@@ -1,0 +1,377 @@
+//! Recovering the memory part of an index whose `MANIFEST` is damaged or missing, from what
+//! is on disk: memory segments are self-describing (`segment.json` names the model, the
+//! dimension and `memories.rkyv`; the records carry their ids and `updated_at`), and each one's
+//! newest tombstone file (`tomb-<id>-g<generation>.del`) says which of its records are dead.
+//!
+//! What a segment does not record is the write-ahead-log sequence number it covers
+//! (`MANIFEST`'s `memory_lsn`). The recovered manifest sets it to 0, so every record still in
+//! `memory.wal` is replayed. That is safe because replay is idempotent by memory id: a
+//! replayed write of an id that a segment holds shadows the segment's copy (the log is
+//! contiguous since its last truncation, so the replayed version is the newest), and the next
+//! flush tombstones the segment copy. Setting it any higher could skip an acknowledged write.
+//!
+//! Leftovers that no committed manifest named any more (an interrupted merge's inputs, for
+//! example) can hold a second live copy of an id; the copy with the newest `updated_at` (then
+//! the newest segment) is kept and the others are tombstoned, so every memory is served
+//! exactly once. Nothing here deletes anything; what cannot be used is moved aside
+//! ([`move_aside`]) by the caller.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use roaring::RoaringBitmap;
+
+use crate::manifest::{SegmentEntry, TombstoneRef};
+use crate::segment::{Segment, SegmentMeta};
+use crate::{io_err, tombstones, FormatError, Result};
+
+/// The marker of a file or directory moved aside (`<name>.bak-<unix seconds>`); garbage
+/// collection never touches such names.
+pub const BACKUP_MARK: &str = ".bak-";
+
+/// Renames `path` to `<path>.bak-<unix seconds>` (a numbered variant when that exists) and
+/// returns the new path.
+pub fn move_aside(path: &Path) -> Result<PathBuf> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut dest = path.with_file_name(format!("{name}{BACKUP_MARK}{secs}"));
+    let mut n = 1;
+    while dest.exists() {
+        dest = path.with_file_name(format!("{name}{BACKUP_MARK}{secs}-{n}"));
+        n += 1;
+    }
+    std::fs::rename(path, &dest).map_err(io_err(path))?;
+    crate::sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    Ok(dest)
+}
+
+/// What [`recover_memory_segments`] found.
+#[derive(Debug, Default)]
+pub struct RecoveredMemory {
+    /// Usable memory segments with their tombstones, oldest first: the manifest's
+    /// `memory_segments`.
+    pub entries: Vec<SegmentEntry>,
+    /// Live memories in them.
+    pub live: u64,
+    /// Second copies of an id tombstoned (leftovers of an interrupted merge or flush).
+    pub duplicates: u64,
+    /// Memory segment directories that cannot be opened, with why (the caller moves them
+    /// aside).
+    pub unusable: Vec<(PathBuf, String)>,
+    /// The highest generation named by a tombstone file, so the new manifest's generation
+    /// is above every file on disk.
+    pub max_generation: u64,
+}
+
+/// Why recovery refuses (it then changes nothing).
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    #[error(
+        "the memory segment {path} was embedded with model `{found}` (dim {found_dim}), this \
+         build uses `{model}` (dim {dim}); nothing was changed: run the build with that model \
+         (--model), or export the memories with a queryd of that model (`queryd export`) and \
+         ingest them into a new index (`indexer build --memories`)"
+    )]
+    OtherModel {
+        path: PathBuf,
+        found: String,
+        found_dim: u32,
+        model: String,
+        dim: u32,
+    },
+    #[error(transparent)]
+    Format(#[from] FormatError),
+}
+
+/// The `seg-<hex>` directories of `dir` whose `segment.json` names `memories.rkyv`, with
+/// their metadata (`Err`: an unreadable `segment.json`, kind unknown), by id.
+fn memory_segment_dirs(
+    dir: &Path,
+) -> Result<Vec<(String, std::result::Result<SegmentMeta, String>)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(id) = name.strip_prefix("seg-") else {
+            continue;
+        };
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) || !entry.path().is_dir() {
+            continue;
+        }
+        let meta_path = entry.path().join(crate::segment::SEGMENT_JSON);
+        let meta = std::fs::read(&meta_path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<SegmentMeta>(&b).map_err(|e| e.to_string()));
+        match meta {
+            Ok(m)
+                if !m
+                    .files
+                    .iter()
+                    .any(|f| f.name == crate::header::Component::Memories.file_name()) => {}
+            // Unreadable metadata: could be either kind; a code segment is re-indexed anyway,
+            // but a memory one must not be lost, so it is reported (and moved aside).
+            Ok(m) => out.push((id.to_string(), Ok(m))),
+            Err(e) => out.push((id.to_string(), Err(format!("unreadable segment.json: {e}")))),
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// The newest tombstone file of each segment id: id → (generation, file name).
+fn newest_tombstones(dir: &Path) -> Result<HashMap<String, (u64, String)>> {
+    let mut out: HashMap<String, (u64, String)> = HashMap::new();
+    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name
+            .strip_prefix("tomb-")
+            .and_then(|r| r.strip_suffix(".del"))
+        else {
+            continue;
+        };
+        let Some((id, g)) = rest.rsplit_once("-g") else {
+            continue;
+        };
+        let Ok(g) = g.parse::<u64>() else { continue };
+        if out.get(id).is_none_or(|(best, _)| g > *best) {
+            out.insert(id.to_string(), (g, name));
+        }
+    }
+    Ok(out)
+}
+
+/// Finds the memory segments of `dir` (see the module doc) for a manifest of `model_id` and
+/// `dim`, and writes tombstones for second copies of an id (named for a generation above every
+/// tombstone file on disk, returned as [`RecoveredMemory::max_generation`]). Refuses, changing
+/// nothing, when a memory segment was embedded with another model. The caller holds the
+/// directory lock.
+pub fn recover_memory_segments(
+    dir: &Path,
+    model_id: &str,
+    dim: u32,
+) -> std::result::Result<RecoveredMemory, RecoverError> {
+    let mut out = RecoveredMemory::default();
+    let tombs = newest_tombstones(dir)?;
+    out.max_generation = tombs.values().map(|(g, _)| *g).max().unwrap_or(0);
+    let found = memory_segment_dirs(dir)?;
+    // Refuse before anything else when a memory segment needs another model.
+    for (id, meta) in &found {
+        if let Ok(m) = meta {
+            if m.model_id != model_id || m.dim != dim {
+                return Err(RecoverError::OtherModel {
+                    path: dir.join(crate::segment::dir_name(id)),
+                    found: m.model_id.clone(),
+                    found_dim: m.dim,
+                    model: model_id.to_string(),
+                    dim,
+                });
+            }
+        }
+    }
+    // (segment, tombstones, its tombstone ref, mtime) of the usable ones.
+    let mut usable: Vec<(
+        Segment,
+        RoaringBitmap,
+        Option<TombstoneRef>,
+        std::time::SystemTime,
+    )> = Vec::new();
+    for (id, meta) in found {
+        let path = dir.join(crate::segment::dir_name(&id));
+        if let Err(e) = meta {
+            out.unusable.push((path, e));
+            continue;
+        }
+        let seg = match Segment::open(dir, &id, model_id, dim) {
+            Ok(s) => s,
+            Err(e) => {
+                out.unusable.push((path, e.to_string()));
+                continue;
+            }
+        };
+        let chunks = seg.meta().chunk_count;
+        let (bits, tref) = match tombs.get(&id) {
+            Some((_, file)) => {
+                let p = dir.join(file);
+                let bytes = std::fs::read(&p).map_err(io_err(&p))?;
+                let hash = crate::blake3_hex(&bytes);
+                // An unreadable tombstone file: its records count as live (a deleted memory
+                // may come back; none is lost).
+                match tombstones::read(&p, model_id, &hash, chunks) {
+                    Ok(bits) => {
+                        let count = bits.len();
+                        let r = TombstoneRef {
+                            file: file.clone(),
+                            blake3: hash,
+                            count,
+                        };
+                        (bits, Some(r))
+                    }
+                    Err(_) => (RoaringBitmap::new(), None),
+                }
+            }
+            None => (RoaringBitmap::new(), None),
+        };
+        let mtime = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .unwrap_or(std::time::UNIX_EPOCH);
+        usable.push((seg, bits, tref, mtime));
+    }
+    // Oldest first (the order flushes append in).
+    usable.sort_by(|a, b| a.3.cmp(&b.3).then_with(|| a.0.id().cmp(b.0.id())));
+    // One live copy per id: the newest `updated_at`, then the newest segment.
+    let mut best: HashMap<String, (i64, usize, u32)> = HashMap::new();
+    for (si, (seg, bits, _, _)) in usable.iter().enumerate() {
+        let Some(t) = seg.memories() else { continue };
+        for (i, r) in t.memories.iter().enumerate() {
+            let i = i as u32;
+            if bits.contains(i) {
+                continue;
+            }
+            let key = (r.updated_at.to_native(), si, i);
+            match best.get(r.id.as_str()) {
+                Some(b) if (b.0, b.1) > (key.0, key.1) => {}
+                _ => {
+                    best.insert(r.id.to_string(), key);
+                }
+            }
+        }
+    }
+    let generation = out.max_generation + 1;
+    for (si, (seg, bits, tref, _)) in usable.iter().enumerate() {
+        let Some(t) = seg.memories() else { continue };
+        let mut bits = bits.clone();
+        let before = bits.len();
+        for (i, r) in t.memories.iter().enumerate() {
+            let i = i as u32;
+            if !bits.contains(i)
+                && best
+                    .get(r.id.as_str())
+                    .is_some_and(|b| (b.1, b.2) != (si, i))
+            {
+                bits.insert(i);
+            }
+        }
+        let chunks = seg.meta().chunk_count;
+        let newly = bits.len() - before;
+        out.duplicates += newly;
+        if bits.len() >= u64::from(chunks) {
+            continue; // nothing live in it
+        }
+        let tombstones = if newly > 0 {
+            let name = tombstones::file_name(seg.id(), generation);
+            let bytes = tombstones::write(&dir.join(&name), model_id, &bits)?;
+            Some(TombstoneRef {
+                file: name,
+                blake3: crate::blake3_hex(&bytes),
+                count: bits.len(),
+            })
+        } else {
+            tref.clone()
+        };
+        out.live += u64::from(chunks) - bits.len();
+        out.entries.push(SegmentEntry {
+            id: seg.id().to_string(),
+            chunks,
+            tombstones,
+        });
+    }
+    if out.duplicates > 0 {
+        out.max_generation = generation;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryRecord;
+    use crate::SegmentBuilder;
+
+    fn rec(i: u8, updated_at: i64) -> MemoryRecord {
+        MemoryRecord {
+            id: format!("0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e{i:02x}"),
+            text: format!("memory {i} at {updated_at}"),
+            category: "decision".into(),
+            scope: "project".into(),
+            entity: "uploads".into(),
+            tags: vec![],
+            source: "agent".into(),
+            evidence: vec![],
+            code_refs: vec![],
+            created_at: 1,
+            updated_at,
+            state: "active".into(),
+            similar: vec![],
+        }
+    }
+
+    fn segment(dir: &Path, recs: Vec<MemoryRecord>) -> String {
+        let n = recs.len();
+        let vecs: Vec<f32> = (0..n * 4).map(|i| (i % 4 == 0) as u8 as f32).collect();
+        let (id, _) = SegmentBuilder::for_memories(recs, vecs)
+            .write(dir, "m", 4)
+            .unwrap();
+        // Distinct mtimes: segment age decides ties.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        id
+    }
+
+    /// Segments found on disk: tombstones honoured (newest generation), a second live copy of
+    /// an id hidden (the newest `updated_at` wins), an unreadable segment reported, another
+    /// model refused.
+    #[test]
+    fn memory_segments_are_recovered_without_duplicates() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let a = segment(dir, vec![rec(1, 5), rec(2, 5), rec(3, 5)]);
+        let b = segment(dir, vec![rec(2, 9), rec(4, 9)]);
+        // Record 3 of `a` deleted at generation 4 (an older file at generation 2 says less).
+        let mut bits = RoaringBitmap::new();
+        tombstones::write(&dir.join(tombstones::file_name(&a, 2)), "m", &bits).unwrap();
+        bits.insert(2);
+        tombstones::write(&dir.join(tombstones::file_name(&a, 4)), "m", &bits).unwrap();
+        // A memory segment whose segment.json is damaged.
+        let c = segment(dir, vec![rec(7, 1)]);
+        std::fs::write(dir.join(format!("seg-{c}/segment.json")), b"{").unwrap();
+
+        let r = recover_memory_segments(dir, "m", 4).unwrap();
+        let ids: Vec<&str> = r.entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, [a.as_str(), b.as_str()]);
+        // Live: a's 1 (2 is superseded by b's newer copy, 3 deleted), b's 2 and 4.
+        assert_eq!((r.live, r.duplicates), (3, 1));
+        assert_eq!(r.max_generation, 5);
+        let ta = r.entries[0].tombstones.as_ref().unwrap();
+        assert_eq!(
+            (ta.file.as_str(), ta.count),
+            (tombstones::file_name(&a, 5).as_str(), 2)
+        );
+        assert!(r.entries[1].tombstones.is_none());
+        assert_eq!(r.unusable.len(), 1);
+        assert!(r.unusable[0].0.ends_with(format!("seg-{c}")));
+
+        assert!(matches!(
+            recover_memory_segments(dir, "other", 4),
+            Err(RecoverError::OtherModel { .. })
+        ));
+    }
+
+    #[test]
+    fn moved_aside_names_are_kept_by_garbage_collection() {
+        let d = tempfile::tempdir().unwrap();
+        let a = segment(d.path(), vec![rec(1, 1)]);
+        let moved = move_aside(&d.path().join(format!("seg-{a}"))).unwrap();
+        assert!(moved.to_string_lossy().contains(".bak-"));
+        crate::IndexManifest::empty("m", 4)
+            .commit(d.path())
+            .unwrap();
+        assert!(crate::Index::collect_garbage(d.path()).unwrap().is_empty());
+        assert!(moved.is_dir());
+    }
+}

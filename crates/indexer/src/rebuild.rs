@@ -1,0 +1,224 @@
+//! `indexer build --rebuild` and the repair of an index whose `MANIFEST` is damaged or gone.
+//!
+//! Memories are never collateral damage: a rebuild drops the code segments (derived from the
+//! sources, re-indexed right after) and keeps the memory segments, their tombstones and the
+//! memory log (`memory.wal`) untouched. A damaged `MANIFEST` is moved aside
+//! (`MANIFEST.bak-<time>`) and the memory part of a new one is recovered from the memory
+//! segments on disk (`format::recover`, whose module doc explains why `memory_lsn` restarts at
+//! 0 without duplicating or losing a memory). A memory segment that cannot be opened is moved
+//! aside too, never deleted. When keeping the memories is impossible (they were embedded with
+//! another model, or written in another format version) the rebuild refuses and changes
+//! nothing.
+
+use std::path::{Path, PathBuf};
+
+use format::manifest::{DirLock, IndexManifest, SegmentEntry};
+use format::recover::{move_aside, recover_memory_segments, RecoverError};
+use format::{tombstones, FormatError, Index, Segment};
+
+use crate::IndexerError;
+
+/// The memory log's file name (owned by the memory crate; the indexer only looks at its size).
+const WAL_FILE: &str = "memory.wal";
+/// Its header length: a longer file holds records.
+const WAL_HEADER: u64 = 8;
+
+/// What a rebuild (or a repair) did before re-indexing.
+#[derive(Debug, Default, Clone)]
+pub struct RebuildReport {
+    /// Code segments dropped from the manifest (re-indexed by the build).
+    pub code_segments_dropped: usize,
+    /// Memory segments kept, and their live memories.
+    pub memory_segments: usize,
+    pub memories: u64,
+    /// True when the memory part of `MANIFEST` was recovered from the segments on disk.
+    pub recovered: bool,
+    /// Second copies of a memory id tombstoned during recovery.
+    pub duplicates: u64,
+    /// What was moved aside (`*.bak-<time>`), with why.
+    pub moved_aside: Vec<(PathBuf, String)>,
+    /// Problems that did not stop the rebuild (garbage collection).
+    pub warnings: Vec<String>,
+}
+
+impl std::fmt::Display for RebuildReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.recovered {
+            write!(
+                f,
+                "rebuild: MANIFEST recreated: {} memories in {} memory segments recovered from \
+                 disk (memory.wal is replayed in full by the next queryd); code re-indexed",
+                self.memories, self.memory_segments
+            )?;
+        } else {
+            write!(
+                f,
+                "rebuild: {} code segments dropped, re-indexed; {} memories in {} memory segments \
+                 kept (and memory.wal)",
+                self.code_segments_dropped, self.memories, self.memory_segments
+            )?;
+        }
+        if self.duplicates > 0 {
+            write!(f, "; {} duplicate copies hidden", self.duplicates)?;
+        }
+        for (p, why) in &self.moved_aside {
+            write!(f, "\nrebuild: moved aside {} ({why})", p.display())?;
+        }
+        for w in &self.warnings {
+            write!(f, "\nrebuild: warning: {w}")?;
+        }
+        Ok(())
+    }
+}
+
+fn fmt_err(e: FormatError) -> IndexerError {
+    IndexerError::Format(e)
+}
+
+/// Whether `dir/memory.wal` holds records.
+fn wal_holds_records(dir: &Path) -> bool {
+    std::fs::metadata(dir.join(WAL_FILE)).is_ok_and(|m| m.len() > WAL_HEADER)
+}
+
+fn refused(e: RecoverError) -> IndexerError {
+    match e {
+        RecoverError::Format(e) => IndexerError::Format(e),
+        e => IndexerError::RebuildRefused(e.to_string()),
+    }
+}
+
+/// Prepares `dir` for a build from scratch with model `model_id` (`dim`): see the module doc.
+/// Nothing to do for a missing or empty directory.
+pub fn prepare_rebuild(
+    dir: &Path,
+    model_id: &str,
+    dim: u32,
+) -> Result<RebuildReport, IndexerError> {
+    let mut report = RebuildReport::default();
+    if !dir.is_dir() {
+        return Ok(report);
+    }
+    let _lock = DirLock::acquire(dir).map_err(fmt_err)?;
+    let manifest = match IndexManifest::read(dir) {
+        Ok(m) => keep_memories(dir, m, model_id, dim, &mut report)?,
+        Err(FormatError::NotAnIndex { .. }) => {
+            match recovered_manifest(dir, model_id, dim, &mut report)? {
+                Some(m) => m,
+                None => return Ok(report),
+            }
+        }
+        Err(e @ FormatError::Corrupt { .. }) => {
+            let p = move_aside(&dir.join(format::manifest::MANIFEST)).map_err(fmt_err)?;
+            report.moved_aside.push((p, e.to_string()));
+            recovered_manifest(dir, model_id, dim, &mut report)?
+                .unwrap_or_else(|| IndexManifest::empty(model_id, dim))
+        }
+        Err(e @ FormatError::Version { .. }) => {
+            return Err(IndexerError::RebuildRefused(format!(
+            "{e}; --rebuild changed nothing: it cannot carry memories across format versions\n{}",
+            format::repair_hint(&e)
+        )))
+        }
+        Err(e) => return Err(fmt_err(e)),
+    };
+    report.memory_segments = manifest.memory_segments.len();
+    manifest.commit(dir).map_err(fmt_err)?;
+    if let Err(e) = Index::collect_garbage(dir) {
+        report.warnings.push(format!("garbage collection: {e}"));
+    }
+    Ok(report)
+}
+
+/// The manifest of an index that has none (missing, or moved aside as damaged): the memory
+/// segments found on disk. `None` when there is nothing to keep (no memory segment, no log).
+/// The caller holds the directory lock.
+pub fn recovered_manifest(
+    dir: &Path,
+    model_id: &str,
+    dim: u32,
+    report: &mut RebuildReport,
+) -> Result<Option<IndexManifest>, IndexerError> {
+    let rec = recover_memory_segments(dir, model_id, dim).map_err(refused)?;
+    for (p, why) in &rec.unusable {
+        let to = move_aside(p).map_err(fmt_err)?;
+        report.moved_aside.push((to, why.clone()));
+    }
+    if rec.entries.is_empty() && !wal_holds_records(dir) && report.moved_aside.is_empty() {
+        return Ok(None);
+    }
+    report.recovered = true;
+    report.duplicates = rec.duplicates;
+    report.memories = rec.live;
+    let mut m = IndexManifest::empty(model_id, dim);
+    m.memory_segments = rec.entries;
+    // See `format::recover`: every log record is replayed, idempotently by id.
+    m.memory_lsn = 0;
+    m.generation = rec.max_generation + 1;
+    Ok(Some(m))
+}
+
+/// `m` without its code segments and roots; memory segments that cannot be opened are moved
+/// aside. Refuses when the memories need another model.
+fn keep_memories(
+    dir: &Path,
+    mut m: IndexManifest,
+    model_id: &str,
+    dim: u32,
+    report: &mut RebuildReport,
+) -> Result<IndexManifest, IndexerError> {
+    let has_memories = !m.memory_segments.is_empty() || wal_holds_records(dir);
+    if (m.model_id != model_id || m.dim != dim) && has_memories {
+        return Err(IndexerError::RebuildRefused(format!(
+            "the index at {} holds memories embedded with model `{}` (dim {}), this build uses \
+             `{model_id}` (dim {dim}); --rebuild keeps memories and cannot re-embed them, so it \
+             changed nothing: export them (`queryd export --index {} > memories.jsonl`, with the \
+             old model), then `indexer build <source paths> --out <new dir> --memories \
+             memories.jsonl`",
+            dir.display(),
+            m.model_id,
+            m.dim,
+            dir.display()
+        )));
+    }
+    report.code_segments_dropped = m.segments.len();
+    m.segments.clear();
+    m.roots.clear();
+    m.model_id = model_id.to_string();
+    m.dim = dim;
+    let mut kept: Vec<SegmentEntry> = Vec::new();
+    for mut e in std::mem::take(&mut m.memory_segments) {
+        match Segment::open(dir, &e.id, model_id, dim) {
+            Ok(seg) => {
+                if let Some(t) = &e.tombstones {
+                    let p = dir.join(&t.file);
+                    if let Err(err) = tombstones::read(&p, model_id, &t.blake3, e.chunks) {
+                        // Its memories count as live again: a deleted one may come back, none
+                        // is lost. The damaged file is kept aside.
+                        if p.exists() {
+                            let to = move_aside(&p).map_err(fmt_err)?;
+                            report.moved_aside.push((to, err.to_string()));
+                        }
+                        e.tombstones = None;
+                    }
+                }
+                report.memories += u64::from(seg.meta().chunk_count)
+                    - e.tombstones.as_ref().map_or(0, |t| t.count);
+                kept.push(e);
+            }
+            Err(err) => {
+                let p = dir.join(format::segment::dir_name(&e.id));
+                if p.exists() {
+                    let to = move_aside(&p).map_err(fmt_err)?;
+                    report.moved_aside.push((to, err.to_string()));
+                } else {
+                    report
+                        .warnings
+                        .push(format!("memory segment {} is missing: {err}", e.id));
+                }
+            }
+        }
+    }
+    m.memory_segments = kept;
+    m.generation += 1;
+    Ok(m)
+}

@@ -1,0 +1,106 @@
+//! The `indexer` and `queryd` binaries together, as a user runs them: what a build reads is
+//! what `queryd search` can return, so a symlink leading out of the repository must not bring
+//! outside files into the index.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_queryd");
+
+fn run(bin: &Path, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .env("CIX_MODEL_DIR", common::model_dir())
+        .output()
+        .expect("run a binary")
+}
+
+fn described(what: &str, o: &Output) -> String {
+    format!(
+        "{what}: {}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A repository linking to a file and a directory outside it: `indexer build` skips both as
+/// `outside root` (naming them), and `queryd search` for a word only they hold finds nothing;
+/// with `--follow-external-symlinks` the same search finds it.
+#[cfg(unix)]
+#[test]
+fn symlinks_out_of_the_repository_are_not_indexed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outside = tmp.path().join("outside");
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(outside.join("lib")).unwrap();
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(
+        outside.join("passwd.py"),
+        "SECRET = 'xylophagous_quokka_secret'\n",
+    )
+    .unwrap();
+    std::fs::write(
+        outside.join("lib/vendored.py"),
+        "def gallimaufry_vendored_helper():\n    return 'gallimaufry'\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("app.py"), "def main():\n    return 1\n").unwrap();
+    std::os::unix::fs::symlink(outside.join("passwd.py"), repo.join("passwd.py")).unwrap();
+    std::os::unix::fs::symlink(outside.join("lib"), repo.join("vendor")).unwrap();
+    let indexer = cix_tests::sibling_bin(BIN, "indexer");
+    let index = tmp.path().join("index");
+    let (repo_s, index_s) = (repo.to_str().unwrap(), index.to_str().unwrap());
+
+    let o = run(&indexer, &["build", repo_s, "--out", index_s, "--quiet"]);
+    assert!(o.status.success(), "{}", described("build", &o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("2 outside root"), "{}", described("build", &o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("passwd.py") && err.contains("vendor") && err.contains("outside the root"),
+        "{}",
+        described("build", &o)
+    );
+    let search = |word: &str| {
+        let o = run(
+            Path::new(BIN),
+            &[
+                "search", "--index", index_s, "--mode", "lexical", "--json", word,
+            ],
+        );
+        assert!(o.status.success(), "{}", described("search", &o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for word in ["xylophagous_quokka_secret", "gallimaufry_vendored_helper"] {
+        let hits = search(word);
+        assert!(
+            !hits.contains(&format!("{word}'"))
+                && !hits.contains("vendored.py")
+                && !hits.contains("passwd.py"),
+            "{word} leaked: {hits}"
+        );
+    }
+
+    // Asked for explicitly, the links are followed.
+    let o = run(
+        &indexer,
+        &[
+            "build",
+            repo_s,
+            "--out",
+            index_s,
+            "--quiet",
+            "--follow-external-symlinks",
+        ],
+    );
+    assert!(
+        o.status.success(),
+        "{}",
+        described("build --follow-external-symlinks", &o)
+    );
+    assert!(search("xylophagous_quokka_secret").contains("passwd.py"));
+    assert!(search("gallimaufry_vendored_helper").contains("vendor/vendored.py"));
+}
