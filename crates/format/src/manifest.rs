@@ -18,6 +18,8 @@ use crate::{
 
 pub const MANIFEST: &str = "MANIFEST";
 
+pub const BACKUP_MARK: &str = ".bak-";
+
 /// The modification time of `dir/MANIFEST`, if it can be read (readers use it with the
 /// generation to notice a new commit).
 pub fn manifest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
@@ -303,7 +305,7 @@ impl Index {
             let ours = (name.starts_with("seg-")
                 || name.starts_with("tomb-")
                 || name.starts_with(".tmp-seg-"))
-                && !name.contains(crate::recover::BACKUP_MARK);
+                && !name.contains(BACKUP_MARK);
             if !ours || keep.contains(&name) {
                 continue;
             }

@@ -27,7 +27,7 @@ use crate::{io_err, tombstones, FormatError, Result};
 
 /// The marker of a file or directory moved aside (`<name>.bak-<unix seconds>`); garbage
 /// collection never touches such names.
-pub const BACKUP_MARK: &str = ".bak-";
+pub use crate::manifest::BACKUP_MARK;
 
 /// Renames `path` to `<path>.bak-<unix seconds>` (a numbered variant when that exists) and
 /// returns the new path.
