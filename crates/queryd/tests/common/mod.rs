@@ -4,3 +4,5 @@
 #![allow(unused_imports)]
 
 pub use cix_tests::{encoder, indexed_fixture, model_dir};
+
+pub mod http;
