@@ -375,10 +375,7 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
             let (why, challenge) = if auth.is_none() {
                 ("missing", r#"Bearer realm="queryd""#)
             } else {
-                (
-                    "wrong",
-                    r#"Bearer realm="queryd", error="invalid_token""#,
-                )
+                ("wrong", r#"Bearer realm="queryd", error="invalid_token""#)
             };
             with_header(
                 json(
@@ -402,46 +399,44 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
 }
 
 async fn route(req: Request<Incoming>, path: &str, st: &State) -> Response<Body> {
-    {
-        match path {
-            "/mcp" if req.method() == http::Method::POST => handle_mcp_post(req, st).await,
-            "/mcp" => st.mcp.handle(req).await,
-            "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
-            "/health/ready" => {
-                let e = &st.server.engine;
-                let snap = e.snapshot();
-                json(
-                    StatusCode::OK,
-                    &serde_json::json!({
-                        "ready": true,
-                        "generation": snap.generation(),
-                        "degraded": e.last_failure().is_some(),
-                    }),
-                )
-            }
-            "/metrics" => {
-                let snap = st.server.engine.snapshot();
-                let m = &st.server.metrics;
-                m.generation.set(snap.generation() as i64);
-                m.live_chunks.set(snap.code.index.live_chunks() as i64);
-                reply(
-                    StatusCode::OK,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    m.encode(),
-                )
-            }
-            "/status" => match st.server.engine.index_status(&StatusArgs::default()) {
-                Ok(s) => json(StatusCode::OK, &serde_json::to_value(s).unwrap_or_default()),
-                Err(e) => json(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &serde_json::json!({"error": e.to_string()}),
-                ),
-            },
-            _ => json(
-                StatusCode::NOT_FOUND,
-                &serde_json::json!({"error": format!("no endpoint {path}; try /mcp, /health, /health/ready, /metrics or /status")}),
-            ),
+    match path {
+        "/mcp" if req.method() == http::Method::POST => handle_mcp_post(req, st).await,
+        "/mcp" => st.mcp.handle(req).await,
+        "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
+        "/health/ready" => {
+            let e = &st.server.engine;
+            let snap = e.snapshot();
+            json(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "ready": true,
+                    "generation": snap.generation(),
+                    "degraded": e.last_failure().is_some(),
+                }),
+            )
         }
+        "/metrics" => {
+            let snap = st.server.engine.snapshot();
+            let m = &st.server.metrics;
+            m.generation.set(snap.generation() as i64);
+            m.live_chunks.set(snap.code.index.live_chunks() as i64);
+            reply(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                m.encode(),
+            )
+        }
+        "/status" => match st.server.engine.index_status(&StatusArgs::default()) {
+            Ok(s) => json(StatusCode::OK, &serde_json::to_value(s).unwrap_or_default()),
+            Err(e) => json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &serde_json::json!({"error": e.to_string()}),
+            ),
+        },
+        _ => json(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({"error": format!("no endpoint {path}; try /mcp, /health, /health/ready, /metrics or /status")}),
+        ),
     }
 }
 
@@ -488,10 +483,7 @@ pub async fn serve(
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout);
-            if let Err(e) = builder
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
                 if !e.is_incomplete_message() {
                     eprintln!("queryd: HTTP connection error: {e}");
                 }
@@ -527,5 +519,18 @@ mod tests {
             "https://a.dev",
             &["https://a.dev:443".into()]
         ));
+    }
+
+    #[test]
+    fn tokens_compare_by_hash() {
+        let t = Token::new("0123456789abcdef0123456789abcdef\n");
+        assert!(t.accepts(Some("Bearer 0123456789abcdef0123456789abcdef")));
+        assert!(t.accepts(Some("bearer  0123456789abcdef0123456789abcdef ")));
+        assert!(!t.accepts(Some("Bearer 0123456789abcdef0123456789abcdeX")));
+        assert!(!t.accepts(Some("Basic 0123456789abcdef0123456789abcdef")));
+        assert!(!t.accepts(Some("Bearer")));
+        assert!(!t.accepts(Some("")));
+        assert!(!t.accepts(None));
+        assert_eq!(format!("{t:?}"), "Token(<redacted>)");
     }
 }

@@ -55,7 +55,7 @@ struct ServeArgs {
     max_body_bytes: usize,
     /// Most MCP sessions open at once over HTTP; an `initialize` beyond it gets 503 with
     /// Retry-After (no open session is evicted).
-    #[arg(long, default_value_t = queryd::http::DEFAULT_MAX_SESSIONS, value_parser = clap::value_parser!(u64).range(1..).map(|v| v as usize))]
+    #[arg(long, default_value_t = queryd::http::DEFAULT_MAX_SESSIONS, value_parser = at_least_one)]
     max_sessions: usize,
     /// Close an HTTP MCP session after this many seconds without traffic.
     #[arg(long, value_name = "SECS", default_value_t = queryd::http::DEFAULT_SESSION_IDLE_SECS, value_parser = secs)]
@@ -68,7 +68,7 @@ struct ServeArgs {
     body_timeout_secs: f64,
     /// Most tool calls running at once (stdio and HTTP); a call beyond it is answered at once
     /// with a retryable "server busy" error (HTTP: 503 with Retry-After).
-    #[arg(long, default_value_t = queryd::mcp::DEFAULT_MAX_CALLS, value_parser = clap::value_parser!(u64).range(1..).map(|v| v as usize))]
+    #[arg(long, default_value_t = queryd::mcp::DEFAULT_MAX_CALLS, value_parser = at_least_one)]
     max_inflight_calls: usize,
     /// Longest accepted stdio message (one line) in bytes; longer ones are discarded and
     /// answered with an error.
@@ -150,11 +150,21 @@ struct SearchArgs {
     debug: bool,
 }
 
+/// A count of at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!("`{s}` is not a whole number of at least 1")),
+    }
+}
+
 /// A positive number of seconds (fractions allowed), at most a day.
 fn secs(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(v),
-        _ => Err(format!("`{s}` is not a number of seconds between 0 and 86400")),
+        _ => Err(format!(
+            "`{s}` is not a number of seconds between 0 and 86400"
+        )),
     }
 }
 

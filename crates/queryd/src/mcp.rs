@@ -130,10 +130,8 @@ impl ServerHandler for Server {
             let _permit = permit;
             this.dispatch(&n, args)
         })
-            .await
-            .map_err(|e| {
-                ErrorData::internal_error(format!("the tool `{name}` failed: {e}"), None)
-            })?;
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("the tool `{name}` failed: {e}"), None))?;
         let (outcome, out) = match r {
             Err(e) => ("invalid_input", Err(e)),
             Ok(Ok(v)) => ("ok", Ok(CallToolResult::structured(v))),

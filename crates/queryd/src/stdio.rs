@@ -166,16 +166,18 @@ fn check_params(method: &str, obj: &Map<String, Value>) -> Result<(), String> {
     let params = obj.get("params").filter(|p| !p.is_null());
     if let Some(p) = params {
         if !p.is_object() {
-            return Err(format!("invalid params: `params` of `{method}` must be an object"));
+            return Err(format!(
+                "invalid params: `params` of `{method}` must be an object"
+            ));
         }
     }
     let fit = |r: Result<(), serde_json::Error>| {
         r.map_err(|e| format!("invalid params for `{method}`: {e}"))
     };
     match (method, params) {
-        ("tools/call", None) => {
-            Err("invalid params for `tools/call`: missing `params` ({\"name\", \"arguments\"})".into())
-        }
+        ("tools/call", None) => Err(
+            "invalid params for `tools/call`: missing `params` ({\"name\", \"arguments\"})".into(),
+        ),
         ("tools/call", Some(p)) => {
             if let Some(a) = p.get("arguments").filter(|a| !a.is_null()) {
                 if !a.is_object() {
@@ -312,7 +314,10 @@ impl<'a> Scan<'a> {
                 {
                     self.i += 1;
                 }
-                let n: i64 = std::str::from_utf8(&self.b[start..self.i]).ok()?.parse().ok()?;
+                let n: i64 = std::str::from_utf8(&self.b[start..self.i])
+                    .ok()?
+                    .parse()
+                    .ok()?;
                 Some(Value::from(n))
             }
             _ => None,
@@ -528,7 +533,8 @@ mod tests {
     fn bad_lines_get_the_right_code_and_id() {
         let e = err("garbage");
         assert_eq!((e.code, e.id.clone()), (PARSE_ERROR, Value::Null));
-        let e = err(r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x\ud800"}}"#);
+        let e =
+            err(r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x\ud800"}}"#);
         assert_eq!((e.code, e.id.clone()), (PARSE_ERROR, json!(9)), "{e}");
         let mut raw = br#"{"jsonrpc":"2.0","id":"a\"b","method":"x","params":{"q":""#.to_vec();
         raw.extend_from_slice(b"\xFF\xFE\"}}");
@@ -605,7 +611,8 @@ mod tests {
         .iter()
         .map(|s| s.as_bytes().to_vec())
         .collect();
-        let alphabet = b"{}[]\":,\\ud800\xFF\xC3\x00 \n\r0123456789-eE.tnfaluridjsonrpcmethodparams";
+        let alphabet =
+            b"{}[]\":,\\ud800\xFF\xC3\x00 \n\r0123456789-eE.tnfaluridjsonrpcmethodparams";
         let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = move || {
             state ^= state << 13;
@@ -617,7 +624,11 @@ mod tests {
         for _ in 0..20_000 {
             let mut b = seeds[next() as usize % seeds.len()].clone();
             for _ in 0..=(next() % 4) {
-                let pos = if b.is_empty() { 0 } else { next() as usize % (b.len() + 1) };
+                let pos = if b.is_empty() {
+                    0
+                } else {
+                    next() as usize % (b.len() + 1)
+                };
                 let c = alphabet[next() as usize % alphabet.len()];
                 match next() % 6 {
                     0 if pos < b.len() => b[pos] = c,
@@ -650,14 +661,14 @@ mod tests {
                         [PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS].contains(&e.code),
                         "{e:?}"
                     );
-                    assert!(
-                        e.id.is_null() || e.id.is_string() || e.id.is_i64(),
-                        "{e:?}"
-                    );
+                    assert!(e.id.is_null() || e.id.is_string() || e.id.is_i64(), "{e:?}");
                     serde_json::from_slice::<Value>(&e.to_line()).expect("answer is JSON");
                 }
             }
         }
-        assert!(passed > 100 && failed > 1000, "{passed} passed, {failed} failed");
+        assert!(
+            passed > 100 && failed > 1000,
+            "{passed} passed, {failed} failed"
+        );
     }
 }

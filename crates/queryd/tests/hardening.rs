@@ -112,7 +112,11 @@ fn stdio_answers_every_bad_line_and_keeps_serving() {
     s.send(deep.as_bytes());
     expect.push((json!(23), -32600));
     // 1 MiB over a 64 KiB limit (the default is 8 MiB): discarded, answered with its id.
-    let big = call_line(json!(24), "search_code", json!({"query": "x".repeat(1 << 20)}));
+    let big = call_line(
+        json!(24),
+        "search_code",
+        json!({"query": "x".repeat(1 << 20)}),
+    );
     s.send(&big);
     expect.push((json!(24), -32600));
     for (id, a) in [(25, json!(5)), (26, json!("text")), (27, json!([1, 2]))] {
@@ -141,7 +145,11 @@ fn stdio_answers_every_bad_line_and_keeps_serving() {
     assert_eq!(got, expect);
 
     // Still serving: a good call after all of that.
-    s.send(&call_line(json!(30), "search_code", json!({"query": "levenshtein distance"})));
+    s.send(&call_line(
+        json!(30),
+        "search_code",
+        json!({"query": "levenshtein distance"}),
+    ));
     let v = s.next();
     assert_eq!(v["id"], 30, "{v}");
     assert_eq!(v["result"]["isError"], Value::Bool(false), "{v}");
@@ -169,7 +177,11 @@ fn calls_over_the_cap_are_answered_busy() {
     let mut s = StdioServer::start(&ix.index, &["--max-inflight-calls", "1"]);
     let query = "how is the edit distance between two strings computed ".repeat(20);
     for id in 100..124 {
-        s.send(&call_line(json!(id), "search_code", json!({"query": query})));
+        s.send(&call_line(
+            json!(id),
+            "search_code",
+            json!({"query": query}),
+        ));
     }
     let (mut ok, mut busy) = (0, 0);
     for _ in 0..24 {
@@ -204,12 +216,9 @@ fn calls_over_the_cap_are_answered_busy() {
             std::thread::spawn(move || {
                 let h: Vec<(&str, &str)> =
                     hs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                let body = String::from_utf8(call_line(
-                    json!(i),
-                    "search_code",
-                    json!({"query": query}),
-                ))
-                .unwrap();
+                let body =
+                    String::from_utf8(call_line(json!(i), "search_code", json!({"query": query})))
+                        .unwrap();
                 barrier.wait();
                 let r = request(port, "POST", "/mcp", &h, &body);
                 if r.status == 503 {
@@ -250,7 +259,9 @@ fn http_caps_sessions_and_closes_idle_ones() {
         &["--max-sessions", "3", "--session-idle-secs", "1.5"],
     );
     let port = srv.port;
-    let sessions: Vec<_> = (0..3).map(|i| http_session(port, &format!("s{i}"))).collect();
+    let sessions: Vec<_> = (0..3)
+        .map(|i| http_session(port, &format!("s{i}")))
+        .collect();
     let r = request(port, "POST", "/mcp", &[ACCEPT, JSON], &init_body("s3"));
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(r.header("retry-after").is_some());
@@ -279,7 +290,8 @@ fn http_caps_sessions_and_closes_idle_ones() {
 
 /// Reads until the peer closes; the time that took (None if still open after `limit`).
 fn closed_within(s: &mut TcpStream, limit: Duration) -> (Option<Duration>, String) {
-    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let t = Instant::now();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
@@ -306,7 +318,11 @@ fn http_cuts_stalled_headers_and_lying_bodies() {
     let port = srv.port;
     // Headers that never end.
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Slow: ").unwrap();
+    write!(
+        s,
+        "GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Slow: "
+    )
+    .unwrap();
     let (took, _) = closed_within(&mut s, Duration::from_secs(10));
     let took = took.expect("the server closes a connection with stalled headers");
     assert!(took < Duration::from_secs(4), "{took:?}");
@@ -348,7 +364,10 @@ fn http_token_authentication() {
     let port = srv.port;
     let r = request(port, "GET", "/status", &[], "");
     assert_eq!(r.status, 401, "{}", r.body);
-    assert_eq!(r.header("www-authenticate"), Some(r#"Bearer realm="queryd""#));
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some(r#"Bearer realm="queryd""#)
+    );
     let r = request(
         port,
         "GET",
@@ -357,12 +376,21 @@ fn http_token_authentication() {
         "",
     );
     assert_eq!(r.status, 401);
-    assert!(r.header("www-authenticate").unwrap().contains("invalid_token"));
+    assert!(r
+        .header("www-authenticate")
+        .unwrap()
+        .contains("invalid_token"));
     let bearer = format!("Bearer {token}");
     let auth = ("Authorization", bearer.as_str());
     let r = request(port, "GET", "/status", &[auth], "");
     assert_eq!(r.status, 200, "{}", r.body);
-    let r = request(port, "POST", "/mcp", &[ACCEPT, JSON], &init_body("no-token"));
+    let r = request(
+        port,
+        "POST",
+        "/mcp",
+        &[ACCEPT, JSON],
+        &init_body("no-token"),
+    );
     assert_eq!(r.status, 401);
     let r = request(port, "POST", "/mcp", &[ACCEPT, JSON, auth], &init_body("t"));
     assert_eq!(r.status, 200, "{}", r.body);

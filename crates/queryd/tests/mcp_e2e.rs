@@ -13,7 +13,6 @@ use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use rmcp::ServiceExt;
 use serde_json::{json, Value};
 
-
 fn args(v: Value) -> serde_json::Map<String, Value> {
     v.as_object().expect("an object").clone()
 }
@@ -223,7 +222,6 @@ async fn stdio_lists_and_calls_every_tool_and_survives_bad_input() {
     assert_eq!(v["results"][0]["name"], "ServeHTTP", "{v:#}");
     client.cancel().await.expect("close the session");
 }
-
 
 #[test]
 fn http_serves_mcp_health_metrics_and_rejects_foreign_origins() {

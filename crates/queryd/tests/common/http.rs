@@ -215,4 +215,3 @@ pub fn http_call(port: u16, hs: &[(String, String)], id: u64, name: &str, a: Val
     assert!(m["result"]["isError"] != true, "{name}: {m:#}");
     m["result"]["structuredContent"].clone()
 }
-
