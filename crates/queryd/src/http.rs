@@ -271,7 +271,8 @@ async fn handle_mcp_post(req: Request<Incoming>, st: &State) -> Response<Body> {
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .map_or("no".to_string(), |v| format!("{v} bytes of"));
+        .unwrap_or("absent")
+        .to_string();
     let limited = Limited::new(body, st.cfg.max_body_bytes);
     let bytes = match tokio::time::timeout(st.cfg.body_timeout, limited.collect()).await {
         Err(_) => {
@@ -279,8 +280,7 @@ async fn handle_mcp_post(req: Request<Incoming>, st: &State) -> Response<Body> {
                 json(
                     StatusCode::REQUEST_TIMEOUT,
                     &serde_json::json!({"error": format!(
-                        "the request body did not arrive within {:.1} s ({declared} Content-Length); \
-                         send the whole body promptly",
+                        "the request body did not arrive within {:.1} s (Content-Length: {declared}); send the whole body promptly",
                         st.cfg.body_timeout.as_secs_f64()
                     )}),
                 ),

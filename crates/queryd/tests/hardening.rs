@@ -342,7 +342,7 @@ fn http_cuts_stalled_headers_and_lying_bodies() {
     let took = took.expect("the server gives up on a lying Content-Length");
     assert!(took < Duration::from_secs(4), "{took:?}");
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
-    assert!(reply.contains("100000 bytes"), "{reply}");
+    assert!(reply.contains("Content-Length: 100000"), "{reply}");
     // The server still serves.
     let r = request(port, "GET", "/health", &[], "");
     assert_eq!(r.status, 200);
