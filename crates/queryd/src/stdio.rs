@@ -310,7 +310,7 @@ impl<'a> Scan<'a> {
                 while self
                     .b
                     .get(self.i)
-                    .is_some_and(|c| c.is_ascii_digit() || *c == b'-')
+                    .is_some_and(|c| c.is_ascii_digit() || b"-+.eE".contains(c))
                 {
                     self.i += 1;
                 }

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 /// `queryd` on stdio, with a thread turning its stdout lines into JSON values.
 struct StdioServer {
     child: Child,
-    stdin: ChildStdin,
+    stdin: Option<ChildStdin>,
     out: mpsc::Receiver<Value>,
 }
 
@@ -53,7 +53,11 @@ impl StdioServer {
                 }
             }
         });
-        let mut s = StdioServer { child, stdin, out };
+        let mut s = StdioServer {
+            child,
+            stdin: Some(stdin),
+            out,
+        };
         s.send(
             json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": "2025-06-18", "capabilities": {},
@@ -69,9 +73,10 @@ impl StdioServer {
     }
 
     fn send(&mut self, line: &[u8]) {
-        self.stdin.write_all(line).unwrap();
-        self.stdin.write_all(b"\n").unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
     }
 
     fn next(&self) -> Value {
@@ -157,7 +162,7 @@ fn stdio_answers_every_bad_line_and_keeps_serving() {
         .as_array()
         .unwrap()
         .is_empty());
-    drop(s.stdin);
+    drop(s.stdin.take());
     let t = Instant::now();
     loop {
         if let Some(status) = s.child.try_wait().unwrap() {
