@@ -4,18 +4,32 @@
 //! Every request's `Host` must be in the host allowlist and its `Origin`, when present, in the
 //! origin allowlist (DNS-rebinding protection); others get 403. rmcp is configured with the same
 //! lists and caps request bodies.
+//!
+//! Resource bounds ("never hang"): request headers must arrive within `header_timeout`
+//! (hyper closes the connection otherwise) and a `POST /mcp` body within `body_timeout`
+//! (408 otherwise: a lying `Content-Length` does not hold a connection); at most
+//! `max_sessions` MCP sessions exist at once: an `initialize` over the cap gets 503 with
+//! `Retry-After` (no eviction: a flood cannot push out the sessions of working clients);
+//! sessions idle for `session_idle` are closed; tool calls are capped by the server
+//! ([`Server::busy`]: 503 with `Retry-After` when every slot is taken as a call arrives).
+//!
+//! Authentication: with a token (`--token-file`, required for `--allow-remote`), every request
+//! but `/health` needs `Authorization: Bearer <token>`; others get 401 with
+//! `WWW-Authenticate`. The token is compared as a blake3 hash in constant time.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -24,6 +38,93 @@ use engine::tools::status::StatusArgs;
 
 /// Default cap on request bodies (MCP messages are small; 1 MiB leaves room for code).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default cap on MCP sessions open at once.
+pub const DEFAULT_MAX_SESSIONS: usize = 64;
+/// Default idle time after which an MCP session is closed, in seconds.
+pub const DEFAULT_SESSION_IDLE_SECS: f64 = 120.0;
+/// Default time allowed for a request's headers, in seconds.
+pub const DEFAULT_HEADER_TIMEOUT_SECS: f64 = 10.0;
+/// Default time allowed for a request's body, in seconds.
+pub const DEFAULT_BODY_TIMEOUT_SECS: f64 = 10.0;
+/// Shortest accepted bearer token.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// The bearer token clients must present, kept only as its blake3 hash.
+#[derive(Clone)]
+pub struct Token(blake3::Hash);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// Why a token file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("reading the token file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "the token file {path} can be read or written by other users (mode {mode:o}); \
+         run `chmod 600 {path}`"
+    )]
+    Permissions { path: String, mode: u32 },
+    #[error(
+        "the token in {path} is {len} characters; use at least {MIN_TOKEN_CHARS} random \
+         characters (e.g. `openssl rand -hex 32 > {path}`)"
+    )]
+    TooShort { path: String, len: usize },
+}
+
+impl Token {
+    /// A token from its text (surrounding whitespace and newlines are not part of it).
+    pub fn new(token: &str) -> Token {
+        Token(blake3::hash(token.trim().as_bytes()))
+    }
+
+    /// Reads the token from `path`: a file only its owner may read or write (unix mode
+    /// `0600` or stricter), holding at least [`MIN_TOKEN_CHARS`] characters.
+    pub fn from_file(path: &Path) -> Result<Token, TokenError> {
+        let shown = path.display().to_string();
+        let read_err = |source| TokenError::Read {
+            path: shown.clone(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(read_err)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(TokenError::Permissions { path: shown, mode });
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = meta;
+        let text = std::fs::read_to_string(path).map_err(read_err)?;
+        let len = text.trim().chars().count();
+        if len < MIN_TOKEN_CHARS {
+            return Err(TokenError::TooShort { path: shown, len });
+        }
+        Ok(Token::new(&text))
+    }
+
+    /// Whether an `Authorization` header value carries this token (constant-time comparison
+    /// of the hashes).
+    pub fn accepts(&self, authorization: Option<&str>) -> bool {
+        let Some(v) = authorization else {
+            return false;
+        };
+        let Some((scheme, cred)) = v.trim().split_once(' ') else {
+            return false;
+        };
+        // blake3::Hash's equality is constant-time.
+        scheme.eq_ignore_ascii_case("bearer") && blake3::hash(cred.trim().as_bytes()) == self.0
+    }
+}
 
 /// Settings of the HTTP transport.
 #[derive(Debug, Clone)]
@@ -33,6 +134,16 @@ pub struct HttpConfig {
     /// Allowed `Origin` header values (`scheme://host:port`); requests without `Origin` pass.
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
+    /// Cap on MCP sessions open at once (an `initialize` beyond it gets 503).
+    pub max_sessions: usize,
+    /// An MCP session with no traffic for this long is closed.
+    pub session_idle: Duration,
+    /// Time allowed for a request's headers (the connection is closed after it).
+    pub header_timeout: Duration,
+    /// Time allowed for a `POST /mcp` body (408 after it).
+    pub body_timeout: Duration,
+    /// When set, every request but `/health` must carry `Authorization: Bearer <token>`.
+    pub token: Option<Token>,
 }
 
 impl HttpConfig {
@@ -63,6 +174,11 @@ impl HttpConfig {
             allowed_hosts,
             allowed_origins,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            session_idle: Duration::from_secs_f64(DEFAULT_SESSION_IDLE_SECS),
+            header_timeout: Duration::from_secs_f64(DEFAULT_HEADER_TIMEOUT_SECS),
+            body_timeout: Duration::from_secs_f64(DEFAULT_BODY_TIMEOUT_SECS),
+            token: None,
         }
     }
 }
@@ -111,6 +227,10 @@ pub fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
 struct State {
     server: Server,
     mcp: StreamableHttpService<Server, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+    /// Held while a session-creating request is checked against the cap and handed to rmcp,
+    /// so concurrent `initialize`s cannot overshoot it.
+    creating: tokio::sync::Mutex<()>,
     cfg: HttpConfig,
 }
 
@@ -126,6 +246,95 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
 
 fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
     reply(status, "application/json", v.to_string())
+}
+
+fn with_header(mut r: Response<Body>, name: header::HeaderName, value: &str) -> Response<Body> {
+    if let Ok(v) = header::HeaderValue::from_str(value) {
+        r.headers_mut().insert(name, v);
+    }
+    r
+}
+
+fn retry_after(status: StatusCode, message: String, secs: u64) -> Response<Body> {
+    with_header(
+        json(status, &serde_json::json!({"error": message})),
+        header::RETRY_AFTER,
+        &secs.max(1).to_string(),
+    )
+}
+
+/// `POST /mcp`: the body read here (bounded in size and time), then the checks that need it
+/// (session cap, busy tool calls), then rmcp.
+async fn handle_mcp_post(req: Request<Incoming>, st: &State) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("absent")
+        .to_string();
+    let limited = Limited::new(body, st.cfg.max_body_bytes);
+    let bytes = match tokio::time::timeout(st.cfg.body_timeout, limited.collect()).await {
+        Err(_) => {
+            return with_header(
+                json(
+                    StatusCode::REQUEST_TIMEOUT,
+                    &serde_json::json!({"error": format!(
+                        "the request body did not arrive within {:.1} s (Content-Length: {declared}); send the whole body promptly",
+                        st.cfg.body_timeout.as_secs_f64()
+                    )}),
+                ),
+                header::CONNECTION,
+                "close",
+            )
+        }
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return with_header(
+                json(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &serde_json::json!({"error": format!(
+                        "the request body is larger than {} bytes (--max-body-bytes)",
+                        st.cfg.max_body_bytes
+                    )}),
+                ),
+                header::CONNECTION,
+                "close",
+            )
+        }
+        Ok(Err(e)) => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                &serde_json::json!({"error": format!("reading the request body: {e}")}),
+            )
+        }
+        Ok(Ok(c)) => c.to_bytes(),
+    };
+    let method = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("method").and_then(|m| m.as_str()).map(str::to_string));
+    if method.as_deref() == Some("tools/call") && st.server.busy() {
+        return retry_after(StatusCode::SERVICE_UNAVAILABLE, st.server.busy_message(), 1);
+    }
+    let req = Request::from_parts(parts, Full::new(bytes));
+    if req.headers().contains_key("mcp-session-id") {
+        return st.mcp.handle(req).await;
+    }
+    // No session id: an `initialize` (rmcp creates a session) or a request rmcp rejects.
+    let _creating = st.creating.lock().await;
+    let open = st.sessions.sessions.read().await.len();
+    if open >= st.cfg.max_sessions {
+        return retry_after(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "too many MCP sessions: {open} are open (the --max-sessions cap); close idle \
+                 ones (DELETE /mcp with their Mcp-Session-Id) or retry later (sessions idle \
+                 for {:.0} s are closed)",
+                st.cfg.session_idle.as_secs_f64()
+            ),
+            st.cfg.session_idle.as_secs().clamp(1, 60),
+        );
+    }
+    st.mcp.handle(req).await
 }
 
 async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>, Infallible> {
@@ -155,50 +364,83 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
             StatusCode::FORBIDDEN,
             &serde_json::json!({"error": format!("Origin `{origin}` is not allowed; start queryd with --allow-origin {origin} to accept it")}),
         )
-    } else {
-        match path.as_str() {
-            "/mcp" => st.mcp.handle(req).await,
-            "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
-            "/health/ready" => {
-                let e = &st.server.engine;
-                let snap = e.snapshot();
+    } else if let Some(token) = st.cfg.token.as_ref().filter(|_| path != "/health") {
+        let auth = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok());
+        if token.accepts(auth) {
+            route(req, &path, &st).await
+        } else {
+            let (why, challenge) = if auth.is_none() {
+                ("missing", r#"Bearer realm="queryd""#)
+            } else {
+                ("wrong", r#"Bearer realm="queryd", error="invalid_token""#)
+            };
+            with_header(
                 json(
-                    StatusCode::OK,
-                    &serde_json::json!({
-                        "ready": true,
-                        "generation": snap.generation(),
-                        "degraded": e.last_failure().is_some() || e.memory_log_damage().is_some(),
-                    }),
-                )
-            }
-            "/metrics" => {
-                let snap = st.server.engine.snapshot();
-                let m = &st.server.metrics;
-                m.generation.set(snap.generation() as i64);
-                m.live_chunks.set(snap.code.index.live_chunks() as i64);
-                reply(
-                    StatusCode::OK,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    m.encode(),
-                )
-            }
-            "/status" => match st.server.engine.index_status(&StatusArgs::default()) {
-                Ok(s) => json(StatusCode::OK, &serde_json::to_value(s).unwrap_or_default()),
-                Err(e) => json(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &serde_json::json!({"error": e.to_string()}),
+                    StatusCode::UNAUTHORIZED,
+                    &serde_json::json!({"error": format!(
+                        "{why} bearer token: send `Authorization: Bearer <token>` with the token \
+                         from queryd's --token-file"
+                    )}),
                 ),
-            },
-            _ => json(
-                StatusCode::NOT_FOUND,
-                &serde_json::json!({"error": format!("no endpoint {path}; try /mcp, /health, /health/ready, /metrics or /status")}),
-            ),
+                header::WWW_AUTHENTICATE,
+                challenge,
+            )
         }
+    } else {
+        route(req, &path, &st).await
     };
     st.server
         .metrics
         .record_http(&endpoint, resp.status().as_u16());
     Ok(resp)
+}
+
+async fn route(req: Request<Incoming>, path: &str, st: &State) -> Response<Body> {
+    match path {
+        "/mcp" if req.method() == http::Method::POST => handle_mcp_post(req, st).await,
+        "/mcp" => st.mcp.handle(req).await,
+        "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
+        "/health/ready" => {
+            let e = &st.server.engine;
+            let snap = e.snapshot();
+            json(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "ready": true,
+                    "generation": snap.generation(),
+                    "degraded": e.last_failure().is_some()
+                        || e.memory_log_damage().is_some()
+                        || !snap.code.index.damaged.is_empty()
+                        || !e.problems().is_empty(),
+                }),
+            )
+        }
+        "/metrics" => {
+            let snap = st.server.engine.snapshot();
+            let m = &st.server.metrics;
+            m.generation.set(snap.generation() as i64);
+            m.live_chunks.set(snap.code.index.live_chunks() as i64);
+            reply(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                m.encode(),
+            )
+        }
+        "/status" => match st.server.engine.index_status(&StatusArgs::default()) {
+            Ok(s) => json(StatusCode::OK, &serde_json::to_value(s).unwrap_or_default()),
+            Err(e) => json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &serde_json::json!({"error": e.to_string()}),
+            ),
+        },
+        _ => json(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({"error": format!("no endpoint {path}; try /mcp, /health, /health/ready, /metrics or /status")}),
+        ),
+    }
 }
 
 /// Serves until the listener fails. Each connection is served on its own task.
@@ -208,16 +450,25 @@ pub async fn serve(
     cfg: HttpConfig,
 ) -> std::io::Result<()> {
     let factory_server = server.clone();
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(cfg.session_idle);
+    let sessions = Arc::new(sessions);
     let mcp = StreamableHttpService::new(
         move || Ok(factory_server.clone()),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         StreamableHttpServerConfig::default()
             .with_allowed_hosts(cfg.allowed_hosts.clone())
             .with_allowed_origins(cfg.allowed_origins.clone())
             .enforce_origin_validation()
             .with_max_request_body_bytes(cfg.max_body_bytes),
     );
-    let st = Arc::new(State { server, mcp, cfg });
+    let st = Arc::new(State {
+        server,
+        mcp,
+        sessions,
+        creating: tokio::sync::Mutex::new(()),
+        cfg,
+    });
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(x) => x,
@@ -228,12 +479,14 @@ pub async fn serve(
             }
         };
         let st = st.clone();
+        let header_timeout = st.cfg.header_timeout;
         tokio::spawn(async move {
             let svc = service_fn(move |req| handle(req, st.clone()));
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
                 if !e.is_incomplete_message() {
                     eprintln!("queryd: HTTP connection error: {e}");
                 }
@@ -269,5 +522,18 @@ mod tests {
             "https://a.dev",
             &["https://a.dev:443".into()]
         ));
+    }
+
+    #[test]
+    fn tokens_compare_by_hash() {
+        let t = Token::new("0123456789abcdef0123456789abcdef\n");
+        assert!(t.accepts(Some("Bearer 0123456789abcdef0123456789abcdef")));
+        assert!(t.accepts(Some("bearer  0123456789abcdef0123456789abcdef ")));
+        assert!(!t.accepts(Some("Bearer 0123456789abcdef0123456789abcdeX")));
+        assert!(!t.accepts(Some("Basic 0123456789abcdef0123456789abcdef")));
+        assert!(!t.accepts(Some("Bearer")));
+        assert!(!t.accepts(Some("")));
+        assert!(!t.accepts(None));
+        assert_eq!(format!("{t:?}"), "Token(<redacted>)");
     }
 }

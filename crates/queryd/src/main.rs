@@ -44,12 +44,37 @@ struct ServeArgs {
     /// Also accept this Origin on HTTP (`scheme://host:port`); repeatable.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allow_origin: Vec<String>,
-    /// Allow binding HTTP to a non-loopback address.
+    /// Allow binding HTTP to a non-loopback address (requires --token-file).
     #[arg(long)]
     allow_remote: bool,
+    /// HTTP bearer token file (mode 0600, at least 16 characters): every request but /health
+    /// must send `Authorization: Bearer <token>`. Required with --allow-remote.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
     /// Largest accepted HTTP request body in bytes.
     #[arg(long, default_value_t = queryd::http::DEFAULT_MAX_BODY_BYTES)]
     max_body_bytes: usize,
+    /// Most MCP sessions open at once over HTTP; an `initialize` beyond it gets 503 with
+    /// Retry-After (no open session is evicted).
+    #[arg(long, default_value_t = queryd::http::DEFAULT_MAX_SESSIONS, value_parser = at_least_one)]
+    max_sessions: usize,
+    /// Close an HTTP MCP session after this many seconds without traffic.
+    #[arg(long, value_name = "SECS", default_value_t = queryd::http::DEFAULT_SESSION_IDLE_SECS, value_parser = secs)]
+    session_idle_secs: f64,
+    /// Close an HTTP connection whose request headers take longer than this (seconds).
+    #[arg(long, value_name = "SECS", default_value_t = queryd::http::DEFAULT_HEADER_TIMEOUT_SECS, value_parser = secs)]
+    header_timeout_secs: f64,
+    /// Answer 408 when a request body takes longer than this to arrive (seconds).
+    #[arg(long, value_name = "SECS", default_value_t = queryd::http::DEFAULT_BODY_TIMEOUT_SECS, value_parser = secs)]
+    body_timeout_secs: f64,
+    /// Most tool calls running at once (stdio and HTTP); a call beyond it is answered at once
+    /// with a retryable "server busy" error (HTTP: 503 with Retry-After).
+    #[arg(long, default_value_t = queryd::mcp::DEFAULT_MAX_CALLS, value_parser = at_least_one)]
+    max_inflight_calls: usize,
+    /// Longest accepted stdio message (one line) in bytes; longer ones are discarded and
+    /// answered with an error.
+    #[arg(long, default_value_t = queryd::stdio::DEFAULT_MAX_LINE_BYTES)]
+    max_line_bytes: usize,
     /// Do not watch MANIFEST for new index generations.
     #[arg(long)]
     no_watch: bool,
@@ -138,6 +163,24 @@ struct SearchArgs {
     /// Print a per-phase timing breakdown on stderr.
     #[arg(long)]
     debug: bool,
+}
+
+/// A count of at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!("`{s}` is not a whole number of at least 1")),
+    }
+}
+
+/// A positive number of seconds (fractions allowed), at most a day.
+fn secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 fn main() -> ExitCode {
@@ -378,8 +421,8 @@ fn parse_addr(s: &str, allow_remote: bool) -> anyhow::Result<std::net::SocketAdd
     };
     if !addr.ip().is_loopback() && !allow_remote {
         anyhow::bail!(
-            "--http {s} is not a loopback address; the server has no authentication, so pass \
-             --allow-remote (and --allow-host NAME for the names clients use) if you mean it"
+            "--http {s} is not a loopback address; pass --allow-remote with --token-file PATH \
+             (and --allow-host NAME for the names clients use) if you mean it"
         );
     }
     Ok(addr)
@@ -396,6 +439,21 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .http
         .as_deref()
         .map(|s| parse_addr(s, a.allow_remote))
+        .transpose()?;
+    if a.allow_remote && a.token_file.is_none() {
+        anyhow::bail!(
+            "--allow-remote needs --token-file PATH: remote clients must authenticate with \
+             `Authorization: Bearer <token>` (create one with `openssl rand -hex 32 > PATH && \
+             chmod 600 PATH`)"
+        );
+    }
+    if a.token_file.is_some() && addr.is_none() {
+        anyhow::bail!("--token-file applies to --http only (stdio needs no authentication)");
+    }
+    let token = a
+        .token_file
+        .as_deref()
+        .map(queryd::http::Token::from_file)
         .transpose()?;
     let model = kernels::resolve_model_dir(a.model);
     let t = Instant::now();
@@ -431,9 +489,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     engine.spawn_flusher();
     // Checksums every served segment once in the background, and again when its files change.
     engine.spawn_verifier(engine::integrity::VERIFY_INTERVAL);
-    let server = queryd::mcp::Server::new(
+    let server = queryd::mcp::Server::with_max_calls(
         engine.clone(),
         std::sync::Arc::new(queryd::metrics::Metrics::new()),
+        a.max_inflight_calls,
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -448,6 +507,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 let bound = listener.local_addr()?;
                 let mut cfg = queryd::http::HttpConfig::for_addr(bound, &a.allow_host, &a.allow_origin);
                 cfg.max_body_bytes = a.max_body_bytes;
+                cfg.max_sessions = a.max_sessions;
+                cfg.session_idle = std::time::Duration::from_secs_f64(a.session_idle_secs);
+                cfg.header_timeout = std::time::Duration::from_secs_f64(a.header_timeout_secs);
+                cfg.body_timeout = std::time::Duration::from_secs_f64(a.body_timeout_secs);
+                cfg.token = token;
                 eprintln!("queryd: serving MCP on http://{bound}/mcp (also /health, /health/ready, /metrics, /status)");
                 tokio::select! {
                     r = queryd::http::serve(listener, server, cfg) => r?,
@@ -456,19 +520,17 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 Ok(())
             }
             None => {
-                use rmcp::ServiceExt;
-                let running = server
-                    .serve(rmcp::transport::stdio())
-                    .await
-                    .context("starting MCP on stdio")?;
+                let (input, output) = rmcp::transport::stdio();
                 tokio::select! {
-                    r = running.waiting() => { r.context("serving MCP on stdio")?; }
+                    r = queryd::stdio::serve(server, input, output, a.max_line_bytes) => r?,
                     _ = tokio::signal::ctrl_c() => eprintln!("queryd: interrupted, shutting down"),
                 }
                 Ok(())
             }
         }
     });
+    // A read of stdin still pending cannot be cancelled; do not wait for it.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
     // Clean shutdown: pending memory writes go into a segment (they are safe in the log
     // either way).
     match engine.flush_memories() {

@@ -7,6 +7,11 @@
 //! missing fields) are protocol errors (`-32602 invalid params`); input the tool can judge (an
 //! empty or oversized query, an unknown symbol) is a tool error (`isError: true`) whose text the
 //! agent sees, with suggestions. Neither stops the server.
+//!
+//! Backpressure: at most `max_calls` tool calls run at once (stdio and every HTTP session
+//! share the cap). A call beyond it is not queued: it gets a tool error at once
+//! (`isError: true`, "server busy ... retry", `"retryable": true`), and over HTTP a 503 with
+//! `Retry-After` when the cap is already full as the request arrives.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,6 +25,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
 
@@ -31,16 +37,46 @@ pub fn tools() -> Vec<Tool> {
         .collect()
 }
 
+/// Default cap on tool calls running at once.
+pub const DEFAULT_MAX_CALLS: usize = 16;
+
 /// The MCP service: cheap to clone (one per HTTP session).
 #[derive(Clone)]
 pub struct Server {
     pub engine: Arc<Engine>,
     pub metrics: Arc<Metrics>,
+    calls: Arc<Semaphore>,
+    max_calls: usize,
 }
 
 impl Server {
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>) -> Server {
-        Server { engine, metrics }
+        Server::with_max_calls(engine, metrics, DEFAULT_MAX_CALLS)
+    }
+
+    /// A server that runs at most `max_calls` (at least 1) tool calls at once.
+    pub fn with_max_calls(engine: Arc<Engine>, metrics: Arc<Metrics>, max_calls: usize) -> Server {
+        let max_calls = max_calls.max(1);
+        Server {
+            engine,
+            metrics,
+            calls: Arc::new(Semaphore::new(max_calls)),
+            max_calls,
+        }
+    }
+
+    /// Whether every tool-call slot is taken right now.
+    pub fn busy(&self) -> bool {
+        self.calls.available_permits() == 0
+    }
+
+    /// The answer to a call over the cap: a retryable tool error.
+    pub fn busy_message(&self) -> String {
+        format!(
+            "server busy: {} tool calls are already running (the --max-inflight-calls cap); \
+             retry in a moment",
+            self.max_calls
+        )
     }
 
     /// Runs a tool by name on already-parsed JSON arguments. `Err` is a protocol error (unknown
@@ -80,14 +116,22 @@ impl ServerHandler for Server {
     ) -> Result<CallToolResponse, ErrorData> {
         let t = Instant::now();
         let name = request.name.to_string();
+        let Ok(permit) = self.calls.clone().try_acquire_owned() else {
+            self.metrics.record_call(&name, "busy", t.elapsed());
+            return Ok(CallToolResponse::from(CallToolResult::structured_error(
+                serde_json::json!({"error": self.busy_message(), "retryable": true}),
+            )));
+        };
         let args = Value::Object(request.arguments.unwrap_or_default());
         let this = self.clone();
         let n = name.clone();
-        let r = tokio::task::spawn_blocking(move || this.dispatch(&n, args))
-            .await
-            .map_err(|e| {
-                ErrorData::internal_error(format!("the tool `{name}` failed: {e}"), None)
-            })?;
+        let r = tokio::task::spawn_blocking(move || {
+            // The slot is held until the work is done, even when the client has gone.
+            let _permit = permit;
+            this.dispatch(&n, args)
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("the tool `{name}` failed: {e}"), None))?;
         let (outcome, out) = match r {
             Err(e) => ("invalid_input", Err(e)),
             Ok(Ok(v)) => ("ok", Ok(CallToolResult::structured(v))),

@@ -5,6 +5,8 @@
 
 pub use cix_tests::{encoder, indexed_fixture, model_dir};
 
+pub mod http;
+
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
