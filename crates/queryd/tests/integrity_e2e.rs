@@ -153,3 +153,42 @@ async fn bad_memory_input_is_refused_briefly_and_limit_zero_is_an_error() {
     }
     c.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_vectors_are_caught_after_start_and_left_out() {
+    let ix = common::indexed_fixture();
+    let vectors = first_code_segment(&ix.index).join("vectors.f32");
+    let mut bytes = std::fs::read(&vectors).unwrap();
+    let n = bytes.len();
+    for b in &mut bytes[64..n.min(64 + 4096)] {
+        *b = 0xFF; // NaN rows: sizes and headers still check out at open
+    }
+    std::fs::write(&vectors, &bytes).unwrap();
+    let (c, _) = spawn_queryd(&ix.index, &[]).await;
+    // The background verifier's first pass runs right after start.
+    let mut st = Value::Null;
+    for _ in 0..100 {
+        st = call_tool(&c, "index_status", json!({})).await.unwrap();
+        if st["health"] == "degraded" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(st["health"], "degraded", "{st}");
+    let left = &st["left_out"][0];
+    assert!(
+        left["path"].as_str().unwrap().ends_with("vectors.f32"),
+        "{st}"
+    );
+    assert!(left["error"].as_str().unwrap().contains("checksum"), "{st}");
+    // Vector search no longer returns rows of the damaged segment.
+    let r = call_tool(
+        &c,
+        "search_code",
+        json!({"query": "normalize a word", "mode": "vector"}),
+    )
+    .await
+    .unwrap();
+    assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
+    c.cancel().await.unwrap();
+}
