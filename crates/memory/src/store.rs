@@ -118,6 +118,19 @@ pub fn replay_shared(dir: &Path, index: &Index) -> Result<Option<(Delta, Recover
     Ok(Some((delta, rec)))
 }
 
+/// Recovery that serves `index` with memory writes disabled for `why` (no log replayed).
+fn disabled(index: Index, mtime: Option<SystemTime>, why: String) -> Recovered {
+    Recovered {
+        wal: Err(WritesDisabled(why)),
+        index,
+        manifest_mtime: mtime,
+        delta: Delta::default(),
+        access: LogAccess::Disabled,
+        damage: None,
+        held: None,
+    }
+}
+
 /// Opens the log of `dir`, replays what `MANIFEST`'s `memory_lsn` does not cover into a delta
 /// on top of `index`. When another process holds the log, its records are replayed read-only;
 /// when the log is damaged, its valid prefix is.
@@ -130,15 +143,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
         }
         Err(e) => {
             eprintln!("queryd: memory writes are disabled: {e}");
-            return Recovered {
-                wal: Err(WritesDisabled(e.to_string())),
-                index,
-                manifest_mtime: mtime,
-                delta: Delta::default(),
-                access: LogAccess::Disabled,
-                damage: None,
-                held: None,
-            };
+            return disabled(index, mtime, e.to_string());
         }
     };
     // The log is ours now. A previous server may have flushed (and truncated its log) after
@@ -149,15 +154,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
                 Ok(ix) => (ix, manifest_mtime(dir)),
                 Err(e) => {
                     eprintln!("queryd: memory writes are disabled: reopening the index: {e}");
-                    return Recovered {
-                        wal: Err(WritesDisabled(e.to_string())),
-                        index,
-                        manifest_mtime: mtime,
-                        delta: Delta::default(),
-                        access: LogAccess::Disabled,
-                        damage: None,
-                        held: None,
-                    };
+                    return disabled(index, mtime, e.to_string());
                 }
             }
         }

@@ -12,47 +12,11 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_queryd");
 
-type Client = RunningService<RoleClient, ()>;
-
-async fn start(index: &std::path::Path, extra: &[&str]) -> (Client, u32) {
-    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    let transport = TokioChildProcess::new(tokio::process::Command::new(BIN).configure(|c| {
-        c.arg("--index")
-            .arg(index)
-            .arg("--model")
-            .arg(common::model_dir())
-            .arg("--no-watch")
-            .args(&extra);
-    }))
-    .expect("spawn queryd");
-    let pid = transport.id().expect("child pid");
-    let client = ().serve(transport).await.expect("MCP handshake over stdio");
-    (client, pid)
-}
-
-async fn call(c: &Client, name: &str, a: Value) -> Result<Value, Value> {
-    let r: CallToolResult = c
-        .call_tool(
-            CallToolRequestParams::new(name.to_string())
-                .with_arguments(a.as_object().expect("object").clone()),
-        )
-        .await
-        .map_err(|e| json!({ "protocol": e.to_string() }))?;
-    let v = r.structured_content.clone().expect("structured content");
-    if r.is_error == Some(true) {
-        Err(v)
-    } else {
-        Ok(v)
-    }
-}
+use common::{call_tool as call, spawn_queryd as start, Client};
 
 fn err_text(e: Value) -> String {
     e["error"]
