@@ -21,8 +21,6 @@
 //! the lookup tables and resolves imports per language, `calls.rs` resolves calls (the order
 //! above), and `paths.rs` is a leaf of repository-path helpers both use.
 
-use std::collections::HashMap;
-
 mod calls;
 mod index;
 mod paths;
@@ -30,8 +28,22 @@ mod types;
 
 pub use types::{EdgeKind, FileFacts, NodeRef, ResolvedEdge};
 
-use calls::{owner_of, resolve_call, CallCtx, Qual};
+use calls::{resolve_call, CallCtx, Confidence, Scope};
 use index::Index;
+
+use crate::chunk::{Language, MODULE_ALIAS};
+
+/// Whether `path` is the file of a module named `name` (`b.rs`, `b/mod.rs`, `b.py`,
+/// `b/__init__.py`, `b.ts`, `b/index.ts`).
+fn is_module_file(path: &str, name: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let stem = file.split('.').next().unwrap_or(file);
+    if stem == name {
+        return true;
+    }
+    let dir = path.rsplit('/').nth(1).unwrap_or("");
+    matches!(stem, "mod" | "__init__" | "index") && dir == name
+}
 
 /// Resolves CONTAINS, IMPORTS and CALLS edges across `files`. Output is sorted and deduplicated.
 pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
@@ -64,23 +76,71 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
         }
     }
 
-    // IMPORTS: per file, the imported files and which of them each imported name points to.
-    let mut imported: Vec<Vec<usize>> = Vec::with_capacity(files.len());
-    let mut named: Vec<HashMap<&str, Vec<usize>>> = Vec::with_capacity(files.len());
+    // IMPORTS, and what each file sees through them (each imported name resolved on its own,
+    // so `use a::{b, f}` links `b` to `a/b.rs` and `f` to `a.rs`).
+    let mut scopes: Vec<Scope> = Vec::with_capacity(files.len());
     for (fi, f) in files.iter().enumerate() {
         let mut targets: Vec<usize> = Vec::new();
-        let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
+        let mut sc = Scope::default();
         for imp in &f.extract.imports {
-            let mut found = idx.resolve_import(fi, f, &imp.module, &imp.names);
-            found.retain(|&t| t != fi);
-            found.sort_unstable();
-            found.dedup();
-            for &t in &found {
-                for n in &imp.names {
-                    by_name.entry(n.as_str()).or_default().push(t);
+            let mut whole = idx.resolve_import(fi, f, &imp.module, &[]);
+            whole.retain(|&t| t != fi);
+            for n in &imp.names {
+                let mut found = idx.resolve_import(fi, f, &imp.module, std::slice::from_ref(n));
+                found.retain(|&t| t != fi);
+                let local = imp
+                    .aliases
+                    .iter()
+                    .find(|(_, orig)| orig == n)
+                    .map_or(n.as_str(), |(l, _)| l.as_str());
+                for &t in &found {
+                    if is_module_file(idx.path_of(t), n) {
+                        sc.modules.entry(local).or_default().push(t);
+                    } else {
+                        sc.named.entry(local).or_default().push((t, n.as_str()));
+                    }
+                }
+                targets.extend(found);
+            }
+            for (local, orig) in &imp.aliases {
+                if orig == MODULE_ALIAS {
+                    sc.modules
+                        .entry(local.as_str())
+                        .or_default()
+                        .extend(whole.iter().copied());
                 }
             }
-            targets.extend(found);
+            let module_alias = imp.aliases.iter().any(|(_, o)| o == MODULE_ALIAS);
+            if imp.names.is_empty() && !module_alias {
+                match f.language {
+                    // `mod foo;` / `extern crate foo;` bind a module name; `use a::b::*` (a
+                    // path) makes its items visible.
+                    Language::Rust
+                        if !imp.module.contains("::")
+                            && !matches!(imp.module.as_str(), "super" | "self" | "crate") =>
+                    {
+                        sc.modules
+                            .entry(imp.module.as_str())
+                            .or_default()
+                            .extend(whole.iter().copied());
+                    }
+                    // A bare `import "x"` (JS side effects) binds nothing.
+                    Language::TypeScript | Language::Tsx | Language::JavaScript
+                        if !imp.module.is_empty() => {}
+                    _ => sc.globs.extend(whole.iter().copied()),
+                }
+            }
+            targets.extend(whole);
+        }
+        sc.globs.sort_unstable();
+        sc.globs.dedup();
+        for v in sc.modules.values_mut() {
+            v.sort_unstable();
+            v.dedup();
+        }
+        for v in sc.named.values_mut() {
+            v.sort_unstable();
+            v.dedup();
         }
         targets.sort_unstable();
         targets.dedup();
@@ -92,8 +152,7 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
                 resolved: true,
             });
         }
-        imported.push(targets);
-        named.push(by_name);
+        scopes.push(sc);
     }
 
     // CALLS.
@@ -103,17 +162,20 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
             if call.from >= chunks.len() || call.callee.is_empty() {
                 continue;
             }
-            let caller_owner = owner_of(&chunks[call.from].qualified);
-            let q = Qual::new(call.qualifier.as_deref());
             let ctx = CallCtx {
                 files,
+                scopes: &scopes,
                 caller_file: fi,
-                caller_owner,
-                q,
+                caller: &chunks[call.from].qualified,
             };
-            if let Some((dst, resolved)) =
-                resolve_call(&idx, &ctx, &call.callee, &imported[fi], &named[fi])
-            {
+            let hit = resolve_call(
+                &idx,
+                &ctx,
+                &call.callee,
+                call.qualifier.as_deref(),
+                call.receiver.as_deref(),
+            );
+            if let Some((dst, confidence)) = hit {
                 edges.push(ResolvedEdge {
                     kind: EdgeKind::Calls,
                     src: NodeRef::Chunk {
@@ -124,7 +186,7 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
                         file: dst.0,
                         chunk: dst.1,
                     },
-                    resolved,
+                    resolved: confidence == Confidence::Exact,
                 });
             }
         }

@@ -563,11 +563,16 @@ impl<'s> Builder<'s> {
         }
     }
 
-    /// One pass over the tree for imports and calls.
+    /// One pass over the tree for imports, calls and the typed names that calls' receivers
+    /// may refer to (bindings are scoped to the innermost symbol chunk, `self.x`/`this.x` to
+    /// the chunk's owner type; a binding counts for calls after it in source order).
     fn walk(&self, root: Node) -> (Vec<Import>, Vec<Call>) {
         let src = self.src;
         let mut imports = Vec::new();
         let mut calls = Vec::new();
+        let mut bindings: HashMap<(usize, String), String> = HashMap::new();
+        let mut found: Vec<(String, Option<String>)> = Vec::new();
+        let mut bound: Vec<(String, String)> = Vec::new();
         let mut cursor = root.walk();
         // Stack of the innermost symbol chunk per depth.
         let mut current: Vec<Option<usize>> = vec![None];
@@ -581,15 +586,37 @@ impl<'s> Builder<'s> {
             if self.spec.import(node, src, &mut imports) {
                 descend = false;
             } else if let Some(from) = cur {
-                if let Some((callee, qualifier)) = self.spec.call(node, src) {
-                    if !callee.is_empty() {
-                        calls.push(Call {
-                            from,
-                            callee,
-                            qualifier: qualifier.filter(|q| !q.is_empty()),
-                            line: node.start_position().row as u32 + 1,
-                        });
+                bound.clear();
+                self.spec.bindings(node, src, &mut bound);
+                for (name, ty) in bound.drain(..) {
+                    let scope = if is_member_path(&name) {
+                        self.owner_scope(from)
+                    } else {
+                        from
+                    };
+                    bindings.insert((scope, name), ty);
+                }
+                found.clear();
+                if let Some(c) = self.spec.call(node, src) {
+                    found.push(c);
+                }
+                self.spec.token_calls(node, src, &mut found);
+                let line = node.start_position().row as u32 + 1;
+                for (callee, qualifier) in found.drain(..) {
+                    if callee.is_empty() {
+                        continue;
                     }
+                    let qualifier = qualifier.filter(|q| !q.is_empty());
+                    let receiver = qualifier
+                        .as_deref()
+                        .and_then(|q| self.binding_of(&bindings, from, q));
+                    calls.push(Call {
+                        from,
+                        callee,
+                        qualifier,
+                        receiver,
+                        line,
+                    });
                 }
             }
             if descend && cursor.goto_first_child() {
@@ -609,6 +636,60 @@ impl<'s> Builder<'s> {
                 current.pop();
             }
         }
+    }
+
+    /// The chunk that `self.x`/`this.x` bindings made in chunk `i` belong to: its owner type
+    /// (a method's parent), else the chunk itself.
+    fn owner_scope(&self, i: usize) -> usize {
+        let mut at = i;
+        for _ in 0..8 {
+            if self.chunks[at].kind.is_type() || self.chunks[at].kind == ChunkKind::Impl {
+                return at;
+            }
+            match self.chunks[at].parent {
+                Some(p) => at = p,
+                None => return i,
+            }
+        }
+        i
+    }
+
+    /// The stated type of the qualifier `q` seen from chunk `from`: its own bindings, then its
+    /// enclosing functions' (closures and nested functions see them), then the owner type's
+    /// `self.x` bindings.
+    fn binding_of(
+        &self,
+        bindings: &HashMap<(usize, String), String>,
+        from: usize,
+        q: &str,
+    ) -> Option<String> {
+        if bindings.is_empty() {
+            return None;
+        }
+        if is_member_path(q) {
+            return bindings
+                .get(&(self.owner_scope(from), q.to_string()))
+                .cloned();
+        }
+        let mut at = Some(from);
+        let mut hops = 0;
+        while let Some(i) = at {
+            if let Some(t) = bindings.get(&(i, q.to_string())) {
+                return Some(t.clone());
+            }
+            if !self.chunks[i].kind.is_callable() || hops > 8 {
+                break;
+            }
+            at = self.chunks[i].parent;
+            hops += 1;
+        }
+        // A field used without `this.` (Java).
+        if q.contains(['.', ':', '(']) {
+            return None;
+        }
+        bindings
+            .get(&(self.owner_scope(from), format!("this.{q}")))
+            .cloned()
     }
 
     /// Sorts chunks (parents first) and remaps parent and call indices.
@@ -653,6 +734,14 @@ impl<'s> Builder<'s> {
             had_parse_errors: errors,
         }
     }
+}
+
+/// `self.x` / `this.x` (one member deep).
+fn is_member_path(name: &str) -> bool {
+    let rest = name
+        .strip_prefix("self.")
+        .or_else(|| name.strip_prefix("this."));
+    rest.is_some_and(|r| !r.is_empty() && !r.contains(['.', '(', '[']))
 }
 
 fn d_end(d: &DefNode) -> usize {

@@ -163,6 +163,7 @@ impl Spec for CSpec {
                     module,
                     names: Vec::new(),
                     line: node.start_position().row as u32 + 1,
+                    ..Default::default()
                 });
             }
         }

@@ -3,11 +3,27 @@
 
 use tree_sitter::Node;
 
+use super::types::MODULE_ALIAS;
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
 };
 
 pub(crate) struct GoSpec;
+
+/// A Go import path's default package name: its last segment without a `.vN`/`vN` suffix.
+fn go_package_name(path: &str) -> String {
+    let mut segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if segs.len() > 1
+        && segs
+            .last()
+            .is_some_and(|s| s.starts_with('v') && s[1..].chars().all(|c| c.is_ascii_digit()))
+    {
+        segs.pop();
+    }
+    let last = segs.last().copied().unwrap_or("");
+    let last = last.split('.').next().unwrap_or(last);
+    last.trim_start_matches("go-").replace('-', "_")
+}
 
 const BUILTINS: &[&str] = &[
     "append", "cap", "clear", "close", "complex", "copy", "delete", "imag", "len", "make", "max",
@@ -98,15 +114,66 @@ impl Spec for GoSpec {
             if let Some(p) = field_text(s, "path", src) {
                 let module = p.trim_matches(|c| c == '"' || c == '`').to_string();
                 if !module.is_empty() {
+                    // The package's local name: the explicit one, else the path's last segment
+                    // (`gopkg.in/yaml.v3` → `yaml`, `x/v2` → `x`).
+                    let local = field_text(s, "name", src)
+                        .map(str::to_string)
+                        .unwrap_or_else(|| go_package_name(&module));
+                    let aliases = if matches!(local.as_str(), "_" | ".") || local.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![(local, MODULE_ALIAS.to_string())]
+                    };
                     out.push(Import {
                         module,
                         names: Vec::new(),
                         line: s.start_position().row as u32 + 1,
+                        aliases,
                     });
                 }
             }
         }
         true
+    }
+
+    fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
+        match node.kind() {
+            "parameter_declaration" | "var_spec" => {
+                let Some(t) = field_text(node, "type", src).map(base_type_name) else {
+                    return;
+                };
+                let mut c = node.walk();
+                for n in node.children_by_field_name("name", &mut c) {
+                    out.push((node_text(n, src).to_string(), t.clone()));
+                }
+            }
+            "short_var_declaration" => {
+                let (Some(l), Some(r)) = (
+                    node.child_by_field_name("left"),
+                    node.child_by_field_name("right"),
+                ) else {
+                    return;
+                };
+                let (ls, rs) = (named_kids(l), named_kids(r));
+                for (a, b) in ls.iter().zip(rs.iter()) {
+                    let lit = if b.kind() == "unary_expression" {
+                        b.child_by_field_name("operand")
+                    } else {
+                        Some(*b)
+                    };
+                    let Some(lit) = lit.filter(|x| x.kind() == "composite_literal") else {
+                        continue;
+                    };
+                    if let (true, Some(t)) = (
+                        a.kind() == "identifier",
+                        field_text(lit, "type", src).map(base_type_name),
+                    ) {
+                        out.push((node_text(*a, src).to_string(), t));
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {

@@ -71,8 +71,39 @@ impl Spec for JavaSpec {
             module,
             names,
             line,
+            ..Default::default()
         });
         true
+    }
+
+    fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
+        let field = match node.kind() {
+            "local_variable_declaration" => false,
+            "field_declaration" => true,
+            "formal_parameter" => {
+                if let (Some(t), Some(n)) =
+                    (field_text(node, "type", src), field_text(node, "name", src))
+                {
+                    out.push((n.to_string(), base_type_name(t)));
+                }
+                return;
+            }
+            _ => return,
+        };
+        let Some(t) = field_text(node, "type", src).map(base_type_name) else {
+            return;
+        };
+        let mut c = node.walk();
+        for d in node.children_by_field_name("declarator", &mut c) {
+            if let Some(n) = field_text(d, "name", src) {
+                let n = if field {
+                    format!("this.{n}")
+                } else {
+                    n.to_string()
+                };
+                out.push((n, t.clone()));
+            }
+        }
     }
 
     fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {

@@ -5,7 +5,10 @@
 
 use tree_sitter::Node;
 
-use super::{compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec};
+use super::types::MODULE_ALIAS;
+use super::{
+    base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
+};
 
 pub(crate) struct JsSpec;
 
@@ -172,15 +175,30 @@ impl Spec for JsSpec {
                         .and_then(|c| c.child_by_field_name("source"))
                 });
                 let mut names = Vec::new();
+                let mut aliases = Vec::new();
                 for c in named_kids(node) {
                     if c.kind() == "import_clause" {
                         for k in named_kids(c) {
                             match k.kind() {
                                 "identifier" => names.push(node_text(k, src).to_string()),
+                                "namespace_import" => {
+                                    if let Some(id) =
+                                        named_kids(k).into_iter().find(|n| n.kind() == "identifier")
+                                    {
+                                        aliases.push((
+                                            node_text(id, src).to_string(),
+                                            MODULE_ALIAS.to_string(),
+                                        ));
+                                    }
+                                }
                                 "named_imports" => {
                                     for s in named_kids(k) {
                                         if let Some(n) = field_text(s, "name", src) {
-                                            names.push(unquote(n));
+                                            let n = unquote(n);
+                                            if let Some(a) = field_text(s, "alias", src) {
+                                                aliases.push((a.to_string(), n.clone()));
+                                            }
+                                            names.push(n);
                                         }
                                     }
                                 }
@@ -194,6 +212,7 @@ impl Spec for JsSpec {
                         module: unquote(node_text(s, src)),
                         names,
                         line,
+                        aliases,
                     });
                 }
                 true
@@ -216,6 +235,7 @@ impl Spec for JsSpec {
                     module: unquote(node_text(s, src)),
                     names,
                     line,
+                    ..Default::default()
                 });
                 true
             }
@@ -235,9 +255,16 @@ impl Spec for JsSpec {
                     return false;
                 };
                 let mut names = Vec::new();
+                let mut aliases = Vec::new();
                 if let Some(p) = node.parent() {
                     if p.kind() == "variable_declarator" {
                         if let Some(pat) = p.child_by_field_name("name") {
+                            if pat.kind() == "identifier" {
+                                aliases.push((
+                                    node_text(pat, src).to_string(),
+                                    MODULE_ALIAS.to_string(),
+                                ));
+                            }
                             if pat.kind() == "object_pattern" {
                                 for k in named_kids(pat) {
                                     match k.kind() {
@@ -260,10 +287,56 @@ impl Spec for JsSpec {
                     module: unquote(node_text(arg, src)),
                     names,
                     line,
+                    aliases,
                 });
                 true
             }
             _ => false,
+        }
+    }
+
+    fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
+        let (name, ty, value) = match node.kind() {
+            "variable_declarator" | "public_field_definition" | "field_definition" => (
+                node.child_by_field_name("name")
+                    .or_else(|| node.child_by_field_name("property")),
+                node.child_by_field_name("type"),
+                node.child_by_field_name("value"),
+            ),
+            "required_parameter" | "optional_parameter" => (
+                node.child_by_field_name("pattern"),
+                node.child_by_field_name("type"),
+                None,
+            ),
+            "assignment_expression" => (
+                node.child_by_field_name("left"),
+                None,
+                node.child_by_field_name("right"),
+            ),
+            _ => return,
+        };
+        let Some(name) = name else { return };
+        let mut local = match name.kind() {
+            "identifier" | "property_identifier" | "private_property_identifier" => {
+                node_text(name, src).to_string()
+            }
+            "member_expression" => compact(node_text(name, src)),
+            _ => return,
+        };
+        if matches!(node.kind(), "public_field_definition" | "field_definition") {
+            local = format!("this.{local}");
+        }
+        let ty = ty
+            .map(|t| base_type_name(node_text(t, src).trim_start_matches(':')))
+            .or_else(|| {
+                let v = value?;
+                if v.kind() != "new_expression" {
+                    return None;
+                }
+                Some(base_type_name(field_text(v, "constructor", src)?))
+            });
+        if let Some(t) = ty.filter(|t| t.chars().next().is_some_and(char::is_uppercase)) {
+            out.push((local, t));
         }
     }
 

@@ -2,7 +2,8 @@
 
 use tree_sitter::Node;
 
-use super::{compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
+use super::types::MODULE_ALIAS;
+use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
 
 pub(crate) struct PythonSpec;
 
@@ -57,6 +58,29 @@ const BUILTINS: &[&str] = &[
     "chr",
 ];
 
+/// A capitalised name that is not a typing construct (`Optional`, `List`, …): a class.
+fn is_class_name(t: &str) -> bool {
+    t.chars().next().is_some_and(char::is_uppercase)
+        && !matches!(
+            t,
+            "Optional" | "List" | "Dict" | "Set" | "Tuple" | "Union" | "Any" | "Callable" | "Type"
+        )
+}
+
+/// `Foo(..)` or `mod.Foo(..)`: the class a call constructs.
+fn constructed_class(v: Node, src: &str) -> Option<String> {
+    if v.kind() != "call" {
+        return None;
+    }
+    let f = v.child_by_field_name("function")?;
+    let name = match f.kind() {
+        "identifier" => node_text(f, src),
+        "attribute" => field_text(f, "attribute", src)?,
+        _ => return None,
+    };
+    is_class_name(name).then(|| name.to_string())
+}
+
 impl Spec for PythonSpec {
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let name = || field_text(node, "name", src).unwrap_or("").to_string();
@@ -81,15 +105,21 @@ impl Spec for PythonSpec {
             "import_statement" => {
                 let mut c = node.walk();
                 for n in node.children_by_field_name("name", &mut c) {
-                    let m = match n.kind() {
-                        "aliased_import" => field_text(n, "name", src).unwrap_or(""),
-                        _ => node_text(n, src),
+                    let (m, alias) = match n.kind() {
+                        "aliased_import" => (
+                            field_text(n, "name", src).unwrap_or(""),
+                            field_text(n, "alias", src),
+                        ),
+                        _ => (node_text(n, src), None),
                     };
                     if !m.is_empty() {
+                        let module = compact(m);
+                        let local = alias.map(compact).unwrap_or_else(|| module.clone());
                         out.push(Import {
-                            module: compact(m),
+                            module,
                             names: Vec::new(),
                             line,
+                            aliases: vec![(local, MODULE_ALIAS.to_string())],
                         });
                     }
                 }
@@ -100,14 +130,21 @@ impl Spec for PythonSpec {
                     .map(compact)
                     .unwrap_or_default();
                 let mut names = Vec::new();
+                let mut aliases = Vec::new();
                 let mut c = node.walk();
                 for n in node.children_by_field_name("name", &mut c) {
-                    let t = match n.kind() {
-                        "aliased_import" => field_text(n, "name", src).unwrap_or(""),
-                        _ => node_text(n, src),
+                    let (t, alias) = match n.kind() {
+                        "aliased_import" => (
+                            field_text(n, "name", src).unwrap_or(""),
+                            field_text(n, "alias", src),
+                        ),
+                        _ => (node_text(n, src), None),
                     };
                     if !t.is_empty() {
                         names.push(compact(t));
+                        if let Some(a) = alias {
+                            aliases.push((compact(a), compact(t)));
+                        }
                     }
                 }
                 if !module.is_empty() {
@@ -115,6 +152,7 @@ impl Spec for PythonSpec {
                         module,
                         names,
                         line,
+                        aliases,
                     });
                 }
                 true
@@ -143,6 +181,39 @@ impl Spec for PythonSpec {
                 field_text(f, "object", src).map(compact),
             )),
             _ => None,
+        }
+    }
+
+    fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
+        match node.kind() {
+            "assignment" => {
+                let Some(left) = node.child_by_field_name("left") else {
+                    return;
+                };
+                if !matches!(left.kind(), "identifier" | "attribute") {
+                    return;
+                }
+                let ty = field_text(node, "type", src)
+                    .map(base_type_name)
+                    .or_else(|| constructed_class(node.child_by_field_name("right")?, src));
+                if let Some(ty) = ty.filter(|t| is_class_name(t)) {
+                    out.push((compact(node_text(left, src)), ty));
+                }
+            }
+            "typed_parameter" | "typed_default_parameter" => {
+                let name = node.child_by_field_name("name").or_else(|| {
+                    let mut c = node.walk();
+                    let first = node.named_children(&mut c).next();
+                    first.filter(|n| n.kind() == "identifier")
+                });
+                let ty = field_text(node, "type", src).map(base_type_name);
+                if let (Some(n), Some(t)) = (name, ty) {
+                    if is_class_name(&t) {
+                        out.push((node_text(n, src).to_string(), t));
+                    }
+                }
+            }
+            _ => {}
         }
     }
 

@@ -58,6 +58,7 @@ impl Spec for RustSpec {
                         module: n.to_string(),
                         names: Vec::new(),
                         line,
+                        ..Default::default()
                     });
                 }
                 true
@@ -68,6 +69,7 @@ impl Spec for RustSpec {
                         module: n.to_string(),
                         names: Vec::new(),
                         line,
+                        ..Default::default()
                     });
                 }
                 true
@@ -100,6 +102,120 @@ impl Spec for RustSpec {
             return None;
         }
         Some((callee, qualifier))
+    }
+
+    fn token_calls(&self, node: Node, src: &str, out: &mut Vec<(String, Option<String>)>) {
+        if node.kind() != "token_tree" {
+            return;
+        }
+        let mut c = node.walk();
+        let kids: Vec<Node> = node.children(&mut c).collect();
+        for (i, k) in kids.iter().enumerate() {
+            if k.kind() != "identifier" {
+                continue;
+            }
+            let Some(next) = kids.get(i + 1) else {
+                continue;
+            };
+            if next.kind() != "token_tree" || !node_text(*next, src).starts_with('(') {
+                continue;
+            }
+            let callee = node_text(*k, src);
+            if matches!(callee, "Some" | "Ok" | "Err") {
+                continue;
+            }
+            // The qualifier: `a::b::f(`, `x.f(`, `self.x.f(` (tokens before the name).
+            let mut parts: Vec<&str> = Vec::new();
+            let mut j = i;
+            while j >= 2 {
+                let sep = node_text(kids[j - 1], src);
+                if sep != "::" && sep != "." {
+                    break;
+                }
+                let prev = kids[j - 2];
+                if !matches!(
+                    prev.kind(),
+                    "identifier" | "self" | "super" | "crate" | "primitive_type"
+                ) && !node_text(prev, src)
+                    .chars()
+                    .all(|ch| ch.is_alphanumeric() || ch == '_')
+                {
+                    break;
+                }
+                parts.push(sep);
+                parts.push(node_text(prev, src));
+                j -= 2;
+            }
+            parts.reverse();
+            // `parts` now reads `a :: b ::`; drop the trailing separator.
+            parts.pop();
+            let qualifier = (!parts.is_empty()).then(|| parts.concat());
+            out.push((callee.to_string(), qualifier));
+        }
+    }
+
+    fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
+        let (pat, ty, value) = match node.kind() {
+            "let_declaration" => (
+                node.child_by_field_name("pattern"),
+                node.child_by_field_name("type"),
+                node.child_by_field_name("value"),
+            ),
+            "parameter" => (
+                node.child_by_field_name("pattern"),
+                node.child_by_field_name("type"),
+                None,
+            ),
+            _ => return,
+        };
+        let Some(pat) = pat else { return };
+        let pat = if pat.kind() == "mut_pattern" {
+            pat.named_child(0).unwrap_or(pat)
+        } else {
+            pat
+        };
+        if pat.kind() != "identifier" {
+            return;
+        }
+        let name = node_text(pat, src).to_string();
+        let ty = ty
+            .map(|t| base_type_name(node_text(t, src)))
+            .or_else(|| value.and_then(|v| constructed_type(v, src)));
+        if let Some(ty) = ty.filter(|t| t.chars().next().is_some_and(char::is_uppercase)) {
+            if ty != "Self" {
+                out.push((name, ty));
+            }
+        }
+    }
+}
+
+/// The type a Rust expression evidently constructs: `Foo::new(..)`/`Foo::with(..)` (a path
+/// whose last type segment is capitalised), `Foo { .. }`, `&Foo { .. }`, `Foo(..)`.
+fn constructed_type(v: Node, src: &str) -> Option<String> {
+    match v.kind() {
+        "reference_expression" | "try_expression" => {
+            constructed_type(v.child_by_field_name("value").or(v.named_child(0))?, src)
+        }
+        "struct_expression" => Some(base_type_name(field_text(v, "name", src)?)),
+        "call_expression" => {
+            let f = v.child_by_field_name("function")?;
+            match f.kind() {
+                "scoped_identifier" => {
+                    let path = f.child_by_field_name("path")?;
+                    let name = field_text(f, "name", src)?;
+                    let ty = base_type_name(node_text(path, src));
+                    // `Foo::new()` constructs Foo; `Foo::from_str()` and the like too, but a
+                    // `Result`/`Option`-returning constructor is still a Foo once `?`-ed.
+                    (!name.is_empty()).then_some(ty)
+                }
+                "identifier" => {
+                    let n = node_text(f, src);
+                    n.chars().next()?.is_uppercase().then(|| n.to_string())
+                }
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
@@ -134,7 +250,14 @@ fn flatten_use(node: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Imp
         }
         "use_as_clause" => {
             if let Some(p) = node.child_by_field_name("path") {
+                let before = out.len();
                 flatten_use(p, prefix, src, line, out);
+                let alias = field_text(node, "alias", src).unwrap_or("");
+                if let Some(imp) = out[before..].last_mut() {
+                    if let (false, Some(orig)) = (alias.is_empty(), imp.names.last().cloned()) {
+                        imp.aliases.push((alias.to_string(), orig));
+                    }
+                }
             }
         }
         "use_wildcard" => {
@@ -158,6 +281,7 @@ fn flatten_use(node: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Imp
 
 fn flatten_list(list: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Import>) {
     let mut names = Vec::new();
+    let mut aliases = Vec::new();
     let mut whole = false;
     let mut c = list.walk();
     for item in list.named_children(&mut c) {
@@ -165,8 +289,14 @@ fn flatten_list(list: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Im
             "identifier" => names.push(node_text(item, src).to_string()),
             "self" => whole = true,
             "use_as_clause" => match item.child_by_field_name("path") {
-                Some(p) if p.kind() == "identifier" => names.push(node_text(p, src).to_string()),
-                Some(p) => flatten_use(p, prefix, src, line, out),
+                Some(p) if p.kind() == "identifier" => {
+                    let orig = node_text(p, src).to_string();
+                    if let Some(a) = field_text(item, "alias", src) {
+                        aliases.push((a.to_string(), orig.clone()));
+                    }
+                    names.push(orig);
+                }
+                Some(_) => flatten_use(item, prefix, src, line, out),
                 None => {}
             },
             _ => flatten_use(item, prefix, src, line, out),
@@ -174,6 +304,9 @@ fn flatten_list(list: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Im
     }
     if !names.is_empty() {
         push(out, prefix.to_string(), names, line);
+        if let Some(last) = out.last_mut() {
+            last.aliases = aliases;
+        }
     } else if whole {
         push(out, prefix.to_string(), Vec::new(), line);
     }
@@ -187,5 +320,6 @@ fn push(out: &mut Vec<Import>, module: String, names: Vec<String>, line: u32) {
         module,
         names,
         line,
+        aliases: Vec::new(),
     });
 }

@@ -16,6 +16,12 @@ pub(crate) trait Spec: Sync {
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool;
     /// `(callee, qualifier)` when `node` is a call site.
     fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)>;
+    /// Calls written inside a macro's token tree (`assert_eq!(1, f(x))`), which the grammar
+    /// does not parse as calls: `(callee, qualifier)` for each, appended to `out`.
+    fn token_calls(&self, _node: Node, _src: &str, _out: &mut Vec<(String, Option<String>)>) {}
+    /// Names whose type the code states at `node`, appended to `out` as `(name, type)`: typed
+    /// parameters and locals, locals and `self.x`/`this.x` assigned a constructor call.
+    fn bindings(&self, _node: Node, _src: &str, _out: &mut Vec<(String, String)>) {}
     /// Line-comment marker used in the `… ` context line of body parts.
     fn comment(&self) -> &'static str {
         "//"

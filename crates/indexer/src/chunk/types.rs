@@ -69,14 +69,22 @@ pub struct Chunk {
 }
 
 /// An import statement of a file, as written.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Import {
     /// The module/path imported, as written (`crate::graph`, `./util`, `os.path`, `fmt`, `"util.h"`).
     pub module: String,
-    /// Names brought into scope by it (`HashMap`, `join`); empty when the whole module is imported.
+    /// Names brought into scope by it (`HashMap`, `join`), as defined in the imported module;
+    /// empty when the whole module is imported.
     pub names: Vec<String>,
     pub line: u32,
+    /// Local names that differ from what they stand for: `(local, original)`, where `original`
+    /// is one of `names`, or [`MODULE_ALIAS`] when `local` names the imported module itself
+    /// (`import a.b as m`, `import * as m from`, Go's package name, `import os.path`).
+    pub aliases: Vec<(String, String)>,
 }
+
+/// The `original` of an [`Import::aliases`] entry that binds the whole module.
+pub const MODULE_ALIAS: &str = "*";
 
 /// A call site inside a chunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +95,10 @@ pub struct Call {
     pub callee: String,
     /// Qualifier as written, if any (`Parser`, `self.parser`, `os.path`).
     pub qualifier: Option<String>,
+    /// The type of the qualifier when the code states it: a parameter or local annotated with a
+    /// type, a local or `self.x` assigned a constructor (`Foo()`, `Foo::new()`, `new Foo()`,
+    /// `Foo { .. }`, `&Foo{}`), a Go method receiver. Simple type name (`Parser`).
+    pub receiver: Option<String>,
     pub line: u32,
 }
 

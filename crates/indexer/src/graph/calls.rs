@@ -1,55 +1,50 @@
-//! Call resolution: same file, then imported files, then a unique symbol in the whole build
-//! or the caller's directory, each step filtered by the call's qualifier (see the order in
-//! the parent module's doc).
+//! Call resolution: what a call's name can refer to in the caller's scope, per the rules of the
+//! caller's language family, with a confidence (see the order in the parent module's doc).
+//!
+//! Never across language families, never by name alone for a method call on a receiver whose
+//! type the code does not state.
 
 use std::collections::HashMap;
 
-use super::index::{Index, Sym};
-use super::paths::{dir_name, dir_of, stem_of};
+use super::index::{family, Index, Sym};
+use super::paths::dir_of;
 use super::FileFacts;
+use crate::chunk::Language;
+
+/// How a call edge was resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Confidence {
+    /// A unique name within the language family (the scope did not prove it).
+    Likely,
+    /// Through the file's own definitions, its imports, its package, or a stated type.
+    Exact,
+}
+
+/// Re-exports followed at most this deep (`pub use a::f` → `a.rs` → `pub use b::f` …).
+const MAX_REEXPORT_HOPS: usize = 4;
 
 /// Global candidate lists longer than this are not scanned (the name is too common).
 const MAX_GLOBAL_CANDIDATES: usize = 512;
 
-/// Qualifier categories of a call.
-pub(super) enum Qual<'a> {
-    None,
-    /// `self`, `this`, `Self`, `cls`, `super`.
-    SelfLike,
-    /// Anything else; holds its last path segment (`os.path` → `path`, `a::Foo` → `Foo`).
-    Other(&'a str),
-}
-
-impl<'a> Qual<'a> {
-    pub(super) fn new(q: Option<&'a str>) -> Self {
-        match q {
-            None => Qual::None,
-            Some(q) => {
-                let q = q.trim();
-                if q.is_empty() {
-                    return Qual::None;
-                }
-                if matches!(
-                    q,
-                    "self" | "this" | "Self" | "cls" | "super" | "this.constructor"
-                ) {
-                    return Qual::SelfLike;
-                }
-                let last = q
-                    .rsplit(['.', ':', '>', '/'])
-                    .find(|s| !s.is_empty())
-                    .unwrap_or(q);
-                Qual::Other(last)
-            }
-        }
-    }
+/// What a file sees: its imports, resolved to files of this build.
+#[derive(Default)]
+pub(super) struct Scope<'a> {
+    /// Local name → (file, name there) for names imported one by one (aliases resolved).
+    pub(super) named: HashMap<&'a str, Vec<(usize, &'a str)>>,
+    /// Local name → files of a module bound to it (`import a.b as m`, `use crate::graph;`,
+    /// `mod x;`, `import * as m`, a Go package name).
+    pub(super) modules: HashMap<&'a str, Vec<usize>>,
+    /// Files whose items are all visible unqualified (`use x::*`, `from x import *`,
+    /// `#include`, Java wildcard imports).
+    pub(super) globs: Vec<usize>,
 }
 
 pub(super) struct CallCtx<'a, 'f> {
     pub(super) files: &'f [FileFacts<'a>],
+    pub(super) scopes: &'f [Scope<'a>],
     pub(super) caller_file: usize,
-    pub(super) caller_owner: &'f str,
-    pub(super) q: Qual<'f>,
+    /// Qualified name of the calling chunk (`Foo#bar`, `tests/helper`).
+    pub(super) caller: &'f str,
 }
 
 /// Owner type/module of a qualified name: `a/Foo#bar` → `Foo`, `m/f` → `m`, `f` → ``.
@@ -64,138 +59,339 @@ pub(super) fn owner_of(qualified: &str) -> &str {
     path.rsplit('/').next().unwrap_or("")
 }
 
-fn is_method(qualified: &str) -> bool {
-    qualified.contains('#')
+fn is_self_like(q: &str) -> bool {
+    matches!(q, "self" | "this" | "Self" | "cls" | "this.constructor")
 }
 
+/// The last segment of a path qualifier (`a::b::Foo` → `Foo`, `pkg.Cls` → `Cls`).
+fn last_segment(q: &str) -> &str {
+    q.rsplit(['.', ':']).find(|s| !s.is_empty()).unwrap_or(q)
+}
+
+fn is_path_like(q: &str) -> bool {
+    !q.is_empty()
+        && q.split(['.', ':']).filter(|s| !s.is_empty()).all(|s| {
+            s.chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '$')
+        })
+}
+
+impl<'a> CallCtx<'a, '_> {
+    fn chunk(&self, s: Sym) -> &'a crate::chunk::Chunk {
+        &self.files[s.0].extract.chunks[s.1]
+    }
+
+    fn lang(&self) -> Language {
+        family(self.files[self.caller_file].language)
+    }
+
+    fn scope(&self) -> &Scope<'a> {
+        &self.scopes[self.caller_file]
+    }
+
+    /// The imported name a local name stands for (`Dec` of `import JSONDecoder as Dec`).
+    fn unalias<'q>(&self, local: &'q str) -> &'q str
+    where
+        'a: 'q,
+    {
+        self.scope()
+            .named
+            .get(local)
+            .and_then(|l| l.first().map(|&(_, orig)| orig))
+            .unwrap_or(local)
+    }
+
+    /// Free (non-method) symbols named `name` defined in file `fi`, following its re-exports.
+    fn free_in(&self, idx: &Index, fi: usize, name: &str, hops: usize) -> Vec<Sym> {
+        let own: Vec<Sym> = idx.per_file[fi]
+            .get(name)
+            .map(|l| {
+                l.iter()
+                    .map(|&c| (fi, c))
+                    .filter(|&s| !self.chunk(s).qualified.contains('#'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !own.is_empty() || hops >= MAX_REEXPORT_HOPS {
+            return top_level_first(self.files, own);
+        }
+        let sc = &self.scopes[fi];
+        let mut out = Vec::new();
+        if let Some(list) = sc.named.get(name) {
+            for &(t, orig) in list {
+                if t != fi {
+                    out.extend(self.free_in(idx, t, orig, hops + 1));
+                }
+            }
+        }
+        if out.is_empty() {
+            for &t in &sc.globs {
+                if t != fi {
+                    out.extend(self.free_in(idx, t, name, hops + 1));
+                }
+            }
+        }
+        out
+    }
+
+    /// Files where a type named `ty` is visible to the caller: its own file, named imports
+    /// and globs.
+    fn type_visible(&self, idx: &Index, ty: &str) -> Vec<Sym> {
+        let fi = self.caller_file;
+        let mut out = self.free_in(idx, fi, ty, 0);
+        out.retain(|&s| self.chunk(s).kind.is_type());
+        out
+    }
+
+    /// Methods named `name` of a type named `ty`, with the confidence the type's visibility
+    /// gives.
+    fn member(&self, idx: &Index, ty: &str, name: &str, stated: bool) -> Option<(Sym, Confidence)> {
+        let cands = idx.members.get(&(self.lang(), ty, name))?;
+        let visible = self.type_visible(idx, ty);
+        let vis_files: Vec<usize> = visible.iter().map(|s| s.0).collect();
+        // Methods of the visible type: in its file, or (Rust impls, Go methods) anywhere in
+        // its crate/package when the type itself is unique in the family.
+        let in_vis: Vec<Sym> = cands
+            .iter()
+            .copied()
+            .filter(|s| vis_files.contains(&s.0))
+            .collect();
+        if !in_vis.is_empty() {
+            return unique(self.files, &in_vis).map(|s| (s, Confidence::Exact));
+        }
+        let types = idx.types.get(&(self.lang(), ty)).map_or(0, Vec::len);
+        let pick = unique(self.files, cands)?;
+        if !visible.is_empty() || (stated && types == 1) {
+            // The type is known (visible, or the only one of that name) and owns this method
+            // (an impl block or method in another file of the build).
+            Some((pick, Confidence::Exact))
+        } else if types <= 1 {
+            Some((pick, Confidence::Likely))
+        } else {
+            None
+        }
+    }
+
+    /// A bare call `name(…)`.
+    fn bare(&self, idx: &Index, name: &str) -> Option<(Sym, Confidence)> {
+        let fi = self.caller_file;
+        let lang = self.files[fi].language;
+        // 1. Defined in the same file (nested definitions of the caller's enclosing scopes
+        //    first).
+        let own: Vec<Sym> = idx.per_file[fi]
+            .get(name)
+            .map(|l| {
+                l.iter()
+                    .map(|&c| (fi, c))
+                    .filter(|&s| !self.chunk(s).qualified.contains('#'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !own.is_empty() {
+            let scoped = innermost_visible(self.files, self.caller, &own);
+            return unique(self.files, &scoped).map(|s| (s, Confidence::Exact));
+        }
+        // 1b. Implicit `this` (Java, C++, C#): methods of the caller's own type.
+        if matches!(lang, Language::Java | Language::Cpp | Language::C) {
+            let owner = owner_of(self.caller);
+            if !owner.is_empty() {
+                if let Some(hit) = self.member(idx, owner, name, true) {
+                    return Some(hit);
+                }
+            }
+        }
+        // 2. Imported by name (aliases resolved, re-exports followed).
+        let sc = self.scope();
+        if let Some(list) = sc.named.get(name) {
+            let mut found = Vec::new();
+            for &(t, orig) in list {
+                found.extend(self.free_in(idx, t, orig, 1));
+            }
+            if !found.is_empty() {
+                return unique(self.files, &found).map(|s| (s, Confidence::Exact));
+            }
+        }
+        // 3. Glob imports, includes, and the caller's own package (Go, Java).
+        let mut pool: Vec<usize> = sc.globs.clone();
+        if matches!(lang, Language::Go | Language::Java) {
+            let dir = dir_of(self.files[fi].path.trim_start_matches("./"));
+            if let Some(fs) = idx.dir_files.get(dir) {
+                pool.extend(
+                    fs.iter()
+                        .copied()
+                        .filter(|&t| t != fi && self.files[t].language == lang),
+                );
+            }
+        }
+        pool.sort_unstable();
+        pool.dedup();
+        let mut found = Vec::new();
+        for t in pool {
+            found.extend(self.free_in(idx, t, name, 1));
+        }
+        if !found.is_empty() {
+            return unique(self.files, &found).map(|s| (s, Confidence::Exact));
+        }
+        // 4. A name unique among the family's free symbols (visible through something the
+        //    extractor does not model: a prelude, a macro, a star re-export chain).
+        let all = idx.free.get(&(self.lang(), name))?;
+        if all.len() > MAX_GLOBAL_CANDIDATES {
+            return None;
+        }
+        let others: Vec<Sym> = all.iter().copied().filter(|s| s.0 != fi).collect();
+        let top = top_level_first(self.files, others);
+        unique(self.files, &top).map(|s| (s, Confidence::Likely))
+    }
+
+    /// `self.name(…)` / `this.name(…)` / `Self::name(…)`.
+    fn on_self(&self, idx: &Index, name: &str) -> Option<(Sym, Confidence)> {
+        let owner = owner_of(self.caller);
+        if !owner.is_empty() && self.caller.contains('#') {
+            if let Some(hit) = self.member(idx, owner, name, true) {
+                return Some(hit);
+            }
+            // Inherited or a trait's default method: the one method of that name.
+            let all = idx.methods.get(&(self.lang(), name))?;
+            return unique(self.files, all).map(|s| (s, Confidence::Likely));
+        }
+        None
+    }
+
+    /// `q.name(…)` / `q::name(…)` with a qualifier other than `self`.
+    fn qualified(
+        &self,
+        idx: &Index,
+        q: &str,
+        receiver: Option<&str>,
+        name: &str,
+    ) -> Option<(Sym, Confidence)> {
+        // A stated receiver type (`let p = Parser::new(); p.parse()`, `x: Foo`).
+        if let Some(ty) = receiver {
+            let ty = self.unalias(ty);
+            return self.member(idx, ty, name, true);
+        }
+        if !is_path_like(q) {
+            return None;
+        }
+        let fi = self.caller_file;
+        let lang = self.files[fi].language;
+        let sc = self.scope();
+        // A module bound by an import (`json.loads`, `graph::resolve`, `m.f` of `import * as m`).
+        if let Some(ts) = sc.modules.get(q) {
+            let found: Vec<Sym> = ts
+                .iter()
+                .flat_map(|&t| self.free_in(idx, t, name, 1))
+                .collect();
+            if !found.is_empty() {
+                return unique(self.files, &found).map(|s| (s, Confidence::Exact));
+            }
+        }
+        if lang == Language::Rust {
+            // An inline module of this file (`tests::helper`, `inner::f`).
+            let want = format!("{}/{name}", q.replace("::", "/"));
+            let inline: Vec<Sym> = idx.per_file[fi]
+                .get(name)
+                .map(|l| {
+                    l.iter()
+                        .map(|&c| (fi, c))
+                        .filter(|&s| {
+                            let qn = &self.chunk(s).qualified;
+                            *qn == want || qn.ends_with(&format!("/{want}"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !inline.is_empty() {
+                return unique(self.files, &inline).map(|s| (s, Confidence::Exact));
+            }
+            // A module path: `crate::a::f`, `super::f`, `strsim::levenshtein`, `a::f`; its
+            // first segment may be a module imported by `use`.
+            let first = q.split("::").next().unwrap_or(q);
+            let module = idx.rust_module(fi, q).or_else(|| {
+                let base = sc.modules.get(first)?.first().copied()?;
+                let rest = q.strip_prefix(first)?.trim_start_matches("::");
+                if rest.is_empty() {
+                    Some(base)
+                } else {
+                    idx.rust_module(base, &format!("self::{rest}"))
+                }
+            });
+            if let Some(m) = module {
+                let found = self.free_in(idx, m, name, 0);
+                if !found.is_empty() {
+                    return unique(self.files, &found).map(|s| (s, Confidence::Exact));
+                }
+            }
+        }
+        // A type: `Foo::new`, `Foo.create`, `pkg.Foo.f`, or an imported alias of one.
+        let ty = self.unalias(last_segment(q));
+        let known_type = idx.types.contains_key(&(self.lang(), ty));
+        if known_type {
+            return self.member(idx, ty, name, false);
+        }
+        None
+    }
+}
+
+/// Resolves one call to a symbol of the same language family, with its confidence.
 pub(super) fn resolve_call(
     idx: &Index,
     ctx: &CallCtx,
     callee: &str,
-    imported: &[usize],
-    named: &HashMap<&str, Vec<usize>>,
-) -> Option<(Sym, bool)> {
-    // 1. Same file.
-    if let Some(local) = idx.per_file[ctx.caller_file].get(callee) {
-        let cands: Vec<Sym> = local.iter().map(|&c| (ctx.caller_file, c)).collect();
-        let picked = filter(ctx, &cands, Step::SameFile);
-        if !picked.is_empty() {
-            return unique(ctx.files, &picked).map(|s| (s, true));
+    qualifier: Option<&str>,
+    receiver: Option<&str>,
+) -> Option<(Sym, Confidence)> {
+    let hit = match qualifier.map(str::trim).filter(|q| !q.is_empty()) {
+        None => ctx.bare(idx, callee),
+        Some(q) if is_self_like(q) => ctx.on_self(idx, callee),
+        Some(q) => ctx.qualified(idx, q, receiver, callee),
+    }?;
+    // The invariant the rules above keep; checked so that no edge ever joins two families.
+    (family(ctx.files[hit.0 .0].language) == ctx.lang()).then_some(hit)
+}
+
+/// Candidates whose qualified name is the caller's own scope or an enclosing one
+/// (`outer/helper` for a caller `outer/inner`), else all of them.
+fn innermost_visible(files: &[FileFacts], caller: &str, cands: &[Sym]) -> Vec<Sym> {
+    let mut best: Vec<(usize, Sym)> = Vec::new();
+    for &s in cands {
+        let q = &files[s.0].extract.chunks[s.1].qualified;
+        let scope = q.rsplit_once('/').map_or("", |(p, _)| p);
+        let visible = scope.is_empty()
+            || caller == scope
+            || caller.starts_with(&format!("{scope}/"))
+            || caller.starts_with(&format!("{scope}#"));
+        if visible {
+            best.push((scope.len(), s));
         }
     }
-    // 2. Imported files (those whose import names the callee first).
-    if !imported.is_empty() {
-        let mut tiers: Vec<&[usize]> = Vec::new();
-        if let Some(t) = named.get(callee) {
-            tiers.push(t);
-        }
-        tiers.push(imported);
-        for tier in tiers {
-            let mut cands = Vec::new();
-            for &t in tier {
-                if let Some(list) = idx.per_file[t].get(callee) {
-                    cands.extend(list.iter().map(|&c| (t, c)));
-                }
-            }
-            let picked = filter(ctx, &cands, Step::Imported);
-            if !picked.is_empty() {
-                return unique(ctx.files, &picked).map(|s| (s, true));
-            }
-        }
-    }
-    // 3. Global, then same directory.
-    let all = idx.global.get(callee)?;
-    if all.len() <= MAX_GLOBAL_CANDIDATES {
-        let cands: Vec<Sym> = all
-            .iter()
-            .copied()
-            .filter(|s| s.0 != ctx.caller_file)
-            .collect();
-        let picked = filter(ctx, &cands, Step::Global);
-        if picked.len() == 1 {
-            return Some((picked[0], false));
-        }
-        if picked.is_empty() {
-            return None;
-        }
-    }
-    let dir = dir_of(ctx.files[ctx.caller_file].path);
-    let local = idx.by_dir.get(&(dir, callee))?;
-    let cands: Vec<Sym> = local
+    let Some(max) = best.iter().map(|b| b.0).max() else {
+        return cands.to_vec();
+    };
+    best.into_iter()
+        .filter(|b| b.0 == max)
+        .map(|b| b.1)
+        .collect()
+}
+
+/// Top-level definitions when there are any (a module's `f`, not `outer/f` nested in another
+/// function).
+fn top_level_first(files: &[FileFacts], cands: Vec<Sym>) -> Vec<Sym> {
+    let top: Vec<Sym> = cands
         .iter()
         .copied()
-        .filter(|s| s.0 != ctx.caller_file)
+        .filter(|s| {
+            let c = &files[s.0].extract.chunks[s.1];
+            c.parent.is_none()
+                || !files[s.0].extract.chunks[c.parent.unwrap_or(0)]
+                    .kind
+                    .is_callable()
+        })
         .collect();
-    let picked = filter(ctx, &cands, Step::Global);
-    if picked.len() == 1 {
-        return Some((picked[0], false));
-    }
-    None
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Step {
-    SameFile,
-    Imported,
-    Global,
-}
-
-/// Keeps the candidates compatible with the call's qualifier.
-fn filter(ctx: &CallCtx, cands: &[Sym], step: Step) -> Vec<Sym> {
-    let q = |s: &Sym| ctx.files[s.0].extract.chunks[s.1].qualified.as_str();
-    match ctx.q {
-        Qual::None => {
-            let free: Vec<Sym> = cands.iter().copied().filter(|s| !is_method(q(s))).collect();
-            if !free.is_empty() || step != Step::SameFile {
-                return free;
-            }
-            // Implicit `this` (Java, C++): methods of the caller's own type.
-            cands
-                .iter()
-                .copied()
-                .filter(|s| !ctx.caller_owner.is_empty() && owner_of(q(s)) == ctx.caller_owner)
-                .collect()
-        }
-        Qual::SelfLike => {
-            let own: Vec<Sym> = cands
-                .iter()
-                .copied()
-                .filter(|s| is_method(q(s)) && owner_of(q(s)) == ctx.caller_owner)
-                .collect();
-            if !own.is_empty() || step == Step::SameFile {
-                return own;
-            }
-            // Inherited methods.
-            cands.iter().copied().filter(|s| is_method(q(s))).collect()
-        }
-        Qual::Other(last) => {
-            let typed: Vec<Sym> = cands
-                .iter()
-                .copied()
-                .filter(|s| owner_of(q(s)) == last)
-                .collect();
-            if !typed.is_empty() {
-                return typed;
-            }
-            // A capitalised qualifier names a type (`HashMap::new`, `Math.max`): a type we did
-            // not find owns none of these candidates, so only module-like matches remain.
-            let type_like = last.chars().next().is_some_and(char::is_uppercase);
-            cands
-                .iter()
-                .copied()
-                .filter(|s| {
-                    if is_method(q(s)) {
-                        return !type_like;
-                    }
-                    // `module.func()` / `pkg.Func()`: a free function of a file named like the
-                    // qualifier (or in a directory named like it).
-                    step != Step::SameFile && {
-                        let p = ctx.files[s.0].path;
-                        stem_of(p) == last || dir_name(p) == last
-                    }
-                })
-                .collect()
-        }
+    if top.is_empty() {
+        cands
+    } else {
+        top
     }
 }
 

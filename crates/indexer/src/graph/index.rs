@@ -24,14 +24,53 @@ pub(super) struct Index<'a> {
     py_modules: HashMap<String, Vec<usize>>,
     /// Directory path suffix → directories (Go packages, Java packages).
     dir_suffix: HashMap<String, Vec<&'a str>>,
-    /// Directory → files in it.
-    dir_files: HashMap<&'a str, Vec<usize>>,
     /// Rust crate name → its `src` directory.
     crates: HashMap<String, Vec<String>>,
-    /// Symbol name → symbols.
-    pub(super) global: HashMap<&'a str, Vec<Sym>>,
+    /// (family, name) → symbols that are not methods (functions, types, module items).
+    pub(super) free: HashMap<(Language, &'a str), Vec<Sym>>,
+    /// (family, owner type, name) → methods and associated functions.
+    pub(super) members: HashMap<(Language, &'a str, &'a str), Vec<Sym>>,
+    /// (family, name) → methods of any type.
+    pub(super) methods: HashMap<(Language, &'a str), Vec<Sym>>,
+    /// (family, name) → type definitions (class, struct, enum, trait, interface).
+    pub(super) types: HashMap<(Language, &'a str), Vec<Sym>>,
+    /// Symbols of each file by name.
     pub(super) per_file: Vec<HashMap<&'a str, Vec<usize>>>,
-    pub(super) by_dir: HashMap<(&'a str, &'a str), Vec<Sym>>,
+    /// Directory → files in it (same-package lookups).
+    pub(super) dir_files: HashMap<&'a str, Vec<usize>>,
+}
+
+/// The language family whose code can call each other: TypeScript, TSX and JavaScript are one,
+/// C and C++ are one, every other language is its own.
+pub(super) fn family(l: Language) -> Language {
+    match l {
+        Language::Tsx | Language::JavaScript => Language::TypeScript,
+        Language::Cpp => Language::C,
+        other => other,
+    }
+}
+
+/// `[package] name = "x"` of a Cargo.toml's text.
+fn cargo_package_name(text: &str) -> Option<String> {
+    let mut in_package = false;
+    for line in text.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            in_package = l == "[package]";
+            continue;
+        }
+        if !in_package {
+            continue;
+        }
+        if let Some(rest) = l.strip_prefix("name") {
+            let v = rest.trim_start().strip_prefix('=')?.trim();
+            let v = v.trim_matches(|c| c == '"' || c == '\'');
+            if !v.is_empty() {
+                return Some(v.replace('-', "_"));
+            }
+        }
+    }
+    None
 }
 
 fn callable_target(kind: ChunkKind) -> bool {
@@ -48,9 +87,11 @@ impl<'a> Index<'a> {
             dir_suffix: HashMap::new(),
             dir_files: HashMap::new(),
             crates: HashMap::new(),
-            global: HashMap::new(),
+            free: HashMap::new(),
+            members: HashMap::new(),
+            methods: HashMap::new(),
+            types: HashMap::new(),
             per_file: Vec::with_capacity(files.len()),
-            by_dir: HashMap::new(),
         };
         let mut dirs: HashSet<&'a str> = HashSet::new();
         for (fi, f) in files.iter().enumerate() {
@@ -98,20 +139,37 @@ impl<'a> Index<'a> {
                     }
                 }
             }
+            if file_name(path) == "Cargo.toml" {
+                let text = f.extract.chunks.first().map(|c| c.text.as_str());
+                if let Some(name) = text.and_then(cargo_package_name) {
+                    idx.crates
+                        .entry(name)
+                        .or_default()
+                        .push(join(dir_of(path), "src"));
+                }
+            }
+            let fam = family(f.language);
             let mut local: HashMap<&'a str, Vec<usize>> = HashMap::new();
             for (ci, c) in f.extract.chunks.iter().enumerate() {
                 if c.symbol_id.is_empty() || !callable_target(c.kind) || c.name.is_empty() {
                     continue;
                 }
-                local.entry(c.name.as_str()).or_default().push(ci);
-                idx.global
-                    .entry(c.name.as_str())
-                    .or_default()
-                    .push((fi, ci));
-                idx.by_dir
-                    .entry((dir, c.name.as_str()))
-                    .or_default()
-                    .push((fi, ci));
+                let name = c.name.as_str();
+                local.entry(name).or_default().push(ci);
+                match c.qualified.rsplit_once('#') {
+                    Some((owner_path, _)) => {
+                        let owner = owner_path.rsplit('/').next().unwrap_or(owner_path);
+                        idx.members
+                            .entry((fam, owner, name))
+                            .or_default()
+                            .push((fi, ci));
+                        idx.methods.entry((fam, name)).or_default().push((fi, ci));
+                    }
+                    None => idx.free.entry((fam, name)).or_default().push((fi, ci)),
+                }
+                if c.kind.is_type() {
+                    idx.types.entry((fam, name)).or_default().push((fi, ci));
+                }
             }
             idx.per_file.push(local);
         }
@@ -127,7 +185,57 @@ impl<'a> Index<'a> {
                 idx.dir_suffix.entry(String::new()).or_default().push(d);
             }
         }
+        for v in idx.crates.values_mut() {
+            v.sort();
+            v.dedup();
+        }
         idx
+    }
+
+    /// The file of the Rust module a path qualifier names (`crate::a::b`, `super`,
+    /// `self::m`, `other_crate::m`, `m`), seen from file `fi`; `None` when it is not a module
+    /// file of this build (a type, an inline module, another crate).
+    pub(super) fn rust_module(&self, fi: usize, q: &str) -> Option<usize> {
+        let path = self.path_of(fi);
+        let segs: Vec<&str> = q.split("::").filter(|s| !s.is_empty()).collect();
+        let first = *segs.first()?;
+        let root = |src: &str| {
+            self.file(&join(src, "lib.rs"))
+                .or_else(|| self.file(&join(src, "main.rs")))
+        };
+        // (module file, directory of its submodules, segments consumed)
+        let (mut file, mut dir, used) = match first {
+            "crate" => {
+                let src = rust_crate_src(path);
+                (root(&src)?, src, 1)
+            }
+            "self" => (fi, rust_mod_dir(path), 1),
+            "super" => {
+                let mut d = rust_mod_dir(path);
+                let mut file = fi;
+                let mut n = 0;
+                let src = rust_crate_src(path);
+                while n < segs.len() && segs[n] == "super" {
+                    d = dir_of(&d).to_string();
+                    file = if d == src || d.len() < src.len() {
+                        root(&src)?
+                    } else {
+                        self.rust_probe(dir_of(&d), &[file_name(&d)])?
+                    };
+                    n += 1;
+                }
+                (file, d, n)
+            }
+            name => match self.crates.get(name) {
+                Some(srcs) if srcs.len() == 1 => (root(&srcs[0])?, srcs[0].clone(), 1),
+                _ => (fi, rust_mod_dir(path), 0),
+            },
+        };
+        for seg in &segs[used..] {
+            file = self.rust_probe(&dir, &[seg])?;
+            dir = join(&dir, seg);
+        }
+        (used > 0 || segs.len() > used).then_some(file)
     }
 
     fn file(&self, path: &str) -> Option<usize> {
@@ -256,7 +364,7 @@ impl<'a> Index<'a> {
         out
     }
 
-    fn path_of(&self, fi: usize) -> &str {
+    pub(super) fn path_of(&self, fi: usize) -> &str {
         self.paths.get(fi).copied().unwrap_or("")
     }
 

@@ -8,15 +8,6 @@ pub(super) fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-pub(super) fn stem_of(path: &str) -> &str {
-    let n = file_name(path);
-    n.split('.').next().unwrap_or(n)
-}
-
-pub(super) fn dir_name(path: &str) -> &str {
-    file_name(dir_of(path))
-}
-
 pub(super) fn join(dir: &str, rest: &str) -> String {
     if dir.is_empty() {
         rest.to_string()

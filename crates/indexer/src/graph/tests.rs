@@ -142,8 +142,8 @@ fn global_unique_inferred_and_ambiguous_dropped() {
     assert!(!es
         .iter()
         .any(|e| e.kind == EdgeKind::Calls && e.src == run && e.dst == chunk_of(&fxs, 2, "Twice")));
-    // Several candidates, one in the caller's directory.
-    assert_eq!(call_edge(&es, run, chunk_of(&fxs, 3, "Near")), Some(false));
+    // Several candidates, one in the caller's own package: Go sees it unqualified (exact).
+    assert_eq!(call_edge(&es, run, chunk_of(&fxs, 3, "Near")), Some(true));
     let calls = es.iter().filter(|e| e.kind == EdgeKind::Calls).count();
     assert_eq!(calls, 2);
 }
@@ -159,7 +159,8 @@ fn python_import_edges() {
         ("app/helpers/text.py", "def slug(): pass\n"),
         ("app/__init__.py", "\n"),
     ]);
-    assert_eq!(imports(&es, 0), vec![1, 2, 3, 4, 5]);
+    // `from . import views` imports the package `app` itself too.
+    assert_eq!(imports(&es, 0), vec![1, 2, 3, 4, 5, 6]);
 }
 
 #[test]
@@ -260,4 +261,134 @@ fn output_is_sorted_and_deterministic() {
     assert!(e1
         .iter()
         .any(|e| e.kind == EdgeKind::Calls && e.src == e.dst));
+}
+
+fn calls_from(es: &[ResolvedEdge], src: NodeRef) -> Vec<(NodeRef, bool)> {
+    es.iter()
+        .filter(|e| e.kind == EdgeKind::Calls && e.src == src)
+        .map(|e| (e.dst, e.resolved))
+        .collect()
+}
+
+#[test]
+fn calls_never_cross_languages_and_unknown_receivers_stay_unresolved() {
+    let (es, paths, fxs) = edges(&[
+        (
+            "py/scanner.py",
+            "def py_scanstring(s):\n    msg = 'bad {}'.format(s)\n    return s.format(1)\n",
+        ),
+        (
+            "itoa/src/lib.rs",
+            "pub struct Buffer {}\nimpl Buffer {\n    pub fn format(&mut self, i: u32) -> &str {\n        self.write(i)\n    }\n    fn write(&mut self, i: u32) -> &str { \"\" }\n}\n",
+        ),
+        (
+            "web/a.ts",
+            "export function run(x: any) {\n  return x.format();\n}\n",
+        ),
+    ]);
+    for e in &es {
+        if e.kind != EdgeKind::Calls {
+            continue;
+        }
+        let (NodeRef::Chunk { file: a, .. }, NodeRef::Chunk { file: b, .. }) = (e.src, e.dst)
+        else {
+            continue;
+        };
+        assert_eq!(
+            index::family(Language::from_path(std::path::Path::new(&paths[a])).unwrap()),
+            index::family(Language::from_path(std::path::Path::new(&paths[b])).unwrap()),
+            "cross-language edge {e:?}"
+        );
+    }
+    assert!(calls_from(&es, chunk_of(&fxs, 0, "py_scanstring")).is_empty());
+    assert!(calls_from(&es, chunk_of(&fxs, 2, "run")).is_empty());
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 1, "Buffer#format"),
+            chunk_of(&fxs, 1, "Buffer#write")
+        ),
+        Some(true)
+    );
+}
+
+#[test]
+fn rust_tests_modules_macros_and_paths() {
+    let (es, _, fxs) = edges(&[
+        ("strsim/Cargo.toml", "[package]\nname = \"strsim\"\nversion = \"0.1.0\"\n"),
+        (
+            "strsim/src/lib.rs",
+            "pub fn levenshtein(a: &str, b: &str) -> usize { 0 }\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n    #[test]\n    fn lev() {\n        assert_eq!(0, levenshtein(\"a\", \"a\"));\n    }\n    fn direct() -> usize { levenshtein(\"\", \"\") }\n}\n",
+        ),
+        (
+            "strsim/tests/lib.rs",
+            "use strsim::levenshtein;\n#[test]\nfn it() {\n    assert_eq!(3, levenshtein(\"kitten\", \"sitting\"));\n}\n",
+        ),
+        (
+            "strsim/benches/benches.rs",
+            "fn bench_lev() {\n    let _ = strsim::levenshtein(\"a\", \"b\");\n}\n",
+        ),
+        (
+            "other/src/lib.rs",
+            "pub fn levenshtein() {}\n",
+        ),
+    ]);
+    let target = chunk_of(&fxs, 1, "levenshtein");
+    for (file, caller) in [
+        (1, "tests/lev"),
+        (1, "tests/direct"),
+        (2, "it"),
+        (3, "bench_lev"),
+    ] {
+        assert_eq!(
+            call_edge(&es, chunk_of(&fxs, file, caller), target),
+            Some(true),
+            "{caller}"
+        );
+    }
+}
+
+#[test]
+fn python_aliases_and_stated_receivers() {
+    let (es, _, fxs) = edges(&[
+        (
+            "pkg/decoder.py",
+            "class JSONDecoder:\n    def __init__(self):\n        self.scanner = Scanner()\n    def decode(self, s):\n        return self.raw_decode(s)\n    def raw_decode(self, s):\n        return self.scanner.scan(s)\n\nclass Scanner:\n    def scan(self, s):\n        return s\n",
+        ),
+        (
+            "pkg/__init__.py",
+            "from .decoder import JSONDecoder as Dec\nimport pkg.decoder as dmod\n\ndef loads(s):\n    d = Dec()\n    return d.decode(s)\n\ndef loads2(s, d: JSONDecoder):\n    return dmod.JSONDecoder().decode(s)\n\ndef unknown(x):\n    return x.decode()\n",
+        ),
+    ]);
+    let dec = |q| chunk_of(&fxs, 0, q);
+    let init = |q| chunk_of(&fxs, 1, q);
+    assert_eq!(
+        call_edge(
+            &es,
+            dec("JSONDecoder#decode"),
+            dec("JSONDecoder#raw_decode")
+        ),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, dec("JSONDecoder#raw_decode"), dec("Scanner#scan")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, dec("JSONDecoder#__init__"), dec("Scanner")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, init("loads"), dec("JSONDecoder")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, init("loads"), dec("JSONDecoder#decode")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, init("loads2"), dec("JSONDecoder")),
+        Some(true)
+    );
+    assert!(calls_from(&es, init("unknown")).is_empty());
 }
