@@ -56,9 +56,12 @@ pub struct FindCalleesArgs {
 #[derive(Debug, Clone, Copy, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
-    /// CALLS edges of the code graph (exact).
+    /// CALLS edges of the code graph, every one `exact` (resolved through scope and imports).
     Graph,
-    /// Whole-word occurrences of the identifier in indexed code (likely, unconfirmed).
+    /// Graph edges together with `likely` edges and/or `name_only` text matches; each result
+    /// says which.
+    Merged,
+    /// Only `name_only` text matches of the identifier (likely, unconfirmed).
     Text,
     /// Semantic search on the identifier split into words (related code, not confirmed calls).
     Semantic,
@@ -66,15 +69,28 @@ pub enum Stage {
     NotFound,
 }
 
+/// How sure a caller or callee is.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    /// Semantic neighbour of the name: related code, not a confirmed call.
+    Related,
+    /// A call of that name found in the text that the graph did not resolve (an unknown
+    /// receiver, dynamic dispatch, code the extractor does not model).
+    NameOnly,
+    /// A graph edge resolved by a name unique within the language (not proven by scope).
+    Likely,
+    /// A graph edge resolved through the caller's scope: same file, imports, a stated type.
+    Exact,
+}
+
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct CallSite {
     #[serde(flatten)]
     pub symbol: SymbolRef,
-    /// Graph stage: whether the edge was resolved through the file or its imports (true) or
-    /// inferred from a globally unique name (false).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resolved: Option<bool>,
-    /// Text stage: the line of the match and its text.
+    /// How sure this result is (`exact`, `likely`, `name_only`, `related`).
+    pub confidence: Confidence,
+    /// Text matches: the line of the call and its text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -90,6 +106,9 @@ pub struct CallAnswer {
     /// The symbols the name resolved to.
     pub resolved_to: Vec<SymbolRef>,
     pub stage: Stage,
+    /// The weakest confidence among the results (absent when there are none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<Confidence>,
     /// What the stage means for these results.
     pub note: String,
     pub results: Vec<CallSite>,
@@ -216,6 +235,7 @@ impl Cascade<'_> {
             symbol: self.symbol.to_string(),
             resolved_to: self.resolved_to.clone(),
             stage,
+            confidence: results.iter().map(|r| r.confidence).min(),
             note,
             results,
             suggestions: if stage == Stage::NotFound {
@@ -227,10 +247,10 @@ impl Cascade<'_> {
         }
     }
 
-    fn site(&self, n: NodeRef) -> CallSite {
+    fn site(&self, n: NodeRef, confidence: Confidence) -> CallSite {
         CallSite {
             symbol: symbol_ref(&self.snap.code, n),
-            resolved: None,
+            confidence,
             line: None,
             line_text: None,
             similarity: None,
@@ -246,54 +266,117 @@ impl Cascade<'_> {
             .collect()
     }
 
-    /// Stage 1: the code graph's CALLS edges (`in_edges` for callers, `out_edges` for callees).
+    /// Stage 1: the code graph's CALLS edges (`in_edges` for callers, `out_edges` for callees),
+    /// exact ones first.
     fn graph(
         &mut self,
         edges: impl Fn(&code::CodeView, NodeRef) -> Vec<(NodeRef, u8)>,
         seen: &mut HashSet<NodeRef>,
     ) -> Vec<CallSite> {
         let t = Instant::now();
-        let mut results = Vec::new();
+        let mut found: Vec<(NodeRef, Confidence)> = Vec::new();
         for &n in &self.targets {
             for (m, fl) in edges(&self.snap.code, n) {
-                if seen.insert(m) && results.len() < self.limit {
-                    results.push(CallSite {
-                        resolved: Some(fl & EDGE_RESOLVED != 0),
-                        ..self.site(m)
-                    });
+                if seen.insert(m) {
+                    found.push((m, edge_confidence(fl)));
                 }
             }
         }
+        // Stable: exact before likely, each in edge order.
+        found.sort_by_key(|&(_, c)| std::cmp::Reverse(c));
+        let results = found
+            .into_iter()
+            .take(self.limit)
+            .map(|(m, c)| self.site(m, c))
+            .collect();
         self.dbg.graph_ms = ms(t.elapsed());
         results
     }
 
-    /// Stage 2 for callers: chunks that mention the name as a whole word (not defining
-    /// another symbol of that name).
+    /// Language families of the targets (`typescript`/`tsx`/`javascript` are one, `c`/`cpp`
+    /// one).
+    fn target_families(&self) -> HashSet<String> {
+        self.targets
+            .iter()
+            .map(|&n| family(self.snap.code.file(n).language.as_str()).to_string())
+            .collect()
+    }
+
+    /// Callers the graph did not resolve: functions and methods of the targets' language that
+    /// call the name (`name(`, `.name(`, `::name(`) on a line that does not define it, and
+    /// whose calls of that name the graph did not resolve to another symbol.
+    fn text_callers(&mut self, seen: &mut HashSet<NodeRef>, room: usize) -> Vec<CallSite> {
+        let t = Instant::now();
+        let ident = self.ident.clone();
+        let mut results = Vec::new();
+        if ident.is_empty() || room == 0 {
+            return results;
+        }
+        let own = self.target_ids();
+        let families = self.target_families();
+        let code = &self.snap.code;
+        for n in code.live_chunks() {
+            let c = code.chunk(n);
+            if !matches!(c.kind.as_str(), "function" | "method")
+                || own.contains(c.symbol_id.as_str())
+                || seen.contains(&n)
+            {
+                continue;
+            }
+            if !families.is_empty() && !families.contains(family(code.file(n).language.as_str())) {
+                continue;
+            }
+            let Some((off, text)) = call_lines(&c.text, &ident).into_iter().next() else {
+                continue;
+            };
+            // Explained: the graph resolved this chunk's call of that name elsewhere.
+            let explained = code
+                .out_edges(n, EdgeKind::Calls)
+                .iter()
+                .any(|&(m, _)| code.is_chunk(m) && code.chunk(m).name.as_str() == ident);
+            if explained {
+                continue;
+            }
+            seen.insert(n);
+            results.push(CallSite {
+                line: Some(c.start_line.to_native() + off),
+                line_text: Some(text),
+                ..self.site(n, Confidence::NameOnly)
+            });
+            if results.len() >= room {
+                break;
+            }
+        }
+        self.dbg.other_ms = ms(t.elapsed());
+        results
+    }
+
+    /// Last resort for callers of an unknown name: chunks that mention it as a whole word (not
+    /// defining another symbol of that name).
     fn text_mentions(&mut self) -> Vec<CallSite> {
         let t = Instant::now();
         let ident = self.ident.clone();
         let mut results = Vec::new();
         if !ident.is_empty() {
             let own = self.target_ids();
+            let families = self.target_families();
             for n in self.snap.code.live_chunks() {
                 let c = self.snap.code.chunk(n);
                 if own.contains(c.symbol_id.as_str()) {
                     continue;
                 }
+                let lang = self.snap.code.file(n).language.as_str();
+                if !families.is_empty() && !families.contains(family(lang)) {
+                    continue;
+                }
                 let hits = whole_word_lines(&c.text, &ident);
-                let Some((off, text)) = hits.into_iter().find(|(_, l)| {
-                    // A call or a reference, not the definition of another symbol of the same name.
-                    !(l.contains(&format!("fn {ident}"))
-                        || l.contains(&format!("def {ident}"))
-                        || l.contains(&format!("function {ident}")))
-                }) else {
+                let Some((off, text)) = hits.into_iter().find(|(_, l)| !defines(l, &ident)) else {
                     continue;
                 };
                 results.push(CallSite {
                     line: Some(c.start_line.to_native() + off),
                     line_text: Some(text),
-                    ..self.site(n)
+                    ..self.site(n, Confidence::NameOnly)
                 });
                 if results.len() >= self.limit {
                     break;
@@ -308,15 +391,22 @@ impl Cascade<'_> {
     fn text_calls(&mut self, seen: &mut HashSet<NodeRef>) -> Vec<CallSite> {
         let t = Instant::now();
         let mut results = Vec::new();
+        let fams = self.target_families();
         for &n in &self.targets {
             let own = self.snap.code.chunk(n).name.to_string();
             for w in called_identifiers(&Engine::code_of(&self.snap, n)) {
                 if w == own {
                     continue;
                 }
-                if let Some(&m) = self.snap.code.by_name(&w).first() {
+                let same_family = self
+                    .snap
+                    .code
+                    .by_name(&w)
+                    .into_iter()
+                    .find(|&m| fams.contains(family(self.snap.code.file(m).language.as_str())));
+                if let Some(m) = same_family {
                     if seen.insert(m) && results.len() < self.limit {
-                        results.push(self.site(m));
+                        results.push(self.site(m, Confidence::NameOnly));
                     }
                 }
             }
@@ -362,7 +452,7 @@ impl Cascade<'_> {
             .take(self.limit)
             .map(|(s, n)| CallSite {
                 similarity: Some((s * 1e4).round() / 1e4),
-                ..self.site(n)
+                ..self.site(n, Confidence::Related)
             })
             .collect();
         Ok((words, results))
@@ -415,18 +505,24 @@ impl Engine {
         })
     }
 
-    /// Callers: graph edges into the symbol; else whole-word mentions; else semantic
-    /// neighbours of its name; else not found.
+    /// Callers: graph edges into the symbol (exact, then likely) merged with the functions that
+    /// call its name where the graph resolved nothing (name-only); else mentions of the name;
+    /// else semantic neighbours of its name; else not found.
     pub fn find_callers(&self, a: &FindCallersArgs) -> ToolResult<CallAnswer> {
         let mut c = self.cascade(&a.symbol, a.limit, a.debug)?;
-        let results = c.graph(|v, n| v.in_edges(n, EdgeKind::Calls), &mut HashSet::new());
+        let mut seen = HashSet::new();
+        let mut results = c.graph(|v, n| v.in_edges(n, EdgeKind::Calls), &mut seen);
+        let room = c.limit.saturating_sub(results.len());
+        let text = c.text_callers(&mut seen, room);
+        let graph_n = results.len();
+        results.extend(text);
         if !results.is_empty() {
-            let note = "callers from the code graph's CALLS edges".to_string();
-            return Ok(c.answer(Stage::Graph, note, results));
+            let (stage, note) = merged_note(&results, graph_n, &c.ident, "callers");
+            return Ok(c.answer(stage, note, results));
         }
         let results = c.text_mentions();
         if !results.is_empty() {
-            let note = format!("no CALLS edges; these chunks mention `{}` as a whole word (likely callers, unconfirmed)", c.ident);
+            let note = format!("no calls of `{}` found; these chunks mention it as a whole word (name_only: unconfirmed, e.g. passed as a value)", c.ident);
             return Ok(c.answer(Stage::Text, note, results));
         }
         let (words, results) = c.semantic(self)?;
@@ -436,20 +532,21 @@ impl Engine {
         Ok(c.not_found("callers"))
     }
 
-    /// Callees: graph edges out of the symbol; else indexed symbols called by name in its
-    /// code; else (only for a known symbol: the callees of an unknown body cannot be guessed)
-    /// semantic neighbours of its name; else not found.
+    /// Callees: graph edges out of the symbol; else indexed symbols of its language called by
+    /// name in its code; else (only for a known symbol: the callees of an unknown body cannot
+    /// be guessed) semantic neighbours of its name; else not found.
     pub fn find_callees(&self, a: &FindCalleesArgs) -> ToolResult<CallAnswer> {
         let mut c = self.cascade(&a.symbol, a.limit, a.debug)?;
         let mut seen = HashSet::new();
         let results = c.graph(|v, n| v.out_edges(n, EdgeKind::Calls), &mut seen);
         if !results.is_empty() {
-            let note = "callees from the code graph's CALLS edges".to_string();
-            return Ok(c.answer(Stage::Graph, note, results));
+            let n = results.len();
+            let (stage, note) = merged_note(&results, n, &c.ident, "callees");
+            return Ok(c.answer(stage, note, results));
         }
         let results = c.text_calls(&mut seen);
         if !results.is_empty() {
-            let note = "no CALLS edges; these indexed symbols are called by name in its code (unconfirmed)".to_string();
+            let note = "no CALLS edges; these indexed symbols of its language are called by name in its code (name_only: unconfirmed)".to_string();
             return Ok(c.answer(Stage::Text, note, results));
         }
         if !c.targets.is_empty() {
@@ -460,6 +557,113 @@ impl Engine {
         }
         Ok(c.not_found("callees"))
     }
+}
+
+/// The confidence of a graph edge's flags.
+pub fn edge_confidence(flags: u8) -> Confidence {
+    if flags & EDGE_RESOLVED != 0 {
+        Confidence::Exact
+    } else {
+        Confidence::Likely
+    }
+}
+
+/// Languages whose code can call each other.
+pub fn family(language: &str) -> &str {
+    match language {
+        "typescript" | "tsx" | "javascript" => "javascript",
+        "cpp" => "c",
+        other => other,
+    }
+}
+
+/// Whether a line defines `ident` rather than calling it.
+fn defines(line: &str, ident: &str) -> bool {
+    [
+        "fn ",
+        "def ",
+        "function ",
+        "func ",
+        "class ",
+        "struct ",
+        "void ",
+        "async ",
+    ]
+    .iter()
+    .any(|kw| line.contains(&format!("{kw}{ident}")))
+}
+
+/// Lines (offset, trimmed text) where `ident` is called: the whole word followed by `(`
+/// (optionally `::<…>` or spaces), on a line that does not define it.
+pub fn call_lines(text: &str, ident: &str) -> Vec<(u32, String)> {
+    let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    let mut out = Vec::new();
+    if ident.is_empty() {
+        return out;
+    }
+    for (i, line) in text.lines().enumerate() {
+        if defines(line, ident) {
+            continue;
+        }
+        let mut from = 0;
+        while let Some(p) = line[from..].find(ident) {
+            let a = from + p;
+            let b = a + ident.len();
+            let before = line[..a].chars().next_back();
+            let rest = line[b..].trim_start();
+            let rest = rest.strip_prefix("::").map_or(rest, |r| {
+                // Turbofish: skip a balanced `<…>`.
+                let mut depth = 0;
+                let mut end = r.len();
+                for (k, ch) in r.char_indices() {
+                    match ch {
+                        '<' => depth += 1,
+                        '>' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = k + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                &r[end.min(r.len())..]
+            });
+            if !before.is_some_and(is_id) && rest.starts_with('(') {
+                out.push((i as u32, line.trim().chars().take(200).collect()));
+                break;
+            }
+            from = b;
+        }
+    }
+    out
+}
+
+/// The stage and note of a graph answer, possibly merged with name-only callers.
+fn merged_note(results: &[CallSite], graph_n: usize, ident: &str, what: &str) -> (Stage, String) {
+    let count = |c: Confidence| results.iter().filter(|r| r.confidence == c).count();
+    let (exact, likely, name_only) = (
+        count(Confidence::Exact),
+        count(Confidence::Likely),
+        count(Confidence::NameOnly),
+    );
+    if graph_n == 0 {
+        return (
+            Stage::Text,
+            format!("no CALLS edges; these functions call `{ident}(` by name (name_only: unconfirmed, e.g. a method of another type with the same name)"),
+        );
+    }
+    if likely == 0 && name_only == 0 {
+        return (
+            Stage::Graph,
+            format!("{what} from the code graph's CALLS edges, all exact (resolved through scope and imports)"),
+        );
+    }
+    (
+        Stage::Merged,
+        format!("{exact} exact and {likely} likely (a name unique in the language) {what} from the code graph, and {name_only} name_only (calls of `{ident}(` the graph did not resolve: check them)"),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -491,6 +695,9 @@ pub struct Affected {
     pub depth: usize,
     /// Names from the changed symbol up to this one.
     pub path: Vec<String>,
+    /// The weakest edge on that path: `exact` when every call on it was resolved through
+    /// scope and imports, `likely` when one was resolved by a unique name.
+    pub confidence: Confidence,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -519,6 +726,7 @@ impl Engine {
         };
         let t = Instant::now();
         let mut parent: HashMap<NodeRef, NodeRef> = HashMap::new();
+        let mut conf: HashMap<NodeRef, Confidence> = HashMap::from([(root, Confidence::Exact)]);
         let mut level: HashMap<NodeRef, usize> = HashMap::from([(root, 0)]);
         let mut order = Vec::new();
         let mut q = VecDeque::from([root]);
@@ -528,10 +736,11 @@ impl Engine {
             if d >= depth {
                 continue;
             }
-            for (m, _) in snap.code.in_edges(n, EdgeKind::Calls) {
+            for (m, fl) in snap.code.in_edges(n, EdgeKind::Calls) {
                 if level.contains_key(&m) {
                     continue;
                 }
+                conf.insert(m, conf[&n].min(edge_confidence(fl)));
                 if order.len() >= limit {
                     truncated = true;
                     break;
@@ -559,6 +768,7 @@ impl Engine {
                     symbol: symbol_ref(&snap.code, m),
                     depth: level[&m],
                     path,
+                    confidence: conf[&m],
                 }
             })
             .collect();
