@@ -585,6 +585,14 @@ impl<'s> Builder<'s> {
             let mut descend = true;
             if self.spec.import(node, src, &mut imports) {
                 descend = false;
+            } else if cur.is_none() {
+                // Module-level names (`_default_decoder = JSONDecoder()`) are seen by every
+                // function of the file.
+                bound.clear();
+                self.spec.bindings(node, src, &mut bound);
+                for (name, ty) in bound.drain(..) {
+                    bindings.insert((FILE_SCOPE, name), ty);
+                }
             } else if let Some(from) = cur {
                 bound.clear();
                 self.spec.bindings(node, src, &mut bound);
@@ -683,12 +691,13 @@ impl<'s> Builder<'s> {
             at = self.chunks[i].parent;
             hops += 1;
         }
-        // A field used without `this.` (Java).
         if q.contains(['.', ':', '(']) {
             return None;
         }
+        // A field used without `this.` (Java), then a module-level name.
         bindings
             .get(&(self.owner_scope(from), format!("this.{q}")))
+            .or_else(|| bindings.get(&(FILE_SCOPE, q.to_string())))
             .cloned()
     }
 
@@ -735,6 +744,9 @@ impl<'s> Builder<'s> {
         }
     }
 }
+
+/// The scope key of module-level bindings.
+const FILE_SCOPE: usize = usize::MAX;
 
 /// `self.x` / `this.x` (one member deep).
 fn is_member_path(name: &str) -> bool {

@@ -392,3 +392,19 @@ fn python_aliases_and_stated_receivers() {
     );
     assert!(calls_from(&es, init("unknown")).is_empty());
 }
+
+#[test]
+fn module_level_instances_are_stated_receivers() {
+    let (es, _, fxs) = edges(&[(
+        "json/__init__.py",
+        "class JSONDecoder:\n    def decode(self, s):\n        return s\n\n_default_decoder = JSONDecoder()\n\ndef loads(s):\n    return _default_decoder.decode(s)\n",
+    )]);
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 0, "loads"),
+            chunk_of(&fxs, 0, "JSONDecoder#decode")
+        ),
+        Some(true)
+    );
+}
