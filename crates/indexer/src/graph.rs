@@ -94,11 +94,16 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
                     .find(|(_, orig)| orig == n)
                     .map_or(n.as_str(), |(l, _)| l.as_str());
                 for &t in &found {
-                    if is_module_file(idx.path_of(t), n) {
+                    // `use crate::graph;` / `from pkg import mod` bind a module; a file named
+                    // like the item it defines (`arrRemove.ts`) is also searched for the item.
+                    if f.language != Language::TypeScript
+                        && f.language != Language::Tsx
+                        && f.language != Language::JavaScript
+                        && is_module_file(idx.path_of(t), n)
+                    {
                         sc.modules.entry(local).or_default().push(t);
-                    } else {
-                        sc.named.entry(local).or_default().push((t, n.as_str()));
                     }
+                    sc.named.entry(local).or_default().push((t, n.as_str()));
                 }
                 targets.extend(found);
             }
@@ -114,7 +119,9 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
             if imp.names.is_empty() && !module_alias {
                 match f.language {
                     // `mod foo;` / `extern crate foo;` bind a module name; `use a::b::*` (a
-                    // path) makes its items visible.
+                    // path) makes its items visible. Elsewhere a whole-module import without
+                    // names is a glob: `from x import *`, `#include`, JS `export * from` (a
+                    // barrel's re-exports; a bare `import "x"` defines nothing callers use).
                     Language::Rust
                         if !imp.module.contains("::")
                             && !matches!(imp.module.as_str(), "super" | "self" | "crate") =>
@@ -124,9 +131,6 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
                             .or_default()
                             .extend(whole.iter().copied());
                     }
-                    // A bare `import "x"` (JS side effects) binds nothing.
-                    Language::TypeScript | Language::Tsx | Language::JavaScript
-                        if !imp.module.is_empty() => {}
                     _ => sc.globs.extend(whole.iter().copied()),
                 }
             }

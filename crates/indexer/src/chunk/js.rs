@@ -12,6 +12,32 @@ use super::{
 
 pub(crate) struct JsSpec;
 
+/// A type annotation's class names: `Foo<T>` → `Foo`; a union `A<T> | B | undefined` →
+/// `A|B` (the resolver tries each).
+fn stated_type(t: &str) -> String {
+    let mut depth = 0;
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for (i, ch) in t.char_indices() {
+        match ch {
+            '<' | '(' | '[' | '{' => depth += 1,
+            '>' | ')' | ']' | '}' => depth -= 1,
+            '|' if depth == 0 => {
+                parts.push(&t[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&t[start..]);
+    let names: Vec<String> = parts
+        .into_iter()
+        .map(base_type_name)
+        .filter(|n| n.chars().next().is_some_and(char::is_uppercase))
+        .collect();
+    names.join("|")
+}
+
 fn is_function_value(kind: &str) -> bool {
     matches!(
         kind,
@@ -327,7 +353,7 @@ impl Spec for JsSpec {
             local = format!("this.{local}");
         }
         let ty = ty
-            .map(|t| base_type_name(node_text(t, src).trim_start_matches(':')))
+            .map(|t| stated_type(node_text(t, src).trim_start_matches(':')))
             .or_else(|| {
                 let v = value?;
                 if v.kind() != "new_expression" {

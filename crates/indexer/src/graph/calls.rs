@@ -23,6 +23,9 @@ pub(super) enum Confidence {
 /// Re-exports followed at most this deep (`pub use a::f` → `a.rs` → `pub use b::f` …).
 const MAX_REEXPORT_HOPS: usize = 4;
 
+/// Inheritance followed at most this many levels up.
+const MAX_BASE_DEPTH: usize = 6;
+
 /// Global candidate lists longer than this are not scanned (the name is too common).
 const MAX_GLOBAL_CANDIDATES: usize = 512;
 
@@ -146,6 +149,64 @@ impl<'a> CallCtx<'a, '_> {
     /// Methods named `name` of a type named `ty`, with the confidence the type's visibility
     /// gives.
     fn member(&self, idx: &Index, ty: &str, name: &str, stated: bool) -> Option<(Sym, Confidence)> {
+        if let Some(hit) = self.own_member(idx, ty, name, stated) {
+            return Some(hit);
+        }
+        self.inherited(idx, ty, name)
+    }
+
+    /// A method found on the types `ty` extends or implements (breadth first, nearest first),
+    /// as their declarations state them.
+    fn inherited(&self, idx: &Index, ty: &str, name: &str) -> Option<(Sym, Confidence)> {
+        let lang = self.lang();
+        let mut seen: Vec<&str> = vec![ty];
+        let mut level: Vec<&str> = vec![ty];
+        for _ in 0..MAX_BASE_DEPTH {
+            let mut next: Vec<&str> = Vec::new();
+            for t in &level {
+                for b in idx.bases.get(&(lang, *t)).into_iter().flatten() {
+                    if !seen.contains(&b.as_str()) {
+                        seen.push(b);
+                        next.push(b);
+                    }
+                }
+            }
+            if next.is_empty() {
+                return None;
+            }
+            let hits: Vec<(Sym, Confidence)> = next
+                .iter()
+                .filter_map(|b| self.own_member(idx, b, name, true))
+                .collect();
+            if let Some(&(first, _)) = hits.first() {
+                let same = hits.iter().all(|h| h.0 == first);
+                return same.then(|| {
+                    let c = hits.iter().map(|h| h.1).min().unwrap_or(Confidence::Likely);
+                    (first, c)
+                });
+            }
+            level = next;
+        }
+        None
+    }
+
+    /// `super.name(…)` / `super().name(…)`: a method of the caller's type's bases.
+    fn on_super(&self, idx: &Index, name: &str) -> Option<(Sym, Confidence)> {
+        let owner = owner_of(self.caller);
+        if owner.is_empty() || !self.caller.contains('#') {
+            return None;
+        }
+        self.inherited(idx, owner, name)
+    }
+
+    /// A method `name` declared on the type `ty` itself.
+    fn own_member(
+        &self,
+        idx: &Index,
+        ty: &str,
+        name: &str,
+        stated: bool,
+    ) -> Option<(Sym, Confidence)> {
         let cands = idx.members.get(&(self.lang(), ty, name))?;
         let visible = self.type_visible(idx, ty);
         let vis_files: Vec<usize> = visible.iter().map(|s| s.0).collect();
@@ -250,7 +311,8 @@ impl<'a> CallCtx<'a, '_> {
             if let Some(hit) = self.member(idx, owner, name, true) {
                 return Some(hit);
             }
-            // Inherited or a trait's default method: the one method of that name.
+            // Inherited from a type the extractor did not see declared: the one method of
+            // that name.
             let all = idx.methods.get(&(self.lang(), name))?;
             return unique(self.files, all).map(|s| (s, Confidence::Likely));
         }
@@ -267,8 +329,21 @@ impl<'a> CallCtx<'a, '_> {
     ) -> Option<(Sym, Confidence)> {
         // A stated receiver type (`let p = Parser::new(); p.parse()`, `x: Foo`).
         if let Some(ty) = receiver {
-            let ty = self.unalias(ty);
-            return self.member(idx, ty, name, true);
+            if !ty.contains('|') {
+                return self.member(idx, self.unalias(ty), name, true);
+            }
+            // A union: the one member type that has the method (likely: the value may be of
+            // another member type).
+            let hits: Vec<Sym> = ty
+                .split('|')
+                .filter_map(|t| self.member(idx, self.unalias(t), name, true))
+                .map(|h| h.0)
+                .collect();
+            let first = *hits.first()?;
+            return hits
+                .iter()
+                .all(|&h| h == first)
+                .then_some((first, Confidence::Likely));
         }
         if !is_path_like(q) {
             return None;
@@ -344,6 +419,7 @@ pub(super) fn resolve_call(
     let hit = match qualifier.map(str::trim).filter(|q| !q.is_empty()) {
         None => ctx.bare(idx, callee),
         Some(q) if is_self_like(q) => ctx.on_self(idx, callee),
+        Some("super" | "super()") => ctx.on_super(idx, callee),
         Some(q) => ctx.qualified(idx, q, receiver, callee),
     }?;
     // The invariant the rules above keep; checked so that no edge ever joins two families.

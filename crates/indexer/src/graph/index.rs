@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::paths::{dir_of, file_name, join, normalize, rust_crate_src, rust_mod_dir};
 use super::FileFacts;
-use crate::chunk::{ChunkKind, Language};
+use crate::chunk::{base_type_name, ChunkKind, Language};
 
 /// Most files an import of a whole directory (Go package, Java wildcard) links to.
 const MAX_DIR_IMPORT_FILES: usize = 64;
@@ -34,6 +34,9 @@ pub(super) struct Index<'a> {
     pub(super) methods: HashMap<(Language, &'a str), Vec<Sym>>,
     /// (family, name) → type definitions (class, struct, enum, trait, interface).
     pub(super) types: HashMap<(Language, &'a str), Vec<Sym>>,
+    /// (family, type) → the types it extends or implements, as its declarations state them
+    /// (`class A(B)`, `extends B implements C`, `: public B`, Rust `impl Trait for A`).
+    pub(super) bases: HashMap<(Language, &'a str), Vec<String>>,
     /// Symbols of each file by name.
     pub(super) per_file: Vec<HashMap<&'a str, Vec<usize>>>,
     /// Directory → files in it (same-package lookups).
@@ -48,6 +51,147 @@ pub(super) fn family(l: Language) -> Language {
         Language::Cpp => Language::C,
         other => other,
     }
+}
+
+/// The types a type declaration says it extends or implements, from its header: Python
+/// `class A(B, C, metaclass=M):`, TS/Java `class A<T> extends B<T> implements C, D {`, C++
+/// `class A : public B {`, Rust `impl<T> Trait for A<T> {` (an impl chunk named `A`).
+fn declared_bases<'t>(text: &'t str, name: &str, kind: ChunkKind) -> Vec<String> {
+    // The header starts at the declaration (doc comments before it may hold braces) and ends
+    // at its body's brace.
+    let cut = |t: &'t str| -> &'t str { t.split('{').next().unwrap_or(t) };
+    let mut out = Vec::new();
+    let mut push = |t: &str| {
+        let b = base_type_name(t.trim());
+        if !b.is_empty()
+            && b.chars()
+                .next()
+                .is_some_and(|c| c.is_alphabetic() || c == '_')
+        {
+            out.push(b);
+        }
+    };
+    if kind == ChunkKind::Impl {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("impl"))
+            .map(cut);
+        if let Some((tr, _)) = line.and_then(|l| l.split_once(" for ")) {
+            let tr = tr.trim_start().trim_start_matches("impl");
+            // Drop the impl's own generics: `impl<T: X> Trait<T>`.
+            let tr = if tr.trim_start().starts_with('<') {
+                skip_angle(tr.trim_start())
+            } else {
+                tr
+            };
+            push(tr);
+        }
+        return out;
+    }
+    let Some(at) = ["class ", "interface ", "struct "]
+        .iter()
+        .filter_map(|kw| {
+            let pat = format!("{kw}{name}");
+            text.find(&pat).map(|i| i + pat.len())
+        })
+        .min()
+    else {
+        return out;
+    };
+    let rest = cut(&text[at..]);
+    let rest = if rest.starts_with('<') {
+        skip_angle(rest)
+    } else {
+        rest
+    };
+    let rest = rest.trim_start();
+    if let Some(inner) = rest.strip_prefix('(') {
+        // Python.
+        let mut depth = 0;
+        let mut end = inner.len();
+        for (i, ch) in inner.char_indices() {
+            match ch {
+                '(' | '[' => depth += 1,
+                ')' | ']' if depth == 0 => {
+                    end = i;
+                    break;
+                }
+                ')' | ']' => depth -= 1,
+                _ => {}
+            }
+        }
+        for part in split_top(&inner[..end]) {
+            if !part.contains('=') {
+                push(part);
+            }
+        }
+        return out;
+    }
+    if let Some(cpp) = rest.strip_prefix(':') {
+        for part in split_top(cpp) {
+            let p = part
+                .trim()
+                .trim_start_matches("virtual ")
+                .trim_start_matches("public ")
+                .trim_start_matches("protected ")
+                .trim_start_matches("private ")
+                .trim_start_matches("virtual ");
+            push(p);
+        }
+        return out;
+    }
+    for kw in ["extends ", "implements "] {
+        if let Some(i) = rest.find(kw) {
+            let after = &rest[i + kw.len()..];
+            let end = ["implements ", "extends "]
+                .iter()
+                .filter_map(|k| after.find(k))
+                .min()
+                .unwrap_or(after.len());
+            for part in split_top(&after[..end]) {
+                push(part);
+            }
+        }
+    }
+    out
+}
+
+/// `<…>rest` → `rest` (balanced).
+fn skip_angle(s: &str) -> &str {
+    let mut depth = 0;
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '<' => depth += 1,
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &s[i + 1..];
+                }
+            }
+            _ => {}
+        }
+    }
+    ""
+}
+
+/// Splits at commas outside brackets.
+fn split_top(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut start = 0;
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '<' | '(' | '[' | '{' => depth += 1,
+            '>' | ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out.into_iter().filter(|p| !p.trim().is_empty()).collect()
 }
 
 /// `[package] name = "x"` of a Cargo.toml's text.
@@ -91,6 +235,7 @@ impl<'a> Index<'a> {
             members: HashMap::new(),
             methods: HashMap::new(),
             types: HashMap::new(),
+            bases: HashMap::new(),
             per_file: Vec::with_capacity(files.len()),
         };
         let mut dirs: HashSet<&'a str> = HashSet::new();
@@ -168,7 +313,18 @@ impl<'a> Index<'a> {
                     None => idx.free.entry((fam, name)).or_default().push((fi, ci)),
                 }
                 if c.kind.is_type() {
-                    idx.types.entry((fam, name)).or_default().push((fi, ci));
+                    if c.kind != ChunkKind::Impl {
+                        idx.types.entry((fam, name)).or_default().push((fi, ci));
+                    }
+                    let found = declared_bases(&c.text, name, c.kind);
+                    if !found.is_empty() {
+                        let list = idx.bases.entry((fam, name)).or_default();
+                        for b in found {
+                            if b != name && !list.contains(&b) {
+                                list.push(b);
+                            }
+                        }
+                    }
                 }
             }
             idx.per_file.push(local);

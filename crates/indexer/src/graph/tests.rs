@@ -408,3 +408,35 @@ fn module_level_instances_are_stated_receivers() {
         Some(true)
     );
 }
+
+#[test]
+fn inherited_methods_and_super_calls() {
+    let (es, _, fxs) = edges(&[
+        (
+            "src/Subject.ts",
+            "export class Subject<T> extends Observable<T> {\n  next(v: T) {\n    this.check();\n  }\n  check() {}\n}\n",
+        ),
+        (
+            "src/Replay.ts",
+            "import { Subject } from './Subject';\nexport class ReplaySubject<T> extends Subject<T> {\n  next(v: T) {\n    super.next(v);\n    this.check();\n  }\n}\n",
+        ),
+        (
+            "pkg/a.py",
+            "class Base:\n    def run(self):\n        pass\n\nclass Child(Base, metaclass=M):\n    def go(self):\n        self.run()\n        super().run()\n",
+        ),
+    ]);
+    let replay_next = chunk_of(&fxs, 1, "ReplaySubject#next");
+    assert_eq!(
+        call_edge(&es, replay_next, chunk_of(&fxs, 0, "Subject#next")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, replay_next, chunk_of(&fxs, 0, "Subject#check")),
+        Some(true)
+    );
+    let go = chunk_of(&fxs, 2, "Child#go");
+    assert_eq!(
+        call_edge(&es, go, chunk_of(&fxs, 2, "Base#run")),
+        Some(true)
+    );
+}
