@@ -10,7 +10,9 @@ file are relative to the directory holding it (the directory that gets indexed).
 For every entry in "calls" the checker requires:
   - caller_path / callee_path: relative, '/'-separated, inside the fixture dir, existing files;
   - line / callee_line: 1-based and inside the file;
-  - the call line holds the callee's name token followed by `(` (or `::<` in Rust), in code:
+  - the call line holds the callee's name token followed by `(` (or `::<` in Rust), in code
+    (or an alias of it from a `use path::name as alias;` / `from m import name as alias` in the
+    fixture):
     comments and string/char literals are blanked first, so a name in a comment or a string
     does not count, and the match must not be the callee's own definition;
   - callee_line holds a definition of `callee` (Rust: `fn|struct|enum|trait|union NAME`,
@@ -141,9 +143,42 @@ def code_lines(path, language):
     return blanked.split("\n")
 
 
-def call_pattern(name, language):
+EXTENSIONS = {
+    "rust": (".rs",), "go": (".go",), "python": (".py", ".pyi"), "typescript": (".ts", ".tsx"),
+    "javascript": (".js", ".jsx", ".mjs", ".cjs"), "java": (".java",), "c": (".c", ".h"),
+    "cpp": (".cc", ".cpp", ".cxx", ".hpp", ".hh", ".h"),
+}
+ALIAS = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s+as\s+([A-Za-z_][A-Za-z0-9_]*)\b")
+
+
+def source_files(base, language):
+    """The fixture's source files of `language`, relative '/' paths, sorted."""
+    files = []
+    for d, dirs, names in os.walk(base):
+        dirs[:] = sorted(x for x in dirs if x not in ("target", ".git", "node_modules"))
+        for n in sorted(names):
+            if n.endswith(EXTENSIONS[language]):
+                files.append(os.path.relpath(os.path.join(d, n), base).replace(os.sep, "/"))
+    return files
+
+
+def aliases(base, language, lines_of):
+    """name -> {alias}: `use a::name as alias;` (Rust), `from m import name as alias` (Python).
+    A call written through an alias names the alias, not the callee."""
+    out = {}
+    if language not in ("rust", "python"):
+        return out
+    for rel in source_files(base, language):
+        for text in lines_of(rel):
+            for m in ALIAS.finditer(text):
+                out.setdefault(m.group(1), set()).add(m.group(2))
+    return out
+
+
+def call_pattern(name, language, alias_names=()):
     after = r"\s*(?:\(|::<)" if language == "rust" else r"\s*\("
-    return re.compile(r"(?<![A-Za-z0-9_$])" + re.escape(name) + after)
+    names = "|".join(re.escape(n) for n in sorted({name, *alias_names}))
+    return re.compile(r"(?<![A-Za-z0-9_$])(?:" + names + ")" + after)
 
 
 def definition_pattern(name, language):
@@ -201,6 +236,7 @@ def check_file(truth_path):
             cache[rel] = code_lines(os.path.join(base, rel), language)
         return cache[rel]
 
+    alias_map = aliases(base, language, lines_of)
     seen = set()
     for idx, e in enumerate(calls):
         where = f"{truth_path}: calls[{idx}]"
@@ -234,7 +270,8 @@ def check_file(truth_path):
             problems.append(f"{where}: line out of range (1..{len(caller)})")
         else:
             text = caller[e["line"] - 1]
-            hits = [m for m in call_pattern(name, language).finditer(text)
+            pattern = call_pattern(name, language, alias_map.get(name, ()))
+            hits = [m for m in pattern.finditer(text)
                     if not rust_like_definition_at(text, m.start(), language)]
             if not hits:
                 problems.append(f"{where}: no call of `{name}(` in code on that line: "

@@ -15,9 +15,10 @@ FIXTURE_DIR/labels.txt holds the header and, for vendored code that we do not ed
 
 Source files may also carry labels inline, in a trailing comment:
 
-    let p = Parser::new(); // @calls new@parser
+    let p = Parser::new(); // @calls new@parser -- free text after ` -- ` is a note
     fn new() -> Self {     // @def parser
     s.len()                // @calls !len
+    fmt_text(w)            // @calls format@text -- through `use crate::text::format as fmt_text`
 
 A label is a list of tokens (comma or space separated):
     NAME             the call goes to the only definition of NAME in the fixture
@@ -39,12 +40,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_truth import (  # noqa: E402
+    aliases,
     call_pattern,
     code_lines,
     rust_like_definition_at,
+    source_files,
 )
-
-EXTENSIONS = {"rust": (".rs",), "go": (".go",), "python": (".py",)}
 DEF_NAME = {
     "rust": re.compile(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)"),
     "go": re.compile(r"\bfunc\s+(?:\([^)]*\)\s*)?([A-Za-z_][A-Za-z0-9_]*)"),
@@ -73,16 +74,6 @@ def parse_tokens(text, where):
     return out
 
 
-def source_files(base, language):
-    files = []
-    for d, dirs, names in os.walk(base):
-        dirs[:] = sorted(x for x in dirs if x not in ("target", ".git"))
-        for n in sorted(names):
-            if n.endswith(EXTENSIONS[language]):
-                files.append(os.path.relpath(os.path.join(d, n), base).replace(os.sep, "/"))
-    return files
-
-
 def build(base):
     labels_path = os.path.join(base, "labels.txt")
     header = {}
@@ -102,7 +93,7 @@ def build(base):
             key = (m.group(1), int(m.group(2)))
             labels.setdefault(key, []).extend(parse_tokens(m.group(3), f"labels.txt:{no}"))
     language = header.get("language")
-    if language not in EXTENSIONS:
+    if language not in DEF_NAME:
         raise LabelError(f"labels.txt: language {language!r} not supported here")
 
     files = source_files(base, language)
@@ -124,7 +115,7 @@ def build(base):
             if not m:
                 continue
             for part in re.split(r"(?=@(?:calls|def)\b)", m.group(1)):
-                part = part.strip()
+                part = part.split(" -- ", 1)[0].strip()
                 if part.startswith("@def"):
                     label = part[len("@def"):].strip()
                     if not re.fullmatch(r"[\w:.-]+", label):
@@ -136,6 +127,7 @@ def build(base):
                     toks = parse_tokens(part[len("@calls"):], f"{p}:{i}")
                     labels.setdefault((p, i), []).extend(toks)
 
+    alias_map = aliases(base, language, lambda rel: code[rel])
     project_names = set(defs)
     calls, negatives = [], 0
     problems = []
@@ -175,14 +167,16 @@ def build(base):
         for i, text in enumerate(code[p], 1):
             here = {name for _, name, _, _ in labels.get((p, i), [])}
             for name in here:
-                hits = [m for m in call_pattern(name, language).finditer(text)
+                pattern = call_pattern(name, language, alias_map.get(name, ()))
+                hits = [m for m in pattern.finditer(text)
                         if not rust_like_definition_at(text, m.start(), language)]
                 if not hits:
                     problems.append(f"{p}:{i}: labelled `{name}` but no `{name}(` in code there")
             if "(" not in text:
                 continue
             for name in project_names - here:
-                for m in call_pattern(name, language).finditer(text):
+                pattern = call_pattern(name, language, alias_map.get(name, ()))
+                for m in pattern.finditer(text):
                     if not rust_like_definition_at(text, m.start(), language):
                         problems.append(f"{p}:{i}: unlabelled `{name}(`: {text.strip()!r}")
                         break
