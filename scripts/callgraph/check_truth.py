@@ -10,13 +10,14 @@ file are relative to the directory holding it (the directory that gets indexed).
 For every entry in "calls" the checker requires:
   - caller_path / callee_path: relative, '/'-separated, inside the fixture dir, existing files;
   - line / callee_line: 1-based and inside the file;
-  - the call line holds the callee's name token followed by `(` (or `::<` in Rust), in code
-    (or an alias of it from a `use path::name as alias;` / `from m import name as alias` in the
-    fixture):
-    comments and string/char literals are blanked first, so a name in a comment or a string
-    does not count, and the match must not be the callee's own definition;
+  - the call line holds the callee's name token (or an alias of it from a
+    `use path::name as alias;` / `from m import name as alias` in the fixture) followed by `(`
+    (or `::<` in Rust), in code: comments and string/char literals are blanked first, so a name
+    in a comment or a string does not count, and the match must not be the callee's own
+    definition;
   - callee_line holds a definition of `callee` (Rust: `fn|struct|enum|trait|union NAME`,
-    Go: `func NAME` / `func (recv) NAME` / `type NAME`, Python: `def|class NAME`, ...);
+    Go: `func NAME` / `func (recv) NAME` / `type NAME` / an interface method spec,
+    Python: `def|class NAME`, ...);
   - no entry is listed twice.
 Exit status 0 when every file is clean, 1 otherwise. Python 3 standard library only.
 """
@@ -186,7 +187,10 @@ def definition_pattern(name, language):
     if language == "rust":
         return re.compile(r"\b(?:fn|struct|enum|trait|union)\s+" + n)
     if language == "go":
-        return re.compile(r"\bfunc\s+(?:\([^)]*\)\s*)?" + n + r"|\btype\s+" + n)
+        # func, method, type, or a method spec inside an interface (`Apply(cents int) int`).
+        return re.compile(
+            r"\bfunc\s+(?:\([^)]*\)\s*)?" + n + r"|\btype\s+" + n + r"|^\s*" + n + r"\s*\("
+        )
     if language == "python":
         return re.compile(r"\b(?:def|class)\s+" + n)
     if language in ("typescript", "javascript"):
@@ -286,7 +290,8 @@ def check_file(truth_path):
 
 
 def main(argv):
-    files = argv[1:] or sorted(glob.glob(os.path.join(ROOT, "tests/fixtures/callgraph/*/truth.json")))
+    default = os.path.join(ROOT, "tests", "fixtures", "callgraph", "*", "truth.json")
+    files = argv[1:] or sorted(glob.glob(default))
     if not files:
         print("no truth files found", file=sys.stderr)
         return 1

@@ -106,10 +106,26 @@ def build(base):
     # Definitions (code only) and @def labels (raw comments).
     defs = {}  # name -> [(path, line)]
     def_labels = {}  # label -> (path, line)
+    spec_lines = set()  # (path, line, name) of Go interface method specs
     for p in files:
+        in_iface = False
         for i, text in enumerate(code[p], 1):
             for m in DEF_NAME[language].finditer(text):
                 defs.setdefault(m.group(1), []).append((p, i))
+            if language != "go":
+                continue
+            # Go interface method specs (`Apply(cents int) int` inside `interface { .. }`) are
+            # the targets of calls through an interface value.
+            if in_iface:
+                if re.match(r"^\s*\}", text):
+                    in_iface = False
+                else:
+                    m = re.match(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(", text)
+                    if m:
+                        defs.setdefault(m.group(1), []).append((p, i))
+                        spec_lines.add((p, i, m.group(1)))
+            elif re.search(r"\binterface\s*\{\s*$", text):
+                in_iface = True
         for i, text in enumerate(raw_lines[p], 1):
             m = MARKER.search(text)
             if not m:
@@ -175,6 +191,8 @@ def build(base):
             if "(" not in text:
                 continue
             for name in project_names - here:
+                if (p, i, name) in spec_lines:
+                    continue
                 pattern = call_pattern(name, language, alias_map.get(name, ()))
                 for m in pattern.finditer(text):
                     if not rust_like_definition_at(text, m.start(), language):
