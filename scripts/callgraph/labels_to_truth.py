@@ -38,6 +38,7 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ next to the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_truth import (  # noqa: E402
     aliases,
