@@ -205,10 +205,10 @@ def definition_pattern(name, language):
 
 
 def rust_like_definition_at(line, start, language):
-    """Whether the match at `start` is itself a definition (`fn name(`)."""
+    """Whether the match at `start` is itself a definition (`fn name(`, `struct Name(`)."""
     before = line[:start].rstrip()
     if language == "rust":
-        return before.endswith("fn")
+        return re.search(r"\b(?:fn|struct)$", before) is not None
     if language == "go":
         return before.endswith("func") or re.search(r"\bfunc\s*\([^)]*\)$", before) is not None
     if language == "python":

@@ -48,7 +48,10 @@ from check_truth import (  # noqa: E402
     source_files,
 )
 DEF_NAME = {
-    "rust": re.compile(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)"),
+    # fns, and tuple structs (their constructor `Name(..)` is a call of the struct's fn item)
+    "rust": re.compile(
+        r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)|\bstruct\s+([A-Za-z_][A-Za-z0-9_]*)\s*(?:<[^>]*>)?\s*\("
+    ),
     "go": re.compile(r"\bfunc\s+(?:\([^)]*\)\s*)?([A-Za-z_][A-Za-z0-9_]*)"),
     "python": re.compile(r"\bdef\s+([A-Za-z_][A-Za-z0-9_]*)"),
 }
@@ -112,7 +115,8 @@ def build(base):
         in_iface = False
         for i, text in enumerate(code[p], 1):
             for m in DEF_NAME[language].finditer(text):
-                defs.setdefault(m.group(1), []).append((p, i))
+                name = next(g for g in m.groups() if g)
+                defs.setdefault(name, []).append((p, i))
             if language != "go":
                 continue
             # Go interface method specs (`Apply(cents int) int` inside `interface { .. }`) are
