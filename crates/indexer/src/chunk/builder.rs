@@ -11,6 +11,7 @@ use super::defs::{collect_defs, DefNode};
 use super::lines::{floor_boundary, line_pieces, line_prefix_blank, trim_end, LineIndex};
 use super::parse::{looks_like_cpp, parse};
 use super::syntax::{named_kids, node_text};
+use super::types::LOCAL_FUNCTION;
 use super::{text, Call, Chunk, ChunkKind, ChunkOptions, Def, FileExtract, Import, Language, Spec};
 
 pub(super) fn extract_code(
@@ -615,6 +616,13 @@ impl<'s> Builder<'s> {
                         continue;
                     }
                     let qualifier = qualifier.filter(|q| !q.is_empty());
+                    if qualifier.is_none()
+                        && self.binding_of(&bindings, from, &callee).as_deref()
+                            == Some(LOCAL_FUNCTION)
+                    {
+                        // A closure or function value bound in the caller's scope.
+                        continue;
+                    }
                     let receiver = qualifier
                         .as_deref()
                         .and_then(|q| self.binding_of(&bindings, from, q));
@@ -652,7 +660,16 @@ impl<'s> Builder<'s> {
         let mut at = i;
         for _ in 0..8 {
             if self.chunks[at].kind.is_type() || self.chunks[at].kind == ChunkKind::Impl {
-                return at;
+                // One scope per type name: a Rust struct's fields and its impl blocks' methods
+                // meet there.
+                let name = &self.chunks[at].name;
+                return self
+                    .chunks
+                    .iter()
+                    .position(|c| {
+                        (c.kind.is_type() || c.kind == ChunkKind::Impl) && &c.name == name
+                    })
+                    .unwrap_or(at);
             }
             match self.chunks[at].parent {
                 Some(p) => at = p,

@@ -2,7 +2,7 @@
 
 use tree_sitter::Node;
 
-use super::types::MODULE_ALIAS;
+use super::types::{LOCAL_FUNCTION, MODULE_ALIAS};
 use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
 
 pub(crate) struct PythonSpec;
@@ -191,6 +191,13 @@ impl Spec for PythonSpec {
                     return;
                 };
                 if !matches!(left.kind(), "identifier" | "attribute") {
+                    return;
+                }
+                if node
+                    .child_by_field_name("right")
+                    .is_some_and(|r| r.kind() == "lambda")
+                {
+                    out.push((compact(node_text(left, src)), LOCAL_FUNCTION.to_string()));
                     return;
                 }
                 let ty = field_text(node, "type", src)

@@ -3,6 +3,7 @@
 
 use tree_sitter::Node;
 
+use super::types::LOCAL_FUNCTION;
 use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
 
 pub(crate) struct RustSpec;
@@ -88,9 +89,10 @@ impl Spec for RustSpec {
         }
         let (callee, qualifier) = match f.kind() {
             "identifier" => (node_text(f, src).to_string(), None),
+            // A path qualifier keeps its `::` (`self::f` is a module path, `self.f` a method).
             "scoped_identifier" => (
                 field_text(f, "name", src)?.to_string(),
-                field_text(f, "path", src).map(compact),
+                field_text(f, "path", src).map(|p| format!("{}::", compact(p))),
             ),
             "field_expression" => (
                 field_text(f, "field", src)?.to_string(),
@@ -147,14 +149,29 @@ impl Spec for RustSpec {
                 j -= 2;
             }
             parts.reverse();
-            // `parts` now reads `a :: b ::`; drop the trailing separator.
-            parts.pop();
+            // `parts` reads `a :: b ::` (a path keeps its trailing `::`, as in `call`) or
+            // `x .` (a receiver loses its `.`).
+            if parts.last() == Some(&".") {
+                parts.pop();
+            }
             let qualifier = (!parts.is_empty()).then(|| parts.concat());
             out.push((callee.to_string(), qualifier));
         }
     }
 
     fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
+        if node.kind() == "field_declaration" {
+            // A struct field: `self.name` has the stated type in the type's methods.
+            if let (Some(n), Some(t)) =
+                (field_text(node, "name", src), field_text(node, "type", src))
+            {
+                let t = base_type_name(t);
+                if t.chars().next().is_some_and(char::is_uppercase) {
+                    out.push((format!("self.{n}"), t));
+                }
+            }
+            return;
+        }
         let (pat, ty, value) = match node.kind() {
             "let_declaration" => (
                 node.child_by_field_name("pattern"),
@@ -178,6 +195,10 @@ impl Spec for RustSpec {
             return;
         }
         let name = node_text(pat, src).to_string();
+        if value.is_some_and(|v| v.kind() == "closure_expression") {
+            out.push((name, LOCAL_FUNCTION.to_string()));
+            return;
+        }
         let ty = ty
             .map(|t| base_type_name(node_text(t, src)))
             .or_else(|| value.and_then(|v| constructed_type(v, src)));

@@ -155,8 +155,8 @@ fn rust_file() {
     assert!(has_import(&fx, "util", &[]));
     assert!(has_call(&fx, "Parser#parse", "helper", None));
     assert!(has_call(&fx, "Parser#parse", "advance", Some("self")));
-    assert!(has_call(&fx, "Parser#parse", "tidy", Some("util")));
-    assert!(has_call(&fx, "inner/Deep#go", "helper", Some("super")));
+    assert!(has_call(&fx, "Parser#parse", "tidy", Some("util::")));
+    assert!(has_call(&fx, "inner/Deep#go", "helper", Some("super::")));
     // Macros are not calls.
     assert!(!fx.calls.iter().any(|c| c.callee == "println"));
     assert!(!fx.had_parse_errors);

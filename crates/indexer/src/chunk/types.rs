@@ -83,6 +83,10 @@ pub struct Import {
     pub aliases: Vec<(String, String)>,
 }
 
+/// The stated "type" of a local bound to a closure or lambda: calls of it are not calls of a
+/// symbol of the same name.
+pub(crate) const LOCAL_FUNCTION: &str = "()";
+
 /// The `original` of an [`Import::aliases`] entry that binds the whole module.
 pub const MODULE_ALIAS: &str = "*";
 

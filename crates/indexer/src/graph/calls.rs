@@ -418,6 +418,12 @@ pub(super) fn resolve_call(
 ) -> Option<(Sym, Confidence)> {
     let hit = match qualifier.map(str::trim).filter(|q| !q.is_empty()) {
         None => ctx.bare(idx, callee),
+        // A Rust path (`Self::f`, `self::f`, `super::f`, `a::b::f`): the extractor keeps its
+        // trailing `::`.
+        Some("Self::") => ctx.on_self(idx, callee),
+        Some(q) if q.ends_with("::") => {
+            ctx.qualified(idx, q.trim_end_matches("::"), receiver, callee)
+        }
         Some(q) if is_self_like(q) => ctx.on_self(idx, callee),
         Some("super" | "super()") => ctx.on_super(idx, callee),
         Some(q) => ctx.qualified(idx, q, receiver, callee),
