@@ -26,8 +26,6 @@ mod index;
 mod paths;
 mod types;
 
-pub mod eval;
-
 pub use types::{EdgeKind, FileFacts, NodeRef, ResolvedEdge};
 
 use calls::{resolve_call, CallCtx, Confidence, Scope};

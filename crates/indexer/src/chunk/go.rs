@@ -3,7 +3,7 @@
 
 use tree_sitter::Node;
 
-use super::types::MODULE_ALIAS;
+use super::types::{MODULE_ALIAS, RETURNED_BY};
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
 };
@@ -161,6 +161,18 @@ impl Spec for GoSpec {
                     } else {
                         Some(*b)
                     };
+                    if a.kind() == "identifier" && b.kind() == "call_expression" {
+                        let f = b.child_by_field_name("function");
+                        let name = f.and_then(|f| match f.kind() {
+                            "identifier" => Some(node_text(f, src)),
+                            "selector_expression" => field_text(f, "field", src),
+                            _ => None,
+                        });
+                        if let Some(n) = name {
+                            out.push((node_text(*a, src).to_string(), format!("{RETURNED_BY}{n}")));
+                        }
+                        continue;
+                    }
                     let Some(lit) = lit.filter(|x| x.kind() == "composite_literal") else {
                         continue;
                     };

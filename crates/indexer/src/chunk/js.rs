@@ -5,7 +5,7 @@
 
 use tree_sitter::Node;
 
-use super::types::MODULE_ALIAS;
+use super::types::{MODULE_ALIAS, RETURNED_BY};
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
 };
@@ -355,13 +355,27 @@ impl Spec for JsSpec {
         let ty = ty
             .map(|t| stated_type(node_text(t, src).trim_start_matches(':')))
             .or_else(|| {
-                let v = value?;
-                if v.kind() != "new_expression" {
-                    return None;
+                let mut v = value?;
+                if v.kind() == "await_expression" {
+                    v = v.named_child(0)?;
                 }
-                Some(base_type_name(field_text(v, "constructor", src)?))
+                match v.kind() {
+                    "new_expression" => Some(base_type_name(field_text(v, "constructor", src)?)),
+                    "call_expression" => {
+                        let f = v.child_by_field_name("function")?;
+                        let name = match f.kind() {
+                            "identifier" => node_text(f, src),
+                            "member_expression" => field_text(f, "property", src)?,
+                            _ => return None,
+                        };
+                        Some(format!("{RETURNED_BY}{name}"))
+                    }
+                    _ => None,
+                }
             });
-        if let Some(t) = ty.filter(|t| t.chars().next().is_some_and(char::is_uppercase)) {
+        if let Some(t) = ty.filter(|t| {
+            t.starts_with(RETURNED_BY) || t.chars().next().is_some_and(char::is_uppercase)
+        }) {
             out.push((local, t));
         }
     }
@@ -378,7 +392,7 @@ impl Spec for JsSpec {
             "member_expression" => {
                 let prop = f.child_by_field_name("property")?;
                 Some((
-                    node_text(prop, src).trim_start_matches('#').to_string(),
+                    node_text(prop, src).to_string(),
                     field_text(f, "object", src).map(compact),
                 ))
             }

@@ -35,7 +35,7 @@ pub(crate) use lines::{floor_boundary, trim_end, LineIndex};
 pub(crate) use spec::{Class, Def, Spec};
 pub(crate) use syntax::{base_type_name, compact, field_text, named_kids, node_text};
 pub use types::{
-    Call, Chunk, ChunkKind, ChunkOptions, FileExtract, Import, Language, MODULE_ALIAS,
+    Call, Chunk, ChunkKind, ChunkOptions, FileExtract, Import, Language, MODULE_ALIAS, RETURNED_BY,
 };
 
 /// Files larger than this are not parsed (line windows only).

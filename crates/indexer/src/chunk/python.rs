@@ -2,7 +2,7 @@
 
 use tree_sitter::Node;
 
-use super::types::{LOCAL_FUNCTION, MODULE_ALIAS};
+use super::types::{LOCAL_FUNCTION, MODULE_ALIAS, RETURNED_BY};
 use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
 
 pub(crate) struct PythonSpec;
@@ -200,11 +200,24 @@ impl Spec for PythonSpec {
                     out.push((compact(node_text(left, src)), LOCAL_FUNCTION.to_string()));
                     return;
                 }
+                let right = node.child_by_field_name("right");
                 let ty = field_text(node, "type", src)
                     .map(base_type_name)
-                    .or_else(|| constructed_class(node.child_by_field_name("right")?, src));
+                    .or_else(|| constructed_class(right?, src));
                 if let Some(ty) = ty.filter(|t| is_class_name(t)) {
                     out.push((compact(node_text(left, src)), ty));
+                } else if let Some(f) = right
+                    .filter(|r| r.kind() == "call")
+                    .and_then(|r| r.child_by_field_name("function"))
+                {
+                    let name = match f.kind() {
+                        "identifier" => Some(node_text(f, src)),
+                        "attribute" => field_text(f, "attribute", src),
+                        _ => None,
+                    };
+                    if let Some(n) = name {
+                        out.push((compact(node_text(left, src)), format!("{RETURNED_BY}{n}")));
+                    }
                 }
             }
             "typed_parameter" | "typed_default_parameter" => {

@@ -3,7 +3,7 @@
 
 use tree_sitter::Node;
 
-use super::types::LOCAL_FUNCTION;
+use super::types::{LOCAL_FUNCTION, RETURNED_BY};
 use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
 
 pub(crate) struct RustSpec;
@@ -206,7 +206,28 @@ impl Spec for RustSpec {
             if ty != "Self" {
                 out.push((name, ty));
             }
+        } else if let Some(n) = value.and_then(|v| returned_by(v, src)) {
+            out.push((name, format!("{RETURNED_BY}{n}")));
         }
+    }
+}
+
+/// The function whose result a Rust expression is: `f(..)`, `a::f(..)`, `x.f(..)`, `f(..)?`.
+fn returned_by<'s>(v: Node, src: &'s str) -> Option<&'s str> {
+    let v = if v.kind() == "try_expression" {
+        v.named_child(0)?
+    } else {
+        v
+    };
+    if v.kind() != "call_expression" {
+        return None;
+    }
+    let f = v.child_by_field_name("function")?;
+    match f.kind() {
+        "identifier" => Some(node_text(f, src)),
+        "scoped_identifier" => field_text(f, "name", src),
+        "field_expression" => field_text(f, "field", src),
+        _ => None,
     }
 }
 

@@ -87,6 +87,10 @@ pub struct Import {
 /// symbol of the same name.
 pub(crate) const LOCAL_FUNCTION: &str = "()";
 
+/// Prefix of a stated "type" that is the return type of the named function
+/// (`x = make_parser()` → `@make_parser`), looked up when calls are resolved.
+pub const RETURNED_BY: &str = "@";
+
 /// The `original` of an [`Import::aliases`] entry that binds the whole module.
 pub const MODULE_ALIAS: &str = "*";
 

@@ -6,10 +6,10 @@
 
 use std::collections::HashMap;
 
-use super::index::{family, Index, Sym};
+use super::index::{family, split_method, Index, Sym};
 use super::paths::dir_of;
 use super::FileFacts;
-use crate::chunk::Language;
+use crate::chunk::{Language, RETURNED_BY};
 
 /// How a call edge was resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -52,7 +52,7 @@ pub(super) struct CallCtx<'a, 'f> {
 
 /// Owner type/module of a qualified name: `a/Foo#bar` → `Foo`, `m/f` → `m`, `f` → ``.
 pub(super) fn owner_of(qualified: &str) -> &str {
-    let path = match qualified.rsplit_once('#') {
+    let path = match split_method(qualified) {
         Some((p, _)) => p,
         None => match qualified.rsplit_once('/') {
             Some((p, _)) => p,
@@ -190,6 +190,27 @@ impl<'a> CallCtx<'a, '_> {
         None
     }
 
+    /// Whether `ty` and everything it extends are types of this build (so a method none of
+    /// them declares is not inherited from elsewhere).
+    fn bases_known(&self, idx: &Index, ty: &str) -> bool {
+        let lang = self.lang();
+        let mut todo = vec![ty.to_string()];
+        let mut seen: Vec<String> = Vec::new();
+        while let Some(t) = todo.pop() {
+            if seen.contains(&t) || seen.len() > 16 {
+                continue;
+            }
+            if !idx.types.contains_key(&(lang, t.as_str())) {
+                return false;
+            }
+            if let Some(bs) = idx.bases.get(&(lang, t.as_str())) {
+                todo.extend(bs.iter().cloned());
+            }
+            seen.push(t);
+        }
+        true
+    }
+
     /// `super.name(…)` / `super().name(…)`: a method of the caller's type's bases.
     fn on_super(&self, idx: &Index, name: &str) -> Option<(Sym, Confidence)> {
         let owner = owner_of(self.caller);
@@ -311,12 +332,26 @@ impl<'a> CallCtx<'a, '_> {
             if let Some(hit) = self.member(idx, owner, name, true) {
                 return Some(hit);
             }
-            // Inherited from a type the extractor did not see declared: the one method of
-            // that name.
+            // Inherited from a type outside the build (or one whose declaration the extractor
+            // could not read): the one method of that name. Not when every base is known.
+            if self.bases_known(idx, owner) {
+                return None;
+            }
             let all = idx.methods.get(&(self.lang(), name))?;
             return unique(self.files, all).map(|s| (s, Confidence::Likely));
         }
         None
+    }
+
+    /// The method `name` of the type every function called `func` says it returns.
+    fn returned(&self, idx: &Index, func: &str, name: &str) -> Option<Sym> {
+        let rets = idx.returns.get(&(self.lang(), func))?;
+        let first = rets.first()?;
+        if first.is_empty() || rets.iter().any(|r| r != first) {
+            return None;
+        }
+        self.member(idx, self.unalias(first), name, true)
+            .map(|h| h.0)
     }
 
     /// `q.name(…)` / `q::name(…)` with a qualifier other than `self`.
@@ -328,7 +363,13 @@ impl<'a> CallCtx<'a, '_> {
         name: &str,
     ) -> Option<(Sym, Confidence)> {
         // A stated receiver type (`let p = Parser::new(); p.parse()`, `x: Foo`).
-        if let Some(ty) = receiver {
+        if let Some(func) = receiver.and_then(|t| t.strip_prefix(RETURNED_BY)) {
+            // A local holding what a function returned: the type its signature states, when
+            // every function of that name states the same one (likely: found by name).
+            if let Some(hit) = self.returned(idx, func, name) {
+                return Some((hit, Confidence::Likely));
+            }
+        } else if let Some(ty) = receiver {
             if !ty.contains('|') {
                 return self.member(idx, self.unalias(ty), name, true);
             }

@@ -37,6 +37,8 @@ pub(super) struct Index<'a> {
     /// (family, type) → the types it extends or implements, as its declarations state them
     /// (`class A(B)`, `extends B implements C`, `: public B`, Rust `impl Trait for A`).
     pub(super) bases: HashMap<(Language, &'a str), Vec<String>>,
+    /// (family, function or method name) → the return types their signatures state.
+    pub(super) returns: HashMap<(Language, &'a str), Vec<String>>,
     /// Symbols of each file by name.
     pub(super) per_file: Vec<HashMap<&'a str, Vec<usize>>>,
     /// Directory → files in it (same-package lookups).
@@ -85,6 +87,18 @@ fn declared_bases<'t>(text: &'t str, name: &str, kind: ChunkKind) -> Vec<String>
                 tr
             };
             push(tr);
+        }
+        return out;
+    }
+    // Go: `type A struct { *B; C; x int }` embeds B and C.
+    if let Some(i) = text.find(&format!("type {name} struct")) {
+        let body = text[i..].split_once('{').map_or("", |(_, b)| b);
+        let body = body.split('}').next().unwrap_or("");
+        for line in body.lines() {
+            let l = line.split("//").next().unwrap_or("").trim();
+            if !l.is_empty() && !l.contains(char::is_whitespace) {
+                push(l.trim_start_matches('*'));
+            }
         }
         return out;
     }
@@ -156,6 +170,68 @@ fn declared_bases<'t>(text: &'t str, name: &str, kind: ChunkKind) -> Vec<String>
     out
 }
 
+/// The return type a function's signature states: TS `name(…): T {`, Python
+/// `def name(…) -> T:`, Rust `fn name(…) -> T`, Go `func (…) Name(…) *T {`. `Self` is the
+/// owner type. Simple type names only (`Promise<T>` → `Promise`, which matches no project
+/// type).
+fn declared_return(text: &str, name: &str, lang: Language, owner: Option<&str>) -> Option<String> {
+    let start = text
+        .find(&format!("{name}("))
+        .or_else(|| text.find(&format!("{name}<")))?;
+    let mut rest = &text[start + name.len()..];
+    if rest.starts_with('<') {
+        rest = skip_angle(rest);
+    }
+    // The parameter list.
+    let mut depth = 0;
+    let mut end = None;
+    for (i, ch) in rest.char_indices() {
+        match ch {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = Some(i + 1);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let after = rest[end?..].trim_start();
+    let ty = match lang {
+        Language::Go => {
+            let t = after.split('{').next()?.trim();
+            if t.starts_with('(') {
+                // `(T, error)`: the first result.
+                t.trim_start_matches('(').split(',').next()?.to_string()
+            } else {
+                t.to_string()
+            }
+        }
+        Language::Python => after.strip_prefix("->")?.split(':').next()?.to_string(),
+        Language::Rust => {
+            let t = after.strip_prefix("->")?;
+            t.split(['{', ';'])
+                .next()?
+                .split(" where")
+                .next()?
+                .to_string()
+        }
+        _ => after
+            .strip_prefix(':')?
+            .split(['{', ';'])
+            .next()?
+            .split("=>")
+            .next()?
+            .to_string(),
+    };
+    let ty = ty.trim().trim_matches('"').trim_matches('\'');
+    let t = base_type_name(ty.trim_start_matches(['*', '&']));
+    let t = if t == "Self" { owner?.to_string() } else { t };
+    t.chars().next()?.is_uppercase().then_some(t)
+}
+
 /// `<…>rest` → `rest` (balanced).
 fn skip_angle(s: &str) -> &str {
     let mut depth = 0;
@@ -192,6 +268,14 @@ fn split_top(s: &str) -> Vec<&str> {
     }
     out.push(&s[start..]);
     out.into_iter().filter(|p| !p.trim().is_empty()).collect()
+}
+
+/// `a/Foo#bar` → (`a/Foo`, `bar`); the method separator is the first `#` of the last path
+/// segment, so a JS private method `Foo##bar` is (`Foo`, `#bar`).
+pub(super) fn split_method(qualified: &str) -> Option<(&str, &str)> {
+    let seg_start = qualified.rfind('/').map_or(0, |i| i + 1);
+    let i = seg_start + qualified[seg_start..].find('#')?;
+    Some((&qualified[..i], &qualified[i + 1..]))
 }
 
 /// `[package] name = "x"` of a Cargo.toml's text.
@@ -236,6 +320,7 @@ impl<'a> Index<'a> {
             methods: HashMap::new(),
             types: HashMap::new(),
             bases: HashMap::new(),
+            returns: HashMap::new(),
             per_file: Vec::with_capacity(files.len()),
         };
         let mut dirs: HashSet<&'a str> = HashSet::new();
@@ -301,7 +386,7 @@ impl<'a> Index<'a> {
                 }
                 let name = c.name.as_str();
                 local.entry(name).or_default().push(ci);
-                match c.qualified.rsplit_once('#') {
+                match split_method(&c.qualified) {
                     Some((owner_path, _)) => {
                         let owner = owner_path.rsplit('/').next().unwrap_or(owner_path);
                         idx.members
@@ -311,6 +396,15 @@ impl<'a> Index<'a> {
                         idx.methods.entry((fam, name)).or_default().push((fi, ci));
                     }
                     None => idx.free.entry((fam, name)).or_default().push((fi, ci)),
+                }
+                if c.kind.is_callable() {
+                    let owner =
+                        split_method(&c.qualified).map(|(p, _)| p.rsplit('/').next().unwrap_or(p));
+                    let ret = declared_return(&c.text, name, f.language, owner);
+                    idx.returns
+                        .entry((fam, name))
+                        .or_default()
+                        .push(ret.unwrap_or_default());
                 }
                 if c.kind.is_type() {
                     if c.kind != ChunkKind::Impl {
