@@ -28,6 +28,8 @@ mod index;
 mod paths;
 mod types;
 
+pub mod eval;
+
 pub use types::{EdgeKind, FileFacts, NodeRef, ResolvedEdge};
 
 use calls::{owner_of, resolve_call, CallCtx, Qual};
