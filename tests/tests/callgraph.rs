@@ -2,7 +2,8 @@
 //! by `scripts/callgraph/make_truth.sh fixtures` with scip-python / scip-typescript): every
 //! case's CALLS edges are scored with `indexer::graph::eval::score` (root = the case
 //! directory), the table is printed, and the targets of issue #14 are asserted: no edge joins two
-//! language families, precision (exact + likely) ≥ 0.95 and recall ≥ 0.85 per case.
+//! language families (also on the polyglot fixture), precision (exact + likely) ≥ 0.95 and
+//! recall (exact + likely) ≥ 0.85 per case.
 
 use indexer::graph::eval::{markdown_table, score, Score, Truth};
 
@@ -61,4 +62,26 @@ fn callgraph_matches_scip_truth() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The polyglot fixture mixes Rust, Python, TS/TSX/JS, Go, Java and C/C++ with shared names:
+/// no CALLS edge may join two language families.
+#[test]
+fn no_call_edge_joins_two_languages() {
+    let root = cix_tests::fixture("polyglot");
+    let truth = Truth {
+        language: "mixed".to_string(),
+        source: "none: only the cross-language count is checked".to_string(),
+        root: "polyglot".to_string(),
+        calls: Vec::new(),
+        elsewhere: Vec::new(),
+    };
+    let s = score(&root, &truth).expect("score");
+    assert!(s.files >= 10, "{s:?}");
+    assert!(s.ours_exact + s.ours_likely > 0, "no call edges at all: {s:?}");
+    assert_eq!(
+        s.cross_language_edges, 0,
+        "cross-language edges: {:#?}",
+        s.false_positives
+    );
 }
