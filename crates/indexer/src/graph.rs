@@ -26,6 +26,8 @@ mod index;
 mod paths;
 mod types;
 
+pub mod eval;
+
 pub use types::{EdgeKind, FileFacts, NodeRef, ResolvedEdge};
 
 use calls::{resolve_call, CallCtx, Confidence, Scope};
