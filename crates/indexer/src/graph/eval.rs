@@ -122,6 +122,10 @@ pub struct Score {
     pub precision_all_verified: f64,
     /// CALLS edges whose ends are in files of different language families (must be 0).
     pub cross_language_edges: usize,
+    /// Our pairs into JS `#private` methods, left out when the truth names no `#private`
+    /// callee (scip-typescript 0.4.0 emits no references for them, so they cannot be checked).
+    #[serde(default)]
+    pub unscored_private: usize,
     /// The first wrong pairs (up to [`EXAMPLES`] from [`score`]): `caller path:line name -> callee path:line name`.
     pub false_positives: Vec<String>,
     /// The first missed pairs, with the call line and what our extractor saw there.
@@ -172,6 +176,7 @@ impl Score {
             s.unverified_exact += x.unverified_exact;
             s.unverified_likely += x.unverified_likely;
             s.cross_language_edges += x.cross_language_edges;
+            s.unscored_private += x.unscored_private;
         }
         s.finish();
         s
@@ -245,7 +250,10 @@ fn code_files(root: &Path) -> Result<Vec<(String, Language)>, EvalError> {
                     stack.push(path);
                 }
             } else if ty.is_file() {
-                let Some(lang) = Language::from_path(&path).filter(|l| l.is_code()) else {
+                // Cargo.toml too: the build reads crate names from it.
+                let Some(lang) =
+                    Language::from_path(&path).filter(|l| l.is_code() || name == "Cargo.toml")
+                else {
                     continue;
                 };
                 let Ok(rel) = path.strip_prefix(root) else {
@@ -283,7 +291,8 @@ fn chunk_at(fx: &FileExtract, line: u32, name: Option<&str>) -> Option<usize> {
         if !s.kind.is_symbol() || s.symbol_id.is_empty() {
             continue;
         }
-        if name.is_some_and(|n| s.name != n) {
+        // JS `#private` names: the truth's indexer names them without the `#`.
+        if name.is_some_and(|n| s.name.trim_start_matches('#') != n.trim_start_matches('#')) {
             continue;
         }
         let span = c.end_line - c.start_line;
@@ -405,6 +414,7 @@ pub fn compare(
         !ours.is_empty() && seen >= ours.len()
     };
 
+    let truth_has_private = truth.calls.iter().any(|c| c.callee.starts_with('#'));
     let mut ours: BTreeMap<Pair, bool> = BTreeMap::new();
     for e in edges.iter().filter(|e| e.kind == EdgeKind::Calls) {
         let (
@@ -422,6 +432,13 @@ pub fn compare(
         };
         if language_family(files[sf].1) != language_family(files[df].1) {
             s.cross_language_edges += 1;
+        }
+        if !truth_has_private
+            && language_family(files[df].1) == "js"
+            && fxs[df].chunks[dc].name.starts_with('#')
+        {
+            s.unscored_private += 1;
+            continue;
         }
         *ours.entry(((sf, sc), (df, dc))).or_insert(false) |= e.resolved;
     }
