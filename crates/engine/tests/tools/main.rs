@@ -5,6 +5,7 @@
 
 mod common;
 
+mod callers_cases;
 mod catalog;
 mod code_links;
 mod code_tools;
