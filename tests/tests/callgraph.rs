@@ -78,7 +78,10 @@ fn no_call_edge_joins_two_languages() {
     };
     let s = score(&root, &truth).expect("score");
     assert!(s.files >= 10, "{s:?}");
-    assert!(s.ours_exact + s.ours_likely > 0, "no call edges at all: {s:?}");
+    assert!(
+        s.ours_exact + s.ours_likely > 0,
+        "no call edges at all: {s:?}"
+    );
     assert_eq!(
         s.cross_language_edges, 0,
         "cross-language edges: {:#?}",
