@@ -10,6 +10,11 @@
 //! `callee_line` and is named `callee`; calls whose callee has no such chunk are `unmapped`.
 //! Precision and recall are over distinct (caller chunk, callee chunk) pairs, once for `exact`
 //! edges (resolved through scope/imports) and once for exact + `likely` (unique name).
+//!
+//! A wrong pair is `contradicted` when the truth's indexer resolved at least as many call sites
+//! of that name in the caller as we extracted (to other project callables, or to library symbols
+//! listed in [`Truth::elsewhere`]), else `unverified` (no evidence: dynamic receivers). Plain
+//! precision counts both as wrong; `precision_*_verified` leaves the unverified out.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -295,7 +300,7 @@ fn chunk_at(fx: &FileExtract, line: u32, name: Option<&str>) -> Option<usize> {
         if name.is_some_and(|n| s.name.trim_start_matches('#') != n.trim_start_matches('#')) {
             continue;
         }
-        let span = c.end_line - c.start_line;
+        let span = c.end_line.saturating_sub(c.start_line);
         if best.is_none_or(|(b, _)| span < b) {
             best = Some((span, sym));
         }
