@@ -74,7 +74,12 @@ fn callers_stay_in_their_language_and_find_rust_tests_and_paths() {
     );
 
     // 3. `stage: "graph"` means every result is exact.
-    for s in ["levenshtein", "Buffer::format", "JSONDecoder.raw_decode", "dumps"] {
+    for s in [
+        "levenshtein",
+        "Buffer::format",
+        "JSONDecoder.raw_decode",
+        "dumps",
+    ] {
         let c = e.find_callers(&callers(s)).unwrap();
         if c.stage == Stage::Graph {
             assert!(

@@ -5,12 +5,59 @@
 
 use tree_sitter::Node;
 
-use super::types::{MODULE_ALIAS, RETURNED_BY};
+use super::types::{CALLBACK_PARAM, MODULE_ALIAS, RETURNED_BY};
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
 };
 
 pub(crate) struct JsSpec;
+
+/// The untyped parameters of a function passed as an argument (`operate((source, subscriber)
+/// => …)`, `new Observable((subscriber) => …)`): their types are the ones the called
+/// function's signature states for that argument, looked up when calls are resolved.
+fn callback_params(f: Node, src: &str, out: &mut Vec<(String, String)>) {
+    let Some(args) = f.parent().filter(|p| p.kind() == "arguments") else {
+        return;
+    };
+    let Some(call) = args.parent() else { return };
+    let callee = match call.kind() {
+        "call_expression" => call
+            .child_by_field_name("function")
+            .filter(|c| c.kind() == "identifier")
+            .map(|c| node_text(c, src).to_string()),
+        "new_expression" => call
+            .child_by_field_name("constructor")
+            .filter(|c| c.kind() == "identifier")
+            .map(|c| format!("new {}", node_text(c, src))),
+        _ => None,
+    };
+    let Some(callee) = callee else { return };
+    let Some(arg) = named_kids(args).iter().position(|a| a.id() == f.id()) else {
+        return;
+    };
+    let params: Vec<Node> = match f.child_by_field_name("parameters") {
+        Some(ps) => named_kids(ps),
+        None => f.child_by_field_name("parameter").into_iter().collect(),
+    };
+    for (j, p) in params.iter().enumerate() {
+        let id = match p.kind() {
+            "identifier" => Some(*p),
+            "required_parameter" | "optional_parameter"
+                if p.child_by_field_name("type").is_none() =>
+            {
+                p.child_by_field_name("pattern")
+                    .filter(|x| x.kind() == "identifier")
+            }
+            _ => None,
+        };
+        if let Some(id) = id {
+            out.push((
+                node_text(id, src).to_string(),
+                format!("{CALLBACK_PARAM}{callee}/{arg}/{j}"),
+            ));
+        }
+    }
+}
 
 /// A type annotation's class names: `Foo<T>` → `Foo`; a union `A<T> | B | undefined` →
 /// `A|B` (the resolver tries each).
@@ -322,6 +369,10 @@ impl Spec for JsSpec {
     }
 
     fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
+        if is_function_value(node.kind()) {
+            callback_params(node, src, out);
+            return;
+        }
         let (name, ty, value) = match node.kind() {
             "variable_declarator" | "public_field_definition" | "field_definition" => (
                 node.child_by_field_name("name")

@@ -91,6 +91,11 @@ pub(crate) const LOCAL_FUNCTION: &str = "()";
 /// (`x = make_parser()` → `@make_parser`), looked up when calls are resolved.
 pub const RETURNED_BY: &str = "@";
 
+/// Prefix of a stated "type" that is a callback parameter's, stated by the function the
+/// callback is passed to: `%operate/0/1` is parameter 1 of the callback passed as argument 0
+/// of `operate`, `%new Observable/0/0` the same for a constructor.
+pub const CALLBACK_PARAM: &str = "%";
+
 /// The `original` of an [`Import::aliases`] entry that binds the whole module.
 pub const MODULE_ALIAS: &str = "*";
 

@@ -6,10 +6,10 @@
 
 use std::collections::HashMap;
 
-use super::index::{family, split_method, Index, Sym};
+use super::index::{callback_param_type, family, split_method, Index, Sym};
 use super::paths::dir_of;
 use super::FileFacts;
-use crate::chunk::{Language, RETURNED_BY};
+use crate::chunk::{Language, CALLBACK_PARAM, RETURNED_BY};
 
 /// How a call edge was resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -343,6 +343,32 @@ impl<'a> CallCtx<'a, '_> {
         None
     }
 
+    /// The method `name` of a callback parameter's type, as the signature of the function the
+    /// callback is passed to states it (`spec` is `callee/arg/param`, `new Class/arg/param`).
+    fn callback_param(&self, idx: &Index, spec: &str, name: &str) -> Option<(Sym, Confidence)> {
+        let mut it = spec.rsplitn(3, '/');
+        let param: usize = it.next()?.parse().ok()?;
+        let arg: usize = it.next()?.parse().ok()?;
+        let callee = it.next()?;
+        let (target, conf, fname) = match callee.strip_prefix("new ") {
+            Some(class) => {
+                let (c, conf) = self.bare(idx, class)?;
+                let ctor =
+                    idx.members
+                        .get(&(self.lang(), self.chunk(c).name.as_str(), "constructor"))?;
+                (unique(self.files, ctor)?, conf, "constructor")
+            }
+            None => {
+                let (f, conf) = self.bare(idx, callee)?;
+                (f, conf, callee)
+            }
+        };
+        let text = &self.chunk(target).text;
+        let ty = callback_param_type(text, fname, arg, param)?;
+        let (hit, c) = self.member(idx, &ty, name, true)?;
+        Some((hit, c.min(conf)))
+    }
+
     /// The method `name` of the type every function called `func` says it returns.
     fn returned(&self, idx: &Index, func: &str, name: &str) -> Option<Sym> {
         let rets = idx.returns.get(&(self.lang(), func))?;
@@ -363,7 +389,11 @@ impl<'a> CallCtx<'a, '_> {
         name: &str,
     ) -> Option<(Sym, Confidence)> {
         // A stated receiver type (`let p = Parser::new(); p.parse()`, `x: Foo`).
-        if let Some(func) = receiver.and_then(|t| t.strip_prefix(RETURNED_BY)) {
+        if let Some(spec) = receiver.and_then(|t| t.strip_prefix(CALLBACK_PARAM)) {
+            if let Some(hit) = self.callback_param(idx, spec, name) {
+                return Some(hit);
+            }
+        } else if let Some(func) = receiver.and_then(|t| t.strip_prefix(RETURNED_BY)) {
             // A local holding what a function returned: the type its signature states, when
             // every function of that name states the same one (likely: found by name).
             if let Some(hit) = self.returned(idx, func, name) {

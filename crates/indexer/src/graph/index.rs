@@ -232,6 +232,49 @@ fn declared_return(text: &str, name: &str, lang: Language, owner: Option<&str>) 
     t.chars().next()?.is_uppercase().then_some(t)
 }
 
+/// The type that function `fname`'s signature in `text` states for parameter `param` of the
+/// callback it takes as argument `arg`: for `operate<T>(init: (src: Observable<T>, sub:
+/// Subscriber<T>) => void)`, (0, 1) → `Subscriber`. `this:` parameters are not counted.
+pub(super) fn callback_param_type(
+    text: &str,
+    fname: &str,
+    arg: usize,
+    param: usize,
+) -> Option<String> {
+    let start = text
+        .find(&format!("{fname}("))
+        .or_else(|| text.find(&format!("{fname}<")))?;
+    let mut rest = &text[start + fname.len()..];
+    if rest.starts_with('<') {
+        rest = skip_angle(rest);
+    }
+    let inner = balanced(rest.strip_prefix('(')?)?;
+    let p = *split_top(inner).get(arg)?;
+    let ty = p.split_once(':')?.1.trim_start();
+    let fn_params = balanced(ty.strip_prefix('(')?)?;
+    let ps: Vec<&str> = split_top(fn_params)
+        .into_iter()
+        .filter(|x| !x.trim_start().starts_with("this"))
+        .collect();
+    let t = ps.get(param)?.split_once(':')?.1;
+    let t = base_type_name(t.trim());
+    t.chars().next()?.is_uppercase().then_some(t)
+}
+
+/// The text up to the `)` that closes an already opened `(`.
+fn balanced(s: &str) -> Option<&str> {
+    let mut depth = 0;
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '(' | '<' | '[' | '{' => depth += 1,
+            ')' if depth == 0 => return Some(&s[..i]),
+            ')' | '>' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
 /// `<…>rest` → `rest` (balanced).
 fn skip_angle(s: &str) -> &str {
     let mut depth = 0;

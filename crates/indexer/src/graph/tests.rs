@@ -440,3 +440,37 @@ fn inherited_methods_and_super_calls() {
         Some(true)
     );
 }
+
+#[test]
+fn callback_parameters_take_the_types_the_callee_states() {
+    let (es, _, fxs) = edges(&[
+        (
+            "src/Subscriber.ts",
+            "export class Subscriber<T> {\n  next(v: T) {}\n}\n",
+        ),
+        (
+            "src/lift.ts",
+            "import { Subscriber } from './Subscriber';\nexport function operate<T>(init: (source: Observable<T>, subscriber: Subscriber<T>) => void) {}\n",
+        ),
+        (
+            "src/map.ts",
+            "import { operate } from './lift';\nexport function map(f: any) {\n  return operate((source, subscriber) => {\n    subscriber.next(f(1));\n  });\n}\nexport function other(subscriber: any) {\n  subscriber.next(1);\n}\n",
+        ),
+    ]);
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 2, "map"),
+            chunk_of(&fxs, 0, "Subscriber#next")
+        ),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 2, "other"),
+            chunk_of(&fxs, 0, "Subscriber#next")
+        ),
+        None
+    );
+}
