@@ -264,13 +264,17 @@ pub(super) fn callback_param_type(
 /// The text up to the `)` that closes an already opened `(`.
 fn balanced(s: &str) -> Option<&str> {
     let mut depth = 0;
+    let mut prev = ' ';
     for (i, ch) in s.char_indices() {
         match ch {
             '(' | '<' | '[' | '{' => depth += 1,
             ')' if depth == 0 => return Some(&s[..i]),
+            // `=>` and `->` are arrows, not closing brackets.
+            '>' if prev == '=' || prev == '-' => {}
             ')' | '>' | ']' | '}' => depth -= 1,
             _ => {}
         }
+        prev = ch;
     }
     None
 }
@@ -298,9 +302,13 @@ fn split_top(s: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut depth = 0;
     let mut start = 0;
+    let mut prev = ' ';
     for (i, ch) in s.char_indices() {
+        let was = prev;
+        prev = ch;
         match ch {
             '<' | '(' | '[' | '{' => depth += 1,
+            '>' if was == '=' || was == '-' => {}
             '>' | ')' | ']' | '}' => depth -= 1,
             ',' if depth == 0 => {
                 out.push(&s[start..i]);
