@@ -112,6 +112,11 @@ for case in "$@"; do
     ts-rxjs) ts_case ts-rxjs rxjs@7.8.2 ;;
     ts-query-core) ts_case ts-query-core @tanstack/query-core@5.108.0 ;;
     ts-immer) ts_case ts-immer immer@11.2.10 ;;
+    # Held out: scored once after the resolution work, never used to tune it.
+    python-logging) py_case python-logging logging ;;
+    python-http) py_case python-http http ;;
+    ts-table-core) ts_case ts-table-core @tanstack/table-core@8.20.5 ;;
+    ts-mobx) ts_case ts-mobx mobx@6.13.7 ;;
     fixtures)
         index_python "$repo/tests/fixtures/callgraph/python-json" json \
             "scip-python 0.6.6 over CPython 3.11.7 Lib/json"
