@@ -108,13 +108,24 @@ pub struct SearchCodeAnswer {
     pub debug: Option<Debug>,
 }
 
-/// (score, node, vector rank, lexical rank, graph relation).
-type Ranked = (f32, NodeRef, Option<usize>, Option<usize>, Option<String>);
+/// (score, node, vector rank, lexical rank, graph relation, lines when a search hit's lines
+/// cover several chunks).
+type Ranked = (
+    f32,
+    NodeRef,
+    Option<usize>,
+    Option<usize>,
+    Option<String>,
+    Option<(u32, u32)>,
+);
 
 /// Damping of a graph neighbour's score relative to its seed.
 pub const GRAPH_DAMPING: f32 = 0.5;
 /// Top results whose neighbours are added.
 pub const GRAPH_SEEDS: usize = 3;
+/// Most graph neighbours added to one answer. A constant (not a share of `limit`), so that
+/// asking for more results never changes the first ones.
+pub const GRAPH_EXTRAS: usize = 5;
 
 impl Engine {
     pub fn search_code(&self, a: &SearchCodeArgs) -> ToolResult<SearchCodeAnswer> {
@@ -155,8 +166,16 @@ impl Engine {
             dbg.embed_cached = cached;
             Some(v)
         };
-        let (hits, tm) = code::search::search(&snap.code.index, a.query.trim(), qv.as_deref(), &o)
+        // The graph neighbours must not depend on `limit` (the first results would change with
+        // it): seeds and the results they must not repeat come from the first MAX_LIMIT hits
+        // whatever the limit (search's own top-k is limit-independent).
+        let so = SearchOptions {
+            limit: limit.max(MAX_LIMIT).max(GRAPH_SEEDS),
+            ..o.clone()
+        };
+        let (pool, tm) = code::search::search(&snap.code.index, a.query.trim(), qv.as_deref(), &so)
             .map_err(|e| ToolError::Internal(e.to_string()))?;
+        let hits = &pool[..limit.min(pool.len())];
         dbg.filter_ms = ms(tm.filter);
         dbg.vector_ms = ms(tm.vector);
         dbg.bm25_ms = ms(tm.bm25);
@@ -173,15 +192,20 @@ impl Engine {
                     h.vector_rank,
                     h.lexical_rank,
                     None,
+                    Some((h.start_line, h.end_line)),
                 )
             })
             .collect();
         if a.expand_graph.unwrap_or(true) {
-            let mut seen: HashSet<NodeRef> = ranked.iter().map(|r| r.1).collect();
+            let mut seen: HashSet<NodeRef> = pool.iter().map(|h| (h.segment, h.chunk)).collect();
+            // A neighbour with exactly a search result's lines would repeat it.
+            let ranges: HashSet<(&str, u32, u32)> = pool
+                .iter()
+                .map(|h| (h.path.as_str(), h.start_line, h.end_line))
+                .collect();
             let mut extra = Vec::new();
-            let cap = (limit / 2).max(2);
-            for h in hits.iter().take(GRAPH_SEEDS) {
-                let seed = (h.segment, h.chunk);
+            for h in pool.iter().take(GRAPH_SEEDS) {
+                let (seed_score, seed) = (h.score, (h.segment, h.chunk));
                 let seed_label = label(&symbol_ref(&snap.code, seed));
                 let mut neigh: Vec<(NodeRef, u8, String)> = Vec::new();
                 for (n, fl) in snap.code.out_edges(seed, EdgeKind::Calls) {
@@ -197,14 +221,32 @@ impl Engine {
                     if !snap.code.is_live_chunk(n) || !passes(&snap, n, &o) || !seen.insert(n) {
                         continue;
                     }
+                    let c = snap.code.chunk(n);
+                    let key = (
+                        snap.code.file(n).path.as_str(),
+                        c.start_line.to_native(),
+                        c.end_line.to_native(),
+                    );
+                    if ranges.contains(&key) {
+                        continue;
+                    }
                     let w = if fl & EDGE_RESOLVED != 0 { 1.0 } else { 0.7 };
-                    extra.push((h.score * GRAPH_DAMPING * w, n, None, None, Some(via)));
+                    extra.push((
+                        seed_score * GRAPH_DAMPING * w,
+                        n,
+                        None,
+                        None,
+                        Some(via),
+                        None,
+                    ));
                 }
             }
             extra.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            extra.truncate(cap);
+            extra.truncate(GRAPH_EXTRAS);
             ranked.extend(extra);
-            ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            // Stable, by score only: search hits keep their order (ties included) and come
+            // before a neighbour with the same score.
+            ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
         }
         dbg.graph_ms = ms(t.elapsed());
 
@@ -213,15 +255,20 @@ impl Engine {
         let max_chars = a.max_chars.unwrap_or(800);
         let results = ranked
             .into_iter()
-            .map(|(score, n, vr, lr, via)| {
+            .map(|(score, n, vr, lr, via, span)| {
                 let (snip, truncated) = if lines == 0 {
                     (String::new(), false)
                 } else {
                     snippet(&snap.code.chunk(n).text, lines, max_chars)
                 };
+                let mut symbol = symbol_ref(&snap.code, n);
+                if let Some((start, end)) = span {
+                    symbol.start_line = start;
+                    symbol.end_line = end;
+                }
                 CodeHit {
                     score: (score * 1e4).round() / 1e4,
-                    symbol: symbol_ref(&snap.code, n),
+                    symbol,
                     repo: snap.code.file(n).repo.to_string(),
                     source: if via.is_some() { "graph" } else { "search" },
                     via,
