@@ -331,7 +331,7 @@ fn graph_neighbours(s: &Snapshot, pool: &[code::Hit], o: &SearchOptions) -> Vec<
                 c.end_line.to_native(),
             );
             let same = by_lines.get(&key).copied().unwrap_or(n);
-            (!seeds.contains(&same)).then(|| ((score, n, None, None, Some(via), None), same))
+            (!seeds.contains(&same)).then_some(((score, n, None, None, Some(via), None), same))
         })
         .collect();
     extra.sort_by(|a, b| b.0 .0.total_cmp(&a.0 .0).then(a.0 .1.cmp(&b.0 .1)));
