@@ -461,7 +461,7 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     );
 
     // Latency per mode, code::search, limit 10, one thread.
-    println!("\n| mode (code::search, limit 10, 1 thread) | p50 ms | p99 ms | mean ms |\n|---|---:|---:|---:|");
+    println!("\n| mode (code::search, limit 10, 1 thread) | p50 ms | p99 ms | mean ms | mean filter / vector / BM25 / fusion ms |\n|---|---:|---:|---:|---:|");
     for (name, mode) in [
         ("vector only (query vector given)", Mode::Vector),
         ("BM25 only", Mode::Lexical),
@@ -475,17 +475,29 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
             search(&index, &qtexts[i], Some(&qv[i * DIM..(i + 1) * DIM]), &o)?;
         }
         let mut ds = Vec::with_capacity(nq);
+        // Mean ms per phase: filter, vector, BM25, fusion (fusion, name tier, collapse, hits).
+        let mut phases = [0f64; 4];
         for i in 0..nq {
             let t = Instant::now();
-            let (h, _) = search(&index, &qtexts[i], Some(&qv[i * DIM..(i + 1) * DIM]), &o)?;
+            let (h, tm) = search(&index, &qtexts[i], Some(&qv[i * DIM..(i + 1) * DIM]), &o)?;
             ds.push(t.elapsed());
+            for (p, d) in phases
+                .iter_mut()
+                .zip([tm.filter, tm.vector, tm.bm25, tm.fusion])
+            {
+                *p += d.as_secs_f64() * 1e3 / nq as f64;
+            }
             std::hint::black_box(h);
         }
         let mean = ds.iter().map(|d| d.as_secs_f64()).sum::<f64>() / ds.len() as f64 * 1e3;
         println!(
-            "| {name} | {:.3} | {:.3} | {mean:.3} |",
+            "| {name} | {:.3} | {:.3} | {mean:.3} | {:.3} / {:.3} / {:.3} / {:.3} |",
             pct(&mut ds, 0.5),
-            pct(&mut ds, 0.99)
+            pct(&mut ds, 0.99),
+            phases[0],
+            phases[1],
+            phases[2],
+            phases[3]
         );
     }
     let rss_q = rss_kib();
