@@ -492,11 +492,31 @@ pub fn search(
 
     let t = Instant::now();
     // The exact-name tier (hybrid and lexical modes): chunks the query names rank above the
-    // rest, even when neither list found them.
+    // rest, even when neither list found them (at most CANDIDATE_DEPTH of those, the first by
+    // (segment, chunk), so a common name costs a bounded amount).
     let named: Vec<ChunkRef> = if o.mode == Mode::Vector {
         Vec::new()
     } else {
-        rank::name_matches(index, query, &allows)
+        let found = rank::name_matches(index, query, &allows);
+        let listed: std::collections::HashSet<ChunkRef> = if found.is_empty() {
+            Default::default()
+        } else {
+            vec_list
+                .iter()
+                .chain(&lex_list)
+                .map(|&(si, c, _)| (si, c))
+                .collect()
+        };
+        let mut unlisted = 0usize;
+        found
+            .into_iter()
+            .filter(|k| {
+                listed.contains(k) || {
+                    unlisted += 1;
+                    unlisted <= CANDIDATE_DEPTH
+                }
+            })
+            .collect()
     };
     let mut ranked = fuse_all(&vec_list, &lex_list, query, o, &named);
     if !named.is_empty() {
@@ -1027,5 +1047,39 @@ mod tests {
         };
         let (hits, _) = search(&index, "levenshtein", Some(&near), &o).unwrap();
         assert_ne!(hits[0].name, "levenshtein");
+    }
+
+    /// A name shared by more chunks than the candidate depth (BM25 finds 200 of them, the tier
+    /// adds at most 200 more): every limit gives a prefix of the same list.
+    #[test]
+    fn a_common_name_keeps_the_prefix() {
+        use format::records::NO_PARENT;
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<Row> = (0..500u32)
+            .map(|i| {
+                let v = [1.0, 0.0, 0.0, 0.0];
+                (
+                    "function",
+                    "widget",
+                    i * 2 + 1,
+                    i * 2 + 1,
+                    NO_PARENT,
+                    "foo".into(),
+                    v,
+                )
+            })
+            .collect();
+        let index = index_of(dir.path(), &[rows]);
+        let o = |limit| SearchOptions {
+            limit,
+            mode: Mode::Lexical,
+            ..SearchOptions::default()
+        };
+        let (all, _) = search(&index, "widget", None, &o(CANDIDATE_DEPTH)).unwrap();
+        assert_eq!(all.len(), CANDIDATE_DEPTH);
+        let (top, _) = search(&index, "widget", None, &o(50)).unwrap();
+        assert_eq!(top.len(), 50);
+        assert!(top.iter().zip(&all).all(|(a, b)| a.chunk == b.chunk));
+        assert!(top.iter().all(|h| h.name == "widget"));
     }
 }
