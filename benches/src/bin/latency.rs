@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use code::search::{search, Mode, SearchOptions};
+use code::search::{search, Mode, SearchOptions, CANDIDATE_DEPTH};
 use format::manifest::{IndexManifest, SegmentEntry};
 use format::records::{ChunkRecord, FileRecord, NO_PARENT};
 use format::vectors::{exact_search, set_faiss_threads, DEFAULT_NPROBE};
@@ -461,7 +461,7 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     );
 
     // Latency per mode, code::search, limit 10, one thread.
-    println!("\n| mode (code::search, limit 10, 1 thread) | p50 ms | p99 ms | mean ms |\n|---|---:|---:|---:|");
+    println!("\n| mode (code::search, limit 10, 1 thread) | p50 ms | p99 ms | mean ms | mean filter / vector / BM25 / fusion ms |\n|---|---:|---:|---:|---:|");
     for (name, mode) in [
         ("vector only (query vector given)", Mode::Vector),
         ("BM25 only", Mode::Lexical),
@@ -475,17 +475,29 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
             search(&index, &qtexts[i], Some(&qv[i * DIM..(i + 1) * DIM]), &o)?;
         }
         let mut ds = Vec::with_capacity(nq);
+        // Mean ms per phase: filter, vector, BM25, fusion (fusion, name tier, collapse, hits).
+        let mut phases = [0f64; 4];
         for i in 0..nq {
             let t = Instant::now();
-            let (h, _) = search(&index, &qtexts[i], Some(&qv[i * DIM..(i + 1) * DIM]), &o)?;
+            let (h, tm) = search(&index, &qtexts[i], Some(&qv[i * DIM..(i + 1) * DIM]), &o)?;
             ds.push(t.elapsed());
+            for (p, d) in phases
+                .iter_mut()
+                .zip([tm.filter, tm.vector, tm.bm25, tm.fusion])
+            {
+                *p += d.as_secs_f64() * 1e3 / nq as f64;
+            }
             std::hint::black_box(h);
         }
         let mean = ds.iter().map(|d| d.as_secs_f64()).sum::<f64>() / ds.len() as f64 * 1e3;
         println!(
-            "| {name} | {:.3} | {:.3} | {mean:.3} |",
+            "| {name} | {:.3} | {:.3} | {mean:.3} | {:.3} / {:.3} / {:.3} / {:.3} |",
             pct(&mut ds, 0.5),
-            pct(&mut ds, 0.99)
+            pct(&mut ds, 0.99),
+            phases[0],
+            phases[1],
+            phases[2],
+            phases[3]
         );
     }
     let rss_q = rss_kib();
@@ -499,6 +511,10 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
         let mut dsv = Vec::new();
         let mut db = Vec::new();
         let mut dx = Vec::new();
+        // At the candidate depth search uses whatever the limit (it was (limit·4).max(50), 50
+        // at limit 10).
+        let mut dsv_deep = Vec::new();
+        let mut db_deep = Vec::new();
         let mut same = 0usize;
         for i in 0..nq {
             let q = &qv[i * DIM..(i + 1) * DIM];
@@ -509,8 +525,20 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
             std::hint::black_box(s0.search_vectors(q, 50, DEFAULT_NPROBE, None, None)?);
             dsv.push(t.elapsed());
             let t = Instant::now();
+            std::hint::black_box(s0.search_vectors(
+                q,
+                CANDIDATE_DEPTH,
+                DEFAULT_NPROBE,
+                None,
+                None,
+            )?);
+            dsv_deep.push(t.elapsed());
+            let t = Instant::now();
             let fast = s0.search_bm25(&qtexts[i], 50, None, None);
             db.push(t.elapsed());
+            let t = Instant::now();
+            std::hint::black_box(s0.search_bm25(&qtexts[i], CANDIDATE_DEPTH, None, None));
+            db_deep.push(t.elapsed());
             // Peer: the same BM25 scoring every posting (no MaxScore skipping).
             let t = Instant::now();
             let slow = s0.postings().search_exhaustive(&qtexts[i], 50, None, None);
@@ -530,6 +558,13 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
             pct(&mut dx, 0.5),
             pct(&mut dx, 0.99),
             pct(&mut dx, 0.5) / pct(&mut db, 0.5)
+        );
+        println!(
+            "candidate depth {CANDIDATE_DEPTH} (code::search's, any limit ≤ {CANDIDATE_DEPTH}) against 50: Segment::search_vectors p50 {:.3} ms p99 {:.3} ms; Segment::search_bm25 p50 {:.3} ms p99 {:.3} ms",
+            pct(&mut dsv_deep, 0.5),
+            pct(&mut dsv_deep, 0.99),
+            pct(&mut db_deep, 0.5),
+            pct(&mut db_deep, 0.99),
         );
     }
 

@@ -1131,7 +1131,8 @@ fn main() -> anyhow::Result<()> {
 
     // Configurations. `SearchOptions.weights` is not applied by `queryd::search` at the time of
     // writing, so weighted RRF is computed here over the same lists (depth 50, as queryd uses
-    // for limit 10) and checked against queryd's default output.
+    // for limit 10 before the candidate depth became 200; still its NORM_DEPTH) and checked
+    // against queryd's default output.
     let depth = 50usize;
     let ks = [1.0f32, 5.0, 10.0, 20.0, 30.0, 60.0, 100.0];
     let wls = [0.0f32, 0.25, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 4.0];

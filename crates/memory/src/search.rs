@@ -98,7 +98,8 @@ pub fn search(
     o: &SearchOptions,
 ) -> Result<(Vec<MemHit>, MemTimings), format::FormatError> {
     let mut tm = MemTimings::default();
-    let depth = (o.limit * 4).max(50);
+    // Candidates per ranking: independent of `limit`, so more results only append.
+    let depth = code::search::candidate_depth(o.limit);
     let t = Instant::now();
     let segs = &snap.index.memory;
     let allows: Vec<Option<RoaringBitmap>> = segs

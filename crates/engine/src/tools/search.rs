@@ -1,6 +1,6 @@
 //! `search_code`: hybrid search ([`code::search`]) plus graph expansion of the top results.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use code::search::{path_glob, Mode, SearchOptions};
@@ -108,13 +108,24 @@ pub struct SearchCodeAnswer {
     pub debug: Option<Debug>,
 }
 
-/// (score, node, vector rank, lexical rank, graph relation).
-type Ranked = (f32, NodeRef, Option<usize>, Option<usize>, Option<String>);
+/// (score, node, vector rank, lexical rank, graph relation, lines when a search hit's lines
+/// cover several chunks).
+type Ranked = (
+    f32,
+    NodeRef,
+    Option<usize>,
+    Option<usize>,
+    Option<String>,
+    Option<(u32, u32)>,
+);
 
 /// Damping of a graph neighbour's score relative to its seed.
 pub const GRAPH_DAMPING: f32 = 0.5;
 /// Top results whose neighbours are added.
 pub const GRAPH_SEEDS: usize = 3;
+/// Most graph neighbours added to one answer. A constant (not a share of `limit`), so that
+/// asking for more results never changes the first ones.
+pub const GRAPH_EXTRAS: usize = 5;
 
 impl Engine {
     pub fn search_code(&self, a: &SearchCodeArgs) -> ToolResult<SearchCodeAnswer> {
@@ -155,16 +166,52 @@ impl Engine {
             dbg.embed_cached = cached;
             Some(v)
         };
-        let (hits, tm) = code::search::search(&snap.code.index, a.query.trim(), qv.as_deref(), &o)
+        // Nothing before the final cut depends on `limit` (so the first results do not change
+        // when only `limit` grows): search's own top-k is limit-independent, and the graph
+        // neighbours are found from a fixed pool (the first MAX_LIMIT hits).
+        let so = SearchOptions {
+            limit: limit.max(MAX_LIMIT).max(GRAPH_SEEDS),
+            ..o.clone()
+        };
+        let (pool, tm) = code::search::search(&snap.code.index, a.query.trim(), qv.as_deref(), &so)
             .map_err(|e| ToolError::Internal(e.to_string()))?;
         dbg.filter_ms = ms(tm.filter);
         dbg.vector_ms = ms(tm.vector);
         dbg.bm25_ms = ms(tm.bm25);
         dbg.fusion_ms = ms(tm.fusion);
 
-        // Graph expansion: neighbours of the top seeds, damped, that pass the same filters.
         let t = Instant::now();
-        let mut ranked: Vec<Ranked> = hits
+        let extra = if a.expand_graph.unwrap_or(true) {
+            graph_neighbours(&snap, &pool, &o)
+        } else {
+            Vec::new()
+        };
+        // Each chunk appears once. A neighbour that beats its own search score is a neighbour
+        // (and no search result) whatever the limit; one that does not is a neighbour only when
+        // its search result is not shown — then its neighbour score is at most its search
+        // score, below every shown result, so the first results never depend on the limit.
+        let search_score: HashMap<NodeRef, f32> = pool
+            .iter()
+            .map(|h| ((h.segment, h.chunk), h.score))
+            .collect();
+        let displaced: HashSet<NodeRef> = extra
+            .iter()
+            .filter(|(r, same)| search_score.get(same).is_some_and(|&hs| r.0 > hs))
+            .map(|e| e.1)
+            .collect();
+        let shown: Vec<&code::Hit> = pool
+            .iter()
+            .filter(|h| !displaced.contains(&(h.segment, h.chunk)))
+            .take(limit)
+            .collect();
+        let shown_nodes: HashSet<NodeRef> = shown.iter().map(|h| (h.segment, h.chunk)).collect();
+        let extra: Vec<Ranked> = extra
+            .into_iter()
+            .filter(|(_, same)| displaced.contains(same) || !shown_nodes.contains(same))
+            .map(|e| e.0)
+            .take(GRAPH_EXTRAS)
+            .collect();
+        let mut ranked: Vec<Ranked> = shown
             .iter()
             .map(|h| {
                 (
@@ -173,39 +220,14 @@ impl Engine {
                     h.vector_rank,
                     h.lexical_rank,
                     None,
+                    Some((h.start_line, h.end_line)),
                 )
             })
             .collect();
-        if a.expand_graph.unwrap_or(true) {
-            let mut seen: HashSet<NodeRef> = ranked.iter().map(|r| r.1).collect();
-            let mut extra = Vec::new();
-            let cap = (limit / 2).max(2);
-            for h in hits.iter().take(GRAPH_SEEDS) {
-                let seed = (h.segment, h.chunk);
-                let seed_label = label(&symbol_ref(&snap.code, seed));
-                let mut neigh: Vec<(NodeRef, u8, String)> = Vec::new();
-                for (n, fl) in snap.code.out_edges(seed, EdgeKind::Calls) {
-                    neigh.push((n, fl, format!("called by {seed_label}")));
-                }
-                for (n, fl) in snap.code.in_edges(seed, EdgeKind::Calls) {
-                    neigh.push((n, fl, format!("calls {seed_label}")));
-                }
-                for (n, fl) in snap.code.out_edges(seed, EdgeKind::Contains) {
-                    neigh.push((n, fl, format!("member of {seed_label}")));
-                }
-                for (n, fl, via) in neigh {
-                    if !snap.code.is_live_chunk(n) || !passes(&snap, n, &o) || !seen.insert(n) {
-                        continue;
-                    }
-                    let w = if fl & EDGE_RESOLVED != 0 { 1.0 } else { 0.7 };
-                    extra.push((h.score * GRAPH_DAMPING * w, n, None, None, Some(via)));
-                }
-            }
-            extra.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            extra.truncate(cap);
-            ranked.extend(extra);
-            ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        }
+        ranked.extend(extra);
+        // Stable, by score only: search results keep their order (ties included) and come
+        // before a neighbour with the same score.
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
         dbg.graph_ms = ms(t.elapsed());
 
         let t = Instant::now();
@@ -213,15 +235,20 @@ impl Engine {
         let max_chars = a.max_chars.unwrap_or(800);
         let results = ranked
             .into_iter()
-            .map(|(score, n, vr, lr, via)| {
+            .map(|(score, n, vr, lr, via, span)| {
                 let (snip, truncated) = if lines == 0 {
                     (String::new(), false)
                 } else {
                     snippet(&snap.code.chunk(n).text, lines, max_chars)
                 };
+                let mut symbol = symbol_ref(&snap.code, n);
+                if let Some((start, end)) = span {
+                    symbol.start_line = start;
+                    symbol.end_line = end;
+                }
                 CodeHit {
                     score: (score * 1e4).round() / 1e4,
-                    symbol: symbol_ref(&snap.code, n),
+                    symbol,
                     repo: snap.code.file(n).repo.to_string(),
                     source: if via.is_some() { "graph" } else { "search" },
                     via,
@@ -245,6 +272,70 @@ impl Engine {
             debug: a.debug.then_some(dbg),
         })
     }
+}
+
+/// Graph neighbours: callees, callers and members of the first [`GRAPH_SEEDS`] hits of `pool`
+/// that pass the filters (seeds left out), scored at [`GRAPH_DAMPING`] times their seed's score
+/// (0.7 of that for an unresolved edge), best first. Each comes with the pool hit it stands for:
+/// itself, or the hit with the same path and lines. Depends on the pool alone.
+fn graph_neighbours(s: &Snapshot, pool: &[code::Hit], o: &SearchOptions) -> Vec<(Ranked, NodeRef)> {
+    let seeds: Vec<NodeRef> = pool
+        .iter()
+        .take(GRAPH_SEEDS)
+        .map(|h| (h.segment, h.chunk))
+        .collect();
+    let by_lines: HashMap<(&str, u32, u32), NodeRef> = pool
+        .iter()
+        .map(|h| {
+            (
+                (h.path.as_str(), h.start_line, h.end_line),
+                (h.segment, h.chunk),
+            )
+        })
+        .collect();
+    // Neighbour → (score, relation), the best seed's.
+    let mut best: HashMap<NodeRef, (f32, String)> = HashMap::new();
+    for h in pool.iter().take(GRAPH_SEEDS) {
+        let seed = (h.segment, h.chunk);
+        let seed_label = label(&symbol_ref(&s.code, seed));
+        let mut neigh: Vec<(NodeRef, u8, String)> = Vec::new();
+        for (n, fl) in s.code.out_edges(seed, EdgeKind::Calls) {
+            neigh.push((n, fl, format!("called by {seed_label}")));
+        }
+        for (n, fl) in s.code.in_edges(seed, EdgeKind::Calls) {
+            neigh.push((n, fl, format!("calls {seed_label}")));
+        }
+        for (n, fl) in s.code.out_edges(seed, EdgeKind::Contains) {
+            neigh.push((n, fl, format!("member of {seed_label}")));
+        }
+        for (n, fl, via) in neigh {
+            if seeds.contains(&n) || !s.code.is_live_chunk(n) || !passes(s, n, o) {
+                continue;
+            }
+            let w = if fl & EDGE_RESOLVED != 0 { 1.0 } else { 0.7 };
+            let score = h.score * GRAPH_DAMPING * w;
+            let e = best.entry(n).or_insert((f32::NEG_INFINITY, String::new()));
+            if score > e.0 {
+                *e = (score, via);
+            }
+        }
+    }
+    // (neighbour, the pool hit it stands for: itself or the hit with its lines).
+    let mut extra: Vec<(Ranked, NodeRef)> = best
+        .into_iter()
+        .filter_map(|(n, (score, via))| {
+            let c = s.code.chunk(n);
+            let key = (
+                s.code.file(n).path.as_str(),
+                c.start_line.to_native(),
+                c.end_line.to_native(),
+            );
+            let same = by_lines.get(&key).copied().unwrap_or(n);
+            (!seeds.contains(&same)).then_some(((score, n, None, None, Some(via), None), same))
+        })
+        .collect();
+    extra.sort_by(|a, b| b.0 .0.total_cmp(&a.0 .0).then(a.0 .1.cmp(&b.0 .1)));
+    extra
 }
 
 /// Whether a chunk passes the search filters (for graph neighbours, which bypass the bitmaps).

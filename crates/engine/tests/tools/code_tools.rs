@@ -229,3 +229,57 @@ fn every_tool_answers_on_the_fixture() {
         Err(ToolError::InvalidInput(_))
     ));
 }
+
+/// `search_code`'s first results do not change when only `limit` grows (graph neighbours
+/// included), and no two results share a path and line range.
+#[test]
+fn search_code_top_k_does_not_depend_on_limit() {
+    let ix = crate::common::indexed_fixture();
+    let e = engine(&ix.index);
+    for q in [
+        "edit distance between two strings",
+        "levenshtein_distance",
+        "area of a circle",
+        "serve http requests",
+        "hash",
+        "closest match",
+    ] {
+        for mode in [ModeArg::Hybrid, ModeArg::Vector, ModeArg::Lexical] {
+            let run = |limit: usize| {
+                let r = e
+                    .search_code(&SearchCodeArgs {
+                        query: q.into(),
+                        mode: Some(mode),
+                        limit: Some(limit),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                r.results
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.symbol.path.clone(),
+                            h.symbol.start_line,
+                            h.symbol.end_line,
+                            h.source,
+                            h.score.to_bits(),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let big = run(50);
+            let mut uniq: Vec<_> = big.iter().map(|r| (&r.0, r.1, r.2)).collect();
+            uniq.sort();
+            uniq.dedup();
+            assert_eq!(uniq.len(), big.len(), "{q} {mode:?}: {big:?}");
+            for k in [1, 3, 5] {
+                let small = run(k);
+                assert_eq!(
+                    small[..k.min(small.len())],
+                    big[..k.min(big.len())],
+                    "{q} {mode:?} limit {k}"
+                );
+            }
+        }
+    }
+}
