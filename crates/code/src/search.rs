@@ -22,7 +22,7 @@ use crate::rank;
 /// Candidates taken from each ranking (vector, BM25) before fusion. It does not depend on
 /// `limit` (up to this many results), so asking for more results only appends to the list.
 /// Measured on the quality harness: see README (search).
-pub const CANDIDATE_DEPTH: usize = 200;
+pub const CANDIDATE_DEPTH: usize = 100;
 
 /// The candidate depth of a search returning `limit` results: [`CANDIDATE_DEPTH`], or
 /// `limit` when more results than that are asked for.
@@ -852,7 +852,7 @@ mod tests {
                             ..SearchOptions::default()
                         };
                         let key = |h: &Hit| (h.segment, h.chunk, h.start_line, h.score.to_bits());
-                        let all: Vec<_> = search(&index, &q, Some(&qv), &o(150))
+                        let all: Vec<_> = search(&index, &q, Some(&qv), &o(CANDIDATE_DEPTH))
                             .unwrap()
                             .0
                             .iter()
@@ -872,7 +872,7 @@ mod tests {
                             );
                         }
                         if mode != Mode::Lexical {
-                            assert_eq!(all.len(), 150, "{q:?} {mode:?}");
+                            assert_eq!(all.len(), CANDIDATE_DEPTH, "{q:?} {mode:?}");
                         }
                     }
                 }
@@ -1049,8 +1049,8 @@ mod tests {
         assert_ne!(hits[0].name, "levenshtein");
     }
 
-    /// A name shared by more chunks than the candidate depth (BM25 finds 200 of them, the tier
-    /// adds at most 200 more): every limit gives a prefix of the same list.
+    /// A name shared by more chunks than the candidate depth (BM25 finds `CANDIDATE_DEPTH` of them, the tier
+    /// adds at most as many more): every limit gives a prefix of the same list.
     #[test]
     fn a_common_name_keeps_the_prefix() {
         use format::records::NO_PARENT;
