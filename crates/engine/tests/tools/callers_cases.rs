@@ -7,7 +7,7 @@ use std::path::Path;
 
 use engine::tools::calls::{Confidence, ImpactArgs, Stage};
 
-use crate::common::{callees, callers, engine};
+use crate::common::{callees, callers, engine, search};
 use cix_tests::{build_index, copy_dir, fixture};
 
 /// `repo/{json,strsim,itoa}` and its index, under `tmp`.
@@ -87,5 +87,51 @@ fn callers_stay_in_their_language_and_find_rust_tests_and_paths() {
                 "{s}: {c:#?}"
             );
         }
+    }
+}
+
+#[test]
+fn search_on_the_same_repository_is_stable_named_and_unique() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(&json_strsim_itoa(tmp.path()));
+    let key = |h: &engine::tools::search::CodeHit| {
+        (
+            h.symbol.path.clone(),
+            h.symbol.start_line,
+            h.symbol.end_line,
+        )
+    };
+    // 3. The top results do not change when only `limit` grows (graph neighbours follow
+    //    the first `limit` hits).
+    let q = "levenshtein distance between two strings";
+    let at = |limit: usize| {
+        let mut a = search(q);
+        a.limit = Some(limit);
+        e.search_code(&a).unwrap().results
+    };
+    let (five, forty) = (at(5), at(40));
+    assert_eq!(
+        five.iter().take(5).map(key).collect::<Vec<_>>(),
+        forty.iter().take(5).map(key).collect::<Vec<_>>()
+    );
+    // The identifier query ranks its own function first.
+    let r = e.search_code(&search("levenshtein")).unwrap().results;
+    assert_eq!(r[0].symbol.name, "levenshtein", "{r:#?}");
+    assert_eq!(r[0].symbol.path, "strsim/src/lib.rs", "{r:#?}");
+    // 4. No two results share a (path, line range).
+    for q in [
+        q,
+        "levenshtein",
+        "format an integer into a buffer",
+        "decode json",
+    ] {
+        let mut a = search(q);
+        a.limit = Some(10);
+        let r = e.search_code(&a).unwrap().results;
+        let mut keys: Vec<_> = r.iter().map(key).collect();
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "{q}: {r:#?}");
     }
 }
