@@ -417,7 +417,18 @@ impl<'a> CallCtx<'a, '_> {
                 .then_some((first, Confidence::Likely));
         }
         if !is_path_like(q) {
-            return None;
+            // A chained call on a function's result (`client.getQueryCache().getAll()`): the
+            // return type that function's signature states (likely: found by name).
+            let func = q.strip_suffix("()").map(|h| {
+                h.rsplit(['.', ':'])
+                    .next()
+                    .unwrap_or(h)
+                    .trim_start_matches(['#', '$'])
+            });
+            let hit = func
+                .filter(|f| !f.is_empty() && f.chars().all(|c| c.is_alphanumeric() || c == '_'))
+                .and_then(|f| self.returned(idx, f, name));
+            return hit.map(|h| (h, Confidence::Likely));
         }
         let fi = self.caller_file;
         let lang = self.files[fi].language;

@@ -175,9 +175,7 @@ fn declared_bases<'t>(text: &'t str, name: &str, kind: ChunkKind) -> Vec<String>
 /// owner type. Simple type names only (`Promise<T>` → `Promise`, which matches no project
 /// type).
 fn declared_return(text: &str, name: &str, lang: Language, owner: Option<&str>) -> Option<String> {
-    let start = text
-        .find(&format!("{name}("))
-        .or_else(|| text.find(&format!("{name}<")))?;
+    let start = decl_pos(text, name)?;
     let mut rest = &text[start + name.len()..];
     if rest.starts_with('<') {
         rest = skip_angle(rest);
@@ -241,9 +239,7 @@ pub(super) fn callback_param_type(
     arg: usize,
     param: usize,
 ) -> Option<String> {
-    let start = text
-        .find(&format!("{fname}("))
-        .or_else(|| text.find(&format!("{fname}<")))?;
+    let start = decl_pos(text, fname)?;
     let mut rest = &text[start + fname.len()..];
     if rest.starts_with('<') {
         rest = skip_angle(rest);
@@ -259,6 +255,32 @@ pub(super) fn callback_param_type(
     let t = ps.get(param)?.split_once(':')?.1;
     let t = base_type_name(t.trim());
     t.chars().next()?.is_uppercase().then_some(t)
+}
+
+/// Where a signature names `name` (followed by `(` or `<`): not a call (`x.name(`), not a
+/// longer identifier, not in a comment line (doc examples often call the function).
+fn decl_pos(text: &str, name: &str) -> Option<usize> {
+    let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    let mut from = 0;
+    while let Some(p) = text[from..].find(name) {
+        let at = from + p;
+        from = at + name.len();
+        let next = text[from..].chars().next();
+        if !matches!(next, Some('(') | Some('<')) {
+            continue;
+        }
+        let prev = text[..at].chars().next_back();
+        if prev.is_some_and(|c| is_id(c) || c == '.') {
+            continue;
+        }
+        let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line = text[line_start..at].trim_start();
+        if ["*", "//", "/*", "#"].iter().any(|m| line.starts_with(m)) {
+            continue;
+        }
+        return Some(at);
+    }
+    None
 }
 
 /// The text up to the `)` that closes an already opened `(`.

@@ -474,3 +474,25 @@ fn callback_parameters_take_the_types_the_callee_states() {
         None
     );
 }
+
+#[test]
+fn chained_calls_use_the_stated_return_type() {
+    let (es, _, fxs) = edges(&[
+        (
+            "src/cache.ts",
+            "export class QueryCache {\n  getAll(): Array<Query> {\n    return [];\n  }\n}\n",
+        ),
+        (
+            "src/client.ts",
+            "import { QueryCache } from './cache';\nexport class QueryClient {\n  getQueryCache(): QueryCache {\n    return this.cache;\n  }\n}\nexport function dehydrate(client: QueryClient) {\n  return client\n    .getQueryCache()\n    .getAll();\n}\n",
+        ),
+    ]);
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 1, "dehydrate"),
+            chunk_of(&fxs, 0, "QueryCache#getAll")
+        ),
+        Some(false)
+    );
+}
