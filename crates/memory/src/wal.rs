@@ -431,12 +431,16 @@ impl Wal {
             rec.cut_bytes = (b.len() - end) as u64;
             // Keep what is cut: a torn tail is garbage, but a flipped bit mid-log would
             // otherwise take acknowledged records after it along.
-            let aside = path.with_extension(format!(
-                "wal.cut-{}",
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis())
-            ));
+            // Never over an earlier cut (two cuts in one millisecond): `-1`, `-2`, … then.
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            let mut aside = path.with_extension(format!("wal.cut-{ms}"));
+            let mut n = 0u32;
+            while aside.exists() {
+                n += 1;
+                aside = path.with_extension(format!("wal.cut-{ms}-{n}"));
+            }
             fsio::write_file(&aside, &b[end..]).map_err(io)?;
             rec.cut_reason = Some(format!(
                 "{}; the {} bytes cut are kept in {}",
