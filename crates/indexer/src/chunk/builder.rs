@@ -583,56 +583,12 @@ impl<'s> Builder<'s> {
             if let Some(&i) = self.node_chunk.get(&node.id()) {
                 cur = Some(i);
             }
-            let mut descend = true;
-            if self.spec.import(node, src, &mut imports) {
-                descend = false;
-            } else if cur.is_none() {
-                // Module-level names (`_default_decoder = JSONDecoder()`) are seen by every
-                // function of the file.
-                bound.clear();
-                self.spec.bindings(node, src, &mut bound);
-                for (name, ty) in bound.drain(..) {
-                    bindings.insert((FILE_SCOPE, name), ty);
-                }
-            } else if let Some(from) = cur {
-                bound.clear();
-                self.spec.bindings(node, src, &mut bound);
-                for (name, ty) in bound.drain(..) {
-                    let scope = if is_member_path(&name) {
-                        self.owner_scope(from)
-                    } else {
-                        from
-                    };
-                    bindings.insert((scope, name), ty);
-                }
-                found.clear();
-                if let Some(c) = self.spec.call(node, src) {
-                    found.push(c);
-                }
-                self.spec.token_calls(node, src, &mut found);
-                let line = node.start_position().row as u32 + 1;
-                for (callee, qualifier) in found.drain(..) {
-                    if callee.is_empty() {
-                        continue;
-                    }
-                    let qualifier = qualifier.filter(|q| !q.is_empty());
-                    if qualifier.is_none()
-                        && self.binding_of(&bindings, from, &callee).as_deref()
-                            == Some(LOCAL_FUNCTION)
-                    {
-                        // A closure or function value bound in the caller's scope.
-                        continue;
-                    }
-                    let receiver = qualifier
-                        .as_deref()
-                        .and_then(|q| self.binding_of(&bindings, from, q));
-                    calls.push(Call {
-                        from,
-                        callee,
-                        qualifier,
-                        receiver,
-                        line,
-                    });
+            // An import's subtree holds no calls.
+            let descend = !self.spec.import(node, src, &mut imports);
+            if descend {
+                self.record_bindings(node, cur, &mut bindings, &mut bound);
+                if let Some(from) = cur {
+                    self.record_calls(node, from, &bindings, &mut found, &mut calls);
                 }
             }
             if descend && cursor.goto_first_child() {
@@ -651,6 +607,68 @@ impl<'s> Builder<'s> {
                 }
                 current.pop();
             }
+        }
+    }
+
+    /// Records the names whose type `node` states, in the scope they are seen from.
+    fn record_bindings(
+        &self,
+        node: Node,
+        cur: Option<usize>,
+        bindings: &mut HashMap<(usize, String), String>,
+        bound: &mut Vec<(String, String)>,
+    ) {
+        bound.clear();
+        self.spec.bindings(node, self.src, bound);
+        for (name, ty) in bound.drain(..) {
+            let scope = match cur {
+                // Module-level names (`_default_decoder = JSONDecoder()`) are seen by every
+                // function of the file.
+                None => FILE_SCOPE,
+                Some(from) if is_member_path(&name) => self.owner_scope(from),
+                Some(from) => from,
+            };
+            bindings.insert((scope, name), ty);
+        }
+    }
+
+    /// Records the calls at `node` (one, or several in a macro's token tree) made from chunk
+    /// `from`, with their receivers' stated types.
+    fn record_calls(
+        &self,
+        node: Node,
+        from: usize,
+        bindings: &HashMap<(usize, String), String>,
+        found: &mut Vec<(String, Option<String>)>,
+        calls: &mut Vec<Call>,
+    ) {
+        found.clear();
+        if let Some(c) = self.spec.call(node, self.src) {
+            found.push(c);
+        }
+        self.spec.token_calls(node, self.src, found);
+        let line = node.start_position().row as u32 + 1;
+        for (callee, qualifier) in found.drain(..) {
+            if callee.is_empty() {
+                continue;
+            }
+            let qualifier = qualifier.filter(|q| !q.is_empty());
+            if qualifier.is_none()
+                && self.binding_of(bindings, from, &callee).as_deref() == Some(LOCAL_FUNCTION)
+            {
+                // A closure or function value bound in the caller's scope.
+                continue;
+            }
+            let receiver = qualifier
+                .as_deref()
+                .and_then(|q| self.binding_of(bindings, from, q));
+            calls.push(Call {
+                from,
+                callee,
+                qualifier,
+                receiver,
+                line,
+            });
         }
     }
 

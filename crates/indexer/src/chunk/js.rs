@@ -7,7 +7,8 @@ use tree_sitter::Node;
 
 use super::types::{CALLBACK_PARAM, MODULE_ALIAS, RETURNED_BY};
 use super::{
-    base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
+    base_type_name, compact, field_text, named_kids, node_text, split_top, ChunkKind, Class, Def,
+    Import, Spec,
 };
 
 pub(crate) struct JsSpec;
@@ -62,22 +63,7 @@ fn callback_params(f: Node, src: &str, out: &mut Vec<(String, String)>) {
 /// A type annotation's class names: `Foo<T>` → `Foo`; a union `A<T> | B | undefined` →
 /// `A|B` (the resolver tries each).
 fn stated_type(t: &str) -> String {
-    let mut depth = 0;
-    let mut parts = Vec::new();
-    let mut start = 0;
-    for (i, ch) in t.char_indices() {
-        match ch {
-            '<' | '(' | '[' | '{' => depth += 1,
-            '>' | ')' | ']' | '}' => depth -= 1,
-            '|' if depth == 0 => {
-                parts.push(&t[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(&t[start..]);
-    let names: Vec<String> = parts
+    let names: Vec<String> = split_top(t, '|')
         .into_iter()
         .map(base_type_name)
         .filter(|n| n.chars().next().is_some_and(char::is_uppercase))

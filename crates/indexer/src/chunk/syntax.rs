@@ -66,6 +66,31 @@ pub(crate) fn base_type_name(s: &str) -> String {
         .to_string()
 }
 
+/// Splits `s` at `sep` outside brackets (`<>`, `()`, `[]`, `{}`; the `>` of `=>` and `->`
+/// closes nothing), dropping blank parts: parameter lists at `,`, TS unions at `|`.
+pub(crate) fn split_top(s: &str, sep: char) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut start = 0;
+    let mut prev = ' ';
+    for (i, ch) in s.char_indices() {
+        let was = prev;
+        prev = ch;
+        match ch {
+            '<' | '(' | '[' | '{' => depth += 1,
+            '>' if was == '=' || was == '-' => {}
+            '>' | ')' | ']' | '}' => depth -= 1,
+            c if c == sep && depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out.into_iter().filter(|p| !p.trim().is_empty()).collect()
+}
+
 pub(crate) fn named_kids(node: Node) -> Vec<Node> {
     let mut c = node.walk();
     node.named_children(&mut c).collect()

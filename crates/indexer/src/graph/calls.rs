@@ -104,17 +104,25 @@ impl<'a> CallCtx<'a, '_> {
             .unwrap_or(local)
     }
 
+    /// Free (non-method) symbols named `name` defined in file `fi` itself.
+    fn own_free(&self, idx: &Index, fi: usize, name: &str) -> Vec<Sym> {
+        idx.per_file[fi].get(name).map_or_else(Vec::new, |l| {
+            l.iter()
+                .map(|&c| (fi, c))
+                .filter(|&s| !self.chunk(s).qualified.contains('#'))
+                .collect()
+        })
+    }
+
+    /// The type the caller is a method of (`Foo` for `Foo#bar`), if it is one.
+    fn caller_type(&self) -> Option<&str> {
+        let owner = owner_of(self.caller);
+        (!owner.is_empty() && self.caller.contains('#')).then_some(owner)
+    }
+
     /// Free (non-method) symbols named `name` defined in file `fi`, following its re-exports.
     fn free_in(&self, idx: &Index, fi: usize, name: &str, hops: usize) -> Vec<Sym> {
-        let own: Vec<Sym> = idx.per_file[fi]
-            .get(name)
-            .map(|l| {
-                l.iter()
-                    .map(|&c| (fi, c))
-                    .filter(|&s| !self.chunk(s).qualified.contains('#'))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let own = self.own_free(idx, fi, name);
         if !own.is_empty() || hops >= MAX_REEXPORT_HOPS {
             return top_level_first(self.files, own);
         }
@@ -213,11 +221,7 @@ impl<'a> CallCtx<'a, '_> {
 
     /// `super.name(…)` / `super().name(…)`: a method of the caller's type's bases.
     fn on_super(&self, idx: &Index, name: &str) -> Option<(Sym, Confidence)> {
-        let owner = owner_of(self.caller);
-        if owner.is_empty() || !self.caller.contains('#') {
-            return None;
-        }
-        self.inherited(idx, owner, name)
+        self.inherited(idx, self.caller_type()?, name)
     }
 
     /// A method `name` declared on the type `ty` itself.
@@ -260,15 +264,7 @@ impl<'a> CallCtx<'a, '_> {
         let lang = self.files[fi].language;
         // 1. Defined in the same file (nested definitions of the caller's enclosing scopes
         //    first).
-        let own: Vec<Sym> = idx.per_file[fi]
-            .get(name)
-            .map(|l| {
-                l.iter()
-                    .map(|&c| (fi, c))
-                    .filter(|&s| !self.chunk(s).qualified.contains('#'))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let own = self.own_free(idx, fi, name);
         if !own.is_empty() {
             let scoped = innermost_visible(self.files, self.caller, &own);
             return unique(self.files, &scoped).map(|s| (s, Confidence::Exact));
@@ -327,20 +323,17 @@ impl<'a> CallCtx<'a, '_> {
 
     /// `self.name(…)` / `this.name(…)` / `Self::name(…)`.
     fn on_self(&self, idx: &Index, name: &str) -> Option<(Sym, Confidence)> {
-        let owner = owner_of(self.caller);
-        if !owner.is_empty() && self.caller.contains('#') {
-            if let Some(hit) = self.member(idx, owner, name, true) {
-                return Some(hit);
-            }
-            // Inherited from a type outside the build (or one whose declaration the extractor
-            // could not read): the one method of that name. Not when every base is known.
-            if self.bases_known(idx, owner) {
-                return None;
-            }
-            let all = idx.methods.get(&(self.lang(), name))?;
-            return unique(self.files, all).map(|s| (s, Confidence::Likely));
+        let owner = self.caller_type()?;
+        if let Some(hit) = self.member(idx, owner, name, true) {
+            return Some(hit);
         }
-        None
+        // Inherited from a type outside the build (or one whose declaration the extractor
+        // could not read): the one method of that name. Not when every base is known.
+        if self.bases_known(idx, owner) {
+            return None;
+        }
+        let all = idx.methods.get(&(self.lang(), name))?;
+        unique(self.files, all).map(|s| (s, Confidence::Likely))
     }
 
     /// The method `name` of a callback parameter's type, as the signature of the function the

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::paths::{dir_of, file_name, join, normalize, rust_crate_src, rust_mod_dir};
 use super::FileFacts;
-use crate::chunk::{base_type_name, ChunkKind, Language};
+use crate::chunk::{base_type_name, split_top, ChunkKind, Language};
 
 /// Most files an import of a whole directory (Go package, Java wildcard) links to.
 const MAX_DIR_IMPORT_FILES: usize = 64;
@@ -121,20 +121,7 @@ fn declared_bases<'t>(text: &'t str, name: &str, kind: ChunkKind) -> Vec<String>
     let rest = rest.trim_start();
     if let Some(inner) = rest.strip_prefix('(') {
         // Python.
-        let mut depth = 0;
-        let mut end = inner.len();
-        for (i, ch) in inner.char_indices() {
-            match ch {
-                '(' | '[' => depth += 1,
-                ')' | ']' if depth == 0 => {
-                    end = i;
-                    break;
-                }
-                ')' | ']' => depth -= 1,
-                _ => {}
-            }
-        }
-        for part in split_top(&inner[..end]) {
+        for part in split_top(balanced(inner).unwrap_or(inner), ',') {
             if !part.contains('=') {
                 push(part);
             }
@@ -142,7 +129,7 @@ fn declared_bases<'t>(text: &'t str, name: &str, kind: ChunkKind) -> Vec<String>
         return out;
     }
     if let Some(cpp) = rest.strip_prefix(':') {
-        for part in split_top(cpp) {
+        for part in split_top(cpp, ',') {
             let p = part
                 .trim()
                 .trim_start_matches("virtual ")
@@ -162,7 +149,7 @@ fn declared_bases<'t>(text: &'t str, name: &str, kind: ChunkKind) -> Vec<String>
                 .filter_map(|k| after.find(k))
                 .min()
                 .unwrap_or(after.len());
-            for part in split_top(&after[..end]) {
+            for part in split_top(&after[..end], ',') {
                 push(part);
             }
         }
@@ -180,23 +167,9 @@ fn declared_return(text: &str, name: &str, lang: Language, owner: Option<&str>) 
     if rest.starts_with('<') {
         rest = skip_angle(rest);
     }
-    // The parameter list.
-    let mut depth = 0;
-    let mut end = None;
-    for (i, ch) in rest.char_indices() {
-        match ch {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth == 0 {
-                    end = Some(i + 1);
-                    break;
-                }
-            }
-            _ => {}
-        }
-    }
-    let after = rest[end?..].trim_start();
+    // Past the parameter list.
+    let params = balanced(rest.trim_start().strip_prefix('(')?)?;
+    let after = rest.trim_start()[params.len() + 2..].trim_start();
     let ty = match lang {
         Language::Go => {
             let t = after.split('{').next()?.trim();
@@ -245,10 +218,10 @@ pub(super) fn callback_param_type(
         rest = skip_angle(rest);
     }
     let inner = balanced(rest.strip_prefix('(')?)?;
-    let p = *split_top(inner).get(arg)?;
+    let p = *split_top(inner, ',').get(arg)?;
     let ty = p.split_once(':')?.1.trim_start();
     let fn_params = balanced(ty.strip_prefix('(')?)?;
-    let ps: Vec<&str> = split_top(fn_params)
+    let ps: Vec<&str> = split_top(fn_params, ',')
         .into_iter()
         .filter(|x| !x.trim_start().starts_with("this"))
         .collect();
@@ -317,30 +290,6 @@ fn skip_angle(s: &str) -> &str {
         }
     }
     ""
-}
-
-/// Splits at commas outside brackets.
-fn split_top(s: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut depth = 0;
-    let mut start = 0;
-    let mut prev = ' ';
-    for (i, ch) in s.char_indices() {
-        let was = prev;
-        prev = ch;
-        match ch {
-            '<' | '(' | '[' | '{' => depth += 1,
-            '>' if was == '=' || was == '-' => {}
-            '>' | ')' | ']' | '}' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&s[start..]);
-    out.into_iter().filter(|p| !p.trim().is_empty()).collect()
 }
 
 /// `a/Foo#bar` → (`a/Foo`, `bar`); the method separator is the first `#` of the last path
