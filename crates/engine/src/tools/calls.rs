@@ -154,18 +154,37 @@ pub fn simple_name(symbol: &str) -> String {
 /// Positions where `ident` occurs as a whole word in `text`.
 pub fn whole_word_lines(text: &str, ident: &str) -> Vec<(u32, String)> {
     let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    lines_where(
+        text,
+        ident,
+        |_| true,
+        |after| !after.chars().next().is_some_and(is_id),
+    )
+}
+
+/// Lines (offset, trimmed text, first 200 characters) of `text` that `keep` accepts and where
+/// `ident` occurs not preceded by an identifier character and followed by text `after`
+/// accepts.
+fn lines_where(
+    text: &str,
+    ident: &str,
+    keep: impl Fn(&str) -> bool,
+    after: impl Fn(&str) -> bool,
+) -> Vec<(u32, String)> {
+    let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
     let mut out = Vec::new();
     if ident.is_empty() {
         return out;
     }
     for (i, line) in text.lines().enumerate() {
+        if !keep(line) {
+            continue;
+        }
         let mut from = 0;
         while let Some(p) = line[from..].find(ident) {
             let a = from + p;
             let b = a + ident.len();
-            let before = line[..a].chars().next_back();
-            let after = line[b..].chars().next();
-            if !before.is_some_and(is_id) && !after.is_some_and(is_id) {
+            if !line[..a].chars().next_back().is_some_and(is_id) && after(&line[b..]) {
                 out.push((i as u32, line.trim().chars().take(200).collect()));
                 break;
             }
@@ -596,21 +615,12 @@ fn defines(line: &str, ident: &str) -> bool {
 /// Lines (offset, trimmed text) where `ident` is called: the whole word followed by `(`
 /// (optionally `::<…>` or spaces), on a line that does not define it.
 pub fn call_lines(text: &str, ident: &str) -> Vec<(u32, String)> {
-    let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
-    let mut out = Vec::new();
-    if ident.is_empty() {
-        return out;
-    }
-    for (i, line) in text.lines().enumerate() {
-        if defines(line, ident) {
-            continue;
-        }
-        let mut from = 0;
-        while let Some(p) = line[from..].find(ident) {
-            let a = from + p;
-            let b = a + ident.len();
-            let before = line[..a].chars().next_back();
-            let rest = line[b..].trim_start();
+    lines_where(
+        text,
+        ident,
+        |line| !defines(line, ident),
+        |after| {
+            let rest = after.trim_start();
             let rest = rest.strip_prefix("::").map_or(rest, |r| {
                 // Turbofish: skip a balanced `<…>`.
                 let mut depth = 0;
@@ -630,14 +640,9 @@ pub fn call_lines(text: &str, ident: &str) -> Vec<(u32, String)> {
                 }
                 &r[end.min(r.len())..]
             });
-            if !before.is_some_and(is_id) && rest.starts_with('(') {
-                out.push((i as u32, line.trim().chars().take(200).collect()));
-                break;
-            }
-            from = b;
-        }
-    }
-    out
+            rest.starts_with('(')
+        },
+    )
 }
 
 /// The stage and note of a graph answer, possibly merged with name-only callers.
