@@ -247,20 +247,10 @@ async fn memory_tools_flush_restart_and_export() {
         .unwrap();
         more.push(v["ids"][0].as_str().unwrap().to_string());
     }
-    let mut flushed = false;
-    for _ in 0..100 {
-        let st = std::fs::read_to_string(ix.index.join("MANIFEST")).unwrap();
-        let m: Value = serde_json::from_str(&st).unwrap();
-        if m["memory_segments"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty())
-        {
-            flushed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(flushed, "no memory segment after crossing the flush size");
+    assert!(
+        memory_segments_reach(&ix.index, |n| n > 0).await,
+        "no memory segment after crossing the flush size"
+    );
     // Flushed records are still found, updated (shadowing the segment copy) and deleted.
     let s = call(
         &c,
@@ -887,6 +877,18 @@ fn memory_segments_in(index: &std::path::Path) -> usize {
     m["memory_segments"].as_array().map_or(0, Vec::len)
 }
 
+/// Polls `index`'s MANIFEST for up to 10 s until its number of memory segments satisfies
+/// `ok`.
+async fn memory_segments_reach(index: &std::path::Path, ok: impl Fn(usize) -> bool) -> bool {
+    for _ in 0..100 {
+        if ok(memory_segments_in(index)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
 /// An index of the fixture holding memories in two flushed segments and in `memory.wal`
 /// (updates and a delete of flushed ones included: the server is SIGKILLed before it can flush
 /// them), and its export.
@@ -905,15 +907,10 @@ async fn index_with_segments_and_log() -> (cix_tests::Indexed, Vec<String>) {
             .unwrap();
             ids.push(v["ids"][0].as_str().unwrap().to_string());
         }
-        let mut flushed = false;
-        for _ in 0..100 {
-            if memory_segments_in(&ix.index) == round {
-                flushed = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(flushed, "flush {round} did not happen");
+        assert!(
+            memory_segments_reach(&ix.index, |n| n == round).await,
+            "flush {round} did not happen"
+        );
     }
     // Three logged writes (below the flush size): an update and a delete of flushed
     // memories, and a new one.
