@@ -240,6 +240,8 @@ fn main() -> anyhow::Result<()> {
                 source: None,
                 evidence: None,
                 code_refs: None,
+                session: None,
+                time: None,
             }],
             debug: true,
         };
@@ -286,6 +288,8 @@ fn main() -> anyhow::Result<()> {
                     source: None,
                     evidence: None,
                     code_refs: None,
+                    session: None,
+                    time: None,
                 })
                 .collect(),
             debug: false,
@@ -312,6 +316,8 @@ fn main() -> anyhow::Result<()> {
                             source: None,
                             evidence: None,
                             code_refs: None,
+                            session: None,
+                            time: None,
                         }],
                         debug: false,
                     };
@@ -370,6 +376,8 @@ fn main() -> anyhow::Result<()> {
                 half_life_days: 30.0,
                 recency_weight: 0.1,
                 now_ms: now,
+                when: None,
+                sessions: memory::search::DEFAULT_SESSION_WEIGHTS,
             };
             let mut res = Vec::new();
             for mode in [Mode::Vector, Mode::Lexical, Mode::Hybrid] {

@@ -8,7 +8,9 @@
 //! - **Collapse.** Results with the same (repository, path, line range) are one result; the
 //!   pieces of one long symbol (its head chunk and its `body_part` chunks) whose line ranges
 //!   overlap or touch (at most one line apart) are one result with the union of their ranges
-//!   ([`collapse`]). The best-ranked member stands for the group.
+//!   ([`collapse`]). The best-ranked member stands for the group. A symbol's `header` chunk
+//!   counts as the symbol itself (its lines, its group), and a result is never shown as a
+//!   header: [`shown`] maps it to its symbol.
 
 use std::collections::{HashMap, HashSet};
 
@@ -157,12 +159,19 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
         let t = index.segments[si].segment.table();
         let ch = &t.chunks[c as usize];
         let f = &t.files[ch.file.to_native() as usize];
-        let (start, end) = (ch.start_line.to_native(), ch.end_line.to_native());
+        let parent = ch.parent.to_native();
+        // A header stands for its symbol: the symbol's lines, the symbol's group.
+        let header = ch.kind.as_str() == "header" && parent != NO_PARENT;
+        let (start, end) = if header {
+            let p = &t.chunks[parent as usize];
+            (p.start_line.to_native(), p.end_line.to_native())
+        } else {
+            (ch.start_line.to_native(), ch.end_line.to_native())
+        };
         if !seen.insert((f.repo.as_str(), f.path.as_str(), start, end)) {
             continue;
         }
-        let parent = ch.parent.to_native();
-        let root = if ch.kind.as_str() == "body_part" && parent != NO_PARENT {
+        let root = if (header || ch.kind.as_str() == "body_part") && parent != NO_PARENT {
             (si, parent)
         } else {
             (si, c)
@@ -191,6 +200,17 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
         }
     }
     out
+}
+
+/// The chunk a result shows: a `header` chunk's symbol, else the chunk itself.
+pub fn shown(index: &Index, (si, c): Node) -> Node {
+    let ch = &index.segments[si].segment.table().chunks[c as usize];
+    let parent = ch.parent.to_native();
+    if ch.kind.as_str() == "header" && parent != NO_PARENT {
+        (si, parent)
+    } else {
+        (si, c)
+    }
 }
 
 #[cfg(test)]

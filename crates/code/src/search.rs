@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use format::manifest::LiveSegment;
+use format::records::NO_PARENT;
 use format::Index;
 use roaring::RoaringBitmap;
 use serde::Serialize;
@@ -83,10 +84,112 @@ pub struct SearchOptions {
     pub path_glob: Option<globset::GlobMatcher>,
     /// Only files of this repository.
     pub repo: Option<String>,
-    /// Weights of the (vector, lexical) lists; `None` routes by query shape
-    /// ([`identifier_like`] queries lean lexical, sentences weigh both equally). For linear
-    /// fusion the vector share is `wv / (wv + wl)`.
+    /// Weights of the (vector, lexical) lists; `None` lets the fusion choose per query from
+    /// what it sees ([`choose_alpha`]). For linear fusion the vector share is `wv / (wv + wl)`.
     pub weights: Option<(f32, f32)>,
+    /// What is searched (code or memories): the adaptive fusion's starting point differs.
+    pub corpus: Corpus,
+    /// The adaptive fusion's parameters.
+    pub adapt: Adapt,
+    /// Look for the other forms of a natural-language query's words ([`expand_query`]).
+    pub expand: bool,
+}
+
+/// What a search runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Corpus {
+    #[default]
+    Code,
+    Memory,
+}
+
+/// Parameters of the adaptive fusion ([`choose_alpha`]): the vector share per query shape and
+/// corpus. The defaults were chosen on the tune half of the per-style harness
+/// (`benches/src/bin/styles.rs`); see README (search).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adapt {
+    /// Identifier-like queries (`parse_config`, `a::b`), any corpus.
+    pub identifier: f32,
+    /// Search-style queries ([`Shape::Search`]) over code and over memories.
+    pub code_search: f32,
+    pub memory_search: f32,
+    /// Prose ([`Shape::Prose`]) over code and over memories.
+    pub code_prose: f32,
+    pub memory_prose: f32,
+}
+
+impl Default for Adapt {
+    fn default() -> Self {
+        Adapt {
+            identifier: 1.0 / 3.0,
+            code_search: 0.7,
+            memory_search: 0.5,
+            code_prose: 0.5,
+            memory_prose: 0.5,
+        }
+    }
+}
+
+/// The shape of a query, read from its text alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Shape {
+    /// One token that looks like code ([`identifier_like`]).
+    Identifier,
+    /// Typed like a web search: a question ("how to …", "what …", "…?"), or all lower case
+    /// without a closing period ("python merge two dicts"). Its words are the asker's, not
+    /// the code's, so the lexical list is the weaker one.
+    Search,
+    /// A sentence written like documentation ("Returns the first …."): it shares the code's
+    /// vocabulary, and both lists count the same.
+    Prose,
+}
+
+const QUESTION_WORDS: &[&str] = &[
+    "how", "what", "why", "which", "where", "when", "who", "can", "does", "do", "is", "are",
+    "should",
+];
+
+/// The shape of `q` (see [`Shape`]).
+pub fn shape(q: &str) -> Shape {
+    let q = q.trim();
+    if identifier_like(q) {
+        return Shape::Identifier;
+    }
+    let lower = q.to_lowercase();
+    let first = lower.split_whitespace().next().unwrap_or("");
+    let question = q.ends_with('?')
+        || QUESTION_WORDS.contains(&first)
+        || lower.contains("how to ")
+        || lower.contains("how do ");
+    let typed = !q.chars().any(char::is_uppercase) && !q.ends_with('.');
+    if question || typed {
+        Shape::Search
+    } else {
+        Shape::Prose
+    }
+}
+
+/// What the fusion saw of one query and its two lists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Signals {
+    /// The query's shape.
+    pub shape: Option<Shape>,
+    /// How far each list's best score stands above its head: the first score's z-score over
+    /// the first [`NORM_DEPTH`] (0 for an empty or flat list).
+    pub peak_vector: f32,
+    pub peak_lexical: f32,
+    /// Members the two top-10 lists share, over 10.
+    pub overlap: f32,
+}
+
+/// The vector share chosen for one query, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FusionChoice {
+    pub alpha_vector: f32,
+    pub reason: String,
+    pub signals: Signals,
 }
 
 impl Default for SearchOptions {
@@ -102,6 +205,9 @@ impl Default for SearchOptions {
             path_glob: None,
             repo: None,
             weights: None,
+            corpus: Corpus::Code,
+            adapt: Adapt::default(),
+            expand: true,
         }
     }
 }
@@ -164,6 +270,8 @@ pub struct Timings {
     pub vector: Duration,
     pub bm25: Duration,
     pub fusion: Duration,
+    /// The weights hybrid fusion chose (None in single-list modes and for RRF).
+    pub choice: Option<FusionChoice>,
 }
 
 /// (segment ordinal, chunk ordinal).
@@ -239,10 +347,14 @@ fn allow_bitmap(ls: &LiveSegment, o: &SearchOptions) -> Option<RoaringBitmap> {
         }
         let first = f.first_chunk.to_native();
         for c in first..first + f.chunk_count.to_native() {
-            if o.kind
-                .as_deref()
-                .is_none_or(|k| t.chunks[c as usize].kind.as_str() == k)
-            {
+            // A header has its symbol's kind.
+            let ch = &t.chunks[c as usize];
+            let kind = if ch.kind.as_str() == "header" && ch.parent.to_native() != NO_PARENT {
+                t.chunks[ch.parent.to_native() as usize].kind.as_str()
+            } else {
+                ch.kind.as_str()
+            };
+            if o.kind.as_deref().is_none_or(|k| kind == k) {
                 bits.insert(c);
             }
         }
@@ -319,6 +431,48 @@ fn squash(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// A natural-language query with, after its words, the other forms of them
+/// ([`format::text::variants`]: singulars, `-ing`/`-ed` stems) that the index holds and the
+/// query does not (`df` gives a term's document frequency): "merging two dicts" also looks for
+/// `merge` and `dict`. Identifier-like queries are returned unchanged (their tokens are exact).
+pub fn expand_query(query: &str, df: impl Fn(&str) -> u32) -> String {
+    if identifier_like(query) {
+        return query.to_string();
+    }
+    let mut have: Vec<String> = Vec::new();
+    format::text::for_each_token(query, |t| {
+        if !have.iter().any(|h| h == t) {
+            have.push(t.to_string());
+        }
+    });
+    let mut extra: Vec<String> = Vec::new();
+    for t in &have {
+        for v in format::text::variants(t) {
+            if !have.contains(&v) && !extra.contains(&v) && df(&v) > 0 {
+                extra.push(v);
+            }
+        }
+    }
+    if extra.is_empty() {
+        return query.to_string();
+    }
+    format!("{query} {}", extra.join(" "))
+}
+
+/// [`expand_query`] against every live segment of `index`.
+fn expand_in(index: &Index, query: &str) -> String {
+    expand_query(query, |t| {
+        index
+            .segments
+            .iter()
+            .map(|ls| {
+                let p = ls.segment.postings();
+                p.term_id(t).map_or(0, |i| p.term_df[i].to_native())
+            })
+            .sum()
+    })
+}
+
 /// The global BM25 top `depth` over every segment, by descending score, ties by (segment,
 /// chunk). Segments are searched in order, each only above the depth-th score found so far: a
 /// later segment's hit with an equal score would rank after it, so the merged list is exactly
@@ -359,17 +513,68 @@ fn lexical_list(
 }
 
 /// Fuses a vector and a lexical list (each by descending score, keyed by (segment, item)) as
-/// `o.fusion` says, with `o.weights` or weights routed by query shape. Returns the best
-/// `o.limit` keys with (fused score, vector rank, lexical rank), best first.
+/// `o.fusion` says, with `o.weights` or weights chosen per query ([`choose_alpha`]). Returns
+/// the best `o.limit` keys with (fused score, vector rank, lexical rank), best first, and the
+/// choice made.
 pub fn fuse(
     vec_list: &[(usize, u32, f32)],
     lex_list: &[(usize, u32, f32)],
     query: &str,
     o: &SearchOptions,
-) -> Vec<(ChunkRef, Fused)> {
-    let mut ranked = fuse_all(vec_list, lex_list, query, o, &[]);
+) -> (Vec<(ChunkRef, Fused)>, Option<FusionChoice>) {
+    let (mut ranked, choice) = fuse_all(vec_list, lex_list, query, o, &[]);
     ranked.truncate(o.limit);
-    ranked
+    (ranked, choice)
+}
+
+/// The signals of a query and its two lists (each by descending score).
+pub fn signals(
+    vec_list: &[(usize, u32, f32)],
+    lex_list: &[(usize, u32, f32)],
+    query: &str,
+) -> Signals {
+    let peak = |l: &[(usize, u32, f32)]| {
+        let n = zscores(l);
+        n.raw.first().copied().unwrap_or(0.0)
+    };
+    let top = |l: &[(usize, u32, f32)]| -> Vec<ChunkRef> {
+        l.iter().take(10).map(|&(s, c, _)| (s, c)).collect()
+    };
+    let (tv, tl) = (top(vec_list), top(lex_list));
+    let shared = tv.iter().filter(|k| tl.contains(k)).count();
+    Signals {
+        shape: Some(shape(query)),
+        peak_vector: peak(vec_list),
+        peak_lexical: peak(lex_list),
+        overlap: shared as f32 / 10.0,
+    }
+}
+
+/// The vector share of linear fusion for a query: by its shape and the corpus (see [`Adapt`]).
+/// The list signals (peaks, overlap) are reported with the choice, for `debug`.
+pub fn choose_alpha(sg: &Signals, corpus: Corpus, a: &Adapt) -> FusionChoice {
+    let sh = sg.shape.unwrap_or(Shape::Prose);
+    let (alpha, why) = match (sh, corpus) {
+        (Shape::Identifier, _) => (a.identifier, "identifier-like query: leans lexical"),
+        (Shape::Search, Corpus::Code) => (
+            a.code_search,
+            "search-style query over code (the asker's words, not the code's): leans vector",
+        ),
+        (Shape::Search, Corpus::Memory) => (a.memory_search, "search-style query over memories"),
+        (Shape::Prose, Corpus::Code) => (
+            a.code_prose,
+            "prose query over code (the code's own vocabulary): both lists",
+        ),
+        (Shape::Prose, Corpus::Memory) => (a.memory_prose, "prose query over memories"),
+    };
+    FusionChoice {
+        alpha_vector: alpha,
+        reason: format!(
+            "{why}; vector share {alpha:.2} (vector peak z {:.2}, lexical peak z {:.2}, top-10 overlap {:.1})",
+            sg.peak_vector, sg.peak_lexical, sg.overlap
+        ),
+        signals: *sg,
+    }
 }
 
 /// [`fuse`] over every candidate, best first, without the cut to `o.limit`. `extra` keys join
@@ -380,14 +585,8 @@ fn fuse_all(
     query: &str,
     o: &SearchOptions,
     extra: &[ChunkRef],
-) -> Vec<(ChunkRef, Fused)> {
-    // Identifier-like queries lean lexical; for sentences both lists weigh the same (the best
-    // setting on the quality harness).
-    let (wv, wl) = o.weights.unwrap_or(if identifier_like(query) {
-        (0.5, 1.0)
-    } else {
-        (1.0, 1.0)
-    });
+) -> (Vec<(ChunkRef, Fused)>, Option<FusionChoice>) {
+    let mut choice = None;
     let mut fused: std::collections::HashMap<ChunkRef, Fused> = std::collections::HashMap::new();
     for k in extra {
         fused.entry(*k).or_insert((0.0, None, None));
@@ -395,6 +594,12 @@ fn fuse_all(
     let mut tie: std::collections::HashMap<ChunkRef, f32> = std::collections::HashMap::new();
     match o.fusion {
         Fusion::Rrf { k } => {
+            // Identifier-like queries lean lexical.
+            let (wv, wl) = o.weights.unwrap_or(if identifier_like(query) {
+                (0.5, 1.0)
+            } else {
+                (1.0, 1.0)
+            });
             for (r, (si, c, _)) in vec_list.iter().enumerate() {
                 let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
                 e.0 += wv / (k + r as f32 + 1.0);
@@ -407,7 +612,21 @@ fn fuse_all(
             }
         }
         Fusion::LinearZScore => {
-            let alpha = if wv + wl > 0.0 { wv / (wv + wl) } else { 0.5 };
+            let alpha = match o.weights {
+                Some((wv, wl)) => {
+                    if wv + wl > 0.0 {
+                        wv / (wv + wl)
+                    } else {
+                        0.5
+                    }
+                }
+                None => {
+                    let c = choose_alpha(&signals(vec_list, lex_list, query), o.corpus, &o.adapt);
+                    let a = c.alpha_vector;
+                    choice = Some(c);
+                    a
+                }
+            };
             let nv = zscores(vec_list);
             let nl = zscores(lex_list);
             for (r, (si, c, _)) in vec_list.iter().enumerate() {
@@ -442,7 +661,7 @@ fn fuse_all(
             .then(tb(&b.0).total_cmp(&tb(&a.0)))
             .then(a.0.cmp(&b.0))
     });
-    ranked
+    (ranked, choice)
 }
 
 /// Searches every live segment. `query_vec` is the embedded query (required unless the mode is
@@ -486,7 +705,12 @@ pub fn search(
     let mut lex_list: Vec<(usize, u32, f32)> = Vec::new();
     if o.mode != Mode::Vector {
         let t = Instant::now();
-        lex_list = lexical_list(index, query, depth, &allows);
+        let q = if o.expand {
+            expand_in(index, query)
+        } else {
+            query.to_string()
+        };
+        lex_list = lexical_list(index, &q, depth, &allows);
         tm.bm25 = t.elapsed();
     }
 
@@ -518,7 +742,14 @@ pub fn search(
             })
             .collect()
     };
-    let mut ranked = fuse_all(&vec_list, &lex_list, query, o, &named);
+    let (mut ranked, choice) = if o.mode == Mode::Hybrid {
+        fuse_all(&vec_list, &lex_list, query, o, &named)
+    } else {
+        // One list: fusing it with an empty one keeps its order (no weights to choose).
+        let (r, _) = fuse_all(&vec_list, &lex_list, query, o, &named);
+        (r, None)
+    };
+    tm.choice = choice;
     if !named.is_empty() {
         let is_named = |k: &ChunkRef| named.binary_search(k).is_ok();
         let best_other = ranked
@@ -542,7 +773,7 @@ pub fn search(
     let hits = groups
         .into_iter()
         .map(|g| {
-            let (si, c) = g.node;
+            let (si, c) = rank::shown(index, g.node);
             let (score, vr, lr) = ranked[g.rank].1;
             let t = index.segments[si].segment.table();
             let ch = &t.chunks[c as usize];

@@ -93,7 +93,8 @@ impl ChunkTable {
         });
         let mut pairs: Vec<(String, u32)> = Vec::new();
         for (i, c) in chunks.iter().enumerate() {
-            if c.name.is_empty() {
+            // A `header` chunk repeats its symbol's name; it is a search aid, not a name.
+            if c.name.is_empty() || c.kind == "header" {
                 continue;
             }
             let n = name_key(&c.name);

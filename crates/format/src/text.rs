@@ -59,6 +59,55 @@ fn push(buf: &mut String, tok: &str, emit: &mut impl FnMut(&str)) {
     emit(buf);
 }
 
+/// Other forms of an English word a code base may spell it with: the singular of a plural
+/// (`dicts` → `dict`, `matches` → `match`, `libraries` → `library`) and the stem of an `-ing` /
+/// `-ed` form (`merging` → `merge`, `merg`; `parsed` → `parse`, `pars`; `stopped` → `stop`).
+/// A light suffix stripper, not a stemmer: queries keep only the forms the index holds
+/// (see `code::search::expand_query`), so a wrong form costs nothing.
+pub fn variants(word: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let w = word;
+    if !w.is_ascii() || w.len() < 4 || !w.bytes().all(|b| b.is_ascii_lowercase()) {
+        return out;
+    }
+    let mut push = |s: String| {
+        if s.len() >= 2 && s != w && !out.contains(&s) {
+            out.push(s);
+        }
+    };
+    let undouble = |stem: &str| -> Option<String> {
+        let b = stem.as_bytes();
+        (b.len() >= 3 && b[b.len() - 1] == b[b.len() - 2] && !b"aeiouls".contains(&b[b.len() - 1]))
+            .then(|| stem[..stem.len() - 1].to_string())
+    };
+    if let Some(stem) = w.strip_suffix("ies").filter(|s| s.len() >= 2) {
+        push(format!("{stem}y"));
+    }
+    if let Some(stem) = w.strip_suffix("es").filter(|s| s.len() >= 3) {
+        push(stem.to_string());
+    }
+    if !w.ends_with("ss") && !w.ends_with("us") && !w.ends_with("is") {
+        if let Some(stem) = w.strip_suffix('s').filter(|s| s.len() >= 3) {
+            push(stem.to_string());
+        }
+    }
+    for suffix in ["ing", "ed"] {
+        if let Some(stem) = w.strip_suffix(suffix).filter(|s| s.len() >= 3) {
+            if suffix == "ed" {
+                if let Some(y) = stem.strip_suffix('i') {
+                    push(format!("{y}y"));
+                }
+            }
+            push(format!("{stem}e"));
+            push(stem.to_string());
+            if let Some(u) = undouble(stem) {
+                push(u);
+            }
+        }
+    }
+    out
+}
+
 /// Splits an identifier at `_`, lower→upper, acronym→word (`HTTPServer` → `HTTP`, `Server`) and
 /// letter↔digit boundaries; pushes byte ranges of the parts into `out`.
 fn split_identifier(word: &str, out: &mut Vec<(usize, usize)>) {
@@ -137,5 +186,21 @@ mod tests {
         assert_eq!(tokenize("Größe übergeben"), ["größe", "übergeben"]);
         assert!(tokenize("  ;;; ").is_empty());
         assert!(tokenize(&"x".repeat(100)).is_empty());
+    }
+
+    #[test]
+    fn variants_of_english_words() {
+        let v = |w: &str| variants(w);
+        assert!(v("dicts").contains(&"dict".to_string()));
+        assert!(v("matches").contains(&"match".to_string()));
+        assert!(v("libraries").contains(&"library".to_string()));
+        assert!(v("merging").contains(&"merge".to_string()));
+        assert!(v("parsed").contains(&"parse".to_string()));
+        assert!(v("stopped").contains(&"stop".to_string()));
+        assert!(v("copied").contains(&"copy".to_string()));
+        assert!(v("class").is_empty());
+        assert!(v("status").is_empty());
+        assert!(v("parseHTTP").is_empty());
+        assert!(v("abc").is_empty());
     }
 }

@@ -15,6 +15,8 @@ pub const MAX_TAG_BOOSTS: usize = 4;
 /// Default recency half-life and weight.
 pub const DEFAULT_HALF_LIFE_DAYS: f64 = 30.0;
 pub const DEFAULT_RECENCY_WEIGHT: f32 = 0.1;
+/// Boost of a memory whose time falls in the window a question names ("last May").
+pub const WHEN_BOOST: f32 = 0.3;
 
 /// The fields filters and boosts look at, for stored and for delta records.
 pub trait MemFields {
@@ -25,6 +27,8 @@ pub trait MemFields {
     fn state(&self) -> &str;
     fn created_at(&self) -> i64;
     fn has_tag(&self, t: &str) -> bool;
+    /// The value of the first tag `key=value` with this key.
+    fn tag_value(&self, key: &str) -> Option<&str>;
 }
 
 impl MemFields for MemoryRecord {
@@ -48,6 +52,9 @@ impl MemFields for MemoryRecord {
     }
     fn has_tag(&self, t: &str) -> bool {
         self.tags.iter().any(|x| tag_matches(x, t))
+    }
+    fn tag_value(&self, key: &str) -> Option<&str> {
+        self.tags.iter().find_map(|x| value_of(x, key))
     }
 }
 
@@ -73,6 +80,15 @@ impl MemFields for ArchivedMemoryRecord {
     fn has_tag(&self, t: &str) -> bool {
         self.tags.iter().any(|x| tag_matches(x.as_str(), t))
     }
+    fn tag_value(&self, key: &str) -> Option<&str> {
+        self.tags.iter().find_map(|x| value_of(x.as_str(), key))
+    }
+}
+
+fn value_of<'a>(tag: &'a str, key: &str) -> Option<&'a str> {
+    tag.split_once('=')
+        .filter(|(k, _)| *k == key)
+        .map(|(_, v)| v)
 }
 
 /// A filter tag `key` matches any tag with that key; `key=value` matches exactly.
@@ -161,6 +177,11 @@ pub struct Boosts {
     pub half_life_days: f64,
     pub recency_weight: f32,
     pub now_ms: i64,
+    /// The window a relative date in the question names (see [`crate::when`]): memories whose
+    /// time falls inside get [`WHEN_BOOST`].
+    pub when: Option<(i64, i64)>,
+    /// Session context after fusion (see [`crate::context`]).
+    pub sessions: crate::context::SessionWeights,
 }
 
 impl Boosts {
@@ -181,6 +202,12 @@ impl Boosts {
         if self.half_life_days > 0.0 {
             let age_days = (self.now_ms - m.created_at()).max(0) as f64 / 86_400_000.0;
             b += self.recency_weight * (-age_days / self.half_life_days).exp2() as f32;
+        }
+        if self
+            .when
+            .is_some_and(|(s, e)| (s..e).contains(&m.created_at()))
+        {
+            b += WHEN_BOOST;
         }
         b
     }

@@ -17,9 +17,11 @@
 //! Layout: [`wal`] (the log), [`delta`] (live writes), [`view`] (a snapshot's memory half),
 //! [`store`] (recovery, the writer, flush/merge, export), [`search`] (memory search, fused like
 //! code), [`filter`] (filters, boosts, keys), [`similar`] (SIMILAR links), [`graph`] (the entity/tag graph), [`coderefs`] (code references
-//! and staleness), [`time`]. It knows nothing of tools, MCP or threads.
+//! and staleness), [`time`], [`when`] (relative dates in questions), [`context`] (session
+//! context). It knows nothing of tools, MCP or threads.
 
 pub mod coderefs;
+pub mod context;
 pub mod delta;
 pub mod filter;
 pub mod graph;
@@ -29,6 +31,7 @@ pub mod store;
 pub mod time;
 pub mod view;
 pub mod wal;
+pub mod when;
 
 pub use delta::{find_in_segments, mem_states, shadow, Delta, Entry, MemSegState};
 pub use format::memory::now_ms;

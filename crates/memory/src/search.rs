@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use format::bm25::TermStats;
 use roaring::RoaringBitmap;
 
+pub use crate::context::{SessionWeights, DEFAULT_SESSION_WEIGHTS, SESSION_TAG};
 pub use crate::filter::{
     Boosts, MemFields, MemFilter, MemKey, CATEGORY_BOOST, DEFAULT_HALF_LIFE_DAYS,
-    DEFAULT_RECENCY_WEIGHT, ENTITY_BOOST, MAX_TAG_BOOSTS, TAG_BOOST,
+    DEFAULT_RECENCY_WEIGHT, ENTITY_BOOST, MAX_TAG_BOOSTS, TAG_BOOST, WHEN_BOOST,
 };
 use crate::view::MemoryView;
 use code::search::{fuse, Mode, SearchOptions};
@@ -37,6 +38,8 @@ pub struct MemTimings {
     pub vector: Duration,
     pub bm25: Duration,
     pub fusion: Duration,
+    /// The weights hybrid fusion chose.
+    pub choice: Option<code::search::FusionChoice>,
 }
 
 /// Index-wide IDF statistics of `query`'s terms over the memory segments and the delta.
@@ -192,24 +195,65 @@ pub fn search(
     let t = Instant::now();
     let fo = SearchOptions {
         limit: depth,
+        corpus: code::search::Corpus::Memory,
         ..o.clone()
     };
-    let mut hits: Vec<MemHit> = fuse(&vec_list, &lex_list, query, &fo)
-        .into_iter()
-        .filter_map(|((si, c), (score, vr, lr))| {
-            let (key, b) = if si == dseg {
-                let e = delta.slot(c)?;
-                (MemKey::Delta(Arc::clone(e)), boosts.boost(&e.record))
-            } else {
-                let m = &segs[si].segment.memories()?.memories[c as usize];
-                (MemKey::Segment(si, c), boosts.boost(m))
+    let (fused, choice) = fuse(&vec_list, &lex_list, query, &fo);
+    if o.mode == Mode::Hybrid {
+        tm.choice = choice;
+    }
+    // Each candidate's record fields: boost, session, time.
+    let mut keyed: Vec<(MemKey, f32, Option<usize>, Option<usize>)> = Vec::new();
+    let mut sessions: Vec<Option<String>> = Vec::new();
+    let mut times: Vec<i64> = Vec::new();
+    for ((si, c), (score, vr, lr)) in fused {
+        let (key, b, sess, at) = if si == dseg {
+            let Some(e) = delta.slot(c) else { continue };
+            let r = &e.record;
+            (
+                MemKey::Delta(Arc::clone(e)),
+                boosts.boost(r),
+                r.tag_value(SESSION_TAG).map(str::to_string),
+                r.created_at,
+            )
+        } else {
+            let Some(m) = segs[si]
+                .segment
+                .memories()
+                .and_then(|t| t.memories.get(c as usize))
+            else {
+                continue;
             };
-            Some(MemHit {
-                key,
-                score: score * (1.0 + b),
-                vector_rank: vr,
-                lexical_rank: lr,
-            })
+            (
+                MemKey::Segment(si, c),
+                boosts.boost(m),
+                m.tag_value(SESSION_TAG).map(str::to_string),
+                m.created_at.to_native(),
+            )
+        };
+        keyed.push((key, score * (1.0 + b), vr, lr));
+        sessions.push(sess);
+        times.push(at);
+    }
+    let cands: Vec<crate::context::Candidate<'_>> = keyed
+        .iter()
+        .zip(&sessions)
+        .zip(&times)
+        .map(|((k, s), &at)| crate::context::Candidate {
+            score: k.1,
+            session: s.as_deref(),
+            at,
+        })
+        .collect();
+    let scores = crate::context::rescore(&cands, boosts.sessions);
+    let mut hits: Vec<MemHit> = keyed
+        .into_iter()
+        .zip(scores)
+        .map(|((key, _, vr, lr), score)| MemHit {
+            key,
+            score,
+            vector_rank: vr,
+            lexical_rank: lr,
         })
         .collect();
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
@@ -355,6 +399,8 @@ mod tests {
             half_life_days: 1.0,
             recency_weight: 0.1,
             now_ms: 1_000 + 86_400_000,
+            when: None,
+            sessions: DEFAULT_SESSION_WEIGHTS,
         };
         // entity 0.1 + tag 0.05 + recency 0.1 · 2^-1.
         assert!((b.boost(&r) - 0.2).abs() < 1e-6, "{}", b.boost(&r));

@@ -381,7 +381,8 @@ impl Cascade<'_> {
             let families = self.target_families();
             for n in self.snap.code.live_chunks() {
                 let c = self.snap.code.chunk(n);
-                if own.contains(c.symbol_id.as_str()) {
+                // Headers repeat their symbol's signature and doc: not a mention.
+                if own.contains(c.symbol_id.as_str()) || c.kind.as_str() == "header" {
                     continue;
                 }
                 let lang = self.snap.code.file(n).language.as_str();
@@ -462,8 +463,12 @@ impl Cascade<'_> {
         hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         self.dbg.vector_ms = ms(t.elapsed());
         let own = self.target_ids();
+        // A header stands for its symbol.
+        let mut seen = std::collections::HashSet::new();
         let results = hits
             .into_iter()
+            .map(|(s, n)| (s, code::rank::shown(&self.snap.code.index, n)))
+            .filter(|(_, n)| seen.insert(*n))
             .filter(|(s, n)| {
                 *s >= SEMANTIC_MIN_SIMILARITY
                     && !own.contains(self.snap.code.chunk(*n).symbol_id.as_str())

@@ -171,6 +171,12 @@ pub struct Debug {
     pub total_ms: f64,
     /// Index generation that answered.
     pub generation: u64,
+    /// How the vector and lexical lists were weighed, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<String>,
+    /// The relative date read in the query and the window it boosted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_window: Option<String>,
 }
 
 /// A symbol or chunk, as tools name it.
@@ -210,12 +216,12 @@ pub(crate) fn symbol_ref(s: &CodeView, n: NodeRef) -> SymbolRef {
         }
     } else {
         let t = f.chunk_count.to_native();
-        let end = if t == 0 {
-            0
-        } else {
-            let last = (n.0, f.first_chunk.to_native() + t - 1);
-            s.chunk(last).end_line.to_native()
-        };
+        // The file's last line that any chunk covers.
+        let first = f.first_chunk.to_native();
+        let end = (first..first + t)
+            .map(|c| s.chunk((n.0, c)).end_line.to_native())
+            .max()
+            .unwrap_or(0);
         SymbolRef {
             name: f.path.rsplit('/').next().unwrap_or("").to_string(),
             qualified: String::new(),

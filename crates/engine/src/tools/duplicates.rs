@@ -132,8 +132,10 @@ impl Engine {
             .into_iter()
             .filter(|(s, n)| {
                 *s >= threshold && {
-                    let id = snap.code.chunk(*n).symbol_id.as_str();
-                    id.is_empty() || !exclude.contains(id)
+                    // Headers are search aids, not code: never a duplicate.
+                    let ch = snap.code.chunk(*n);
+                    let id = ch.symbol_id.as_str();
+                    ch.kind.as_str() != "header" && (id.is_empty() || !exclude.contains(id))
                 }
             })
             .take(limit)

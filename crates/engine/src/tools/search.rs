@@ -179,6 +179,7 @@ impl Engine {
         dbg.vector_ms = ms(tm.vector);
         dbg.bm25_ms = ms(tm.bm25);
         dbg.fusion_ms = ms(tm.fusion);
+        dbg.fusion = tm.choice.as_ref().map(|c| c.reason.clone());
 
         let t = Instant::now();
         let extra = if a.expand_graph.unwrap_or(true) {

@@ -79,6 +79,8 @@ fn concurrent_writers_and_readers_with_flushes() {
                             source: None,
                             evidence: None,
                             code_refs: None,
+                            session: None,
+                            time: None,
                         }],
                         debug: false,
                     };

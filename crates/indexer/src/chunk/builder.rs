@@ -65,6 +65,16 @@ pub(super) fn extract_code(
     b.resolve_owners();
     b.leftovers();
     let (imports, calls) = b.walk(root);
+    if opts.headers {
+        let lines = &b.lines;
+        let heads = super::header::headers(rel_path, &b.chunks, |line| {
+            lines.end(line.saturating_sub(1) as usize) as u32
+        });
+        for h in heads {
+            let depth = h.parent.map_or(0, |p| b.depth[p] + 1);
+            b.push(h, depth);
+        }
+    }
     Some(b.finish(imports, calls, root.has_error()))
 }
 
@@ -753,6 +763,7 @@ impl<'s> Builder<'s> {
                 depth[i],
                 std::cmp::Reverse(c.end_byte),
                 c.kind == ChunkKind::BodyPart,
+                c.kind == ChunkKind::Header,
                 i,
             )
         });

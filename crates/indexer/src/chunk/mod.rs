@@ -20,6 +20,7 @@ mod builder;
 mod c;
 mod defs;
 mod go;
+pub mod header;
 mod java;
 mod js;
 mod lines;

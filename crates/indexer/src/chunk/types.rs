@@ -40,6 +40,9 @@ pub enum ChunkKind {
     /// A later piece of a long function/method body split at statement boundaries; its text starts
     /// with the signature of the symbol it belongs to, as context.
     BodyPart,
+    /// A symbol's header (`path ▸ owner ▸ signature ▸ first doc sentence`), embedded apart
+    /// from its body; its parent is the symbol (see `chunk::header`).
+    Header,
     /// Top-level code that belongs to no symbol (imports, constants, statements), as windows.
     TopLevel,
     /// A line window of a non-code file.
@@ -274,7 +277,7 @@ impl Language {
 
 impl ChunkKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ChunkKind; 12] = [
+    pub const ALL: [ChunkKind; 13] = [
         ChunkKind::Function,
         ChunkKind::Method,
         ChunkKind::Class,
@@ -285,6 +288,7 @@ impl ChunkKind {
         ChunkKind::Impl,
         ChunkKind::Module,
         ChunkKind::BodyPart,
+        ChunkKind::Header,
         ChunkKind::TopLevel,
         ChunkKind::Window,
     ];
@@ -302,6 +306,7 @@ impl ChunkKind {
             ChunkKind::Impl => "impl",
             ChunkKind::Module => "module",
             ChunkKind::BodyPart => "body_part",
+            ChunkKind::Header => "header",
             ChunkKind::TopLevel => "top_level",
             ChunkKind::Window => "window",
         }
@@ -330,12 +335,12 @@ impl ChunkKind {
         )
     }
 
-    /// Kinds that are symbols (carry a symbol id): everything but body parts, top-level
-    /// windows and plain windows.
+    /// Kinds that are symbols (carry a symbol id): everything but body parts, headers,
+    /// top-level windows and plain windows.
     pub fn is_symbol(&self) -> bool {
         !matches!(
             self,
-            ChunkKind::BodyPart | ChunkKind::TopLevel | ChunkKind::Window
+            ChunkKind::BodyPart | ChunkKind::Header | ChunkKind::TopLevel | ChunkKind::Window
         )
     }
 }
@@ -352,6 +357,8 @@ pub struct ChunkOptions {
     pub window_lines: u32,
     /// Overlap between consecutive windows of non-code files.
     pub window_overlap: u32,
+    /// Emit a header chunk per symbol longer than `chunk::header::HEADER_MIN_LINES` lines.
+    pub headers: bool,
 }
 
 impl Default for ChunkOptions {
@@ -361,6 +368,7 @@ impl Default for ChunkOptions {
             max_chunk_bytes: 3000,
             window_lines: 40,
             window_overlap: 5,
+            headers: true,
         }
     }
 }
@@ -374,6 +382,7 @@ impl ChunkOptions {
             max_chunk_bytes: self.max_chunk_bytes.max(128),
             window_lines,
             window_overlap: self.window_overlap.min(window_lines / 2),
+            headers: self.headers,
         }
     }
 }

@@ -191,6 +191,11 @@ pub struct SearchMemoryArgs {
     /// Recency half-life in days (default 30; 0 turns the recency boost off).
     #[serde(default)]
     pub half_life_days: Option<f64>,
+    /// The date the question is asked (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ, UTC; default now):
+    /// recency and relative dates in the query ("last May", "two weeks ago", "yesterday",
+    /// which boost memories of that time) are read from it.
+    #[serde(default)]
+    pub as_of: Option<String>,
     /// Longest text per result, in characters (default 1000).
     #[serde(default)]
     pub max_chars: Option<usize>,

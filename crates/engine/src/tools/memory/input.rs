@@ -214,6 +214,16 @@ pub struct MemoryInput {
     /// Code the memory is about.
     #[serde(default)]
     pub code_refs: Option<Vec<CodeRefInput>>,
+    /// The session (a conversation, a work session, a ticket) the memory belongs to, stored as
+    /// the tag `session=<id>`: search scores a memory together with the other memories of its
+    /// session.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// When what the memory records happened: YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC),
+    /// default now. Stored as `created_at`, which time filters, recency and relative dates in
+    /// questions ("last May") read.
+    #[serde(default)]
+    pub time: Option<String>,
 }
 
 /// Parses `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM[:SS[.fff]][Z]` (UTC) into Unix milliseconds.
@@ -259,6 +269,20 @@ pub(crate) fn record_from(
     now: i64,
     code_refs: Vec<CodeRef>,
 ) -> ToolResult<MemoryRecord> {
+    let created = match input.time.as_deref() {
+        Some(t) => parse_time("time", t)?,
+        None => now,
+    };
+    let mut tags = input.tags.unwrap_or_default();
+    if let Some(s) = input.session.as_deref().map(str::trim) {
+        if s.is_empty() {
+            return Err(ToolError::InvalidInput(
+                "`session` is empty; leave it out or name the session".into(),
+            ));
+        }
+        tags.retain(|t| format::memory::tag_key(t.trim()) != memory::search::SESSION_TAG);
+        tags.push(format!("{}={s}", memory::search::SESSION_TAG));
+    }
     let r = MemoryRecord {
         id,
         text: input.text,
@@ -272,11 +296,11 @@ pub(crate) fn record_from(
             .entity
             .map(|e| e.trim().to_string())
             .unwrap_or_default(),
-        tags: canonical_tags(&input.tags.unwrap_or_default())?,
+        tags: canonical_tags(&tags)?,
         source: input.source.unwrap_or_else(|| "agent".into()),
         evidence: input.evidence.unwrap_or_default(),
         code_refs,
-        created_at: now,
+        created_at: created,
         updated_at: now,
         state: "active".into(),
         similar: vec![],

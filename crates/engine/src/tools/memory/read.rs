@@ -101,6 +101,11 @@ impl Engine {
             ..SearchOptions::default()
         };
         check_weights(o.weights)?;
+        let now = match a.as_of.as_deref() {
+            Some(t) => parse_time("as_of", t)?,
+            None => now_ms(),
+        };
+        let when = memory::when::window(&a.query, now);
         let boosts = Boosts {
             entity: a.boost_entity.clone().filter(|s| !s.trim().is_empty()),
             category: a.boost_category.clone().filter(|s| !s.trim().is_empty()),
@@ -109,7 +114,9 @@ impl Engine {
                 .half_life_days
                 .unwrap_or(memory::search::DEFAULT_HALF_LIFE_DAYS),
             recency_weight: memory::search::DEFAULT_RECENCY_WEIGHT,
-            now_ms: now_ms(),
+            now_ms: now,
+            when: when.as_ref().map(|w| (w.start, w.end)),
+            sessions: memory::search::DEFAULT_SESSION_WEIGHTS,
         };
         let mut dbg = Debug::default();
         let snap = self.snapshot();
@@ -131,6 +138,15 @@ impl Engine {
         dbg.vector_ms = ms(tm.vector);
         dbg.bm25_ms = ms(tm.bm25);
         dbg.fusion_ms = ms(tm.fusion);
+        dbg.fusion = tm.choice.as_ref().map(|c| c.reason.clone());
+        dbg.time_window = when.map(|w| {
+            format!(
+                "\"{}\": {} to {} boosted",
+                w.phrase,
+                memory::time::rfc3339(w.start),
+                memory::time::rfc3339(w.end)
+            )
+        });
         let t = Instant::now();
         let max_chars = a.max_chars.unwrap_or(1000).max(1);
         let mut results: Vec<MemoryOut> = hits
