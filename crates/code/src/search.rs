@@ -972,6 +972,56 @@ mod tests {
     }
 
     #[test]
+    fn query_shapes_choose_the_vector_share() {
+        assert_eq!(shape("parse_config"), Shape::Identifier);
+        assert_eq!(shape("python merge two dicts"), Shape::Search);
+        assert_eq!(shape("How do I merge two dicts?"), Shape::Search);
+        assert_eq!(shape("What does the parser return"), Shape::Search);
+        assert_eq!(shape("Returns the merged mapping."), Shape::Prose);
+        assert_eq!(shape("Merge two dicts, later keys win"), Shape::Prose);
+        let a = Adapt::default();
+        let sg = |q: &str, pv: f32, pl: f32| Signals {
+            shape: Some(shape(q)),
+            peak_vector: pv,
+            peak_lexical: pl,
+            overlap: 0.0,
+        };
+        let c = |q: &str, pv, pl, corpus| choose_alpha(&sg(q, pv, pl), corpus, &a).alpha_vector;
+        assert_eq!(c("parse_config", 3.0, 1.0, Corpus::Code), a.identifier);
+        assert_eq!(
+            c("python merge dicts", 3.0, 1.0, Corpus::Code),
+            a.code_search
+        );
+        assert_eq!(c("Merges two dicts.", 3.0, 1.0, Corpus::Code), a.code_prose);
+        // Memories: the share grows with the vector list's lead, up to the bound, never down.
+        let m = |pv, pl| c("what is my dog called?", pv, pl, Corpus::Memory);
+        assert_eq!(m(1.0, 3.0), a.memory_search);
+        assert!((m(2.0, 1.0) - (a.memory_search + a.memory_peak_gain)).abs() < 1e-6);
+        assert_eq!(m(9.0, 0.0), a.max);
+        let ch = choose_alpha(&sg("python merge dicts", 2.0, 1.0), Corpus::Code, &a);
+        assert!(
+            ch.reason.contains("search-style") && ch.reason.contains("0.70"),
+            "{}",
+            ch.reason
+        );
+    }
+
+    #[test]
+    fn natural_language_queries_find_other_word_forms() {
+        let vocab = ["dict", "merge", "overwrite", "python"];
+        let df = |t: &str| u32::from(vocab.contains(&t));
+        assert_eq!(
+            expand_query("python merging two dicts without overwriting", df),
+            "python merging two dicts without overwriting merge dict overwrite"
+        );
+        // Forms already in the query, or absent from the index, are not added.
+        assert_eq!(expand_query("merge dicts dict", df), "merge dicts dict");
+        assert_eq!(expand_query("walking cats", df), "walking cats");
+        // Identifiers are exact.
+        assert_eq!(expand_query("merged_dicts", df), "merged_dicts");
+    }
+
+    #[test]
     fn path_globs() {
         let g = path_glob("*.rs").unwrap();
         assert!(g.is_match("src/lib.rs") && g.is_match("lib.rs") && !g.is_match("src/lib.py"));

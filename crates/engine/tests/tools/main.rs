@@ -12,5 +12,6 @@ mod code_tools;
 mod integrity;
 mod jobs;
 mod memory_concurrency;
+mod memory_context;
 mod memory_graph;
 mod snapshots;
