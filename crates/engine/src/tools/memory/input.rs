@@ -301,7 +301,7 @@ pub(crate) fn record_from(
         evidence: input.evidence.unwrap_or_default(),
         code_refs,
         created_at: created,
-        updated_at: now,
+        updated_at: now.max(created),
         state: "active".into(),
         similar: vec![],
     };
