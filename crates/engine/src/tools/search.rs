@@ -33,7 +33,10 @@ pub enum ModeArg {
 /// ranking, fused by a linear combination of z-scored lists (the default; weighted reciprocal
 /// rank fusion is the alternative, and `weights` shifts the balance). Use a sentence for
 /// behaviour ("where are retries configured") or an identifier for exact names
-/// (`parse_config`); identifier-like queries lean lexical. Filters: language, kind, path glob,
+/// (`parse_config`). The balance is chosen per query: identifier-like queries lean lexical,
+/// search-style questions lean vector, prose weighs both (`debug: true` says which and why).
+/// Each symbol also matches through its header (path, owner, signature, first doc sentence).
+/// Filters: language, kind, path glob,
 /// repo. Top results are expanded along the code graph (callees, callers, members), marked
 /// source=graph. Returns ranked chunks with path, lines, symbol id and a snippet.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
@@ -47,8 +50,9 @@ pub struct SearchCodeArgs {
     /// hybrid (default) | vector | lexical.
     #[serde(default)]
     pub mode: Option<ModeArg>,
-    /// Weights of the [vector, lexical] rankings in hybrid mode (default: by query shape,
-    /// identifiers lean lexical, sentences weigh both equally).
+    /// Weights of the [vector, lexical] rankings in hybrid mode (default: chosen per query by
+    /// its shape: identifiers lean lexical, search-style questions lean vector, prose weighs
+    /// both equally).
     #[serde(default)]
     pub weights: Option<[f32; 2]>,
     /// Only this language: rust, python, typescript, tsx, javascript, go, java, c, cpp, markdown, toml, ...

@@ -83,7 +83,10 @@ fn sessions_times_and_relative_dates() {
     // A planned event may lie in the future.
     let planned = add("dentist appointment for the crown", "chat-3", "2030-01-15");
     let m = call(&c, "get_memory", json!({"id": planned})).unwrap();
-    assert!(m["memory"]["created_at"].as_str().unwrap().starts_with("2030-01-15"));
+    assert!(m["memory"]["created_at"]
+        .as_str()
+        .unwrap()
+        .starts_with("2030-01-15"));
 
     // Bad input changes nothing and says what to fix.
     let e = call(

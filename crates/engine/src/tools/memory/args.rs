@@ -176,7 +176,8 @@ pub struct SearchMemoryArgs {
     /// `hybrid` (default), `vector` or `lexical`.
     #[serde(default)]
     pub mode: Option<String>,
-    /// [vector, lexical] weights for hybrid fusion.
+    /// [vector, lexical] weights for hybrid fusion (default: equal, leaning vector when the
+    /// vector ranking's best result stands out more than the lexical one's).
     #[serde(default)]
     pub weights: Option<[f32; 2]>,
     /// Rank memories about this entity higher.
