@@ -377,7 +377,7 @@ fn main() -> anyhow::Result<()> {
                 recency_weight: 0.1,
                 now_ms: now,
                 when: None,
-                sessions: memory::search::DEFAULT_SESSION_WEIGHTS,
+                sessions: memory::search::NO_SESSION_CONTEXT,
             };
             let mut res = Vec::new();
             for mode in [Mode::Vector, Mode::Lexical, Mode::Hybrid] {

@@ -30,6 +30,8 @@
 
 #[path = "../convmem_lite.rs"]
 mod convmem;
+#[path = "../convmem.rs"]
+mod convmem_b;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -65,6 +67,11 @@ struct Args {
     conversations: usize,
     #[arg(long, default_value = "convmem-v1")]
     memory_seed: String,
+    /// Which synthetic memory set: `a` (`convmem_lite.rs`, whose tune half chose the memory
+    /// parameters) or `b` (`convmem.rs`, written separately and never used to choose anything:
+    /// a second held-out set).
+    #[arg(long, default_value = "a")]
+    memory_set: String,
     /// Which queries count: all, tune (the half parameters may be chosen on) or holdout.
     #[arg(long, default_value = "all")]
     split: String,
@@ -499,12 +506,27 @@ type MemorySet = (Arc<engine::Engine>, Vec<Query>, HashMap<String, u64>);
 
 /// The memory set: a memory index with one memory per turn, and an engine over it.
 fn memory_set(args: &Args, enc: &kernels::Encoder) -> anyhow::Result<MemorySet> {
-    let ds = convmem::generate(&args.memory_seed, args.conversations);
-    println!("memory set: {}\n", convmem::stats(&ds));
+    let ds = match args.memory_set.as_str() {
+        "a" => {
+            let ds = convmem::generate(&args.memory_seed, args.conversations);
+            println!("memory set a: {}\n", convmem::stats(&ds));
+            ds
+        }
+        "b" => {
+            // Same shapes, converted through JSON.
+            let b = convmem_b::generate(&args.memory_seed, args.conversations);
+            println!("memory set b: {}\n", convmem_b::stats(&b));
+            serde_json::from_value(serde_json::to_value(&b)?)?
+        }
+        other => bail!("--memory-set must be a or b, not `{other}`"),
+    };
     let h = format::blake3_hex(serde_json::to_string(&ds)?.as_bytes());
-    let dir = args
-        .cache
-        .join(format!("memory-{}-{}", args.conversations, &h[..12]));
+    let dir = args.cache.join(format!(
+        "memory-{}-{}-{}",
+        args.memory_set,
+        args.conversations,
+        &h[..12]
+    ));
     let idx = dir.join("index");
     let mut ids: HashMap<String, u64> = HashMap::new();
     let mut lines = String::new();
@@ -882,13 +904,10 @@ fn memory_levers(
     keep: &dyn Fn(&Query) -> bool,
     session: Option<memory::search::SessionWeights>,
 ) -> anyhow::Result<()> {
-    use memory::search::{Boosts, MemFilter, MemKey, SessionWeights, DEFAULT_SESSION_WEIGHTS};
-    let off = SessionWeights {
-        session: 0.0,
-        neighbour: 0.0,
-    };
-    let sessw = session.unwrap_or(DEFAULT_SESSION_WEIGHTS);
-    let levers: [(&str, SessionWeights, bool, f32); 5] = [
+    use memory::search::{Boosts, MemFilter, MemKey, SessionWeights, SESSION_WEIGHTS};
+    let off = memory::search::NO_SESSION_CONTEXT;
+    let sessw = session.unwrap_or(SESSION_WEIGHTS);
+    let levers: [(&str, SessionWeights, bool, f32); 6] = [
         (
             "lever: none (fusion ½, no session, no dates)",
             off,
@@ -898,7 +917,8 @@ fn memory_levers(
         ("lever: peak-adaptive fusion only", off, false, 0.15),
         ("lever: session context only", sessw, false, 0.0),
         ("lever: relative dates only", off, true, 0.0),
-        ("lever: all (library)", sessw, true, 0.15),
+        ("lever: all defaults (library)", off, true, 0.15),
+        ("lever: all + session context", sessw, true, 0.15),
     ];
     let snap = engine.snapshot();
     for q in qs {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use format::bm25::TermStats;
 use roaring::RoaringBitmap;
 
-pub use crate::context::{SessionWeights, DEFAULT_SESSION_WEIGHTS, SESSION_TAG};
+pub use crate::context::{SessionWeights, NO_SESSION_CONTEXT, SESSION_TAG, SESSION_WEIGHTS};
 pub use crate::filter::{
     Boosts, MemFields, MemFilter, MemKey, CATEGORY_BOOST, DEFAULT_HALF_LIFE_DAYS,
     DEFAULT_RECENCY_WEIGHT, ENTITY_BOOST, MAX_TAG_BOOSTS, TAG_BOOST, WHEN_BOOST,
@@ -400,7 +400,7 @@ mod tests {
             recency_weight: 0.1,
             now_ms: 1_000 + 86_400_000,
             when: None,
-            sessions: DEFAULT_SESSION_WEIGHTS,
+            sessions: NO_SESSION_CONTEXT,
         };
         // entity 0.1 + tag 0.05 + recency 0.1 · 2^-1.
         assert!((b.boost(&r) - 0.2).abs() < 1e-6, "{}", b.boost(&r));

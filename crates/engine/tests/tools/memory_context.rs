@@ -71,6 +71,34 @@ fn sessions_times_and_relative_dates() {
     let fusion = v["debug"]["fusion"].as_str().unwrap_or_default();
     assert!(fusion.contains("vector share"), "{v}");
 
+    // Session context on request: the turn that only says "Tuesday works" rises with the
+    // ramen turn of its session.
+    let plain = call(
+        &c,
+        "search_memory",
+        json!({"query": "ramen place downtown", "as_of": "2026-03-01", "half_life_days": 0}),
+    )
+    .unwrap();
+    let with = call(
+        &c,
+        "search_memory",
+        json!({"query": "ramen place downtown", "as_of": "2026-03-01", "half_life_days": 0,
+               "session_context": true}),
+    )
+    .unwrap();
+    let score_of = |v: &serde_json::Value, id: &str| {
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .and_then(|r| r["score"].as_f64())
+    };
+    let a = score_of(&plain, &_may_next).expect("every memory is a candidate");
+    let b = score_of(&with, &_may_next).expect("every memory is a candidate");
+    assert!(b > a, "session context lifts a session-mate: {a} → {b}");
+    assert_eq!(with["results"][0]["id"], may.as_str(), "{with}");
+
     // Without a date in the question nothing is boosted.
     let v = call(
         &c,

@@ -197,6 +197,11 @@ pub struct SearchMemoryArgs {
     /// which boost memories of that time) are read from it.
     #[serde(default)]
     pub as_of: Option<String>,
+    /// Score each memory together with the other memories of its session (`session` on
+    /// `add_memories`): its session's best matches and its neighbours in time. For sessions
+    /// about one subject (a ticket, a work session); off by default.
+    #[serde(default)]
+    pub session_context: bool,
     /// Longest text per result, in characters (default 1000).
     #[serde(default)]
     pub max_chars: Option<usize>,

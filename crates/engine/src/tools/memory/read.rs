@@ -116,7 +116,11 @@ impl Engine {
             recency_weight: memory::search::DEFAULT_RECENCY_WEIGHT,
             now_ms: now,
             when: when.as_ref().map(|w| (w.start, w.end)),
-            sessions: memory::search::DEFAULT_SESSION_WEIGHTS,
+            sessions: if a.session_context {
+                memory::search::SESSION_WEIGHTS
+            } else {
+                memory::search::NO_SESSION_CONTEXT
+            },
         };
         let mut dbg = Debug::default();
         let snap = self.snapshot();
