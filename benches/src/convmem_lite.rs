@@ -433,31 +433,17 @@ const MONTHS: [&str; 12] = [
     "December",
 ];
 
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+use memory::time::{days_from_civil, rfc3339};
 
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
+/// A day number (days since 1970-01-01) as `YYYY-MM-DD`.
 fn date(days: i64) -> String {
-    let (y, m, d) = civil(days);
-    format!("{y:04}-{m:02}-{d:02}")
+    rfc3339(days * 86_400_000)[..10].to_string()
+}
+
+/// (year, month) of a day number.
+fn year_month(days: i64) -> (i64, u32) {
+    let d = date(days);
+    (d[..4].parse().unwrap_or(1970), d[5..7].parse().unwrap_or(1))
 }
 
 /// A turn to place: (session index, text, speaker, tag for evidence lookup).
@@ -485,7 +471,7 @@ pub fn generate(seed: &str, conversations: usize) -> Dataset {
         let ask_at = dates[n_sessions - 1] + 1 + r.below(20) as i64;
         // "in May" when that May is the last one before the question, else "in May 2024".
         let month_phrase = |d: i64| {
-            let (y, m, _) = civil(d);
+            let (y, m) = year_month(d);
             if ask_at - d < 300 {
                 MONTHS[m as usize - 1].to_string()
             } else {

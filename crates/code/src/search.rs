@@ -544,10 +544,24 @@ pub fn signals(
     lex_list: &[(usize, u32, f32)],
     query: &str,
 ) -> Signals {
-    let peak = |l: &[(usize, u32, f32)]| {
-        let n = zscores(l);
-        n.raw.first().copied().unwrap_or(0.0)
-    };
+    signals_of(
+        vec_list,
+        lex_list,
+        &zscores(vec_list),
+        &zscores(lex_list),
+        query,
+    )
+}
+
+/// [`signals`] from lists already z-normalised (`nv`, `nl`), as fusion has them.
+fn signals_of(
+    vec_list: &[(usize, u32, f32)],
+    lex_list: &[(usize, u32, f32)],
+    nv: &Normed,
+    nl: &Normed,
+    query: &str,
+) -> Signals {
+    let peak = |n: &Normed| n.raw.first().copied().unwrap_or(0.0);
     let top = |l: &[(usize, u32, f32)]| -> Vec<ChunkRef> {
         l.iter().take(10).map(|&(s, c, _)| (s, c)).collect()
     };
@@ -555,8 +569,8 @@ pub fn signals(
     let shared = tv.iter().filter(|k| tl.contains(k)).count();
     Signals {
         shape: Some(shape(query)),
-        peak_vector: peak(vec_list),
-        peak_lexical: peak(lex_list),
+        peak_vector: peak(nv),
+        peak_lexical: peak(nl),
         overlap: shared as f32 / 10.0,
     }
 }
@@ -641,6 +655,8 @@ fn fuse_all(
             }
         }
         Fusion::LinearZScore => {
+            let nv = zscores(vec_list);
+            let nl = zscores(lex_list);
             let alpha = match o.weights {
                 Some((wv, wl)) => {
                     if wv + wl > 0.0 {
@@ -650,14 +666,13 @@ fn fuse_all(
                     }
                 }
                 None => {
-                    let c = choose_alpha(&signals(vec_list, lex_list, query), o.corpus, &o.adapt);
+                    let sg = signals_of(vec_list, lex_list, &nv, &nl, query);
+                    let c = choose_alpha(&sg, o.corpus, &o.adapt);
                     let a = c.alpha_vector;
                     choice = Some(c);
                     a
                 }
             };
-            let nv = zscores(vec_list);
-            let nl = zscores(lex_list);
             for (r, (si, c, _)) in vec_list.iter().enumerate() {
                 let e = fused.entry((*si, *c)).or_insert((0.0, None, None));
                 e.1 = Some(r + 1);
