@@ -442,16 +442,19 @@ fn squash(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// A natural-language query with, after its words, the other forms of them
-/// ([`format::text::variants`]: singulars, `-ing`/`-ed` stems) that the index holds and the
-/// query does not (`df` gives a term's document frequency): "merging two dicts" also looks for
-/// `merge` and `dict`. Identifier-like queries are returned unchanged (their tokens are exact).
+/// The lexical side of a natural-language query: without its question words
+/// ([`format::text::question_terms`]: "how do I …"), and with, after its words, the other
+/// forms of them ([`format::text::variants`]: singulars, `-ing`/`-ed` stems) that the index
+/// holds and the query does not (`df` gives a term's document frequency): "merging two dicts"
+/// also looks for `merge` and `dict`. Identifier-like queries are returned unchanged (their
+/// tokens are exact).
 pub fn expand_query(query: &str, df: impl Fn(&str) -> u32) -> String {
     if identifier_like(query) {
         return query.to_string();
     }
+    let query = format::text::question_terms(query);
     let mut have: Vec<String> = Vec::new();
-    format::text::for_each_token(query, |t| {
+    format::text::for_each_token(&query, |t| {
         if !have.iter().any(|h| h == t) {
             have.push(t.to_string());
         }
@@ -465,7 +468,7 @@ pub fn expand_query(query: &str, df: impl Fn(&str) -> u32) -> String {
         }
     }
     if extra.is_empty() {
-        return query.to_string();
+        return query;
     }
     format!("{query} {}", extra.join(" "))
 }
@@ -1034,6 +1037,11 @@ mod tests {
         assert_eq!(expand_query("walking cats", df), "walking cats");
         // Identifiers are exact.
         assert_eq!(expand_query("merged_dicts", df), "merged_dicts");
+        // No question words.
+        assert_eq!(
+            expand_query("How do I merge dicts?", df),
+            "I merge dicts? dict"
+        );
     }
 
     #[test]

@@ -59,6 +59,32 @@ fn push(buf: &mut String, tok: &str, emit: &mut impl FnMut(&str)) {
     emit(buf);
 }
 
+/// Words of a natural-language question that say nothing about what is asked for ("how do I
+/// …", "what does my …"): [`question_terms`] drops them from the lexical side of a sentence
+/// query. Short, on purpose: words a program could be about (`get`, `use`, `file`) stay.
+pub const QUESTION_WORDS: &[&str] = &[
+    "how", "what", "which", "why", "when", "where", "who", "whom", "whose", "do", "does", "did",
+    "can", "could", "should", "would", "me", "my", "we", "our", "you", "your",
+];
+
+/// `query` without its [`QUESTION_WORDS`] (compared lower-cased, punctuation around a word
+/// ignored), or unchanged when nothing else would remain.
+pub fn question_terms(query: &str) -> String {
+    let keep: Vec<&str> = query
+        .split_whitespace()
+        .filter(|w| {
+            let bare = w
+                .trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase();
+            !QUESTION_WORDS.contains(&bare.as_str())
+        })
+        .collect();
+    if keep.is_empty() || keep.len() == query.split_whitespace().count() {
+        return query.to_string();
+    }
+    keep.join(" ")
+}
+
 /// Other forms of an English word a code base may spell it with: the singular of a plural
 /// (`dicts` → `dict`, `matches` → `match`, `libraries` → `library`) and the stem of an `-ing` /
 /// `-ed` form (`merging` → `merge`, `merg`; `parsed` → `parse`, `pars`; `stopped` → `stop`).
@@ -202,5 +228,15 @@ mod tests {
         assert!(v("status").is_empty());
         assert!(v("parseHTTP").is_empty());
         assert!(v("abc").is_empty());
+    }
+
+    #[test]
+    fn question_words_leave_the_subject() {
+        assert_eq!(
+            question_terms("How do I merge two dicts in Python?"),
+            "I merge two dicts in Python?"
+        );
+        assert_eq!(question_terms("what does my"), "what does my");
+        assert_eq!(question_terms("parse_args"), "parse_args");
     }
 }

@@ -55,6 +55,24 @@ pub fn mem_term_stats(snap: &MemoryView, query: &str) -> TermStats {
     st
 }
 
+/// Memories (segments and delta, tombstoned ones included) that hold `term`.
+fn mem_df(snap: &MemoryView, term: &str) -> u32 {
+    let segs: u32 = snap
+        .index
+        .memory
+        .iter()
+        .map(|ls| {
+            let p = ls.segment.postings();
+            p.term_id(term).map_or(0, |i| p.term_df[i].to_native())
+        })
+        .sum();
+    segs + snap
+        .delta
+        .postings
+        .get(term)
+        .map_or(0, |pl| pl.len() as u32)
+}
+
 /// BM25 over the delta through its postings: IDF from `stats` (index-wide), average length
 /// the delta's own, so scores are computed exactly as a segment of these memories would
 /// compute them. Returns (slot, score) for entries passing `filter`.
@@ -172,6 +190,15 @@ pub fn search(
     let mut lex_list = Vec::new();
     if o.mode != Mode::Vector {
         let t = Instant::now();
+        // The lexical query: a sentence without its question words, with the other forms of
+        // its words that these memories hold ([`code::search::expand_query`]).
+        let expanded;
+        let query = if o.expand {
+            expanded = code::search::expand_query(query, |t| mem_df(snap, t));
+            expanded.as_str()
+        } else {
+            query
+        };
         let stats = mem_term_stats(snap, query);
         for (si, ls) in segs.iter().enumerate() {
             for (c, s) in ls.segment.search_bm25_above(

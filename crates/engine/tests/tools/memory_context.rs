@@ -108,6 +108,22 @@ fn sessions_times_and_relative_dates() {
     .unwrap();
     assert!(v["debug"]["time_window"].is_null(), "{v}");
 
+    // Lexical search finds other forms of a question's words ("hiking" → "hike"), and its
+    // question words ("how", "did") find nothing by themselves.
+    let hike = add(
+        "I went on a long hike near the lake",
+        "chat-4",
+        "2025-07-02",
+    );
+    let v = call(
+        &c,
+        "search_memory",
+        json!({"query": "how did the hiking go?", "mode": "lexical", "as_of": "2026-03-01"}),
+    )
+    .unwrap();
+    assert_eq!(v["results"][0]["id"], hike.as_str(), "{v}");
+    assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
+
     // A planned event may lie in the future.
     let planned = add("dentist appointment for the crown", "chat-3", "2030-01-15");
     let m = call(&c, "get_memory", json!({"id": planned})).unwrap();
