@@ -87,6 +87,7 @@ fn main() -> anyhow::Result<()> {
         &repo,
         walk::DEFAULT_MAX_FILE_BYTES,
         walk::Symlinks::Confined,
+        walk::Rules::default(),
     );
     let mut texts = Vec::new();
     for c in &w.candidates {

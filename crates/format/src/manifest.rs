@@ -62,13 +62,29 @@ pub struct IndexManifest {
     pub roots: Vec<RootEntry>,
 }
 
-/// A repository root the index was built from.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+/// A repository root the index was built from, with the walk rules it was built with, so a
+/// re-index (`reindex`, an incremental build from a server) walks it the same way instead of
+/// dropping the files those rules let in.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RootEntry {
     /// Repository name (the `repo` of its files).
     pub repo: String,
     /// Absolute path of the root directory when it was last built.
     pub path: String,
+    /// Built with `--no-ignore`: `.gitignore` / `.ignore` files and git's excludes were not
+    /// applied.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_ignore: bool,
+    /// Built with `--hidden`: hidden files and directories were walked (`.git` never is).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub hidden: bool,
+    /// Built with `--follow-external-symlinks`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub follow_external_symlinks: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// An exclusive advisory lock on an index directory (`dir/LOCK`), held by every

@@ -195,6 +195,7 @@ mod tests {
                 .unwrap()
                 .to_string_lossy()
                 .into_owned(),
+            ..RootEntry::default()
         }
     }
 

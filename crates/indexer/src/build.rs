@@ -169,7 +169,14 @@ fn walk_roots(
             return Err(IndexerError::MissingRoot(root.clone()));
         }
         let repo = opts.repo.clone().unwrap_or_else(|| walk::repo_name(root));
-        let w = walk::walk(root, &repo, opts.max_file_bytes, opts.symlinks);
+        let w = walk::walk(root, &repo, opts.max_file_bytes, opts.symlinks, opts.rules);
+        if w.candidates.is_empty() {
+            if let Some(why) =
+                walk::explain_empty(root, opts.max_file_bytes, opts.symlinks, opts.rules)
+            {
+                report.warnings.push(why);
+            }
+        }
         for (_, reason) in &w.skipped {
             *report.skipped.entry(reason.name()).or_insert(0) += 1;
         }
@@ -341,6 +348,9 @@ fn manifest_roots(opts: &BuildOptions) -> Vec<RootEntry> {
                 .unwrap_or_else(|_| r.clone())
                 .to_string_lossy()
                 .into_owned(),
+            no_ignore: opts.rules.no_ignore,
+            hidden: opts.rules.hidden,
+            follow_external_symlinks: opts.symlinks == walk::Symlinks::FollowExternal,
         })
         .collect()
 }

@@ -57,6 +57,15 @@ enum Cmd {
         /// roots unless asked).
         #[arg(long)]
         follow_external_symlinks: bool,
+        /// Also index what `.gitignore` / `.ignore` files and git's excludes leave out (a
+        /// virtualenv, vendored code, build output). Recorded in MANIFEST, so server-side
+        /// re-indexing of the root walks it the same way.
+        #[arg(long)]
+        no_ignore: bool,
+        /// Also index hidden files and directories (names starting with `.`); `.git` stays
+        /// out. Recorded like --no-ignore.
+        #[arg(long)]
+        hidden: bool,
         /// Build the code from scratch: the code segments of --out are dropped and re-indexed;
         /// memories (memory segments, memory.wal) are kept. Also repairs an index whose MANIFEST
         /// is damaged (moved aside as MANIFEST.bak-<time>; the memories are recovered from their
@@ -109,6 +118,8 @@ fn run() -> anyhow::Result<ExitCode> {
             repo,
             max_file_bytes,
             follow_external_symlinks,
+            no_ignore,
+            hidden,
             rebuild,
             quiet,
             json,
@@ -164,6 +175,7 @@ fn run() -> anyhow::Result<ExitCode> {
             if follow_external_symlinks {
                 opts.symlinks = indexer::walk::Symlinks::FollowExternal;
             }
+            opts.rules = indexer::walk::Rules { no_ignore, hidden };
             let t = Instant::now();
             let report = build::build(&opts, &encoder, &progress)?;
             let total = t.elapsed();

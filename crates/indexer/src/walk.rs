@@ -41,6 +41,16 @@ pub enum Symlinks {
     FollowExternal,
 }
 
+/// Which ignore rules and hidden files the walk respects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// Also the files that `.gitignore` / `.ignore` files (in the root, below it and in its
+    /// parent directories) and git's excludes leave out (`indexer build --no-ignore`).
+    pub no_ignore: bool,
+    /// Also hidden files and directories (`--hidden`). `.git` directories stay out.
+    pub hidden: bool,
+}
+
 impl SkipReason {
     pub fn name(self) -> &'static str {
         match self {
@@ -133,8 +143,15 @@ pub fn repo_name(root: &Path) -> String {
 }
 
 /// Walks `root` (a directory or a single file), respecting .gitignore/.ignore files and hidden
-/// files, following symlinks as `symlinks` says (loops are reported as errors, not followed).
-pub fn walk(root: &Path, repo: &str, max_file_bytes: u64, symlinks: Symlinks) -> WalkOutput {
+/// files unless `rules` says otherwise, following symlinks as `symlinks` says (loops are
+/// reported as errors, not followed). `.git` directories are never walked.
+pub fn walk(
+    root: &Path,
+    repo: &str,
+    max_file_bytes: u64,
+    symlinks: Symlinks,
+    rules: Rules,
+) -> WalkOutput {
     let mut out = WalkOutput::default();
     let base = if root.is_file() {
         root.parent().unwrap_or(Path::new(".")).to_path_buf()
@@ -152,26 +169,42 @@ pub fn walk(root: &Path, repo: &str, max_file_bytes: u64, symlinks: Symlinks) ->
     builder
         .follow_links(true)
         .require_git(false)
+        .hidden(!rules.hidden)
         .sort_by_file_path(|a, b| a.cmp(b));
-    if let Some(limit) = confined_to.clone() {
-        let outside = Arc::clone(&outside);
-        // Pruned here, a directory link leading outside is never descended into.
-        builder.filter_entry(move |e| {
-            if e.depth() == 0 || !e.path_is_symlink() {
-                return true;
-            }
-            match resolve_within(&limit, e.path()) {
-                Resolution::Outside(target) => {
-                    outside
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((e.path().to_path_buf(), target));
-                    false
-                }
-                Resolution::Inside(_) | Resolution::Missing => true,
-            }
-        });
+    if rules.no_ignore {
+        builder
+            .ignore(false)
+            .git_ignore(false)
+            .git_global(false)
+            .git_exclude(false)
+            .parents(false);
     }
+    let limit = confined_to.clone();
+    let seen_outside = Arc::clone(&outside);
+    // Pruned here, a `.git` directory or a directory link leading outside is never descended
+    // into.
+    builder.filter_entry(move |e| {
+        if e.depth() == 0 {
+            return true;
+        }
+        if e.file_name() == ".git" {
+            return false;
+        }
+        let Some(limit) = &limit else { return true };
+        if !e.path_is_symlink() {
+            return true;
+        }
+        match resolve_within(limit, e.path()) {
+            Resolution::Outside(target) => {
+                seen_outside
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((e.path().to_path_buf(), target));
+                false
+            }
+            Resolution::Inside(_) | Resolution::Missing => true,
+        }
+    });
     for entry in builder.build() {
         let entry = match entry {
             Ok(e) => e,
@@ -236,6 +269,109 @@ pub fn walk(root: &Path, repo: &str, max_file_bytes: u64, symlinks: Symlinks) ->
     }
     out.outside = outside;
     out
+}
+
+/// Why a walk of the directory `root` under `rules` found no file to index although it holds
+/// some: the ignore file and pattern that excluded them (or that they are hidden), with the
+/// flag that lets them in, as the build summary's `warning: skipped …` line. `None` when the
+/// walk finds files, or when the other rules find nothing either.
+pub fn explain_empty(
+    root: &Path,
+    max_file_bytes: u64,
+    symlinks: Symlinks,
+    rules: Rules,
+) -> Option<String> {
+    if !root.is_dir()
+        || !walk(root, "", max_file_bytes, symlinks, rules)
+            .candidates
+            .is_empty()
+    {
+        return None;
+    }
+    if !rules.no_ignore {
+        let w = walk(
+            root,
+            "",
+            max_file_bytes,
+            symlinks,
+            Rules {
+                no_ignore: true,
+                ..rules
+            },
+        );
+        if let Some(first) = w.candidates.first() {
+            let n = w.candidates.len();
+            let why = match ignoring_rule(&first.abs_path) {
+                Some((file, pattern)) => {
+                    format!("excluded by `{pattern}` in {}", file.display())
+                }
+                None => "excluded by ignore rules (a .gitignore or .ignore file, or git's \
+                         excludes)"
+                    .to_string(),
+            };
+            return Some(format!(
+                "{} (all {n} indexable files): {why}; `indexer build --no-ignore` indexes them",
+                root.display()
+            ));
+        }
+    }
+    if !rules.hidden {
+        let w = walk(
+            root,
+            "",
+            max_file_bytes,
+            symlinks,
+            Rules {
+                no_ignore: true,
+                hidden: true,
+            },
+        );
+        if !w.candidates.is_empty() {
+            return Some(format!(
+                "{} (all {} indexable files): hidden files or inside hidden directories; \
+                 `indexer build --hidden` indexes them (with --no-ignore if ignore files \
+                 exclude them too)",
+                root.display(),
+                w.candidates.len()
+            ));
+        }
+    }
+    None
+}
+
+/// The ignore file and pattern that exclude `file` (or a directory above it), looking at
+/// `.ignore` and `.gitignore` files and git's `info/exclude` from its directory up to the
+/// file-system root, nearest first (a nearer whitelist, `!pattern`, ends the search).
+fn ignoring_rule(file: &Path) -> Option<(PathBuf, String)> {
+    use ignore::gitignore::GitignoreBuilder;
+    // Absolute and resolved, so every directory above it is seen and each matcher's root is a
+    // prefix of it.
+    let file = std::fs::canonicalize(file).ok()?;
+    let file = file.as_path();
+    let mut dir = file.parent();
+    while let Some(d) = dir {
+        for f in [
+            d.join(".ignore"),
+            d.join(".gitignore"),
+            d.join(".git/info/exclude"),
+        ] {
+            if !f.is_file() {
+                continue;
+            }
+            let mut b = GitignoreBuilder::new(d);
+            if b.add(&f).is_some() {
+                continue;
+            }
+            let Ok(gi) = b.build() else { continue };
+            match gi.matched_path_or_any_parents(file, false) {
+                ignore::Match::Ignore(g) => return Some((f, g.original().to_string())),
+                ignore::Match::Whitelist(_) => return None,
+                ignore::Match::None => {}
+            }
+        }
+        dir = d.parent();
+    }
+    None
 }
 
 /// Where an open file really is (its symlinks resolved when it was opened), for the read-time
@@ -330,7 +466,7 @@ mod tests {
             "// Code generated by protoc. DO NOT EDIT.\npackage x\n",
         )
         .unwrap();
-        let out = walk(p, "r", 1000, Symlinks::Confined);
+        let out = walk(p, "r", 1000, Symlinks::Confined, Rules::default());
         let names: Vec<_> = out.candidates.iter().map(|c| c.rel_path.as_str()).collect();
         assert_eq!(names, ["gen.go", "latin.py", "nul.py", "src/a.rs"]);
         assert!(out
@@ -361,6 +497,75 @@ mod tests {
         );
     }
 
+    /// A virtualenv's `.gitignore` of `*` hides the whole tree: the default walk finds
+    /// nothing and says which file and pattern did it; `--no-ignore` indexes it.
+    #[test]
+    fn ignore_rules_and_hidden_files_are_the_callers_choice() {
+        let d = tempfile::tempdir().unwrap();
+        let venv = d.path().join("venv");
+        std::fs::create_dir_all(venv.join("lib/pkg")).unwrap();
+        std::fs::write(venv.join(".gitignore"), "# created by virtualenv\n*\n").unwrap();
+        std::fs::write(venv.join("lib/pkg/mod.py"), "def f():\n    pass\n").unwrap();
+        std::fs::write(venv.join("lib/pkg/util.py"), "def g():\n    pass\n").unwrap();
+        let names = |o: &WalkOutput| -> Vec<String> {
+            o.candidates.iter().map(|c| c.rel_path.clone()).collect()
+        };
+        let max = DEFAULT_MAX_FILE_BYTES;
+        let (conf, def) = (Symlinks::Confined, Rules::default());
+        assert!(walk(&venv, "r", max, conf, def).candidates.is_empty());
+        let why = explain_empty(&venv, max, conf, def).expect("an explanation");
+        assert!(
+            why.contains("2 indexable files")
+                && why.contains("`*`")
+                && why.contains(".gitignore")
+                && why.contains("--no-ignore"),
+            "{why}"
+        );
+        let all = Rules {
+            no_ignore: true,
+            hidden: false,
+        };
+        assert_eq!(
+            names(&walk(&venv, "r", max, conf, all)),
+            ["lib/pkg/mod.py", "lib/pkg/util.py"]
+        );
+        assert_eq!(explain_empty(&venv, max, conf, all), None);
+
+        // Hidden files and directories: only on request, and `.git` never.
+        let repo = d.path().join("repo");
+        std::fs::create_dir_all(repo.join(".github/scripts")).unwrap();
+        std::fs::create_dir_all(repo.join(".git/hooks")).unwrap();
+        std::fs::write(repo.join(".github/scripts/ci.py"), "X = 1\n").unwrap();
+        std::fs::write(repo.join(".git/hooks/pre.py"), "Y = 1\n").unwrap();
+        std::fs::write(repo.join(".env.py"), "Z = 1\n").unwrap();
+        assert!(walk(&repo, "r", max, conf, def).candidates.is_empty());
+        let why = explain_empty(&repo, max, conf, def).expect("an explanation");
+        assert!(
+            why.contains("2 indexable files") && why.contains("--hidden"),
+            "{why}"
+        );
+        let hidden = Rules {
+            no_ignore: false,
+            hidden: true,
+        };
+        assert_eq!(
+            names(&walk(&repo, "r", max, conf, hidden)),
+            [".env.py", ".github/scripts/ci.py"]
+        );
+        // A nearer whitelist wins over a broader ignore.
+        std::fs::write(repo.join(".gitignore"), "*.py\n").unwrap();
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        std::fs::write(repo.join("src/.gitignore"), "!keep.py\n").unwrap();
+        std::fs::write(repo.join("src/keep.py"), "K = 1\n").unwrap();
+        std::fs::write(repo.join("src/drop.py"), "D = 1\n").unwrap();
+        assert_eq!(names(&walk(&repo, "r", max, conf, def)), ["src/keep.py"]);
+        assert_eq!(
+            ignoring_rule(&repo.join("src/drop.py")).map(|(_, p)| p),
+            Some("*.py".to_string())
+        );
+        assert_eq!(ignoring_rule(&repo.join("src/keep.py")), None);
+    }
+
     #[cfg(unix)]
     #[test]
     fn symlink_loop_is_an_error_not_a_hang() {
@@ -368,7 +573,13 @@ mod tests {
         std::fs::create_dir_all(d.path().join("a")).unwrap();
         std::fs::write(d.path().join("a/x.py"), "def x():\n    pass\n").unwrap();
         std::os::unix::fs::symlink(d.path(), d.path().join("a/loop")).unwrap();
-        let out = walk(d.path(), "r", DEFAULT_MAX_FILE_BYTES, Symlinks::Confined);
+        let out = walk(
+            d.path(),
+            "r",
+            DEFAULT_MAX_FILE_BYTES,
+            Symlinks::Confined,
+            Rules::default(),
+        );
         assert_eq!(out.candidates.len(), 1);
         assert!(!out.errors.is_empty());
     }
@@ -392,7 +603,13 @@ mod tests {
         symlink(repo.join("src/a.py"), repo.join("alias.py")).unwrap();
         symlink(repo.join("src"), repo.join("src2")).unwrap();
 
-        let out = walk(&repo, "r", DEFAULT_MAX_FILE_BYTES, Symlinks::Confined);
+        let out = walk(
+            &repo,
+            "r",
+            DEFAULT_MAX_FILE_BYTES,
+            Symlinks::Confined,
+            Rules::default(),
+        );
         let names: Vec<_> = out.candidates.iter().map(|c| c.rel_path.as_str()).collect();
         assert_eq!(names, ["alias.py", "src/a.py", "src2/a.py"]);
         let mut outside_skips: Vec<_> = out
@@ -416,7 +633,13 @@ mod tests {
             assert!(read_source(c).is_ok(), "{}", c.rel_path);
         }
 
-        let out = walk(&repo, "r", DEFAULT_MAX_FILE_BYTES, Symlinks::FollowExternal);
+        let out = walk(
+            &repo,
+            "r",
+            DEFAULT_MAX_FILE_BYTES,
+            Symlinks::FollowExternal,
+            Rules::default(),
+        );
         let names: Vec<_> = out.candidates.iter().map(|c| c.rel_path.as_str()).collect();
         assert_eq!(
             names,
@@ -441,7 +664,13 @@ mod tests {
         std::fs::create_dir_all(&repo).unwrap();
         std::fs::write(d.path().join("secret.py"), "TOKEN = 'x'\n").unwrap();
         std::fs::write(repo.join("a.py"), "def a():\n    pass\n").unwrap();
-        let out = walk(&repo, "r", DEFAULT_MAX_FILE_BYTES, Symlinks::Confined);
+        let out = walk(
+            &repo,
+            "r",
+            DEFAULT_MAX_FILE_BYTES,
+            Symlinks::Confined,
+            Rules::default(),
+        );
         assert_eq!(out.candidates.len(), 1);
         std::fs::remove_file(repo.join("a.py")).unwrap();
         std::os::unix::fs::symlink(d.path().join("secret.py"), repo.join("a.py")).unwrap();

@@ -496,6 +496,7 @@ mod tests {
         let roots = vec![RootEntry {
             repo: "app".into(),
             path: app.to_string_lossy().into_owned(),
+            ..RootEntry::default()
         }];
         assert!(resolve_path(&roots, "", "src/new.rs").unwrap().is_some());
         assert!(resolve_path(&roots, "other", "a.rs").is_err());

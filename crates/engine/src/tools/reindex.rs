@@ -191,6 +191,14 @@ impl Engine {
         for (root, prefixes) in targets {
             let mut opts = BuildOptions::new(vec![PathBuf::from(&root.path)], self.dir().into());
             opts.repo = Some(root.repo.clone());
+            // The walk rules the root was built with: other rules would drop (or add) files.
+            opts.rules = indexer::walk::Rules {
+                no_ignore: root.no_ignore,
+                hidden: root.hidden,
+            };
+            if root.follow_external_symlinks {
+                opts.symlinks = indexer::walk::Symlinks::FollowExternal;
+            }
             if !prefixes.is_empty() {
                 opts.only = Some(
                     prefixes
@@ -301,6 +309,7 @@ mod tests {
         let roots = vec![RootEntry {
             repo: "app".into(),
             path: app.to_string_lossy().into_owned(),
+            ..RootEntry::default()
         }];
         let ok = |p: &str| resolve(&roots, p).map(|(_, r)| r);
         assert_eq!(ok("src/a.rs").unwrap(), "src/a.rs");

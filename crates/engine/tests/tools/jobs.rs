@@ -155,3 +155,41 @@ fn reindex_skips_symlinks_leading_outside_the_root() {
     }
     drop(c);
 }
+
+/// A root built with `--no-ignore` keeps its ignored files through a whole-root `reindex`:
+/// the rules are recorded in MANIFEST and the server walks the root with them.
+#[test]
+fn reindex_walks_a_root_with_the_rules_it_was_built_with() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = cix_tests::fixture_copy(tmp.path());
+    std::fs::create_dir_all(repo.join("vendor")).unwrap();
+    std::fs::write(repo.join(".gitignore"), "vendor/\n").unwrap();
+    std::fs::write(
+        repo.join("vendor/quux.py"),
+        "def frobnicate_vendored_quux():\n    return 1\n",
+    )
+    .unwrap();
+    let index = tmp.path().join("index");
+    let mut opts = indexer::build::BuildOptions::new(vec![repo.clone()], index.clone());
+    opts.rules.no_ignore = true;
+    indexer::build::build(
+        &opts,
+        cix_tests::encoder(),
+        &indexer::progress::Progress::silent(),
+    )
+    .unwrap();
+    let manifest = std::fs::read_to_string(index.join("MANIFEST")).unwrap();
+    assert!(manifest.contains("\"no_ignore\": true"), "{manifest}");
+    let c = start(&index, None);
+    let q = json!({"query": "frobnicate_vendored_quux", "mode": "lexical"});
+    let found = |c: &std::sync::Arc<engine::Engine>| {
+        let r = call(c, "search_code", q.clone()).unwrap();
+        r["results"][0]["name"] == "frobnicate_vendored_quux"
+    };
+    assert!(found(&c));
+    let j = call(&c, "reindex", json!({"wait": true})).unwrap();
+    assert_eq!(j["state"], "done", "{j:#}");
+    assert_eq!(j["files_deleted"], 0, "{j:#}");
+    c.reload_if_changed().unwrap();
+    assert!(found(&c), "the ignored file left the index on reindex");
+}

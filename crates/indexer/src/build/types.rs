@@ -26,6 +26,8 @@ pub struct BuildOptions {
     pub only: Option<Vec<(String, String)>>,
     /// Which symlinks the walk follows: by default only those resolving inside their root.
     pub symlinks: walk::Symlinks,
+    /// Which ignore rules and hidden files the walk respects (default: all of them).
+    pub rules: walk::Rules,
 }
 
 impl BuildOptions {
@@ -55,6 +57,7 @@ impl BuildOptions {
             embed_group: 256,
             only: None,
             symlinks: walk::Symlinks::Confined,
+            rules: walk::Rules::default(),
         }
     }
 }
