@@ -356,12 +356,19 @@ fn manifest_roots(opts: &BuildOptions) -> Vec<RootEntry> {
 }
 
 /// Whether the manifest of `ix` already has a root for every repository of `roots`. A
-/// repository the manifest has no root for is worth a commit of its own; a known one whose
-/// checkout moved is updated with the next real change.
+/// repository the manifest has no root for, or one now walked with other rules (`--no-ignore`,
+/// `--hidden`, external symlinks), is worth a commit of its own (a server-side re-index must
+/// walk it the same way); a known one whose checkout moved is updated with the next real
+/// change.
 fn roots_known(ix: &Index, roots: &[RootEntry]) -> bool {
-    roots
-        .iter()
-        .all(|r| ix.manifest.roots.iter().any(|x| x.repo == r.repo))
+    roots.iter().all(|r| {
+        ix.manifest.roots.iter().any(|x| {
+            x.repo == r.repo
+                && x.no_ignore == r.no_ignore
+                && x.hidden == r.hidden
+                && x.follow_external_symlinks == r.follow_external_symlinks
+        })
+    })
 }
 
 /// Local numbering of the new segment: changed files in order, their chunks in order.
