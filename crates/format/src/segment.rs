@@ -139,6 +139,10 @@ impl SegmentBuilder {
 
     /// Writes the segment into `index_dir/seg-<id>/` and returns its id and manifest. Writing
     /// the same content twice yields the same id and leaves the existing directory untouched.
+    ///
+    /// Each component is encoded, written (header and payload framed once, no further copy),
+    /// synced, hashed and dropped before the next is encoded, so the writer's peak memory is
+    /// the builder plus its largest component, not the sum of all of them.
     pub fn write(
         self,
         index_dir: &Path,
@@ -146,12 +150,42 @@ impl SegmentBuilder {
         dim: usize,
     ) -> Result<(String, SegmentMeta)> {
         self.validate(dim)?;
+        let tmp = index_dir.join(format!(".tmp-seg-{}-{}", std::process::id(), unique()));
+        crate::fsio::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        let result = self.write_into(&tmp, index_dir, model_id, dim);
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        result
+    }
+
+    /// [`Self::write`] into the fresh directory `tmp`, renamed into place at the end.
+    fn write_into(
+        self,
+        tmp: &Path,
+        index_dir: &Path,
+        model_id: &str,
+        dim: usize,
+    ) -> Result<(String, SegmentMeta)> {
         let n = self.chunks.len() as u32;
         let nf = self.files.len() as u32;
-        let enc = |what: &str, r: std::result::Result<rkyv::util::AlignedVec, rancor::Error>| {
-            r.map(|v| v.to_vec())
-                .map_err(|e| FormatError::InvalidInput(format!("cannot archive {what}: {e}")))
+        let d = dim as u32;
+        let mut files: Vec<FileEntry> = Vec::new();
+        let mut put = |c: Component, payload: &[u8]| -> Result<()> {
+            let bytes = header::frame(c, d, model_id, payload);
+            let p = tmp.join(c.file_name());
+            write_synced(&p, &bytes)?;
+            files.push(FileEntry {
+                name: c.file_name().to_string(),
+                size: bytes.len() as u64,
+                blake3: crate::blake3_hex(&bytes),
+            });
+            Ok(())
         };
+        let archived =
+            |what: &str, r: std::result::Result<rkyv::util::AlignedVec, rancor::Error>| {
+                r.map_err(|e| FormatError::InvalidInput(format!("cannot archive {what}: {e}")))
+            };
         let fields: Vec<DocFields> = self
             .chunks
             .iter()
@@ -165,113 +199,81 @@ impl SegmentBuilder {
         let postings = bm25::build(&fields);
         drop(fields);
         let graph = graph::build(n, n + nf, &self.edges, self.external_edges);
-        let vector_bytes: Vec<u8> = self.vectors.iter().flat_map(|f| f.to_le_bytes()).collect();
-        let memories = (!self.memories.is_empty()).then(|| MemoryTable::new(self.memories));
-        let table = ChunkTable::with_lookups(self.files, self.chunks);
-        let d = dim as u32;
-        let mut outputs: Vec<(&str, Vec<u8>)> = vec![
-            (
-                Component::Chunks.file_name(),
-                header::frame(
-                    Component::Chunks,
-                    d,
-                    model_id,
-                    &enc("chunks", rkyv::to_bytes(&table))?,
-                ),
-            ),
-            (
-                Component::Postings.file_name(),
-                header::frame(
-                    Component::Postings,
-                    d,
-                    model_id,
-                    &enc("postings", rkyv::to_bytes(&postings))?,
-                ),
-            ),
-            (
-                Component::Graph.file_name(),
-                header::frame(
-                    Component::Graph,
-                    d,
-                    model_id,
-                    &enc("graph", rkyv::to_bytes(&graph))?,
-                ),
-            ),
-            (
-                Component::Vectors.file_name(),
-                header::frame(Component::Vectors, d, model_id, &vector_bytes),
-            ),
-        ];
-        if let Some(m) = &memories {
-            outputs.push((
-                Component::Memories.file_name(),
-                header::frame(
-                    Component::Memories,
-                    d,
-                    model_id,
-                    &enc("memories", rkyv::to_bytes(m))?,
-                ),
-            ));
+        {
+            let table = ChunkTable::with_lookups(self.files, self.chunks);
+            put(
+                Component::Chunks,
+                &archived("chunks", rkyv::to_bytes(&table))?,
+            )?;
         }
-
-        let tmp = index_dir.join(format!(".tmp-seg-{}-{}", std::process::id(), unique()));
-        crate::fsio::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-        let result = (|| {
-            let mut vector_index = "flat".to_string();
-            if n as usize >= vectors::IVF_THRESHOLD {
-                let p = tmp.join(IVF_FILE);
-                vectors::write_ivf_with(&p, &self.vectors, dim, self.ivf_centroids.as_deref())?;
-                let bytes = std::fs::read(&p).map_err(io_err(&p))?;
-                vector_index = format!("ivf{},sq8", vectors::nlist_for(n as usize));
-                if self.ivf_centroids.is_some() {
-                    // Who trained the coarse centroids (FAISS's k-means otherwise).
-                    vector_index.push_str(",centroids=external");
-                }
-                outputs.push((IVF_FILE, bytes));
+        put(
+            Component::Postings,
+            &archived("postings", rkyv::to_bytes(&postings))?,
+        )?;
+        drop(postings);
+        put(
+            Component::Graph,
+            &archived("graph", rkyv::to_bytes(&graph))?,
+        )?;
+        drop(graph);
+        {
+            let mut vector_bytes = Vec::with_capacity(self.vectors.len() * 4);
+            for f in &self.vectors {
+                vector_bytes.extend_from_slice(&f.to_le_bytes());
             }
-            let mut files = Vec::new();
-            for (name, bytes) in &outputs {
-                let p = tmp.join(name);
-                if *name != IVF_FILE {
-                    write_synced(&p, bytes)?;
-                } else {
-                    let f = std::fs::File::open(&p).map_err(io_err(&p))?;
-                    crate::fsio::sync_all(&f, &p).map_err(io_err(&p))?;
-                }
-                files.push(FileEntry {
-                    name: name.to_string(),
-                    size: bytes.len() as u64,
-                    blake3: crate::blake3_hex(bytes),
-                });
-            }
-            files.sort_by(|a, b| a.name.cmp(&b.name));
-            let meta = SegmentMeta {
-                format_version: FORMAT_VERSION,
-                model_id: model_id.to_string(),
-                dim: d,
-                chunk_count: n,
-                file_count: nf,
-                vector_index,
-                files,
-            };
-            let json = serde_json::to_vec_pretty(&meta)
-                .map_err(|e| FormatError::InvalidInput(e.to_string()))?;
-            write_synced(&tmp.join(SEGMENT_JSON), &json)?;
-            sync_dir(&tmp)?;
-            let id = segment_id(&json);
-            let dest = index_dir.join(dir_name(&id));
-            if dest.exists() {
-                std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
-            } else {
-                crate::fsio::rename(&tmp, &dest).map_err(io_err(&dest))?;
-                sync_dir(index_dir)?;
-            }
-            Ok((id, meta))
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
+            put(Component::Vectors, &vector_bytes)?;
         }
-        result
+        if !self.memories.is_empty() {
+            let m = MemoryTable::new(self.memories);
+            put(
+                Component::Memories,
+                &archived("memories", rkyv::to_bytes(&m))?,
+            )?;
+        }
+        let mut vector_index = "flat".to_string();
+        if n as usize >= vectors::IVF_THRESHOLD {
+            let p = tmp.join(IVF_FILE);
+            vectors::write_ivf_with(&p, &self.vectors, dim, self.ivf_centroids.as_deref())?;
+            vector_index = format!("ivf{},sq8", vectors::nlist_for(n as usize));
+            if self.ivf_centroids.is_some() {
+                // Who trained the coarse centroids (FAISS's k-means otherwise).
+                vector_index.push_str(",centroids=external");
+            }
+            let f = std::fs::File::open(&p).map_err(io_err(&p))?;
+            crate::fsio::sync_all(&f, &p).map_err(io_err(&p))?;
+            // Hashed from the file as it is on disk, streamed.
+            let mut h = blake3::Hasher::new();
+            h.update_reader(&f).map_err(io_err(&p))?;
+            let size = f.metadata().map_err(io_err(&p))?.len();
+            files.push(FileEntry {
+                name: IVF_FILE.to_string(),
+                size,
+                blake3: h.finalize().to_hex().to_string(),
+            });
+        }
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        let meta = SegmentMeta {
+            format_version: FORMAT_VERSION,
+            model_id: model_id.to_string(),
+            dim: d,
+            chunk_count: n,
+            file_count: nf,
+            vector_index,
+            files,
+        };
+        let json = serde_json::to_vec_pretty(&meta)
+            .map_err(|e| FormatError::InvalidInput(e.to_string()))?;
+        write_synced(&tmp.join(SEGMENT_JSON), &json)?;
+        sync_dir(tmp)?;
+        let id = segment_id(&json);
+        let dest = index_dir.join(dir_name(&id));
+        if dest.exists() {
+            std::fs::remove_dir_all(tmp).map_err(io_err(tmp))?;
+        } else {
+            crate::fsio::rename(tmp, &dest).map_err(io_err(&dest))?;
+            sync_dir(index_dir)?;
+        }
+        Ok((id, meta))
     }
 }
 
