@@ -161,7 +161,7 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
         let f = &t.files[ch.file.to_native() as usize];
         let parent = ch.parent.to_native();
         // A header stands for its symbol: the symbol's lines, the symbol's group.
-        let header = ch.kind.as_str() == "header" && parent != NO_PARENT;
+        let header = ch.shown_as(c) != c;
         let (start, end) = if header {
             let p = &t.chunks[parent as usize];
             (p.start_line.to_native(), p.end_line.to_native())
@@ -204,13 +204,7 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
 
 /// The chunk a result shows: a `header` chunk's symbol, else the chunk itself.
 pub fn shown(index: &Index, (si, c): Node) -> Node {
-    let ch = &index.segments[si].segment.table().chunks[c as usize];
-    let parent = ch.parent.to_native();
-    if ch.kind.as_str() == "header" && parent != NO_PARENT {
-        (si, parent)
-    } else {
-        (si, c)
-    }
+    (si, index.segments[si].segment.table().chunks[c as usize].shown_as(c))
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@
 use std::time::{Duration, Instant};
 
 use format::manifest::LiveSegment;
-use format::records::NO_PARENT;
 use format::Index;
 use roaring::RoaringBitmap;
 use serde::Serialize;
@@ -360,11 +359,7 @@ fn allow_bitmap(ls: &LiveSegment, o: &SearchOptions) -> Option<RoaringBitmap> {
         for c in first..first + f.chunk_count.to_native() {
             // A header has its symbol's kind.
             let ch = &t.chunks[c as usize];
-            let kind = if ch.kind.as_str() == "header" && ch.parent.to_native() != NO_PARENT {
-                t.chunks[ch.parent.to_native() as usize].kind.as_str()
-            } else {
-                ch.kind.as_str()
-            };
+            let kind = t.chunks[ch.shown_as(c) as usize].kind.as_str();
             if o.kind.as_deref().is_none_or(|k| kind == k) {
                 bits.insert(c);
             }

@@ -10,6 +10,11 @@ use rkyv::{Archive, Deserialize, Serialize};
 /// Marker for "no parent chunk".
 pub const NO_PARENT: u32 = u32::MAX;
 
+/// The `kind` of a header chunk (`path ▸ owner ▸ signature ▸ first doc sentence`): a search
+/// aid that stands for its symbol, its `parent`. It is never a name, a child, a duplicate, a
+/// mention or a result of its own.
+pub const HEADER_KIND: &str = "header";
+
 /// One indexed file.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct FileRecord {
@@ -44,6 +49,24 @@ pub struct ChunkRecord {
     /// blake3 of exactly the text that was embedded; the key for reusing vectors.
     pub content_hash: [u8; 32],
     pub text: String,
+}
+
+impl ArchivedChunkRecord {
+    /// Whether this is a header chunk ([`HEADER_KIND`]).
+    pub fn is_header(&self) -> bool {
+        self.kind.as_str() == HEADER_KIND
+    }
+
+    /// The chunk that stands for this one (`own` is its ordinal): a header's symbol, else
+    /// itself.
+    pub fn shown_as(&self, own: u32) -> u32 {
+        let parent = self.parent.to_native();
+        if self.is_header() && parent != NO_PARENT {
+            parent
+        } else {
+            own
+        }
+    }
 }
 
 /// The root of `chunks.rkyv`: the records, and sorted lookup tables over them so readers find
@@ -94,7 +117,7 @@ impl ChunkTable {
         let mut pairs: Vec<(String, u32)> = Vec::new();
         for (i, c) in chunks.iter().enumerate() {
             // A `header` chunk repeats its symbol's name; it is a search aid, not a name.
-            if c.name.is_empty() || c.kind == "header" {
+            if c.name.is_empty() || c.kind == HEADER_KIND {
                 continue;
             }
             let n = name_key(&c.name);

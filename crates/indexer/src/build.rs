@@ -46,7 +46,7 @@ struct Parsed {
 /// The text that is embedded for a chunk: a short header (path, kind, qualified name) and the
 /// chunk's own text. Its blake3 is the chunk's content hash, the key for vector reuse.
 pub fn embed_text(path: &str, kind: &str, qualified: &str, text: &str) -> String {
-    if kind == "header" {
+    if kind == format::records::HEADER_KIND {
         // A header names its path and owner itself.
         return text.to_string();
     }

@@ -382,7 +382,7 @@ impl Cascade<'_> {
             for n in self.snap.code.live_chunks() {
                 let c = self.snap.code.chunk(n);
                 // Headers repeat their symbol's signature and doc: not a mention.
-                if own.contains(c.symbol_id.as_str()) || c.kind.as_str() == "header" {
+                if own.contains(c.symbol_id.as_str()) || c.is_header() {
                     continue;
                 }
                 let lang = self.snap.code.file(n).language.as_str();

@@ -135,7 +135,7 @@ impl Engine {
                     // Headers are search aids, not code: never a duplicate.
                     let ch = snap.code.chunk(*n);
                     let id = ch.symbol_id.as_str();
-                    ch.kind.as_str() != "header" && (id.is_empty() || !exclude.contains(id))
+                    !ch.is_header() && (id.is_empty() || !exclude.contains(id))
                 }
             })
             .take(limit)

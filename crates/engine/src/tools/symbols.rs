@@ -138,7 +138,7 @@ impl Engine {
         let own = snap.code.chunk(n).symbol_id.as_str();
         kids.into_iter()
             // A header is its symbol's search aid, not a child.
-            .filter(|&k| snap.code.chunk(k).kind.as_str() != "header")
+            .filter(|&k| !snap.code.chunk(k).is_header())
             .filter(|&k| own.is_empty() || snap.code.chunk(k).symbol_id != own)
             .take(50)
             .map(|k| symbol_ref(&snap.code, k))

@@ -306,7 +306,7 @@ impl ChunkKind {
             ChunkKind::Impl => "impl",
             ChunkKind::Module => "module",
             ChunkKind::BodyPart => "body_part",
-            ChunkKind::Header => "header",
+            ChunkKind::Header => format::records::HEADER_KIND,
             ChunkKind::TopLevel => "top_level",
             ChunkKind::Window => "window",
         }
