@@ -19,47 +19,7 @@
 //! `user`/`assistant`; every turn is one memory. Questions are asked after the last session;
 //! `evidence` lists the turn ids needed to answer.
 
-use serde::{Deserialize, Serialize};
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Turn {
-    pub id: String,
-    pub speaker: String,
-    pub text: String,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Session {
-    pub id: String,
-    /// YYYY-MM-DD.
-    pub date: String,
-    pub turns: Vec<Turn>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Conversation {
-    pub id: String,
-    pub sessions: Vec<Session>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Question {
-    pub id: String,
-    pub conversation: String,
-    pub text: String,
-    /// When asked, YYYY-MM-DD, after every evidence session.
-    pub date: String,
-    /// single | multi | temporal | update
-    pub kind: String,
-    /// Turn ids.
-    pub evidence: Vec<String>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Dataset {
-    pub conversations: Vec<Conversation>,
-    pub questions: Vec<Question>,
-}
+pub use crate::convmem_types::{Conversation, Dataset, Question, Session, Turn};
 
 // ---------------------------------------------------------------------------------------------
 // PRNG and dates.

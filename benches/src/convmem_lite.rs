@@ -18,47 +18,7 @@
 //! Nothing here was taken from a public benchmark; the held-out conversational set the
 //! project is checked on is never read.
 
-use serde::{Deserialize, Serialize};
-
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct Turn {
-    pub id: String,
-    pub speaker: String,
-    pub text: String,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct Session {
-    pub id: String,
-    /// YYYY-MM-DD
-    pub date: String,
-    pub turns: Vec<Turn>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct Conversation {
-    pub id: String,
-    pub sessions: Vec<Session>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct Question {
-    pub id: String,
-    pub conversation: String,
-    pub text: String,
-    /// When it is asked (YYYY-MM-DD), after its evidence.
-    pub date: String,
-    /// `single`, `multi`, `temporal` or `update`.
-    pub kind: String,
-    /// Turn ids.
-    pub evidence: Vec<String>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
-pub struct Dataset {
-    pub conversations: Vec<Conversation>,
-    pub questions: Vec<Question>,
-}
+pub use crate::convmem_types::{Conversation, Dataset, Question, Session, Turn};
 
 struct Rng(u64);
 

@@ -5,6 +5,8 @@
 
 #[path = "../convmem.rs"]
 mod convmem;
+#[path = "../convmem_types.rs"]
+mod convmem_types;
 
 fn main() {
     let mut seed = "convmem-v1".to_string();

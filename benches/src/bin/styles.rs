@@ -32,6 +32,8 @@
 mod convmem;
 #[path = "../convmem.rs"]
 mod convmem_b;
+#[path = "../convmem_types.rs"]
+mod convmem_types;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -513,10 +515,9 @@ fn memory_set(args: &Args, enc: &kernels::Encoder) -> anyhow::Result<MemorySet> 
             ds
         }
         "b" => {
-            // Same shapes, converted through JSON.
             let b = convmem_b::generate(&args.memory_seed, args.conversations);
             println!("memory set b: {}\n", convmem_b::stats(&b));
-            serde_json::from_value(serde_json::to_value(&b)?)?
+            b
         }
         other => bail!("--memory-set must be a or b, not `{other}`"),
     };

@@ -204,7 +204,10 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
 
 /// The chunk a result shows: a `header` chunk's symbol, else the chunk itself.
 pub fn shown(index: &Index, (si, c): Node) -> Node {
-    (si, index.segments[si].segment.table().chunks[c as usize].shown_as(c))
+    (
+        si,
+        index.segments[si].segment.table().chunks[c as usize].shown_as(c),
+    )
 }
 
 #[cfg(test)]
