@@ -14,6 +14,9 @@
 //! [--st-peer | --no-st-peer] [--device cpu|wgpu|cuda]` (GPU backends: add `--features wgpu` /
 //! `--features cuda`). `python3` is whichever is first on `PATH`.
 
+#[path = "../f32file.rs"]
+mod f32file;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -23,6 +26,8 @@ use clap::Parser;
 use indexer::build::embed_text;
 use indexer::chunk::{self, ChunkOptions};
 use indexer::walk;
+
+use f32file::read_f32;
 
 #[derive(Parser)]
 struct Args {
@@ -309,15 +314,6 @@ fn torch_available() -> Result<(), String> {
             .trim()
             .to_string()),
     }
-}
-
-/// A peer's `--check` file: row-major little-endian f32.
-fn read_f32(path: &Path) -> anyhow::Result<Vec<f32>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
 }
 
 /// The smallest cosine between corresponding rows of two sets of normalised `dim`-vectors.

@@ -15,6 +15,9 @@
 //!
 //! Run: `cargo run --release -p cix-benches --bin quality -- [--pairs-per-lang 250]`
 
+#[path = "../f32file.rs"]
+mod f32file;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -28,6 +31,8 @@ use format::{Index, SegmentBuilder};
 use indexer::build::embed_text;
 use indexer::chunk::{self, ChunkKind, ChunkOptions, Language};
 use serde_json::json;
+
+use f32file::{read_f32, write_f32};
 
 #[derive(Parser)]
 struct Args {
@@ -732,18 +737,6 @@ fn process_file(root: &Root, path: &Path, args: &Args, opts: &ChunkOptions) -> O
 
 fn model_dir(args: &Args) -> PathBuf {
     kernels::resolve_model_dir(args.model.clone())
-}
-
-fn write_f32(p: &Path, v: &[f32]) -> anyhow::Result<()> {
-    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    std::fs::write(p, b).with_context(|| format!("write {}", p.display()))
-}
-
-fn read_f32(p: &Path) -> anyhow::Result<Vec<f32>> {
-    let b = std::fs::read(p).with_context(|| format!("read {}", p.display()))?;
-    Ok(b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
 }
 
 /// Builds the pair set and the index into `dir`; returns the pairs.

@@ -34,6 +34,10 @@ mod convmem;
 mod convmem_b;
 #[path = "../convmem_types.rs"]
 mod convmem_types;
+#[path = "../f32file.rs"]
+mod f32file;
+
+use f32file::{read_f32, write_f32};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -199,25 +203,6 @@ fn bootstrap(a: &[f64], b: &[f64], n: usize, seed: u64) -> (f64, f64, f64) {
     means.sort_by(f64::total_cmp);
     let at = |p: f64| means[((p * n as f64) as usize).min(n - 1)];
     (m, at(0.025), at(0.975))
-}
-
-fn model_dir(args: &Args) -> PathBuf {
-    args.model
-        .clone()
-        .or_else(|| std::env::var_os("CIX_MODEL_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"))
-}
-
-fn write_f32(p: &Path, v: &[f32]) -> anyhow::Result<()> {
-    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    Ok(std::fs::write(p, b)?)
-}
-
-fn read_f32(p: &Path) -> anyhow::Result<Vec<f32>> {
-    let b = std::fs::read(p)?;
-    Ok(b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
 }
 
 /// Query vectors for `texts`, cached under `dir` by a hash of the texts and the model.
@@ -567,7 +552,10 @@ fn memory_set(args: &Args, enc: &kernels::Encoder) -> anyhow::Result<MemorySet> 
             t.elapsed().as_secs_f64()
         );
     }
-    let engine = Arc::new(engine::Engine::open(&idx, &model_dir(args))?);
+    let engine = Arc::new(engine::Engine::open(
+        &idx,
+        &kernels::resolve_model_dir(args.model.clone()),
+    )?);
     let mut qs = Vec::new();
     let turn_key: HashMap<&str, u64> = ds
         .conversations
@@ -1053,7 +1041,7 @@ fn run_memory(
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     format::vectors::set_faiss_threads(1);
-    let mdir = model_dir(&args);
+    let mdir = kernels::resolve_model_dir(args.model.clone());
     let enc = kernels::Encoder::load(&mdir, kernels::DeviceChoice::Cpu)
         .with_context(|| format!("load model {}", mdir.display()))?;
     let dim = enc.dim();
