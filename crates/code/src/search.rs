@@ -474,10 +474,7 @@ fn expand_in(index: &Index, query: &str) -> String {
         index
             .segments
             .iter()
-            .map(|ls| {
-                let p = ls.segment.postings();
-                p.term_id(t).map_or(0, |i| p.term_df[i].to_native())
-            })
+            .map(|ls| ls.segment.postings().df(t))
             .sum()
     })
 }

@@ -189,7 +189,7 @@ impl TermStats {
             terms.insert(t.to_string());
         });
         for t in terms {
-            let df = p.term_id(&t).map_or(0, |i| p.term_df[i].to_native());
+            let df = p.df(&t);
             *self.df.entry(t).or_insert(0) += df;
         }
     }
@@ -392,6 +392,12 @@ impl ArchivedPostingsArchive {
     /// Index of `term` (already tokenized) in the dictionary.
     pub fn term_id(&self, term: &str) -> Option<usize> {
         self.terms.binary_search_by(|t| t.as_str().cmp(term)).ok()
+    }
+
+    /// Documents holding `term` (already tokenized); 0 when the dictionary lacks it.
+    pub fn df(&self, term: &str) -> u32 {
+        self.term_id(term)
+            .map_or(0, |i| self.term_df[i].to_native())
     }
 
     /// Postings in block `b` of a term whose first block is `b0` and whose df is `df`.

@@ -70,6 +70,11 @@ pub struct Delta {
 }
 
 impl Delta {
+    /// Live entries holding `term` (already tokenized).
+    pub fn df(&self, term: &str) -> u32 {
+        self.postings.get(term).map_or(0, |pl| pl.len() as u32)
+    }
+
     fn unlink(&mut self, old: &Entry) {
         self.total_len -= u64::from(old.len);
         self.slots.set(old.slot as usize, None);

@@ -49,9 +49,7 @@ pub fn mem_term_stats(snap: &MemoryView, query: &str) -> TermStats {
         st.add_segment(ls.segment.postings(), query);
     }
     let d = &snap.delta;
-    st.add_docs(d.entries.len() as u32, query, |t| {
-        d.postings.get(t).map_or(0, |pl| pl.len() as u32)
-    });
+    st.add_docs(d.entries.len() as u32, query, |t| d.df(t));
     st
 }
 
@@ -61,16 +59,9 @@ fn mem_df(snap: &MemoryView, term: &str) -> u32 {
         .index
         .memory
         .iter()
-        .map(|ls| {
-            let p = ls.segment.postings();
-            p.term_id(term).map_or(0, |i| p.term_df[i].to_native())
-        })
+        .map(|ls| ls.segment.postings().df(term))
         .sum();
-    segs + snap
-        .delta
-        .postings
-        .get(term)
-        .map_or(0, |pl| pl.len() as u32)
+    segs + snap.delta.df(term)
 }
 
 /// BM25 over the delta through its postings: IDF from `stats` (index-wide), average length
@@ -372,9 +363,7 @@ mod tests {
             "uploads",
         ] {
             let mut st = TermStats::default();
-            st.add_docs(d.entries.len() as u32, q, |t| {
-                d.postings.get(t).map_or(0, |pl| pl.len() as u32)
-            });
+            st.add_docs(d.entries.len() as u32, q, |t| d.df(t));
             let mut a: Vec<(String, f32)> = delta_bm25(&d, q, &f, &st)
                 .into_iter()
                 .map(|(slot, s)| (d.slot(slot).unwrap().record.id.clone(), s))
