@@ -83,6 +83,19 @@ pub struct RootEntry {
     pub follow_external_symlinks: bool,
 }
 
+impl RootEntry {
+    /// Whether `other` was walked with the same rules (ignore files, hidden files, external
+    /// symlinks) as this root.
+    pub fn same_walk(&self, other: &RootEntry) -> bool {
+        (self.no_ignore, self.hidden, self.follow_external_symlinks)
+            == (
+                other.no_ignore,
+                other.hidden,
+                other.follow_external_symlinks,
+            )
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }

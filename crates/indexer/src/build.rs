@@ -362,12 +362,10 @@ fn manifest_roots(opts: &BuildOptions) -> Vec<RootEntry> {
 /// change.
 fn roots_known(ix: &Index, roots: &[RootEntry]) -> bool {
     roots.iter().all(|r| {
-        ix.manifest.roots.iter().any(|x| {
-            x.repo == r.repo
-                && x.no_ignore == r.no_ignore
-                && x.hidden == r.hidden
-                && x.follow_external_symlinks == r.follow_external_symlinks
-        })
+        ix.manifest
+            .roots
+            .iter()
+            .any(|x| x.repo == r.repo && x.same_walk(r))
     })
 }
 

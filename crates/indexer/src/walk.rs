@@ -281,26 +281,16 @@ pub fn explain_empty(
     symlinks: Symlinks,
     rules: Rules,
 ) -> Option<String> {
-    if !root.is_dir()
-        || !walk(root, "", max_file_bytes, symlinks, rules)
-            .candidates
-            .is_empty()
-    {
+    let found = |r: Rules| walk(root, "", max_file_bytes, symlinks, r).candidates;
+    if !root.is_dir() || !found(rules).is_empty() {
         return None;
     }
     if !rules.no_ignore {
-        let w = walk(
-            root,
-            "",
-            max_file_bytes,
-            symlinks,
-            Rules {
-                no_ignore: true,
-                ..rules
-            },
-        );
-        if let Some(first) = w.candidates.first() {
-            let n = w.candidates.len();
+        let all = found(Rules {
+            no_ignore: true,
+            ..rules
+        });
+        if let Some(first) = all.first() {
             let why = match ignoring_rule(&first.abs_path) {
                 Some((file, pattern)) => {
                     format!("excluded by `{pattern}` in {}", file.display())
@@ -310,29 +300,24 @@ pub fn explain_empty(
                     .to_string(),
             };
             return Some(format!(
-                "{} (all {n} indexable files): {why}; `indexer build --no-ignore` indexes them",
-                root.display()
+                "{} (all {} indexable files): {why}; `indexer build --no-ignore` indexes them",
+                root.display(),
+                all.len()
             ));
         }
     }
     if !rules.hidden {
-        let w = walk(
-            root,
-            "",
-            max_file_bytes,
-            symlinks,
-            Rules {
-                no_ignore: true,
-                hidden: true,
-            },
-        );
-        if !w.candidates.is_empty() {
+        let all = found(Rules {
+            no_ignore: true,
+            hidden: true,
+        });
+        if !all.is_empty() {
             return Some(format!(
                 "{} (all {} indexable files): hidden files or inside hidden directories; \
                  `indexer build --hidden` indexes them (with --no-ignore if ignore files \
                  exclude them too)",
                 root.display(),
-                w.candidates.len()
+                all.len()
             ));
         }
     }

@@ -191,14 +191,7 @@ impl Engine {
         for (root, prefixes) in targets {
             let mut opts = BuildOptions::new(vec![PathBuf::from(&root.path)], self.dir().into());
             opts.repo = Some(root.repo.clone());
-            // The walk rules the root was built with: other rules would drop (or add) files.
-            opts.rules = indexer::walk::Rules {
-                no_ignore: root.no_ignore,
-                hidden: root.hidden,
-            };
-            if root.follow_external_symlinks {
-                opts.symlinks = indexer::walk::Symlinks::FollowExternal;
-            }
+            opts.walk_as_recorded(&root);
             if !prefixes.is_empty() {
                 opts.only = Some(
                     prefixes

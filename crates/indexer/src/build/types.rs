@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use format::manifest::RootEntry;
+
 use crate::chunk::ChunkOptions;
 use crate::walk;
 
@@ -31,6 +33,20 @@ pub struct BuildOptions {
 }
 
 impl BuildOptions {
+    /// Walks the roots with the rules MANIFEST records for `root` (what `manifest_roots`
+    /// wrote when it was built), so a re-index neither drops nor adds files.
+    pub fn walk_as_recorded(&mut self, root: &RootEntry) {
+        self.rules = walk::Rules {
+            no_ignore: root.no_ignore,
+            hidden: root.hidden,
+        };
+        self.symlinks = if root.follow_external_symlinks {
+            walk::Symlinks::FollowExternal
+        } else {
+            walk::Symlinks::Confined
+        };
+    }
+
     /// Whether `only` lets file `rel` of `repo` change.
     pub fn in_scope(&self, repo: &str, rel: &str) -> bool {
         self.only.as_ref().is_none_or(|o| {
