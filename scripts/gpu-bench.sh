@@ -1,31 +1,42 @@
 #!/usr/bin/env bash
-# The GPU measurements (issue 6) on a machine with an NVIDIA GPU, in two steps:
+# The GPU measurements (issues 6 and 18) on a machine with an NVIDIA GPU, in two steps:
 #
-#   scripts/gpu-bench.sh build   # here, with cargo: wgpu builds of the harnesses and the kernel
-#                                # tests, stripped and compressed, plus the model, cut into
-#                                # pieces under 60 MiB in target/gpu-carry/ (the device tool
-#                                # carries at most 64 MiB per call: carry one or two pieces per
-#                                # call, in quick succession, until all are there)
-#   scripts/gpu-bench.sh run     # on the GPU machine (no cargo needed): wgpu parity + kernel
-#                                # tests on the GPU, the embedding harness against
-#                                # sentence-transformers fp16 (when python3 has torch and
-#                                # sentence_transformers), IVF training 1M × 384 GPU vs FAISS CPU
+#   scripts/gpu-bench.sh build   # here, with cargo, no network beyond the registries: one build of
+#                                # the harnesses and the kernel tests with both GPU backends
+#                                # (`--features wgpu,cuda`; CUDA builds offline through the
+#                                # vendor/cubecl-llvm stand-in and NVRTC), stripped and compressed
+#                                # together with the model into pieces of 55 MiB in
+#                                # target/gpu-carry/ (the device tool carries at most 64 MiB per
+#                                # call: carry one or two pieces per call, in quick succession)
+#   scripts/gpu-bench.sh run [tests] [cuda] [wgpu] [f32] [ivf]
+#                                # on the GPU machine (no cargo needed), each step under its own
+#                                # time limit, everything also written to $OUT/gpu-bench.log:
+#                                # (all parts when none is named):
+#     1. the cubecl kernels against their CPU references on CUDA and on wgpu (Vulkan)
+#     2. encoder parity against the numpy reference: f32, f16, bf16, auto on both backends
+#     3. throughput on CIX_GPU_CHUNKS (default 50000) real code chunks (the .py files of the
+#        machine's torch and transformers packages, copied out of the venv): CUDA and wgpu at
+#        auto precision (f16 after its parity check) beside sentence-transformers fp16 at batch
+#        sizes CIX_ST_BATCHES (default 256,512: the best two of 32-512 on an H100), the ratio to its best; then f32 on 10,000
+#     4. query embedding latency, one question at a time, GPU vs CPU (queryd --device)
+#     5. IVF k-means 1M x 384 on CUDA vs FAISS on the CPU
 #
 # Vulkan on a machine without the loader: unpack libvulkan1 first (see the device README); set
-# VK_DRIVER_FILES to NVIDIA's ICD if no driver is found. CUDA builds need github.com at build
-# time (cubecl-cuda's LLVM bundle), so this script measures the wgpu (Vulkan) backend.
+# VK_DRIVER_FILES to NVIDIA's ICD if no driver is found. CUDA needs the driver's libcuda and
+# NVRTC (libnvrtc from the toolkit or the nvidia-cuda-nvrtc wheel), both loaded at run time.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out="$here/target/gpu-bench"
 case "${1:-}" in
 build)
   cd "$here"
-  cargo build --release -p cix-benches --features wgpu --bin embed --bin ivf_train
-  mkdir -p "$out"
-  cp target/release/embed target/release/ivf_train "$out/"
+  target="${CARGO_TARGET_DIR:-$here/target}"
+  cargo build --release -p cix-benches --features wgpu,cuda --bin embed --bin ivf_train
+  rm -rf "$out" && mkdir -p "$out"
+  cp "$target/release/embed" "$target/release/ivf_train" "$out/"
   # The kernel tests (unit tests: cubecl kernels vs CPU references; parity.rs: the encoder on
-  # wgpu vs the numpy reference, f16/bf16 parity).
-  cargo test --release -p cix-kernels --features wgpu --no-run --message-format=json 2>/dev/null |
+  # the GPU vs the numpy reference, f16/bf16 parity).
+  cargo test --release -p cix-kernels --features wgpu,cuda --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys, shutil
 for line in sys.stdin:
@@ -34,29 +45,64 @@ for line in sys.stdin:
         shutil.copy(m["executable"], sys.argv[1] + "/test-" + m["target"]["name"])
 ' "$out"
   strip "$out"/*
+  # Shared libraries the binaries link that a bare GPU image may lack (OpenBLAS for FAISS).
+  mkdir -p "$out/lib"
+  for b in "$out"/embed "$out"/ivf_train; do
+    ldd "$b" | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath|gomp' || true
+  done | sort -u | xargs -r -I{} cp -L {} "$out/lib/"
   carry="$here/target/gpu-carry"
   rm -rf "$carry" && mkdir -p "$carry"
-  tar -C "$out" -cf - . | xz -T0 -6 | split -b 60M - "$carry/bin.tar.xz.part-"
-  tar -C "$here" -cf - models/all-MiniLM-L6-v2 | xz -T0 -6 | split -b 60M - "$carry/model.tar.xz.part-"
+  { tar -C "$here/target" -cf - gpu-bench; tar -C "$here" -cf - models/all-MiniLM-L6-v2; } |
+    xz -T0 -6 | split -b 55M - "$carry/gpu.tar.xz.part-"
   ls -la "$carry"
   ;;
 run)
   cd "$here"
   carry="$here/target/gpu-carry"
-  if [ ! -x "$out/embed" ]; then
-    mkdir -p "$out" && cat "$carry"/bin.tar.xz.part-* | xz -d | tar -C "$out" -xf -
+  if [ ! -x "$out/embed" ] || [ ! -f models/all-MiniLM-L6-v2/model.safetensors ]; then
+    cat "${CIX_CARRY_DIR:-$carry}"/gpu.tar.xz.part-* | xz -d | tar -C "$here" -xif - --transform 's,^gpu-bench,target/gpu-bench,'
   fi
-  if [ ! -f models/all-MiniLM-L6-v2/model.safetensors ]; then
-    cat "$carry"/model.tar.xz.part-* | xz -d | tar -C "$here" -xf -
-  fi
+  log="${OUT:-$here/target}/gpu-bench.log"
+  exec > >(tee -a "$log") 2>&1
   export CIX_MODEL_DIR="${CIX_MODEL_DIR:-$here/models/all-MiniLM-L6-v2}"
-  export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" CIX_REQUIRE_WGPU=1
+  export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" CIX_REQUIRE_WGPU=1 CIX_REQUIRE_CUDA=1
+  export CUDA_PATH="${CUDA_PATH:-/usr/local/cuda}"
+  nvrtc=$(python3 -c 'import nvidia.cuda_nvrtc, os; print(os.path.join(list(nvidia.cuda_nvrtc.__path__)[0], "lib"))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$out/lib:$CUDA_PATH/lib64:${nvrtc:+$nvrtc:}${LD_LIBRARY_PATH:-}"
+  step() { # step SECONDS NAME COMMAND...: one measurement under its own limit; a failure is reported, the rest still run
+    local limit=$1 name=$2; shift 2
+    echo "=== $name ($(date -u +%T), limit ${limit}s)"
+    timeout "$limit" "$@" || echo "=== $name FAILED (exit $?)"
+  }
+  want() { [ -z "$parts" ] || [[ " $parts " == *" $1 "* ]]; }
+  parts="${*:2}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
-  # parity.rs reads its fixture relative to the crate.
-  (cd crates/kernels && "$out/test-kernels" gpu --nocapture && "$out/test-parity" wgpu --nocapture)
-  "$out/embed" crates --chunks 5000 --runs 3 --device wgpu --precision auto
-  "$out/embed" crates --chunks 5000 --runs 3 --device wgpu --precision f32 --no-st-peer
-  "$out/ivf_train" --device wgpu --n 1000000
+  if want tests; then
+    # parity.rs reads its fixture relative to the crate.
+    cd crates/kernels
+    step 120 "kernels on cuda" env CIX_GPU_RUNTIME=cuda "$out/test-kernels" gpu
+    step 120 "kernels on wgpu" env CIX_GPU_RUNTIME=wgpu "$out/test-kernels" gpu
+    step 180 "parity (wgpu, cuda)" "$out/test-parity" cuda_ wgpu_ --nocapture --test-threads 1
+    cd "$here"
+  fi
+  corpus=/tmp/cix-corpus
+  if [ ! -d "$corpus" ]; then
+    sp=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+    mkdir -p "$corpus"
+    (cd "$sp" && find torch transformers -name '*.py' -print0 | tar --null -cf - -T - | tar -C "$corpus" -xf -)
+  fi
+  n="${CIX_GPU_CHUNKS:-50000}" runs="${CIX_GPU_RUNS:-2}"
+  want cuda && step 300 "cuda auto vs sentence-transformers" "$out/embed" "$corpus" --chunks "$n" \
+    --runs "$runs" --device cuda --precision auto --st-peer \
+    --st-batches "${CIX_ST_BATCHES:-256,512}" --query-latency 200
+  want ivf && step 120 "ivf k-means on cuda vs faiss" "$out/ivf_train" --device cuda --n 1000000
+  want wgpu && step 150 "wgpu auto" "$out/embed" "$corpus" --chunks "$n" --runs "$runs" \
+    --device wgpu --precision auto --no-st-peer --query-latency 200
+  if want f32; then
+    step 90 "cuda f32" "$out/embed" "$corpus" --chunks 10000 --runs 1 --device cuda --precision f32 --no-st-peer
+    step 90 "wgpu f32" "$out/embed" "$corpus" --chunks 10000 --runs 1 --device wgpu --precision f32 --no-st-peer
+  fi
+  true
   ;;
 *)
   echo "usage: $0 build|run" >&2

@@ -15,9 +15,8 @@ cargo test --release --workspace
 # free of wgpu). A missing adapter fails the run instead of skipping.
 CIX_REQUIRE_WGPU=1 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" \
   cargo test --release -p cix-kernels --features wgpu
-# The CUDA path type-checks (no CUDA toolkit or GPU needed). cubecl-cuda's build downloads an
-# LLVM bundle from GitHub (tracel-llvm-bundler's build script), which CI cannot reach; that
-# script skips the download when DOCS_RS is set (the docs.rs convention), which is enough for
-# `cargo check` (no linking). A separate target dir keeps these build-script runs apart.
-DOCS_RS=1 CARGO_TARGET_DIR="$here/target/cuda-check" \
-  cargo check --release -p cix-kernels --features cuda
+# The CUDA path builds and links offline (vendor/cubecl-llvm stands in for cubecl-cuda's LLVM
+# backend, whose build script would download LLVM from GitHub; kernels compile through NVRTC at
+# run time): the kernels crate's tests with `--features cuda`, built but not run (no GPU here;
+# scripts/gpu-bench.sh runs them on one).
+cargo test --release -p cix-kernels --features cuda --no-run

@@ -10,9 +10,13 @@
 //!   sentence_transformers"` works (else one line says why it was skipped); `--st-peer` makes a
 //!   missing torch / sentence-transformers an error, `--no-st-peer` skips it.
 //!
+//! - `--query-latency N`: the query path, one text per call as queryd embeds a search: N of the
+//!   hand-written web-search questions (`benches/data/webq`) embedded one at a time on `--device`
+//!   and on the CPU in the same run, p50/p99 milliseconds of each and their ratio.
+//!
 //! Run: `cargo run --release -p cix-benches --bin embed -- PATH [--chunks 1000] [--runs 3] [--peer]
-//! [--st-peer | --no-st-peer] [--device cpu|wgpu|cuda]` (GPU backends: add `--features wgpu` /
-//! `--features cuda`). `python3` is whichever is first on `PATH`.
+//! [--st-peer | --no-st-peer] [--device cpu|wgpu|cuda] [--query-latency N]` (GPU backends: add
+//! `--features wgpu` / `--features cuda`). `python3` is whichever is first on `PATH`.
 
 #[path = "../f32file.rs"]
 mod f32file;
@@ -58,6 +62,13 @@ struct Args {
     /// load-time parity check against f32); the CPU computes in f32.
     #[arg(long, default_value = "auto")]
     precision: kernels::Precision,
+    /// Batch sizes the sentence-transformers peer runs at (comma-separated); the ratio is taken
+    /// against the fastest (its best batch size).
+    #[arg(long, value_delimiter = ',', default_value = "64")]
+    st_batches: Vec<usize>,
+    /// Also time N single-query embeddings (web-search questions) on `--device` and on the CPU.
+    #[arg(long, default_value_t = 0)]
+    query_latency: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -191,49 +202,129 @@ fn main() -> anyhow::Result<()> {
             kernels::DeviceChoice::Auto => enc.device_description().starts_with("cpu"),
             kernels::DeviceChoice::Wgpu | kernels::DeviceChoice::Cuda => false,
         };
-        let check = dir.path().join("st.f32");
-        let runs = run_peer(
-            "st_throughput.py",
-            &texts_path,
-            &model,
-            args.runs,
-            &check,
-            &[
-                "--device",
-                if on_cpu { "cpu" } else { "auto" },
-                "--dtype",
-                "auto",
-            ],
-            "needs torch and sentence-transformers",
-        )?;
-        let mut rates = Vec::new();
-        let (mut device, mut dtype, mut tokens) = (String::new(), String::new(), 0);
-        for (i, j) in runs.iter().enumerate() {
-            device = j["device"].as_str().unwrap_or("?").to_string();
-            dtype = j["dtype"].as_str().unwrap_or("?").to_string();
-            tokens = j["tokens"].as_u64().unwrap_or(0);
+        let mut best: Option<(f64, usize, String, String)> = None;
+        for &batch in &args.st_batches {
+            let check = dir.path().join(format!("st-{batch}.f32"));
+            let batch_arg = batch.to_string();
+            let runs = run_peer(
+                "st_throughput.py",
+                &texts_path,
+                &model,
+                args.runs,
+                &check,
+                &[
+                    "--device",
+                    if on_cpu { "cpu" } else { "auto" },
+                    "--dtype",
+                    "auto",
+                    "--batch-size",
+                    &batch_arg,
+                ],
+                "needs torch and sentence-transformers",
+            )?;
+            let mut rates = Vec::new();
+            let (mut device, mut dtype, mut tokens) = (String::new(), String::new(), 0);
+            for (i, j) in runs.iter().enumerate() {
+                device = j["device"].as_str().unwrap_or("?").to_string();
+                dtype = j["dtype"].as_str().unwrap_or("?").to_string();
+                tokens = j["tokens"].as_u64().unwrap_or(0);
+                println!(
+                    "st    batch {batch} run {i}: {:.1} chunks/s, {:.0} tokens/s, padding {:.3}, {tokens} tokens, {:.2}s ({device}, {dtype})",
+                    num(j, "chunks_per_s"),
+                    num(j, "tokens_per_s"),
+                    num(j, "padding"),
+                    num(j, "secs")
+                );
+                rates.push(num(j, "tokens_per_s"));
+            }
+            if tokens != burn_tokens as u64 {
+                println!("note: token counts differ (burn {burn_tokens}, sentence-transformers {tokens}); the ratio compares tokens/s");
+            }
+            let min_cos = min_cosine(&last, &read_f32(&check)?, enc.dim())?;
+            let p = median(&mut rates);
             println!(
-                "st    run {i}: {:.1} chunks/s, {:.0} tokens/s, padding {:.3}, {tokens} tokens, {:.2}s ({device}, {dtype})",
-                num(j, "chunks_per_s"),
-                num(j, "tokens_per_s"),
-                num(j, "padding"),
-                num(j, "secs")
+                "median tokens/s: burn {burn_median:.0} ({}), sentence-transformers batch {batch} {p:.0} ({device}, {dtype}); \
+                 ratio burn/sentence-transformers {:.2}; min cosine burn vs sentence-transformers {min_cos:.5}",
+                enc.precision(),
+                burn_median / p
             );
-            rates.push(num(j, "tokens_per_s"));
+            if best.as_ref().is_none_or(|b| p > b.0) {
+                best = Some((p, batch, device, dtype));
+            }
         }
-        if tokens != burn_tokens as u64 {
-            println!("note: token counts differ (burn {burn_tokens}, sentence-transformers {tokens}); the ratio compares tokens/s");
+        if let (Some((p, batch, device, dtype)), true) = (best, args.st_batches.len() > 1) {
+            println!(
+                "sentence-transformers at its best batch size ({batch}, {device}, {dtype}): {p:.0} tokens/s; \
+                 ratio burn ({}) / best {:.2}",
+                enc.precision(),
+                burn_median / p
+            );
         }
-        let min_cos = min_cosine(&last, &read_f32(&check)?, enc.dim())?;
-        let p = median(&mut rates);
-        println!(
-            "median tokens/s: burn {burn_median:.0} ({}), sentence-transformers {p:.0} ({device}, {dtype}); \
-             ratio burn/sentence-transformers {:.2}; min cosine burn vs sentence-transformers {min_cos:.5}",
-            enc.precision(),
-            burn_median / p
-        );
+    }
+    if args.query_latency > 0 {
+        query_latency(&enc, &model, args.query_latency)?;
     }
     Ok(())
+}
+
+/// Times `n` single-text embeddings (queryd embeds one query per search) on `enc`'s device and,
+/// in the same run, on a CPU encoder: p50/p99 ms of each and the ratio of the p50s.
+fn query_latency(enc: &kernels::Encoder, model: &Path, n: usize) -> anyhow::Result<()> {
+    let mut queries = Vec::new();
+    for part in 1..=3 {
+        let path = bench_file(&format!("data/webq/part-{part}.jsonl"));
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the web-search questions {}", path.display()))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let j: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("{}: not a JSON line: {line}", path.display()))?;
+            if let Some(q) = j["q"].as_str() {
+                queries.push(q.to_string());
+            }
+        }
+    }
+    if queries.is_empty() {
+        bail!("no web-search questions found under benches/data/webq");
+    }
+    let queries: Vec<&str> = (0..n)
+        .map(|i| queries[i % queries.len()].as_str())
+        .collect();
+    let time = |e: &kernels::Encoder| -> anyhow::Result<(f64, f64)> {
+        for q in queries.iter().take(10) {
+            e.embed(&[q])?; // warm-up: kernel compilation, allocator pools
+        }
+        let mut ms = Vec::with_capacity(queries.len());
+        for q in &queries {
+            let t = Instant::now();
+            e.embed(&[q])?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(|a, b| a.total_cmp(b));
+        let p99 = ms[((ms.len() * 99).div_ceil(100)).saturating_sub(1)];
+        Ok((median(&mut ms), p99))
+    };
+    let (p50, p99) = time(enc)?;
+    let cpu = kernels::Encoder::load(model, kernels::DeviceChoice::Cpu)?;
+    let (c50, c99) = time(&cpu)?;
+    println!(
+        "query embedding, {n} questions one at a time: {} ({}) p50 {p50:.3} ms p99 {p99:.3} ms; \
+         cpu p50 {c50:.3} ms p99 {c99:.3} ms; cpu/device p50 ratio {:.2}",
+        enc.device_description(),
+        enc.precision(),
+        c50 / p50
+    );
+    Ok(())
+}
+
+/// A file of this crate (`benches/…`): where it was built, else under `./benches` (a harness
+/// carried to another machine runs from a checkout at another path).
+fn bench_file(rel: &str) -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
+    if built.exists() {
+        built
+    } else {
+        PathBuf::from("benches").join(rel)
+    }
 }
 
 /// Median of `v` (the upper one for an even count); `v` is sorted in place.
@@ -259,7 +350,7 @@ fn run_peer(
     extra: &[&str],
     needs: &str,
 ) -> anyhow::Result<Vec<serde_json::Value>> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(script);
+    let path = bench_file(script);
     let out = Command::new("python3")
         .arg(&path)
         .arg(texts)

@@ -110,6 +110,18 @@ impl Engine {
     /// was built with; a damaged code segment is left out and reported (see
     /// [`crate::integrity`]).
     pub fn open(index_dir: &Path, model_dir: &Path) -> Result<Engine, OpenError> {
+        Engine::open_on(index_dir, model_dir, kernels::DeviceChoice::Cpu)
+    }
+
+    /// [`Engine::open`] with the encoder (query and memory embeddings) on `device`: a GPU
+    /// when the binary was built with `wgpu`/`cuda` and one works (`Auto` falls back to the CPU
+    /// and says why in [`kernels::Encoder::device_description`]). The encoder computes in f32
+    /// on every device, so query vectors match what a CPU build of the index holds.
+    pub fn open_on(
+        index_dir: &Path,
+        model_dir: &Path,
+        device: kernels::DeviceChoice,
+    ) -> Result<Engine, OpenError> {
         format::vectors::set_faiss_threads(1);
         let mtime = manifest_mtime(index_dir);
         let index = Index::open_lenient(index_dir)?;
@@ -119,12 +131,10 @@ impl Engine {
                 d.id, d.error
             );
         }
-        let encoder =
-            kernels::Encoder::load(model_dir, kernels::DeviceChoice::Cpu).map_err(|source| {
-                OpenError::Model {
-                    dir: model_dir.to_path_buf(),
-                    source,
-                }
+        let encoder = kernels::Encoder::load_with(model_dir, device, kernels::Precision::F32)
+            .map_err(|source| OpenError::Model {
+                dir: model_dir.to_path_buf(),
+                source,
             })?;
         if encoder.model_id() != index.manifest.model_id {
             return Err(OpenError::ModelMismatch {

@@ -187,6 +187,7 @@ impl Encoder {
     /// best first, ties to the lower row, on the encoder's GPU ([`gpu::top_k_inner_product`]):
     /// ground truth for recall measurement. `None` when the encoder runs on the CPU; `k` at
     /// most [`topk::MAX_K`].
+    /// The [`topk::TopKTimes`] say where the time went (upload, kernel, host merge).
     #[allow(clippy::type_complexity)]
     pub fn exact_top_k(
         &self,
@@ -194,7 +195,7 @@ impl Encoder {
         base: &[f32],
         dim: usize,
         k: usize,
-    ) -> Option<Result<Vec<Vec<(u32, f32)>>, ModelError>> {
+    ) -> Option<Result<(Vec<Vec<(u32, f32)>>, topk::TopKTimes), ModelError>> {
         if self.model.host_kernels() {
             return None;
         }
@@ -208,7 +209,9 @@ impl Encoder {
         {
             let client = gpu::client_of(self.model.device())?;
             Some(guarded(|| {
-                Ok(gpu::top_k_inner_product(&client, queries, base, dim, k))
+                Ok(gpu::top_k_inner_product_timed(
+                    &client, queries, base, dim, k,
+                ))
             }))
         }
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]

@@ -5,6 +5,17 @@
 /// WebGPU's 16 KiB of workgroup memory with room to spare.
 pub const MAX_K: usize = 32;
 
+/// Where the time of one GPU top-k call went (wall clock on the host).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TopKTimes {
+    /// Copying the queries and the base to the device, until the device has them.
+    pub upload_s: f64,
+    /// The kernel and reading its k-lists back (includes compiling the kernel on first use).
+    pub kernel_s: f64,
+    /// Merging the blocks' k-lists on the host.
+    pub merge_s: f64,
+}
+
 /// Whether `queries` and `base` are whole rows of `dim` and `k` is within 1..=[`MAX_K`].
 pub fn valid_input(queries: &[f32], base: &[f32], dim: usize, k: usize) -> bool {
     dim > 0

@@ -242,35 +242,54 @@ fn order_preserved_with_duplicates_and_small_batches() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_parity_with_numpy_reference() {
+    gpu_parity(DeviceChoice::Wgpu, "CIX_REQUIRE_WGPU");
+}
+
+/// The same on burn's CUDA backend (kernels compiled to CUDA C++ by NVRTC); skipped without a
+/// CUDA device unless `CIX_REQUIRE_CUDA=1` (what `scripts/gpu-bench.sh run` sets).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_parity_with_numpy_reference() {
+    gpu_parity(DeviceChoice::Cuda, "CIX_REQUIRE_CUDA");
+}
+
+/// Whether `var` is set to 1: then a missing device fails the test instead of skipping it.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn required(var: &str) -> bool {
+    std::env::var(var).as_deref() == Ok("1")
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn gpu_parity(device: DeviceChoice, require: &str) {
     let dir = model_dir();
-    let enc = match Encoder::load_with(&dir, DeviceChoice::Wgpu, Precision::F32) {
+    let enc = match Encoder::load_with(&dir, device, Precision::F32) {
         Ok(e) => e,
-        Err(e) if std::env::var("CIX_REQUIRE_WGPU").as_deref() != Ok("1") => {
-            eprintln!("SKIPPED wgpu parity: {e}");
+        Err(e) if !required(require) => {
+            eprintln!("SKIPPED {device} parity: {e}");
             return;
         }
-        Err(e) => panic!("wgpu encoder: {e}"),
+        Err(e) => panic!("{device} encoder: {e}"),
     };
-    eprintln!("wgpu device: {}", enc.device_description());
+    eprintln!("{device} device: {}", enc.device_description());
     let fx = fixtures();
     let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
-    let (vecs, _) = enc.embed(&texts).expect("embed on wgpu");
+    let (vecs, _) = enc.embed(&texts).expect("embed on the GPU");
     let dim = enc.dim();
     let mut min_cos = f32::MAX;
     for (i, f) in fx.iter().enumerate() {
         let c = cosine(&vecs[i * dim..(i + 1) * dim], &f.vector);
         assert!(
             c >= 0.999,
-            "wgpu: text {i} {:?}: cosine {c}",
+            "{device}: text {i} {:?}: cosine {c}",
             short(&f.text)
         );
         min_cos = min_cos.min(c);
     }
-    eprintln!("wgpu: min cosine {min_cos:.7} over {} texts", fx.len());
+    eprintln!("{device}: min cosine {min_cos:.7} over {} texts", fx.len());
 }
 
 /// Min cosine of `enc`'s embeddings of the fixtures against the numpy reference.
-#[cfg(feature = "wgpu")]
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn min_cosine_vs_reference(enc: &Encoder) -> f32 {
     let fx = fixtures();
     let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
@@ -289,21 +308,31 @@ fn min_cosine_vs_reference(enc: &Encoder) -> f32 {
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_half_precision_parity_or_clear_refusal() {
+    gpu_half_precision(DeviceChoice::Wgpu, "CIX_REQUIRE_WGPU");
+}
+
+/// The same on CUDA.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_half_precision_parity_or_clear_refusal() {
+    gpu_half_precision(DeviceChoice::Cuda, "CIX_REQUIRE_CUDA");
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn gpu_half_precision(device: DeviceChoice, require: &str) {
     let dir = model_dir();
-    if Encoder::load_with(&dir, DeviceChoice::Wgpu, Precision::F32).is_err()
-        && std::env::var("CIX_REQUIRE_WGPU").as_deref() != Ok("1")
-    {
-        eprintln!("SKIPPED wgpu half precision: no adapter");
+    if Encoder::load_with(&dir, device, Precision::F32).is_err() && !required(require) {
+        eprintln!("SKIPPED {device} half precision: no device");
         return;
     }
     for half in [Precision::F16, Precision::Bf16] {
-        match Encoder::load_with(&dir, DeviceChoice::Wgpu, half) {
+        match Encoder::load_with(&dir, device, half) {
             Ok(enc) => {
                 assert_eq!(enc.precision(), half);
                 let c = min_cosine_vs_reference(&enc);
                 // Half precision really ran: the vectors differ from f32 ones, slightly.
-                let f32_enc = Encoder::load_with(&dir, DeviceChoice::Wgpu, Precision::F32)
-                    .expect("f32 on wgpu");
+                let f32_enc =
+                    Encoder::load_with(&dir, device, Precision::F32).expect("f32 on the GPU");
                 let fx = fixtures();
                 let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
                 let (a, _) = enc.embed(&texts).expect("half embed");
@@ -314,7 +343,7 @@ fn wgpu_half_precision_parity_or_clear_refusal() {
                     .map(|(x, y)| (x - y).abs())
                     .fold(0f32, f32::max);
                 eprintln!(
-                    "wgpu {half}: {} ; min cosine vs numpy {c:.6}; max |{half} - f32| {diff:.2e}",
+                    "{device} {half}: {} ; min cosine vs numpy {c:.6}; max |{half} - f32| {diff:.2e}",
                     enc.device_description()
                 );
                 assert!(c >= kernels::HALF_PARITY_MIN_COSINE, "{half}: {c}");
@@ -324,15 +353,15 @@ fn wgpu_half_precision_parity_or_clear_refusal() {
                 );
             }
             Err(ModelError::UnsupportedPrecision(msg)) => {
-                eprintln!("wgpu {half} refused: {msg}");
+                eprintln!("{device} {half} refused: {msg}");
                 assert!(msg.contains("--precision f32 or auto"), "{msg}");
             }
-            Err(e) => panic!("wgpu {half}: unexpected error {e}"),
+            Err(e) => panic!("{device} {half}: unexpected error {e}"),
         }
     }
-    let auto = Encoder::load_with(&dir, DeviceChoice::Wgpu, Precision::Auto).expect("auto");
+    let auto = Encoder::load_with(&dir, device, Precision::Auto).expect("auto");
     let desc = auto.device_description();
-    eprintln!("wgpu auto: {desc}");
+    eprintln!("{device} auto: {desc}");
     assert!(desc.contains("precision"), "{desc}");
     assert_ne!(auto.precision(), Precision::Auto);
     let c = min_cosine_vs_reference(&auto);

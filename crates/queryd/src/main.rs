@@ -34,6 +34,11 @@ struct ServeArgs {
     /// Model directory (default: $CIX_MODEL_DIR, else ./models/all-MiniLM-L6-v2).
     #[arg(long)]
     model: Option<PathBuf>,
+    /// Where queries and memories are embedded: auto | cpu | wgpu | cuda. auto picks a GPU when
+    /// this binary was built with `--features wgpu` or `cuda` and one works, else the CPU; the
+    /// choice is printed at start-up. f32 on every device.
+    #[arg(long, default_value = "auto")]
+    device: kernels::DeviceChoice,
     /// Serve streamable HTTP on this address (`PORT` or `IP:PORT`; loopback unless
     /// --allow-remote) instead of stdio.
     #[arg(long, value_name = "ADDR")]
@@ -163,6 +168,9 @@ struct SearchArgs {
     /// Print a per-phase timing breakdown on stderr.
     #[arg(long)]
     debug: bool,
+    /// Where the query is embedded: auto | cpu | wgpu | cuda (as for the server).
+    #[arg(long, default_value = "auto")]
+    device: kernels::DeviceChoice,
 }
 
 /// A count of at least 1.
@@ -327,6 +335,7 @@ fn search_cmd(a: SearchArgs) -> anyhow::Result<()> {
         lines,
         json,
         debug,
+        device,
     } = a;
     if query.trim().is_empty() {
         anyhow::bail!("the query is empty; pass some words or an identifier");
@@ -346,8 +355,11 @@ fn search_cmd(a: SearchArgs) -> anyhow::Result<()> {
         None
     } else {
         let dir = kernels::resolve_model_dir(model);
-        let enc = kernels::Encoder::load(&dir, kernels::DeviceChoice::Cpu)
+        let enc = kernels::Encoder::load_with(&dir, device, kernels::Precision::F32)
             .with_context(|| format!("loading the model from {}", dir.display()))?;
+        if debug {
+            eprintln!("encoder: {}", enc.device_description());
+        }
         if enc.model_id() != ix.manifest.model_id {
             anyhow::bail!(
                 "the index was built with model `{}` but {} holds `{}`; pass the same --model",
@@ -458,17 +470,18 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let model = kernels::resolve_model_dir(a.model);
     let t = Instant::now();
     let engine = std::sync::Arc::new(
-        engine::Engine::open(&index, &model)
+        engine::Engine::open_on(&index, &model, a.device)
             .with_context(|| format!("starting the server for {}", index.display()))?,
     );
     let snap = engine.snapshot();
     eprintln!(
-        "queryd: index {} generation {} ({} live chunks, {} segments), model {}, ready in {:.2?}",
+        "queryd: index {} generation {} ({} live chunks, {} segments), model {} on {}, ready in {:.2?}",
         index.display(),
         snap.generation(),
         snap.code.index.live_chunks(),
         snap.code.index.segments.len(),
         engine.encoder().model_id(),
+        engine.encoder().device_description(),
         t.elapsed()
     );
     if !snap.code.index.damaged.is_empty() {

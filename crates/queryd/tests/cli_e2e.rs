@@ -104,3 +104,68 @@ fn symlinks_out_of_the_repository_are_not_indexed() {
     assert!(search("xylophagous_quokka_secret").contains("passwd.py"));
     assert!(search("gallimaufry_vendored_helper").contains("vendor/vendored.py"));
 }
+
+/// `--device`: `queryd search --device cpu` embeds on the CPU and answers; in a build without
+/// GPU backends `auto` says so (`--debug` names the encoder's device) and an explicit GPU
+/// device is refused with the feature to rebuild with, before anything is searched.
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[test]
+fn search_device_choice_is_explicit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(
+        repo.join("app.py"),
+        "def parse_config(path):\n    return open(path).read()\n",
+    )
+    .unwrap();
+    let indexer = cix_tests::sibling_bin(BIN, "indexer");
+    let index = tmp.path().join("index");
+    let (repo_s, index_s) = (repo.to_str().unwrap(), index.to_str().unwrap());
+    let o = run(&indexer, &["build", repo_s, "--out", index_s, "--quiet"]);
+    assert!(o.status.success(), "{}", described("build", &o));
+
+    let search = |device: &str| {
+        run(
+            Path::new(BIN),
+            &[
+                "search",
+                "--index",
+                index_s,
+                "--device",
+                device,
+                "--debug",
+                "--json",
+                "read the configuration file",
+            ],
+        )
+    };
+    for device in ["cpu", "auto"] {
+        let o = search(device);
+        assert!(o.status.success(), "{}", described(device, &o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("parse_config"),
+            "{}",
+            described(device, &o)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("encoder: cpu"), "{}", described(device, &o));
+        if device == "auto" {
+            assert!(
+                err.contains("built without GPU features"),
+                "{}",
+                described(device, &o)
+            );
+        }
+    }
+    for device in ["cuda", "wgpu"] {
+        let o = search(device);
+        assert!(!o.status.success(), "{}", described(device, &o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("rebuild with --features {device}")),
+            "{}",
+            described(device, &o)
+        );
+    }
+}

@@ -6,10 +6,11 @@
 //!   keeps its sum of squares in shared memory; one unit reduces them into the norm, and every
 //!   unit scales its own outputs. One launch, one read back.
 //! - [`top_k_inner_product`]: exact batched top-k by inner product (recall measurement, the
-//!   memory delta on a GPU), one cube per (query, block of [`TOPK_BLOCK`] rows): each unit
-//!   scans a strided subset of the block keeping its own sorted top-k in registers, then one
-//!   unit merges the units' lists from shared memory; the host merges the blocks' k-lists.
-//!   Only k results per query and block are read back.
+//!   memory delta on a GPU), one cube per (group of [`TOPK_QUERIES`] queries, block of
+//!   [`TOPK_TILES`] × [`TOPK_UNITS`] rows): a tile's rows are scored one per unit against all
+//!   the group's queries (staged in shared memory), so each row is read once per group, and one
+//!   unit per query folds the tile's scores into its sorted top-k; the host merges the blocks'
+//!   k-lists. Only k results per query and block are read back.
 //! - [`kmeans`]: k-means for IVF centroids, every iteration on the device: the assignment
 //!   (n × k × dim, the bulk of the cost) one unit per point, the centroid update one cube per
 //!   centroid; the points go up once and only the final centroids come back.
@@ -176,103 +177,130 @@ pub(crate) fn pool_normalize_tensor(
     Some(Tensor::from_primitive::<Cube>(pooled))
 }
 
-/// Units per cube of the top-k kernel (the largest k it takes is [`crate::topk::MAX_K`]).
-pub const TOPK_UNITS: usize = 32;
-/// Base rows per cube of the top-k kernel: cubes are (query, block of rows), so a few queries
-/// over many rows still fill the device, and each cube's work stays bounded; the host merges
-/// the blocks' k-lists (queries × blocks × k entries read back).
-pub const TOPK_BLOCK: usize = 2048;
+/// Units per cube of the top-k kernel, one base row each per tile.
+pub const TOPK_UNITS: usize = 128;
+/// Queries per cube of the top-k kernel: each base row a cube reads is scored against this many
+/// queries (the row is read from memory once per group instead of once per query).
+pub const TOPK_QUERIES: usize = 16;
+/// Tiles of [`TOPK_UNITS`] rows per cube: a cube scans `TOPK_UNITS * TOPK_TILES` rows, so a
+/// million rows make ~120 row blocks per query group; the host merges the blocks' k-lists
+/// (queries × blocks × k entries read back).
+pub const TOPK_TILES: usize = 64;
 
+/// Exact top-k, one cube per (group of `qg` queries, block of `tiles * tile` base rows):
+/// for each tile of `tile` rows, every unit scores its row against the group's queries, which
+/// are staged through shared memory `chunk` dimensions at a time (sums in dimension order, as
+/// the CPU reference); the scores go to shared memory and unit `q` (one per query) folds them,
+/// in row order, into its own sorted top-k in registers, which it writes out at the end.
+/// Barriers sit in uniform control flow (WGSL requires it).
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 fn top_k_kernel(
     queries: &[f32],
     base: &[f32],
     out_idx: &mut [u32],
     out_score: &mut [f32],
+    nq: u32,
     rows: u32,
     #[comptime] dim: usize,
     #[comptime] k: usize,
-    #[comptime] units: usize,
-    #[comptime] block: usize,
+    #[comptime] qg: usize,
+    #[comptime] tile: usize,
+    #[comptime] tiles: usize,
+    #[comptime] chunk: usize,
 ) {
-    // Cube (query, block): the rows `block * CUBE_POS_Y ..` of the base, at most `block`.
-    let qi = CUBE_POS_X as usize;
+    let q0 = CUBE_POS_X as usize * qg;
     let bi = CUBE_POS_Y as usize;
     let blocks = CUBE_COUNT_Y as usize;
     let u = UNIT_POS_X as usize;
-    let first = bi * block;
-    let mut n = rows as usize - first;
-    if n > block {
-        n = block;
+    let nq = nq as usize;
+    let rows = rows as usize;
+    let first = bi * tiles * tile;
+    // Tiles holding at least one row (the last block is partial); uniform across the cube.
+    #[allow(clippy::manual_div_ceil)] // a runtime value in the kernel: no `div_ceil` there
+    let mut ntiles = (rows - first + tile - 1) / tile;
+    if ntiles > tiles {
+        ntiles = tiles;
     }
+    let mut sq = Shared::<[f32]>::new_slice(qg * chunk);
+    let mut ss = Shared::<[f32]>::new_slice(qg * tile);
     let mut best_s = Array::<f32>::new(k);
     let mut best_i = Array::<u32>::new(k);
     for j in 0..k {
         best_s[j] = f32::new(-3.4e38f32); // WGSL has no infinity literal
         best_i[j] = u32::MAX;
     }
-    #[allow(clippy::manual_div_ceil)] // a runtime value in the kernel: no `div_ceil` there
-    let steps = (n + units - 1) / units;
-    for st in 0..steps {
-        let local = u + st * units;
-        if local < n {
-            let row = first + local;
-            let mut sc = 0.0f32;
-            for d in 0..dim {
-                sc += queries[qi * dim + d] * base[row * dim + d];
+    for t in 0..ntiles {
+        let row = first + t * tile + u;
+        let mut acc = Array::<f32>::new(qg);
+        #[unroll]
+        for q in 0..qg {
+            acc[q] = 0.0f32;
+        }
+        for c in 0..dim / chunk {
+            sync_cube(); // the previous chunk's (or tile's) readers are done
+            #[allow(clippy::manual_div_ceil)]
+            let loads = (qg * chunk + tile - 1) / tile;
+            for l in 0..loads {
+                let p = l * tile + u;
+                if p < qg * chunk {
+                    let q = q0 + p / chunk;
+                    let mut v = 0.0f32;
+                    if q < nq {
+                        v = queries[q * dim + c * chunk + p % chunk];
+                    }
+                    sq[p] = v;
+                }
             }
-            // Rows come in ascending order: an equal score never displaces an earlier row.
-            if sc > best_s[k - 1] {
-                let mut placed = false;
-                for jj in 0..k - 1 {
-                    let j = k - 1 - jj;
-                    if !placed {
-                        if best_s[j - 1] < sc {
-                            best_s[j] = best_s[j - 1];
-                            best_i[j] = best_i[j - 1];
-                        } else {
-                            best_s[j] = sc;
-                            best_i[j] = row as u32;
-                            placed = true;
-                        }
+            sync_cube();
+            if row < rows {
+                for d in 0..chunk {
+                    let x = base[row * dim + c * chunk + d];
+                    #[unroll]
+                    for q in 0..qg {
+                        acc[q] += sq[q * chunk + d] * x;
                     }
                 }
-                if !placed {
-                    best_s[0] = sc;
-                    best_i[0] = row as u32;
+            }
+        }
+        #[unroll]
+        for q in 0..qg {
+            ss[q * tile + u] = acc[q];
+        }
+        sync_cube();
+        if u < qg {
+            for r in 0..tile {
+                let rr = first + t * tile + r;
+                let sc = ss[u * tile + r];
+                // Rows come in ascending order: an equal score never displaces an earlier row.
+                if rr < rows && sc > best_s[k - 1] {
+                    let mut placed = false;
+                    for jj in 0..k - 1 {
+                        let j = k - 1 - jj;
+                        if !placed {
+                            if best_s[j - 1] < sc {
+                                best_s[j] = best_s[j - 1];
+                                best_i[j] = best_i[j - 1];
+                            } else {
+                                best_s[j] = sc;
+                                best_i[j] = rr as u32;
+                                placed = true;
+                            }
+                        }
+                    }
+                    if !placed {
+                        best_s[0] = sc;
+                        best_i[0] = rr as u32;
+                    }
                 }
             }
         }
     }
-    let mut sh_s = Shared::<[f32]>::new_slice(units * k);
-    let mut sh_i = Shared::<[u32]>::new_slice(units * k);
-    for j in 0..k {
-        sh_s[u * k + j] = best_s[j];
-        sh_i[u * k + j] = best_i[j];
-    }
-    sync_cube();
-    if u == 0 {
-        for o in 0..k {
-            // The best remaining entry: highest score, then lowest row.
-            // Runtime variables (literals, not associated constants, which are comptime).
-            let mut bs = f32::new(-3.4e38f32);
-            let mut best_row = 4_294_967_295u32;
-            let mut bp = 0usize;
-            for p in 0..units * k {
-                let s = sh_s[p];
-                let i = sh_i[p];
-                if i != u32::MAX && (s > bs || (s == bs && i < best_row)) {
-                    bs = s;
-                    best_row = i;
-                    bp = p;
-                }
-            }
-            let slot = (qi * blocks + bi) * k + o;
-            out_score[slot] = bs;
-            out_idx[slot] = best_row;
-            if best_row != u32::MAX {
-                sh_i[bp] = u32::MAX;
-            }
+    if u < qg && q0 + u < nq {
+        for j in 0..k {
+            let slot = ((q0 + u) * blocks + bi) * k + j;
+            out_score[slot] = best_s[j];
+            out_idx[slot] = best_i[j];
         }
     }
 }
@@ -286,6 +314,17 @@ pub fn top_k_inner_product(
     dim: usize,
     k: usize,
 ) -> Vec<Vec<(u32, f32)>> {
+    top_k_inner_product_timed(client, queries, base, dim, k).0
+}
+
+/// [`top_k_inner_product`], with where its time went.
+pub fn top_k_inner_product_timed(
+    client: &cubecl::client::Client,
+    queries: &[f32],
+    base: &[f32],
+    dim: usize,
+    k: usize,
+) -> (Vec<Vec<(u32, f32)>>, crate::topk::TopKTimes) {
     assert!(
         crate::topk::valid_input(queries, base, dim, k),
         "whole rows of dimension {dim} and k in 1..={}",
@@ -293,35 +332,52 @@ pub fn top_k_inner_product(
     );
     let nq = queries.len() / dim;
     let n = base.len() / dim;
+    let mut times = crate::topk::TopKTimes::default();
     if nq == 0 || n == 0 {
-        return vec![Vec::new(); nq];
+        return (vec![Vec::new(); nq], times);
     }
-    let blocks = n.div_ceil(TOPK_BLOCK);
+    let blocks = n.div_ceil(TOPK_UNITS * TOPK_TILES);
+    let groups = nq.div_ceil(TOPK_QUERIES);
+    // Dimensions staged per step: the largest of 64, 32, … that divides `dim`.
+    let chunk = [64, 32, 16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|c| dim % c == 0)
+        .unwrap_or(1);
+    let t = std::time::Instant::now();
     let qh = client.create_from_slice(f32::as_bytes(queries));
     let bh = client.create_from_slice(f32::as_bytes(base));
+    // Only for the timing split: a failed sync shows again when the results are read.
+    let _ = cubecl::future::block_on(client.sync());
+    times.upload_s = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
     let out = nq * blocks * k;
     let ih = client.empty(out * core::mem::size_of::<u32>());
     let sh = client.empty(out * core::mem::size_of::<f32>());
     top_k_kernel::launch(
         client,
-        CubeCount::Static(nq as u32, blocks as u32, 1),
+        CubeCount::Static(groups as u32, blocks as u32, 1),
         CubeDim::new_1d(TOPK_UNITS as u32),
         unsafe { BufferArg::from_raw_parts(qh, queries.len()) },
         unsafe { BufferArg::from_raw_parts(bh, base.len()) },
         unsafe { BufferArg::from_raw_parts(ih.clone(), out) },
         unsafe { BufferArg::from_raw_parts(sh.clone(), out) },
+        nq as u32,
         n as u32,
         dim,
         k,
+        TOPK_QUERIES,
         TOPK_UNITS,
-        TOPK_BLOCK,
+        TOPK_TILES,
+        chunk,
     );
     let idx = client.read_one_unchecked(ih);
     let sc = client.read_one_unchecked(sh);
     let idx = u32::from_bytes(&idx);
     let sc = f32::from_bytes(&sc);
+    times.kernel_s = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
     // Merge the blocks' lists per query (blocks × k entries): best score, then lower row.
-    (0..nq)
+    let lists = (0..nq)
         .map(|q| {
             let span = q * blocks * k..(q + 1) * blocks * k;
             let mut all: Vec<(u32, f32)> = idx[span.clone()]
@@ -333,7 +389,9 @@ pub fn top_k_inner_product(
             crate::topk::keep_best(&mut all, k);
             all
         })
-        .collect()
+        .collect();
+    times.merge_s = t.elapsed().as_secs_f64();
+    (lists, times)
 }
 
 #[cube(launch)]
@@ -534,7 +592,7 @@ pub(crate) fn client_of(device: &burn::tensor::Device) -> Option<cubecl::client:
         .map(|t| t.client.clone())
 }
 
-#[cfg(all(test, feature = "wgpu"))]
+#[cfg(all(test, any(feature = "wgpu", feature = "cuda")))]
 mod tests {
     use super::*;
 
@@ -548,16 +606,33 @@ mod tests {
         }
     }
 
-    /// The wgpu client; `None` (the test reports itself skipped) when there is no adapter,
-    /// unless `CIX_REQUIRE_WGPU=1`.
+    /// The device the tests run on: `CIX_GPU_RUNTIME=cuda` or `wgpu` names one (a build with
+    /// both features runs them once per runtime), else cubecl's default (CUDA when it works,
+    /// then wgpu). `None` (the test reports itself skipped) when there is none, unless
+    /// `CIX_REQUIRE_WGPU=1` or `CIX_REQUIRE_CUDA=1`.
     fn client() -> Option<cubecl::client::Client> {
-        match std::panic::catch_unwind(|| cubecl::Device::default().client()) {
+        let runtime = std::env::var("CIX_GPU_RUNTIME").unwrap_or_default();
+        let device = std::panic::catch_unwind(|| match runtime.as_str() {
+            "cuda" => cubecl::Device::cuda(0).map_err(|e| format!("{e:?}")),
+            "wgpu" => cubecl::Device::wgpu(cubecl::device::WgpuDeviceKind::DefaultDevice)
+                .map_err(|e| format!("{e:?}")),
+            _ => Ok(cubecl::Device::default()),
+        })
+        .map_err(|_| "the runtime panicked while starting".to_string())
+        .and_then(|d| d);
+        let required = ["CIX_REQUIRE_WGPU", "CIX_REQUIRE_CUDA"]
+            .iter()
+            .any(|v| std::env::var(v).as_deref() == Ok("1"));
+        match device.and_then(|d| {
+            std::panic::catch_unwind(move || d.client())
+                .map_err(|_| "the runtime panicked while starting".to_string())
+        }) {
             Ok(c) => Some(c),
-            Err(_) if std::env::var("CIX_REQUIRE_WGPU").as_deref() != Ok("1") => {
-                eprintln!("SKIPPED: no wgpu adapter");
+            Err(e) if !required => {
+                eprintln!("SKIPPED: no GPU device ({e})");
                 None
             }
-            Err(_) => panic!("no wgpu adapter (CIX_REQUIRE_WGPU=1)"),
+            Err(e) => panic!("no GPU device ({e}) and CIX_REQUIRE_WGPU/CUDA=1"),
         }
     }
 
@@ -648,6 +723,10 @@ mod tests {
             (7, 1000, 16, 10),
             (4, 3000, 48, 32),
             (2, 257, 8, 1),
+            // Several query groups (the last partial) over several row blocks (the last
+            // partial), an odd dimension (staged one at a time).
+            (37, 2 * TOPK_UNITS * TOPK_TILES + 300, 20, 10),
+            (17, 700, 7, 5),
         ] {
             let q: Vec<f32> = (0..nq * dim).map(|_| rnd()).collect();
             let mut b: Vec<f32> = (0..n * dim).map(|_| rnd()).collect();
