@@ -307,10 +307,9 @@ fn query_latency(enc: &kernels::Encoder, model: &Path, n: usize) -> anyhow::Resu
     let cpu = kernels::Encoder::load(model, kernels::DeviceChoice::Cpu)?;
     let (c50, c99) = time(&cpu)?;
     println!(
-        "query embedding, {n} questions one at a time: {} ({}) p50 {p50:.3} ms p99 {p99:.3} ms; \
+        "query embedding, {n} questions one at a time: {} p50 {p50:.3} ms p99 {p99:.3} ms; \
          cpu p50 {c50:.3} ms p99 {c99:.3} ms; cpu/device p50 ratio {:.2}",
         enc.device_description(),
-        enc.precision(),
         c50 / p50
     );
     Ok(())

@@ -34,10 +34,11 @@ struct ServeArgs {
     /// Model directory (default: $CIX_MODEL_DIR, else ./models/all-MiniLM-L6-v2).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Where queries and memories are embedded: auto | cpu | wgpu | cuda. auto picks a GPU when
+    /// Where queries and memories are embedded: cpu | auto | wgpu | cuda. auto picks a GPU when
     /// this binary was built with `--features wgpu` or `cuda` and one works, else the CPU; the
-    /// choice is printed at start-up. f32 on every device.
-    #[arg(long, default_value = "auto")]
+    /// choice is printed at start-up. f32 on every device. The CPU is the default: one query at
+    /// a time was not faster on an H200 than on its host's CPU (README, "GPU builds").
+    #[arg(long, default_value = "cpu")]
     device: kernels::DeviceChoice,
     /// Serve streamable HTTP on this address (`PORT` or `IP:PORT`; loopback unless
     /// --allow-remote) instead of stdio.
@@ -168,8 +169,8 @@ struct SearchArgs {
     /// Print a per-phase timing breakdown on stderr.
     #[arg(long)]
     debug: bool,
-    /// Where the query is embedded: auto | cpu | wgpu | cuda (as for the server).
-    #[arg(long, default_value = "auto")]
+    /// Where the query is embedded: cpu | auto | wgpu | cuda (as for the server).
+    #[arg(long, default_value = "cpu")]
     device: kernels::DeviceChoice,
 }
 

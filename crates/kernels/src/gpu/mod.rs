@@ -341,7 +341,7 @@ pub fn top_k_inner_product_timed(
     // Dimensions staged per step: the largest of 64, 32, … that divides `dim`.
     let chunk = [64, 32, 16, 8, 4, 2, 1]
         .into_iter()
-        .find(|c| dim % c == 0)
+        .find(|c| dim.is_multiple_of(*c))
         .unwrap_or(1);
     let t = std::time::Instant::now();
     let qh = client.create_from_slice(f32::as_bytes(queries));
@@ -672,15 +672,44 @@ mod tests {
         }
     }
 
+    /// burn's device on the runtime the tests run on (see [`client`]).
+    fn burn_device() -> burn::tensor::Device {
+        #[cfg(feature = "wgpu")]
+        let wgpu = || burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+        #[cfg(feature = "cuda")]
+        let cuda = || burn::tensor::Device::cuda(0);
+        let runtime = std::env::var("CIX_GPU_RUNTIME").unwrap_or_default();
+        // As cubecl's default: CUDA when it works, else wgpu.
+        #[cfg(all(feature = "wgpu", feature = "cuda"))]
+        return if runtime == "wgpu"
+            || (runtime != "cuda"
+                && !std::panic::catch_unwind(|| cubecl::Device::cuda(0).is_ok()).unwrap_or(false))
+        {
+            wgpu()
+        } else {
+            cuda()
+        };
+        #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+        return {
+            let _ = runtime;
+            wgpu()
+        };
+        #[cfg(all(feature = "cuda", not(feature = "wgpu")))]
+        return {
+            let _ = runtime;
+            cuda()
+        };
+    }
+
     /// The encoder's path: the kernel launched on burn's own cube tensors (no copy to or from
     /// the host besides the final read), for f32 and f16 hidden states.
     #[test]
     fn pool_normalize_runs_on_burn_tensors() {
-        use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
+        use burn::tensor::{DType, Tensor, TensorData};
         if client().is_none() {
             return;
         }
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let device = burn_device();
         let (rows, tokens, hidden) = (3, 5, 384);
         let x: Vec<f32> = (0..rows * tokens * hidden)
             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
