@@ -160,6 +160,22 @@ pub(crate) fn select_device(choice: DeviceChoice) -> Result<SelectedDevice, Mode
 
 #[cfg(feature = "cuda")]
 fn cuda_device() -> Result<SelectedDevice, String> {
+    // SAFETY: each only tries to dlopen the candidate library names and drops what it opened.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(
+            "the NVIDIA driver library libcuda.so was not found (no driver installed, \
+             or its directory is not on LD_LIBRARY_PATH)"
+                .to_string(),
+        );
+    }
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(
+            "NVRTC (libnvrtc.so, which compiles the CUDA kernels) was not found: \
+             install the CUDA toolkit or the nvidia-cuda-nvrtc wheel and put its lib \
+             directory on LD_LIBRARY_PATH"
+                .to_string(),
+        );
+    }
     let device = Device::cuda(0);
     probe(&device).map_err(|e| format!("CUDA device 0 unusable ({e})"))?;
     Ok(SelectedDevice {
