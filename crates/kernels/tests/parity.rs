@@ -272,32 +272,35 @@ fn gpu_parity(device: DeviceChoice, require: &str) {
     };
     eprintln!("{device} device: {}", enc.device_description());
     let fx = fixtures();
-    let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
-    let (vecs, _) = enc.embed(&texts).expect("embed on the GPU");
-    let dim = enc.dim();
-    let mut min_cos = f32::MAX;
-    for (i, f) in fx.iter().enumerate() {
-        let c = cosine(&vecs[i * dim..(i + 1) * dim], &f.vector);
+    let cos = cosines_vs_reference(&enc, &fx);
+    for (i, (f, &c)) in fx.iter().zip(&cos).enumerate() {
         assert!(
             c >= 0.999,
             "{device}: text {i} {:?}: cosine {c}",
             short(&f.text)
         );
-        min_cos = min_cos.min(c);
     }
+    let min_cos = cos.iter().copied().fold(f32::MAX, f32::min);
     eprintln!("{device}: min cosine {min_cos:.7} over {} texts", fx.len());
 }
 
-/// Min cosine of `enc`'s embeddings of the fixtures against the numpy reference.
+/// The cosine of `enc`'s embedding of each fixture against its numpy reference vector.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn min_cosine_vs_reference(enc: &Encoder) -> f32 {
-    let fx = fixtures();
+fn cosines_vs_reference(enc: &Encoder, fx: &[Fixture]) -> Vec<f32> {
     let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
     let (vecs, _) = enc.embed(&texts).expect("embed");
     let dim = enc.dim();
     fx.iter()
         .enumerate()
         .map(|(i, f)| cosine(&vecs[i * dim..(i + 1) * dim], &f.vector))
+        .collect()
+}
+
+/// Min cosine of `enc`'s embeddings of the fixtures against the numpy reference.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn min_cosine_vs_reference(enc: &Encoder) -> f32 {
+    cosines_vs_reference(enc, &fixtures())
+        .into_iter()
         .fold(f32::MAX, f32::min)
 }
 

@@ -606,17 +606,31 @@ mod tests {
         }
     }
 
-    /// The device the tests run on: `CIX_GPU_RUNTIME=cuda` or `wgpu` names one (a build with
-    /// both features runs them once per runtime), else cubecl's default (CUDA when it works,
-    /// then wgpu). `None` (the test reports itself skipped) when there is none, unless
-    /// `CIX_REQUIRE_WGPU=1` or `CIX_REQUIRE_CUDA=1`.
+    /// The runtime the tests run on: `CIX_GPU_RUNTIME=cuda` or `wgpu` names one (a build with
+    /// both features runs them once per runtime), else CUDA when this build has it and it
+    /// works, then wgpu (cubecl's own default order).
+    fn runtime() -> &'static str {
+        match std::env::var("CIX_GPU_RUNTIME").as_deref() {
+            Ok("cuda") => "cuda",
+            Ok("wgpu") => "wgpu",
+            _ if cfg!(feature = "cuda")
+                && (cfg!(not(feature = "wgpu"))
+                    || std::panic::catch_unwind(|| cubecl::Device::cuda(0).is_ok())
+                        .unwrap_or(false)) =>
+            {
+                "cuda"
+            }
+            _ => "wgpu",
+        }
+    }
+
+    /// The [`runtime`]'s client; `None` (the test reports itself skipped) when it has no
+    /// device, unless `CIX_REQUIRE_WGPU=1` or `CIX_REQUIRE_CUDA=1`.
     fn client() -> Option<cubecl::client::Client> {
-        let runtime = std::env::var("CIX_GPU_RUNTIME").unwrap_or_default();
-        let device = std::panic::catch_unwind(|| match runtime.as_str() {
+        let device = std::panic::catch_unwind(|| match runtime() {
             "cuda" => cubecl::Device::cuda(0).map_err(|e| format!("{e:?}")),
-            "wgpu" => cubecl::Device::wgpu(cubecl::device::WgpuDeviceKind::DefaultDevice)
+            _ => cubecl::Device::wgpu(cubecl::device::WgpuDeviceKind::DefaultDevice)
                 .map_err(|e| format!("{e:?}")),
-            _ => Ok(cubecl::Device::default()),
         })
         .map_err(|_| "the runtime panicked while starting".to_string())
         .and_then(|d| d);
@@ -672,33 +686,17 @@ mod tests {
         }
     }
 
-    /// burn's device on the runtime the tests run on (see [`client`]).
+    /// burn's device on the [`runtime`] (reached only after [`client`] found one).
     fn burn_device() -> burn::tensor::Device {
-        #[cfg(feature = "wgpu")]
-        let wgpu = || burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
         #[cfg(feature = "cuda")]
-        let cuda = || burn::tensor::Device::cuda(0);
-        let runtime = std::env::var("CIX_GPU_RUNTIME").unwrap_or_default();
-        // As cubecl's default: CUDA when it works, else wgpu.
-        #[cfg(all(feature = "wgpu", feature = "cuda"))]
-        return if runtime == "wgpu"
-            || (runtime != "cuda"
-                && !std::panic::catch_unwind(|| cubecl::Device::cuda(0).is_ok()).unwrap_or(false))
-        {
-            wgpu()
-        } else {
-            cuda()
-        };
-        #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
-        return {
-            let _ = runtime;
-            wgpu()
-        };
-        #[cfg(all(feature = "cuda", not(feature = "wgpu")))]
-        return {
-            let _ = runtime;
-            cuda()
-        };
+        if runtime() == "cuda" {
+            return burn::tensor::Device::cuda(0);
+        }
+        #[cfg(feature = "wgpu")]
+        if runtime() == "wgpu" {
+            return burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+        }
+        unreachable!("client() found no {} device", runtime())
     }
 
     /// The encoder's path: the kernel launched on burn's own cube tensors (no copy to or from
