@@ -3,7 +3,13 @@
 //! text into a pseudo-random unit vector (so the vector files and IVF training are realistic in
 //! size without running the model).
 //!
-//! Run: `cargo run --release -p cix-benches --bin pipeline -- <paths…> [--runs 3]`
+//! Each run reports its phase times and the process's peak RSS over the run (VmHWM, reset
+//! before each run through `/proc/self/clear_refs`), under `--memory-budget` (default 1GiB).
+//! `--synthetic N` first writes a synthetic Python repository of about N chunks (50 functions
+//! per file, calls between them) and indexes it: the 1M-chunk bounded-memory check.
+//!
+//! Run: `cargo run --release -p cix-benches --bin pipeline -- <paths…> [--runs 3]
+//! [--memory-budget 1GiB]` or `… --bin pipeline -- --synthetic 1000000 --runs 1`
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -16,8 +22,14 @@ use indexer::progress::Progress;
 #[derive(Parser)]
 struct Args {
     /// Directories to index.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "synthetic")]
     paths: Vec<PathBuf>,
+    /// Write a synthetic repository of about this many chunks and index it (with `paths`).
+    #[arg(long)]
+    synthetic: Option<usize>,
+    /// Memory budget of the build (`indexer build --memory-budget`).
+    #[arg(long, default_value = "1GiB", value_parser = build::parse_budget)]
+    memory_budget: u64,
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Vector dimension of the stand-in embedder.
@@ -29,17 +41,37 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let emb = HashEmbedder { dim: args.dim };
     rayon::ThreadPoolBuilder::new().build_global().ok();
-    println!("threads: {}", rayon::current_num_threads());
+    println!(
+        "threads: {}; memory budget {} bytes",
+        rayon::current_num_threads(),
+        args.memory_budget
+    );
+    let synthetic_dir = tempfile::tempdir().context("temp dir")?;
+    let mut paths = args.paths.clone();
+    if let Some(n) = args.synthetic {
+        let t = Instant::now();
+        let root = synthetic_dir.path().join("synthetic");
+        let bytes = write_synthetic(&root, n)?;
+        println!(
+            "synthetic repository: {} functions, {bytes} bytes, written in {:.1}s",
+            n,
+            t.elapsed().as_secs_f64()
+        );
+        paths.push(root);
+    }
     for run in 0..args.runs {
         let dir = tempfile::tempdir().context("temp dir")?;
-        let opts = BuildOptions::new(args.paths.clone(), dir.path().join("index"));
+        let mut opts = BuildOptions::new(paths.clone(), dir.path().join("index"));
+        opts.memory_budget = args.memory_budget;
+        let base_rss = reset_peak_rss();
         let t = Instant::now();
         let r = build::build(&opts, &emb, &Progress::silent())?;
+        let peak = peak_rss();
         let total = t.elapsed().as_secs_f64();
         let mb = r.source_bytes as f64 / 1e6;
         let embed = r.time_of("embed").as_secs_f64();
         let phases: Vec<String> = r
-            .timings
+            .phase_times()
             .iter()
             .map(|(k, d)| format!("{k} {:.3}s", d.as_secs_f64()))
             .collect();
@@ -54,6 +86,13 @@ fn main() -> anyhow::Result<()> {
             mb / (total - embed),
             phases.join(", ")
         );
+        println!(
+            "  peak RSS {} MB (before the run {} MB); {} segments; {} files read again",
+            peak / 1_000_000,
+            base_rss / 1_000_000,
+            r.segment_ids.len(),
+            r.files_reread
+        );
         let ins = indexer::inspect::inspect(&dir.path().join("index"))?;
         println!(
             "  segment size {} bytes; raw f32 vectors + text {} bytes; ratio {:.3}; vector index {}",
@@ -64,4 +103,84 @@ fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A `/proc/self/status` field in bytes (0 where there is none).
+fn status_kb(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Resets the peak RSS to the current RSS (Linux `clear_refs` 5); returns the current RSS.
+fn reset_peak_rss() -> u64 {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    status_kb("VmRSS:")
+}
+
+fn peak_rss() -> u64 {
+    status_kb("VmHWM:")
+}
+
+/// Writes about `n` Python functions, 50 per file in directories of 100 files: each has a
+/// docstring and body drawn from a fixed vocabulary and calls a function of the same file and
+/// one of another file it imports (so the graph has CALLS and IMPORTS edges). Deterministic.
+/// Returns the bytes written.
+fn write_synthetic(root: &std::path::Path, n: usize) -> anyhow::Result<u64> {
+    use std::fmt::Write as _;
+    const WORDS: [&str; 32] = [
+        "parse", "index", "token", "buffer", "record", "segment", "vector", "cache", "query",
+        "merge", "score", "graph", "node", "edge", "budget", "commit", "stream", "batch", "window",
+        "limit", "retry", "lock", "flush", "encode", "decode", "filter", "rank", "chunk", "path",
+        "span", "hash", "table",
+    ];
+    const PER_FILE: usize = 50;
+    let files = n.div_ceil(PER_FILE);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut bytes = 0u64;
+    for f in 0..files {
+        let dir = root.join(format!("pkg{:04}", f / 100));
+        if f % 100 == 0 {
+            std::fs::create_dir_all(&dir)?;
+        }
+        let other = (f * 7919 + 13) % files;
+        let mut src = String::new();
+        writeln!(src, "\"\"\"Synthetic module {f}.\"\"\"")?;
+        writeln!(
+            src,
+            "from pkg{:04}.mod{other:06} import f{other}_0\n",
+            other / 100
+        )?;
+        let count = PER_FILE.min(n - f * PER_FILE);
+        for i in 0..count {
+            let w = |r: u64| WORDS[(r % WORDS.len() as u64) as usize];
+            let (a, b, c, d) = (w(next()), w(next()), w(next()), w(next()));
+            let callee = if i == 0 {
+                format!("f{other}_0")
+            } else {
+                format!("f{f}_{}", next() as usize % i)
+            };
+            writeln!(
+                src,
+                "def f{f}_{i}({a}_value, {b}_limit=None):\n    \"\"\"{a} the {b} of each {c} before the {d} step.\"\"\"\n    total = {callee}({a}_value) + {}\n    if {b}_limit is not None and total > {b}_limit:\n        return {c}_{d}(total)\n    return total\n",
+                next() % 1000
+            )?;
+        }
+        let p = dir.join(format!("mod{f:06}.py"));
+        std::fs::write(&p, &src)?;
+        bytes += src.len() as u64;
+    }
+    Ok(bytes)
 }

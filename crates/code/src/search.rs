@@ -490,9 +490,10 @@ fn lexical_list(
     allows: &[Option<RoaringBitmap>],
 ) -> Vec<(usize, u32, f32)> {
     let mut list: Vec<(usize, u32, f32)> = Vec::new();
-    // IDF from all segments: a small segment (a re-indexed file) must not score its terms as
-    // if they were common.
-    let mut stats = format::bm25::TermStats::default();
+    // IDF and the average length from all segments: a small segment (a re-indexed file) must
+    // not score its terms as if they were common, and an index cut into segments scores like
+    // one segment.
+    let mut stats = format::bm25::TermStats::index_wide();
     for ls in &index.segments {
         stats.add_segment(ls.segment.postings(), query);
     }
@@ -946,7 +947,7 @@ mod tests {
             "gamma delta",
         ] {
             // Brute force with the same index-wide IDF statistics.
-            let mut st = format::bm25::TermStats::default();
+            let mut st = format::bm25::TermStats::index_wide();
             for ls in &index.segments {
                 st.add_segment(ls.segment.postings(), q);
             }

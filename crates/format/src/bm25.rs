@@ -158,7 +158,10 @@ struct Params {
 
 impl Params {
     fn new(total_len: u64, n: u32) -> Params {
-        let avg = (total_len as f32 / n.max(1) as f32).max(1.0);
+        Params::with_avg(avg_len(total_len, n))
+    }
+
+    fn with_avg(avg: f32) -> Params {
         Params {
             base: K1 * (1.0 - B),
             norm: K1 * B / avg,
@@ -172,18 +175,51 @@ impl Params {
     }
 }
 
+/// The average document length of `n` documents of `total_len` tokens, at least 1.
+fn avg_len(total_len: u64, n: u32) -> f32 {
+    (total_len as f32 / n.max(1) as f32).max(1.0)
+}
+
 /// Index-wide statistics for IDF: documents in all segments and, per query term, in how many
 /// of them it occurs (tombstoned documents included, as in Lucene: they leave with merges).
+/// With [`TermStats::index_wide_length`], the average document length is index-wide too
+/// (summed over the segments added), so an index cut into several segments scores exactly like
+/// one segment of the same documents; block maxima, stored with the segment's own average, are
+/// scaled into bounds for it (`factor` at average `g` is at most `max(1, g / a)` times the
+/// factor at average `a`), so MaxScore stays exact.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TermStats {
     pub n: u32,
     pub df: BTreeMap<String, u32>,
+    /// Tokens of the segments added.
+    pub total_len: u64,
+    /// Documents of the segments added (`n` also counts [`TermStats::add_docs`]).
+    pub len_docs: u32,
+    /// Score with the index-wide average length (`total_len / len_docs`) instead of each
+    /// segment's own.
+    pub index_wide_length: bool,
 }
 
 impl TermStats {
+    /// Statistics that also make the average document length index-wide.
+    pub fn index_wide() -> TermStats {
+        TermStats {
+            index_wide_length: true,
+            ..TermStats::default()
+        }
+    }
+
+    /// The index-wide average length, when these statistics carry one.
+    pub(crate) fn avg_len(&self) -> Option<f32> {
+        (self.index_wide_length && self.len_docs > 0)
+            .then(|| avg_len(self.total_len, self.len_docs))
+    }
+
     /// Adds one segment's counts for the terms of `query`.
     pub fn add_segment(&mut self, p: &ArchivedPostingsArchive, query: &str) {
         self.n += p.doc_count();
+        self.len_docs += p.doc_count();
+        self.total_len += p.total_len.to_native();
         let mut terms = std::collections::BTreeSet::new();
         text::for_each_token(query, |t| {
             terms.insert(t.to_string());
@@ -387,6 +423,18 @@ impl ArchivedPostingsArchive {
 
     fn params(&self) -> Params {
         Params::new(self.total_len.to_native(), self.doc_count())
+    }
+
+    /// The scoring constants under `stats` and the factor by which this segment's stored
+    /// maxima must be scaled to bound scores under them (see [`TermStats`]).
+    fn params_under(&self, stats: Option<&TermStats>) -> (Params, f32) {
+        match stats.and_then(TermStats::avg_len) {
+            Some(g) => {
+                let own = avg_len(self.total_len.to_native(), self.doc_count());
+                (Params::with_avg(g), (g / own).max(1.0))
+            }
+            None => (self.params(), 1.0),
+        }
     }
 
     /// Index of `term` (already tokenized) in the dictionary.

@@ -330,6 +330,15 @@ impl Index {
         for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
             let entry = entry.map_err(io_err(dir))?;
             let name = entry.file_name().to_string_lossy().to_string();
+            // A build's staged segments: removed only when their builder is gone.
+            if name.starts_with(crate::staging::STAGING_PREFIX) && !name.contains(BACKUP_MARK) {
+                let p = entry.path();
+                if p.is_dir() && crate::staging::abandoned(&p) {
+                    std::fs::remove_dir_all(&p).map_err(io_err(&p))?;
+                    removed.push(p);
+                }
+                continue;
+            }
             // Names moved aside (`*.bak-<time>`, see `recover::move_aside`) are never ours.
             let ours = (name.starts_with("seg-")
                 || name.starts_with("tomb-")

@@ -5,6 +5,16 @@
 //! share: [`BuildOptions`] and [`BuildReport`] in `build/types.rs`, the [`Embedder`] interface
 //! with its implementations in `build/embedder.rs`.
 //!
+//! Bounded memory (`--memory-budget`, [`BuildOptions::memory_budget`]): parsed chunk text is
+//! kept up to a quarter of the budget, the rest dropped after parsing (the graph needs only
+//! names, calls, imports and the text of symbol declarations, [`crate::graph::reads_text`])
+//! and read again when its segment is written; the changed files are cut, in file order, into segments whose
+//! estimated in-memory size stays under half the budget. Each segment is embedded and written
+//! into a staging directory ([`format::staging`]) as soon as it is complete, then dropped; one
+//! MANIFEST commit publishes them all. Cut points depend only on the input, so the same input
+//! gives the same segments. Edges between segments of one build are external edges by symbol
+//! id, like edges to unchanged files.
+//!
 //! Incremental by construction: files whose bytes hash the same as in the live index are left
 //! alone; chunks whose embedded text hashes the same as a chunk already in the index reuse its
 //! vector; only new text is embedded. Every file is still parsed (cheap) so that the calls and
@@ -31,16 +41,75 @@ mod types;
 mod vectors;
 
 pub use embedder::{EmbedError, Embedder, HashEmbedder};
-pub use types::{BuildOptions, BuildReport};
+pub use types::{
+    parse_budget, BuildOptions, BuildReport, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET,
+};
 
 use commit::write_and_commit;
-use vectors::{embed_vectors, gpu_ivf_centroids};
+use vectors::{embed_vectors, gpu_ivf_centroids, known_vectors};
 
 /// A file after reading and chunking.
 struct Parsed {
     cand: Candidate,
     hash: [u8; 32],
     extract: FileExtract,
+    /// Estimated bytes the file holds while its segment is built ([`Budget::file_cost`]).
+    cost: u64,
+    /// Its chunk texts were dropped after parsing ([`shed_texts`]); they are read again when
+    /// its segment is written.
+    shed: bool,
+}
+
+/// How [`BuildOptions::memory_budget`] is spent.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    /// Parsed chunk text kept after parsing, all files together.
+    text: u64,
+    /// Estimated in-memory size at which a segment is cut.
+    segment: u64,
+    dim: u64,
+}
+
+impl Budget {
+    fn new(bytes: u64, dim: usize) -> Result<Budget, IndexerError> {
+        if bytes < MIN_MEMORY_BUDGET {
+            return Err(IndexerError::BudgetTooSmall {
+                budget: bytes,
+                min: MIN_MEMORY_BUDGET,
+            });
+        }
+        Ok(Budget {
+            text: bytes / 4,
+            segment: bytes / 2,
+            dim: dim as u64,
+        })
+    }
+
+    /// What a file costs while its segment is built: per chunk its text three times (parsed,
+    /// in the record, in the embedded text with its header), its names twice, its vector twice
+    /// (the rows and the bytes written) and a fixed share for records, postings and the graph.
+    fn file_cost(&self, path: &str, ex: &FileExtract) -> u64 {
+        let p = path.len() as u64;
+        let chunks: u64 = ex
+            .chunks
+            .iter()
+            .map(|c| {
+                let names = (c.name.len() + c.qualified.len() + c.symbol_id.len()) as u64;
+                3 * c.text.len() as u64 + p + 2 * names + 8 * self.dim + 512
+            })
+            .sum();
+        256 + 2 * p + chunks
+    }
+}
+
+/// Drops the parsed text of the chunks of a file that graph resolution does not read
+/// ([`graph::reads_text`]: symbol declarations and `Cargo.toml` are kept).
+fn shed_texts(ex: &mut FileExtract, path: &str) {
+    for c in &mut ex.chunks {
+        if !c.text.is_empty() && !graph::reads_text(path, c) {
+            c.text = String::new();
+        }
+    }
 }
 
 /// The text that is embedded for a chunk: a short header (path, kind, qualified name) and the
@@ -60,17 +129,19 @@ pub fn embed_text(path: &str, kind: &str, qualified: &str, text: &str) -> String
 /// Runs a build. On error nothing visible changes: the MANIFEST is the last thing written.
 ///
 /// Phases, in order: `open_existing`, `walk_roots`, `parse_files`, `plan_changes` (then
-/// nothing more when nothing changed), `resolve_graph`, `segment_records`, `embed_vectors`,
-/// `gpu_ivf_centroids`, `write_and_commit`.
+/// nothing more when nothing changed), `resolve_all`, `plan_cuts`; per segment `reread`,
+/// `segment_graph`, `segment_records`, `embed_vectors`, `gpu_ivf_centroids` and a staged
+/// write; then `write_and_commit`.
 pub fn build(
     opts: &BuildOptions,
     embedder: &dyn Embedder,
     progress: &Progress,
 ) -> Result<BuildReport, IndexerError> {
+    let budget = Budget::new(opts.memory_budget, embedder.dim())?;
     let mut report = BuildReport::default();
     let existing = open_existing(&opts.out, embedder, &mut report)?;
     let cands = walk_roots(opts, &mut report, progress)?;
-    let files = parse_files(opts, cands, &mut report, progress);
+    let mut files = parse_files(opts, cands, &budget, &mut report, progress);
     let plan = plan_changes(opts, &files, existing.as_ref(), &mut report);
     let roots = manifest_roots(opts);
     if let Some(ix) = &existing {
@@ -81,33 +152,118 @@ pub fn build(
             return Ok(report);
         }
     }
-    let graph = resolve_graph(&files, &plan.changed, &mut report);
-    let (mut builder, texts) = segment_records(&files, &plan.changed, &graph.numbering);
-    builder.edges = graph.edges;
-    builder.external_edges = graph.external;
-    let vectors = embed_vectors(
-        opts,
-        embedder,
-        existing.as_ref(),
-        &builder.chunks,
-        &texts,
-        &mut report,
-        progress,
-    )?;
-    builder.ivf_centroids =
-        gpu_ivf_centroids(embedder, &vectors, builder.chunks.len(), &mut report)?;
-    builder.vectors = vectors;
-    report.chunks_written = builder.chunks.len();
+    // Unchanged files are not written: from here on only the graph reads them.
+    for (f, _) in files.iter_mut().zip(&plan.changed).filter(|(_, c)| !**c) {
+        shed_texts(&mut f.extract, &f.cand.rel_path);
+    }
+    let resolved = resolve_all(&files, &mut report);
+    let cuts = plan_cuts(&files, &plan.changed, &budget);
+    let mut cut_of = vec![u32::MAX; files.len()];
+    for (k, cut) in cuts.iter().enumerate() {
+        for &i in cut {
+            cut_of[i] = k as u32;
+        }
+    }
+    // Per segment: the resolved edges that start in it.
+    let mut edges_of: Vec<Vec<u32>> = vec![Vec::new(); cuts.len()];
+    for (n, e) in resolved.iter().enumerate() {
+        if let Some(k) = cut_of.get(node_file(&e.src)).filter(|k| **k != u32::MAX) {
+            edges_of[*k as usize].push(n as u32);
+        }
+    }
+    let known = known_vectors(existing.as_ref());
+    let mut staging = None;
+    let mut written = Vec::new();
+    for (k, cut) in cuts.iter().enumerate() {
+        if cuts.len() > 1 {
+            progress.line(&format!(
+                "segment {}/{}: {} files",
+                k + 1,
+                cuts.len(),
+                cut.len()
+            ));
+        }
+        reread(&mut files, cut, opts, &mut report)?;
+        let graph = segment_graph(&files, cut, &resolved, &edges_of[k], &mut report);
+        let (mut builder, texts) = segment_records(&files, cut, &graph.numbering);
+        builder.edges = graph.edges;
+        builder.external_edges = graph.external;
+        let vectors = embed_vectors(
+            opts,
+            embedder,
+            existing.as_ref(),
+            &known,
+            &builder.chunks,
+            &texts,
+            &mut report,
+            progress,
+        )?;
+        drop(texts);
+        builder.ivf_centroids =
+            gpu_ivf_centroids(embedder, &vectors, builder.chunks.len(), &mut report)?;
+        builder.vectors = vectors;
+        report.chunks_written += builder.chunks.len();
+        let t = Instant::now();
+        let st = match &mut staging {
+            Some(st) => st,
+            None => staging
+                .insert(format::staging::Staging::create(&opts.out).map_err(IndexerError::Format)?),
+        };
+        let (id, meta) = st
+            .write(builder, embedder.model_id(), embedder.dim())
+            .map_err(IndexerError::Format)?;
+        report.timings.push(("write-segment", t.elapsed()));
+        written.push(format::SegmentEntry {
+            id,
+            chunks: meta.chunk_count,
+            tombstones: None,
+        });
+        // Written: the file's text is not needed again.
+        for &i in cut {
+            for c in &mut files[i].extract.chunks {
+                c.text = String::new();
+            }
+        }
+    }
+    drop(files);
     write_and_commit(
         &opts.out,
         embedder,
         existing.as_ref(),
-        builder,
+        staging,
+        written,
         &plan.dead_files,
         roots,
         &mut report,
     )?;
+    merge_after(opts, &mut report, progress);
     Ok(report)
+}
+
+/// The merges due after a commit (crowded tiers, [`crate::merge::MergePolicy::after_build`]).
+/// The build is committed whatever happens here: a failed merge is a note, and the next build
+/// or `indexer merge` tries again.
+fn merge_after(opts: &BuildOptions, report: &mut BuildReport, progress: &Progress) {
+    let t = Instant::now();
+    let policy = crate::merge::MergePolicy::after_build(opts.memory_budget);
+    match crate::merge::merge(&opts.out, &policy, progress) {
+        Ok(m) if !m.merges.is_empty() => {
+            report.generation = m.generation;
+            report.notes.push(format!(
+                "merged {} code segments into {} ({} before, {} after)",
+                m.merges.iter().map(|d| d.from.len()).sum::<usize>(),
+                m.merges.len(),
+                m.segments_before,
+                m.segments_after
+            ));
+            report.timings.push(("merge", t.elapsed()));
+        }
+        Ok(_) => {}
+        Err(e) => report.notes.push(format!(
+            "the merge after the build did not run ({e}); the build is committed, `indexer \
+             merge` retries"
+        )),
+    }
 }
 
 /// Creates `out` and opens the index already there, if any. That index must be sound:
@@ -200,30 +356,45 @@ fn walk_roots(
 }
 
 /// Reads and chunks every candidate, in parallel (rayon). Files that cannot be read
-/// (or are not UTF-8) are counted as skipped, with an error or a warning.
+/// (or are not UTF-8) are counted as skipped, with an error or a warning. Chunk text is kept
+/// while the total kept stays within `budget.text`; past it, files are [`shed_texts`] (which
+/// ones depends on thread timing, what is written does not: shed text is read again).
 fn parse_files(
     opts: &BuildOptions,
     cands: Vec<Candidate>,
+    budget: &Budget,
     report: &mut BuildReport,
     progress: &Progress,
 ) -> Vec<Parsed> {
+    use std::sync::atomic::{AtomicU64, Ordering};
     let t = Instant::now();
     let bar = progress.bar(cands.len() as u64, "parse");
+    let kept = AtomicU64::new(0);
     let results: Vec<Result<Parsed, (SkipReason, String)>> = cands
         .into_par_iter()
         .map(|cand| {
             let r = walk::read_source(&cand).map(|(text, hash)| {
-                let extract = chunk::extract(
+                let mut extract = chunk::extract(
                     cand.language,
                     &cand.repo,
                     &cand.rel_path,
                     &text,
                     &opts.chunk,
                 );
+                drop(text);
+                let cost = budget.file_cost(&cand.rel_path, &extract);
+                let bytes: u64 = extract.chunks.iter().map(|c| c.text.len() as u64).sum();
+                let shed = kept.fetch_add(bytes, Ordering::Relaxed) + bytes > budget.text;
+                if shed {
+                    kept.fetch_sub(bytes, Ordering::Relaxed);
+                    shed_texts(&mut extract, &cand.rel_path);
+                }
                 Parsed {
                     cand,
                     hash,
                     extract,
+                    cost,
+                    shed,
                 }
             });
             bar.inc(1);
@@ -380,17 +551,16 @@ struct Numbering {
 }
 
 impl Numbering {
-    fn new(files: &[Parsed], changed: &[bool]) -> Numbering {
+    /// Numbers the files of `cut` (ascending parsed-file indices) and their chunks.
+    fn new(files: &[Parsed], cut: &[usize]) -> Numbering {
         let mut local_file = vec![u32::MAX; files.len()];
         let mut first_chunk = vec![0u32; files.len()];
         let (mut nf, mut nc) = (0u32, 0u32);
-        for (i, f) in files.iter().enumerate() {
-            if changed[i] {
-                local_file[i] = nf;
-                first_chunk[i] = nc;
-                nf += 1;
-                nc += f.extract.chunks.len() as u32;
-            }
+        for &i in cut {
+            local_file[i] = nf;
+            first_chunk[i] = nc;
+            nf += 1;
+            nc += files[i].extract.chunks.len() as u32;
         }
         Numbering {
             local_file,
@@ -409,10 +579,8 @@ struct SegmentGraph {
     external: Vec<ExternalEdge>,
 }
 
-/// Resolves the graph over all parsed files (so changed files link to unchanged ones)
-/// and keeps the edges that start in a changed file: internal ones by segment node number,
-/// the others by the symbol id or `file:<path>` of their target.
-fn resolve_graph(files: &[Parsed], changed: &[bool], report: &mut BuildReport) -> SegmentGraph {
+/// Resolves the graph over all parsed files (so changed files link to unchanged ones).
+fn resolve_all(files: &[Parsed], report: &mut BuildReport) -> Vec<graph::ResolvedEdge> {
     let t = Instant::now();
     let facts: Vec<FileFacts> = files
         .iter()
@@ -423,7 +591,94 @@ fn resolve_graph(files: &[Parsed], changed: &[bool], report: &mut BuildReport) -
         })
         .collect();
     let resolved = graph::resolve(&facts);
-    let numbering = Numbering::new(files, changed);
+    report.timings.push(("graph", t.elapsed()));
+    resolved
+}
+
+/// The parsed file a graph node belongs to.
+fn node_file(r: &NodeRef) -> usize {
+    match *r {
+        NodeRef::File(f) => f,
+        NodeRef::Chunk { file, .. } => file,
+    }
+}
+
+/// Segments of the changed files, in file order: a segment is cut before the file that would
+/// take its estimated size past `budget.segment` (a file is never split; one larger than the
+/// budget gets a segment of its own).
+fn plan_cuts(files: &[Parsed], changed: &[bool], budget: &Budget) -> Vec<Vec<usize>> {
+    let mut cuts = Vec::new();
+    let mut cur: Vec<usize> = Vec::new();
+    let mut size = 0u64;
+    for (i, f) in files.iter().enumerate().filter(|(i, _)| changed[*i]) {
+        if !cur.is_empty() && size + f.cost > budget.segment {
+            cuts.push(std::mem::take(&mut cur));
+            size = 0;
+        }
+        cur.push(i);
+        size += f.cost;
+    }
+    if !cur.is_empty() {
+        cuts.push(cur);
+    }
+    cuts
+}
+
+/// Reads the shed files of `cut` again and chunks them (in parallel): the same bytes give the
+/// same chunks. A file whose bytes changed since it was parsed fails the build
+/// ([`IndexerError::ChangedDuringBuild`]); nothing is committed.
+fn reread(
+    files: &mut [Parsed],
+    cut: &[usize],
+    opts: &BuildOptions,
+    report: &mut BuildReport,
+) -> Result<(), IndexerError> {
+    let need: Vec<usize> = cut.iter().copied().filter(|&i| files[i].shed).collect();
+    if need.is_empty() {
+        return Ok(());
+    }
+    let t = Instant::now();
+    let fresh: Vec<Result<FileExtract, IndexerError>> = need
+        .par_iter()
+        .map(|&i| {
+            let f = &files[i];
+            let changed = || IndexerError::ChangedDuringBuild {
+                path: f.cand.abs_path.clone(),
+            };
+            let (text, hash) = walk::read_source(&f.cand).map_err(|_| changed())?;
+            if hash != f.hash {
+                return Err(changed());
+            }
+            Ok(chunk::extract(
+                f.cand.language,
+                &f.cand.repo,
+                &f.cand.rel_path,
+                &text,
+                &opts.chunk,
+            ))
+        })
+        .collect();
+    for (&i, r) in need.iter().zip(fresh) {
+        files[i].extract = r?;
+        files[i].shed = false;
+    }
+    report.files_reread += need.len();
+    report.timings.push(("reread", t.elapsed()));
+    Ok(())
+}
+
+/// The graph part of the segment of the files `cut`: of the resolved edges that start in it
+/// (`edge_ids`), internal ones by segment node number, the others (to unchanged
+/// files or other segments of this build) by the symbol id or `file:<path>` of their target.
+fn segment_graph(
+    files: &[Parsed],
+    cut: &[usize],
+    resolved: &[graph::ResolvedEdge],
+    edge_ids: &[u32],
+    report: &mut BuildReport,
+) -> SegmentGraph {
+    let t = Instant::now();
+    let numbering = Numbering::new(files, cut);
     let (local_file, first_chunk, nc) = (
         &numbering.local_file,
         &numbering.first_chunk,
@@ -448,7 +703,7 @@ fn resolve_graph(files: &[Parsed], changed: &[bool], report: &mut BuildReport) -
     };
     let mut edges = Vec::new();
     let mut external = Vec::new();
-    for e in &resolved {
+    for e in edge_ids.iter().map(|&n| &resolved[n as usize]) {
         let kind = match e.kind {
             EdgeKind::Contains => rec::EdgeKind::Contains,
             EdgeKind::Imports => rec::EdgeKind::Imports,
@@ -488,16 +743,14 @@ fn resolve_graph(files: &[Parsed], changed: &[bool], report: &mut BuildReport) -
 /// to embed for each chunk ([`embed_text`]; its blake3 is the chunk's content hash).
 fn segment_records(
     files: &[Parsed],
-    changed: &[bool],
+    cut: &[usize],
     numbering: &Numbering,
 ) -> (SegmentBuilder, Vec<String>) {
     let (local_file, first_chunk) = (&numbering.local_file, &numbering.first_chunk);
     let mut builder = SegmentBuilder::default();
     let mut texts: Vec<String> = Vec::new();
-    for (i, f) in files.iter().enumerate() {
-        if !changed[i] {
-            continue;
-        }
+    for &i in cut {
+        let f = &files[i];
         let lf = local_file[i];
         builder.files.push(FileRecord {
             repo: f.cand.repo.clone(),

@@ -35,6 +35,15 @@ use index::Index;
 
 use crate::chunk::{Language, MODULE_ALIAS};
 
+/// Whether resolution reads the text of `c`, a chunk of the file at `path`: the declarations
+/// of symbols (return types, base types, callback parameter types: `index.rs`, `calls.rs`)
+/// and a `Cargo.toml`'s package name. A build under `--memory-budget` drops the parsed text of
+/// other chunks before resolving (it is read again when written), which changes nothing here.
+pub fn reads_text(path: &str, c: &crate::chunk::Chunk) -> bool {
+    paths::file_name(path) == "Cargo.toml"
+        || (c.kind.is_symbol() && c.kind != crate::chunk::ChunkKind::Module)
+}
+
 /// Whether `path` is the file of a module named `name` (`b.rs`, `b/mod.rs`, `b.py`,
 /// `b/__init__.py`, `b.ts`, `b/index.ts`).
 fn is_module_file(path: &str, name: &str) -> bool {

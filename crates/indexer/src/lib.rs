@@ -1,14 +1,15 @@
 //! The indexer library: walk repositories, cut files into chunks with tree-sitter, resolve the
 //! code graph, embed chunks and write immutable segments through the `format` crate.
 //!
-//! Entry points: [`build::build`] (the `indexer build` command), [`inspect::inspect`] and
-//! [`inspect::verify`]. The binary in `main.rs` is a thin clap layer over these.
+//! Entry points: [`build::build`] (the `indexer build` command), [`merge::merge`] (`indexer
+//! merge`, and the merges after a build), [`inspect::inspect`] and [`inspect::verify`]. The binary in `main.rs` is a thin clap layer over these.
 
 pub mod build;
 pub mod chunk;
 pub mod graph;
 pub mod inspect;
 pub mod memories;
+pub mod merge;
 pub mod progress;
 pub mod rebuild;
 pub mod walk;
@@ -58,6 +59,17 @@ pub enum IndexerError {
          committed, run the build again"
     )]
     ConcurrentBuild(PathBuf),
+    #[error(
+        "{path} changed while this build ran (its text was read again to write its segment under \
+         --memory-budget and no longer matches what was parsed); nothing was committed, run the \
+         build again"
+    )]
+    ChangedDuringBuild { path: PathBuf },
+    #[error(
+        "--memory-budget {budget} bytes is below the minimum of {min} bytes (1 MiB); pass a \
+         larger budget such as 1GiB"
+    )]
+    BudgetTooSmall { budget: u64, min: u64 },
     #[error("memory dump {path}: {message}; nothing was written")]
     Dump { path: PathBuf, message: String },
     #[error(transparent)]

@@ -66,6 +66,12 @@ enum Cmd {
         /// out. Recorded like --no-ignore.
         #[arg(long)]
         hidden: bool,
+        /// Memory the build may hold besides the model and the tree-wide graph facts (symbol
+        /// names, calls, imports, symbol declarations): other parsed text beyond a quarter of
+        /// it is read again when written, and the changed files are cut into several segments so that each stays
+        /// under half of it while it is embedded and written. At least 1MiB.
+        #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = build::parse_budget)]
+        memory_budget: u64,
         /// Build the code from scratch: the code segments of --out are dropped and re-indexed;
         /// memories (memory segments, memory.wal) are kept. Also repairs an index whose MANIFEST
         /// is damaged (moved aside as MANIFEST.bak-<time>; the memories are recovered from their
@@ -78,6 +84,20 @@ enum Cmd {
         /// Print the summary as JSON on stdout.
         #[arg(long)]
         json: bool,
+    },
+    /// Merge code segments (tiered policy: crowded size tiers, segments mostly deleted, and
+    /// down to --max-segments), copying records and vectors without re-embedding.
+    Merge {
+        dir: PathBuf,
+        /// A merge holds at most half of this in memory.
+        #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = build::parse_budget)]
+        memory_budget: u64,
+        /// Merge the smallest segments until at most this many code segments are left (as far
+        /// as the budget allows).
+        #[arg(long)]
+        max_segments: Option<usize>,
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// Show what an index holds: counts per language, kind and edge type, sizes.
     Inspect {
@@ -120,6 +140,7 @@ fn run() -> anyhow::Result<ExitCode> {
             follow_external_symlinks,
             no_ignore,
             hidden,
+            memory_budget,
             rebuild,
             quiet,
             json,
@@ -176,6 +197,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 opts.symlinks = indexer::walk::Symlinks::FollowExternal;
             }
             opts.rules = indexer::walk::Rules { no_ignore, hidden };
+            opts.memory_budget = memory_budget;
             let t = Instant::now();
             let report = build::build(&opts, &encoder, &progress)?;
             let total = t.elapsed();
@@ -192,6 +214,40 @@ fn run() -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Cmd::Merge {
+            dir,
+            memory_budget,
+            max_segments,
+            quiet,
+        } => {
+            let policy = indexer::merge::MergePolicy {
+                budget: memory_budget,
+                max_segments,
+                deletes: true,
+            };
+            let r = indexer::merge::merge(&dir, &policy, &Progress::auto(quiet))?;
+            for m in &r.merges {
+                println!(
+                    "merged ({}) {} segments into {}: {} chunks, {} tombstoned chunks dropped",
+                    m.why,
+                    m.from.len(),
+                    m.into
+                        .as_deref()
+                        .map_or("nothing".to_string(), |id| format!("seg-{id}")),
+                    m.chunks,
+                    m.dropped_chunks
+                );
+            }
+            println!(
+                "{}: {} code segments before, {} after, generation {} ({:.2?})",
+                dir.display(),
+                r.segments_before,
+                r.segments_after,
+                r.generation,
+                r.elapsed
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Inspect { dir, json } => {
             let r = indexer::inspect::inspect(&dir)?;
@@ -238,9 +294,11 @@ fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value
         "chunks_tombstoned": r.chunks_tombstoned,
         "edges": r.edges,
         "segment_id": r.segment_id,
+        "segment_ids": r.segment_ids,
+        "files_reread": r.files_reread,
         "generation": r.generation,
         "live_chunks": r.live_chunks,
-        "seconds": r.timings.iter().map(|(k, d)| (k.to_string(), d.as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),
+        "seconds": r.phase_times().iter().map(|(k, d)| (k.to_string(), d.as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),
         "total_seconds": total.as_secs_f64(),
     })
 }
@@ -277,12 +335,28 @@ fn print_summary(r: &BuildReport, out: &Path, total: std::time::Duration) {
         println!("edges: {}", edges.join(", "));
     }
     let phases: Vec<String> = r
-        .timings
+        .phase_times()
         .iter()
         .map(|(k, d)| format!("{k} {:.2?}", d))
         .collect();
     println!("time: {:.2?} total ({})", total, phases.join(", "));
+    if r.files_reread > 0 {
+        println!(
+            "memory budget: {} files read again when written",
+            r.files_reread
+        );
+    }
     match &r.segment_id {
+        Some(_) if r.segment_ids.len() > 1 => println!(
+            "wrote {} segments (seg-{} .. seg-{}, cut by --memory-budget); {} at generation {} \
+             holds {} live chunks",
+            r.segment_ids.len(),
+            r.segment_ids[0],
+            r.segment_ids[r.segment_ids.len() - 1],
+            out.display(),
+            r.generation,
+            r.live_chunks
+        ),
         Some(id) => println!(
             "wrote segment seg-{id}; {} at generation {} holds {} live chunks",
             out.display(),

@@ -15,7 +15,7 @@ impl ArchivedPostingsArchive {
         let Some(t) = self.term_id(term) else {
             return Vec::new();
         };
-        let mut c = Cursor::new(self, t, 0, 0.0);
+        let mut c = Cursor::new(self, t, 0, 0.0, 1.0);
         let mut out = Vec::with_capacity(self.term_df[t].to_native() as usize);
         while c.doc != NO_DOC {
             out.push((c.doc, c.tfs[c.pos]));
@@ -68,8 +68,9 @@ impl ArchivedPostingsArchive {
 
     /// [`Self::search_above`] with index-wide IDF statistics (`stats`), so that scores of
     /// several segments are comparable: a small new segment does not give its rare-looking
-    /// terms a low IDF. Length normalisation stays per segment (its average length is part
-    /// of the stored block maxima).
+    /// terms a low IDF. Length normalisation is per segment unless `stats` is
+    /// [`TermStats::index_wide`]: then the average length is the index's too, and the stored
+    /// block maxima (computed with the segment's own average) are scaled into bounds.
     pub fn search_above_with(
         &self,
         query: &str,
@@ -82,12 +83,12 @@ impl ArchivedPostingsArchive {
         if self.doc_count() == 0 || k == 0 {
             return Vec::new();
         }
-        let params = self.params();
+        let (params, scale) = self.params_under(stats);
         let qt = self.query_terms(query, stats);
         let mut cursors: Vec<Cursor> = qt
             .iter()
             .enumerate()
-            .map(|(qi, &(t, w))| Cursor::new(self, t, qi, w))
+            .map(|(qi, &(t, w))| Cursor::new(self, t, qi, w, scale))
             .collect();
         let mut heap = TopK::new(k, floor);
         let mut contrib = vec![0f32; qt.len()];
@@ -209,11 +210,11 @@ impl ArchivedPostingsArchive {
         if n == 0 || k == 0 {
             return Vec::new();
         }
-        let params = self.params();
+        let (params, _) = self.params_under(stats);
         let mut acc = vec![0f32; n as usize];
         let mut touched: Vec<u32> = Vec::new();
         for (qi, (t, w)) in self.query_terms(query, stats).into_iter().enumerate() {
-            let mut c = Cursor::new(self, t, qi, w);
+            let mut c = Cursor::new(self, t, qi, w, 1.0);
             while c.doc != NO_DOC {
                 let d = c.doc;
                 let x = w * params.factor(c.tfs[c.pos], self.doc_lens[d as usize].to_native());
@@ -252,6 +253,8 @@ struct Cursor<'a> {
     qi: usize,
     /// idf · qtf.
     w: f32,
+    /// `w` times the scale of the stored maxima ([`TermStats`]): multiplies block maxima.
+    wb: f32,
     b0: usize,
     b1: usize,
     df: usize,
@@ -266,12 +269,13 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    fn new(p: &'a ArchivedPostingsArchive, t: usize, qi: usize, w: f32) -> Cursor<'a> {
+    fn new(p: &'a ArchivedPostingsArchive, t: usize, qi: usize, w: f32, scale: f32) -> Cursor<'a> {
         let b0 = p.term_blocks[t].to_native() as usize;
         let mut c = Cursor {
             p,
             qi,
             w,
+            wb: w * scale,
             b0,
             b1: p.term_blocks[t + 1].to_native() as usize,
             df: p.term_df[t].to_native() as usize,
@@ -330,7 +334,7 @@ impl<'a> Cursor<'a> {
         if self.exhausted() {
             0.0
         } else {
-            self.w * self.p.block_max[self.block].to_native()
+            self.wb * self.p.block_max[self.block].to_native()
         }
     }
 

@@ -177,6 +177,86 @@ fn maxscore_equals_exhaustive() {
     assert!(a.postings("absent").is_empty());
 }
 
+/// With index-wide length normalisation, documents cut into segments of very different
+/// average lengths score bit for bit as in one segment of them all, and MaxScore over the
+/// scaled block maxima still returns exactly what exhaustive scoring returns.
+#[test]
+fn index_wide_length_scores_segments_like_one() {
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let vocab: Vec<String> = (0..60).map(|i| format!("v{i}")).collect();
+    // Short documents first, long ones last: the three segments' averages differ widely.
+    let mut texts: Vec<String> = (0..1500)
+        .map(|d| {
+            let len = 2 + (rnd() % (4 + d as u64 / 10)) as usize;
+            (0..len)
+                .map(|_| vocab[(rnd() % (1 + rnd() % 60)) as usize].as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    texts.sort_by_key(|t| t.len());
+    let mk = |texts: &[String]| {
+        let fields: Vec<DocFields> = texts
+            .iter()
+            .map(|t| DocFields {
+                text: t,
+                path: "",
+                name: "",
+                qualified: "",
+            })
+            .collect();
+        rkyv::to_bytes::<rkyv::rancor::Error>(&build(&fields)).unwrap()
+    };
+    let whole = mk(&texts);
+    let parts: Vec<_> = [0..200, 200..900, 900..1500]
+        .into_iter()
+        .map(|r| (r.start as u32, mk(&texts[r])))
+        .collect();
+    let one = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&whole).unwrap();
+    let segs: Vec<(u32, &ArchivedPostingsArchive)> = parts
+        .iter()
+        .map(|(off, b)| {
+            (
+                *off,
+                rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(b).unwrap(),
+            )
+        })
+        .collect();
+    let mut checked = 0;
+    for q in 0..200 {
+        let query: Vec<&str> = (0..1 + q % 4)
+            .map(|_| vocab[(rnd() % 60) as usize].as_str())
+            .collect();
+        let query = query.join(" ");
+        let mut st = TermStats::index_wide();
+        for (_, p) in &segs {
+            st.add_segment(p, &query);
+        }
+        let mut merged: Vec<(u32, f32)> = Vec::new();
+        for (off, p) in &segs {
+            let fast = p.search_above_with(&query, 20, None, None, f32::NEG_INFINITY, Some(&st));
+            let slow = p.search_exhaustive_with(&query, 20, None, None, Some(&st));
+            assert_eq!(fast, slow, "query {query:?}");
+            merged.extend(fast.into_iter().map(|(d, s)| (d + off, s)));
+        }
+        merged.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        merged.truncate(20);
+        assert_eq!(
+            merged,
+            one.search(&query, 20, None, None),
+            "query {query:?}"
+        );
+        checked += merged.len();
+    }
+    assert!(checked > 1000, "{checked}");
+}
+
 #[test]
 fn corrupt_blocks_are_refused() {
     let fields: Vec<DocFields> = (0..300)

@@ -1,26 +1,29 @@
-//! The last phase of a build: write the segment, tombstone what it replaces, commit the
-//! MANIFEST and collect garbage, all under the directory lock.
+//! The last phase of a build: publish the staged segments, tombstone what they replace, commit
+//! the MANIFEST and collect garbage, all under the directory lock.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Instant;
 
 use format::manifest::{IndexManifest, RootEntry, SegmentEntry, TombstoneRef};
-use format::{tombstones, Index, SegmentBuilder};
+use format::staging::Staging;
+use format::{tombstones, Index};
 use roaring::RoaringBitmap;
 
 use super::{BuildReport, Embedder};
 use crate::IndexerError;
 
-/// Writes the segment, the tombstones of what it replaces, then commits the MANIFEST
-/// and collects garbage (timed as `write`). All of it happens under the directory lock:
-/// queryd flushes memory segments into the same MANIFEST, and garbage collection must never
-/// see a segment that is written but not yet committed.
+/// Publishes the staged segments ([`Staging::publish`]), writes the tombstones of what they
+/// replace, then commits the MANIFEST and collects garbage (timed as `write`). All of it
+/// happens under the directory lock: queryd flushes memory segments into the same MANIFEST,
+/// and garbage collection must never see a published segment that is not yet committed.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn write_and_commit(
     out: &Path,
     embedder: &dyn Embedder,
     existing: Option<&Index>,
-    builder: SegmentBuilder,
+    staging: Option<Staging>,
+    written: Vec<SegmentEntry>,
     dead_files: &[(usize, u32)],
     roots: Vec<RootEntry>,
     report: &mut BuildReport,
@@ -35,28 +38,19 @@ pub(super) fn write_and_commit(
     let _lock = format::manifest::DirLock::acquire(out).map_err(IndexerError::Format)?;
     let mut manifest = current_manifest(out, existing, &model_id, dim, report)?;
     let generation = manifest.generation + 1;
-    let write_segment = !builder.chunks.is_empty() || !builder.files.is_empty();
-    let new_seg = if write_segment {
-        let (id, meta) = builder
-            .write(out, &model_id, dim)
-            .map_err(IndexerError::Format)?;
-        Some(SegmentEntry {
-            id,
-            chunks: meta.chunk_count,
-            tombstones: None,
-        })
-    } else {
-        None
-    };
+    if let Some(st) = staging {
+        st.publish(out).map_err(IndexerError::Format)?;
+    }
     if let Some(ix) = existing {
         manifest.segments = tombstone_segments(
             out, ix, &manifest, dead_files, generation, &model_id, report,
         )?;
     }
-    if let Some(s) = &new_seg {
-        report.segment_id = Some(s.id.clone());
+    report.segment_id = written.first().map(|s| s.id.clone());
+    for s in written {
+        report.segment_ids.push(s.id.clone());
         if !manifest.segments.iter().any(|e| e.id == s.id) {
-            manifest.segments.push(s.clone());
+            manifest.segments.push(s);
         }
     }
     for r in roots {

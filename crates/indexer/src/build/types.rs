@@ -30,7 +30,17 @@ pub struct BuildOptions {
     pub symlinks: walk::Symlinks,
     /// Which ignore rules and hidden files the walk respects (default: all of them).
     pub rules: walk::Rules,
+    /// Bytes the build may hold besides the model and the tree-wide graph facts (symbol
+    /// names, calls, imports, the text of symbol chunks): other parsed text is kept up to a
+    /// quarter of it (the rest is read again when its segment is written) and a segment is cut once its estimated in-memory
+    /// size reaches half of it ([`DEFAULT_MEMORY_BUDGET`]; at least [`MIN_MEMORY_BUDGET`]).
+    pub memory_budget: u64,
 }
+
+/// `--memory-budget` by default: 1 GiB.
+pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
+/// The smallest `--memory-budget` accepted: 1 MiB (small budgets force cuts in tests).
+pub const MIN_MEMORY_BUDGET: u64 = 1 << 20;
 
 impl BuildOptions {
     /// Walks the roots with the rules MANIFEST records for `root` (what `manifest_roots`
@@ -74,6 +84,7 @@ impl BuildOptions {
             only: None,
             symlinks: walk::Symlinks::Confined,
             rules: walk::Rules::default(),
+            memory_budget: DEFAULT_MEMORY_BUDGET,
         }
     }
 }
@@ -104,18 +115,81 @@ pub struct BuildReport {
     pub tokens_embedded: usize,
     pub chunks_tombstoned: u64,
     pub edges: BTreeMap<&'static str, usize>,
+    /// The first segment this build wrote (`None` when it wrote none).
     pub segment_id: Option<String>,
+    /// Every segment this build wrote, in file order: more than one when `--memory-budget`
+    /// cut the changed files into several.
+    pub segment_ids: Vec<String>,
+    /// Files whose text was dropped after parsing to stay within the budget and read again
+    /// when their segment was written.
+    pub files_reread: usize,
     pub generation: u64,
     pub live_chunks: u64,
     pub timings: Vec<(&'static str, Duration)>,
 }
 
 impl BuildReport {
+    /// Time per phase, summed over the phase's runs (a build cut into several segments
+    /// embeds and writes once per segment), in the order phases first ran.
+    pub fn phase_times(&self) -> Vec<(&'static str, Duration)> {
+        let mut out: Vec<(&'static str, Duration)> = Vec::new();
+        for &(k, d) in &self.timings {
+            match out.iter_mut().find(|(name, _)| *name == k) {
+                Some(e) => e.1 += d,
+                None => out.push((k, d)),
+            }
+        }
+        out
+    }
+
     pub fn time_of(&self, phase: &str) -> Duration {
         self.timings
             .iter()
             .filter(|t| t.0 == phase)
             .map(|t| t.1)
             .sum()
+    }
+}
+
+/// Parses a `--memory-budget` size: bytes, or a number with a unit (`512MiB` and `1GiB` are
+/// binary, `2GB` and `1g` decimal).
+pub fn parse_budget(s: &str) -> Result<u64, String> {
+    parse_size::parse_size(s.trim())
+        .map_err(|e| format!("`{s}` is not a size ({e}); use e.g. 1GiB, 512MiB or 1048576"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_sizes_parse() {
+        assert_eq!(parse_budget("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_budget("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_budget("1m"), Ok(1_000_000));
+        assert_eq!(parse_budget("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_budget("1048576"), Ok(1 << 20));
+        assert!(parse_budget("lots").unwrap_err().contains("1GiB"));
+    }
+
+    #[test]
+    fn phase_times_sum_repeated_phases_in_first_order() {
+        let r = BuildReport {
+            timings: vec![
+                ("parse", Duration::from_millis(5)),
+                ("embed", Duration::from_millis(2)),
+                ("write-segment", Duration::from_millis(1)),
+                ("embed", Duration::from_millis(3)),
+            ],
+            ..BuildReport::default()
+        };
+        assert_eq!(
+            r.phase_times(),
+            vec![
+                ("parse", Duration::from_millis(5)),
+                ("embed", Duration::from_millis(5)),
+                ("write-segment", Duration::from_millis(1)),
+            ]
+        );
     }
 }

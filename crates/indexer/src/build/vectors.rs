@@ -21,15 +21,12 @@ struct VectorPlan {
     copies: Vec<(usize, usize)>,
 }
 
-/// Copies the vectors of chunks whose content hash is already in the existing index and
-/// lists the chunks left to embed, each distinct text once.
-fn reuse_vectors(
-    existing: Option<&Index>,
-    chunks: &[ChunkRecord],
-    dim: usize,
-    report: &mut BuildReport,
-) -> VectorPlan {
-    let mut known: HashMap<[u8; 32], (usize, u32)> = HashMap::new();
+/// Where each content hash of the existing index has a vector: (segment, chunk), the first
+/// one. Built once per build, shared by its segments.
+pub(super) type Known = HashMap<[u8; 32], (usize, u32)>;
+
+pub(super) fn known_vectors(existing: Option<&Index>) -> Known {
+    let mut known = Known::new();
     if let Some(ix) = existing {
         for (si, ls) in ix.segments.iter().enumerate() {
             for (ci, c) in ls.segment.table().chunks.iter().enumerate() {
@@ -37,6 +34,17 @@ fn reuse_vectors(
             }
         }
     }
+    known
+}
+
+/// Copies the vectors of chunks whose content hash is already in the existing index and
+/// lists the chunks left to embed, each distinct text once.
+fn reuse_vectors(
+    existing: Option<&Index>,
+    known: &Known,
+    chunks: &[ChunkRecord],
+    dim: usize,
+) -> VectorPlan {
     let mut vectors = vec![0f32; chunks.len() * dim];
     let mut todo: Vec<usize> = Vec::new();
     let mut first_of: HashMap<[u8; 32], usize> = HashMap::new();
@@ -46,7 +54,6 @@ fn reuse_vectors(
             let ix = existing.expect("known implies existing");
             if let Some(v) = ix.segments[*si].segment.vector(*ci) {
                 vectors[i * dim..(i + 1) * dim].copy_from_slice(v);
-                report.chunks_reused += 1;
                 continue;
             }
         }
@@ -65,12 +72,14 @@ fn reuse_vectors(
     }
 }
 
-/// The vectors of the new segment (`chunks.len() × dim`): reused by content hash
+/// The vectors of a new segment (`chunks.len() × dim`): reused by content hash
 /// ([`reuse_vectors`]), the rest embedded in groups of `opts.embed_group` texts.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn embed_vectors(
     opts: &BuildOptions,
     embedder: &dyn Embedder,
     existing: Option<&Index>,
+    known: &Known,
     chunks: &[ChunkRecord],
     texts: &[String],
     report: &mut BuildReport,
@@ -82,7 +91,7 @@ pub(super) fn embed_vectors(
         mut vectors,
         todo,
         copies,
-    } = reuse_vectors(existing, chunks, dim, report);
+    } = reuse_vectors(existing, known, chunks, dim);
     // Longest-first order keeps length buckets full across groups.
     let bar = progress.bar(todo.len() as u64, "embed");
     let index_groups: Vec<&[usize]> = todo.chunks(opts.embed_group.max(1)).collect();
@@ -120,8 +129,8 @@ pub(super) fn embed_vectors(
         let (a, b) = (j * dim, i * dim);
         vectors.copy_within(a..a + dim, b);
     }
-    report.chunks_embedded = todo.len();
-    report.chunks_reused = chunks.len() - todo.len();
+    report.chunks_embedded += todo.len();
+    report.chunks_reused += chunks.len() - todo.len();
     report.timings.push(("embed", t.elapsed()));
     Ok(vectors)
 }

@@ -1,0 +1,343 @@
+//! `indexer build --memory-budget`, end to end with the real model: a budget small enough to
+//! cut one build into several segments (and to drop parsed text, read again when written)
+//! gives an index that answers like the one big segment of an unbounded build: the same
+//! chunks and vectors, the same graph as the query side sees it (across segments), the same
+//! search results up to ties; the cuts are deterministic; an incremental build on top keeps
+//! tombstones right. Merges (`indexer merge`, and the tier merges after a build) keep the
+//! same answers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use cix_tests::{copy_dir, encoder, fixture_copy, workspace_root};
+use code::view::{CodeView, NodeRef};
+use code::SearchOptions;
+use format::records::EdgeKind;
+use indexer::build::{build, BuildOptions, BuildReport, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET};
+use indexer::merge::{merge, MergePolicy, SEGMENTS_PER_TIER};
+use indexer::progress::Progress;
+use indexer::IndexerError;
+
+/// The polyglot fixture plus this workspace's `format` sources (enough chunks for several
+/// segments at the smallest budget).
+fn make_repo(parent: &Path) -> PathBuf {
+    let repo = fixture_copy(parent);
+    copy_dir(
+        &workspace_root().join("crates/format/src"),
+        &repo.join("fmt"),
+    );
+    repo
+}
+
+fn build_with(repo: &Path, out: &Path, budget: u64) -> BuildReport {
+    let mut opts = BuildOptions::new(vec![repo.to_path_buf()], out.to_path_buf());
+    opts.memory_budget = budget;
+    build(&opts, encoder(), &Progress::silent())
+        .unwrap_or_else(|e| panic!("build into {} failed: {e}", out.display()))
+}
+
+/// A chunk as both indexes must have it: (path, lines, kind, symbol id, content hash).
+type Key = (String, u32, u32, String, String, [u8; 32]);
+
+fn key(v: &CodeView, n: NodeRef) -> Key {
+    let c = v.chunk(n);
+    let f = v.file(n);
+    (
+        f.path.to_string(),
+        c.start_line.to_native(),
+        c.end_line.to_native(),
+        c.kind.to_string(),
+        c.symbol_id.to_string(),
+        c.content_hash,
+    )
+}
+
+fn chunks(v: &CodeView) -> BTreeMap<Key, NodeRef> {
+    v.live_chunks().map(|n| (key(v, n), n)).collect()
+}
+
+/// Where the edges of `kind` of every chunk lead, by chunk key (files by path).
+fn edges(v: &CodeView, kind: EdgeKind) -> BTreeSet<(Key, String, String)> {
+    let name = |n: NodeRef| {
+        if v.is_chunk(n) {
+            let k = key(v, n);
+            format!("{}:{}:{}", k.0, k.1, k.4)
+        } else {
+            format!("file:{}", v.file(n).path)
+        }
+    };
+    let mut out = BTreeSet::new();
+    for n in v.live_chunks() {
+        for (t, _) in v.out_edges(n, kind) {
+            out.insert((key(v, n), "out".to_string(), name(t)));
+        }
+        for (s, _) in v.in_edges(n, kind) {
+            out.insert((key(v, n), "in".to_string(), name(s)));
+        }
+    }
+    out
+}
+
+/// Both indexes have the same edges of every kind, as the query side follows them.
+fn assert_same_edges(a: &CodeView, b: &CodeView) {
+    for kind in [EdgeKind::Calls, EdgeKind::Contains, EdgeKind::Imports] {
+        let (ea, eb) = (edges(a, kind), edges(b, kind));
+        assert!(!ea.is_empty() || kind == EdgeKind::Imports);
+        let only_a: Vec<_> = ea.difference(&eb).take(5).collect();
+        let only_b: Vec<_> = eb.difference(&ea).take(5).collect();
+        assert!(
+            only_a.is_empty() && only_b.is_empty(),
+            "{kind:?} edges differ: only in the first {only_a:?}; only in the second {only_b:?}"
+        );
+    }
+}
+
+/// Search hits as (score, path, first line), in rank order.
+fn hits(dir: &Path, q: &str) -> Vec<(f32, String, u32)> {
+    let ix = format::Index::open(dir).unwrap();
+    let qv = cix_tests::embed_one(q);
+    let (hits, _) = code::search(&ix, q, Some(&qv), &SearchOptions::default()).unwrap();
+    hits.into_iter()
+        .take(10)
+        .map(|h| (h.score, h.path, h.start_line))
+        .collect()
+}
+
+/// Equal lists up to ties: the same scores rank by rank, and the same hits within each run
+/// of equal scores.
+fn assert_equal_up_to_ties(q: &str, a: &[(f32, String, u32)], b: &[(f32, String, u32)]) {
+    assert_eq!(a.len(), b.len(), "{q}: {a:?} vs {b:?}");
+    let close = |x: f32, y: f32| (x - y).abs() <= 1e-4 * x.abs().max(y.abs()).max(1e-3);
+    for (x, y) in a.iter().zip(b) {
+        assert!(close(x.0, y.0), "{q}: scores differ: {a:?} vs {b:?}");
+    }
+    let mut i = 0;
+    while i < a.len() {
+        let mut j = i + 1;
+        while j < a.len() && close(a[j].0, a[i].0) {
+            j += 1;
+        }
+        // A run reaching the end may continue past the top 10 differently: compare only runs
+        // that end inside the list.
+        if j < a.len() {
+            let sa: BTreeSet<_> = a[i..j].iter().map(|h| (&h.1, h.2)).collect();
+            let sb: BTreeSet<_> = b[i..j].iter().map(|h| (&h.1, h.2)).collect();
+            assert_eq!(sa, sb, "{q}: hits differ beyond ties: {a:?} vs {b:?}");
+        }
+        i = j;
+    }
+}
+
+#[test]
+fn a_small_budget_cuts_segments_that_answer_like_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = make_repo(&tmp.path().join("src"));
+    let (one, cut) = (tmp.path().join("one"), tmp.path().join("cut"));
+    let r1 = build_with(&repo, &one, DEFAULT_MEMORY_BUDGET);
+    let r2 = build_with(&repo, &cut, MIN_MEMORY_BUDGET);
+    assert_eq!(r1.segment_ids.len(), 1, "{r1:?}");
+    assert!(r2.segment_ids.len() >= 3, "{:?}", r2.segment_ids);
+    assert!(r2.files_reread > 0, "nothing was read again: {r2:?}");
+    assert_eq!(r1.chunks_written, r2.chunks_written);
+    assert_eq!(r1.live_chunks, r2.live_chunks);
+    assert_eq!(r1.edges, r2.edges);
+    let m = format::IndexManifest::read(&cut).unwrap();
+    assert_eq!(
+        m.segments.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
+        r2.segment_ids
+    );
+    // No staging directory is left behind.
+    for e in std::fs::read_dir(&cut).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().to_string();
+        assert!(
+            !name.starts_with(".build-"),
+            "{name} left in {}",
+            cut.display()
+        );
+    }
+
+    // The same chunks with the same vectors.
+    let (a, b) = (CodeView::open(&one).unwrap(), CodeView::open(&cut).unwrap());
+    let (ca, cb) = (chunks(&a), chunks(&b));
+    assert_eq!(ca.keys().collect::<Vec<_>>(), cb.keys().collect::<Vec<_>>());
+    for (k, &na) in &ca {
+        let (va, vb) = (a.vector(na).unwrap(), b.vector(cb[k]).unwrap());
+        let cos: f32 = va.iter().zip(vb).map(|(x, y)| x * y).sum();
+        assert!(cos > 0.9999, "{k:?}: cosine {cos}");
+    }
+    // The same graph as the query side sees it, across segments.
+    assert_same_edges(&a, &b);
+    // The same search results, identifiers and natural language.
+    for q in [
+        "levenshtein_distance",
+        "ServeHTTP",
+        "SegmentBuilder",
+        "collect_garbage",
+        "edit distance between two strings",
+        "compute the area of a circle",
+        "block-max search over compressed postings",
+        "remove segments no manifest names",
+    ] {
+        assert_equal_up_to_ties(q, &hits(&one, q), &hits(&cut, q));
+    }
+
+    // Same input, same cuts.
+    let again = build_with(&repo, &tmp.path().join("again"), MIN_MEMORY_BUDGET);
+    assert_eq!(again.segment_ids, r2.segment_ids);
+
+    // Incremental on top of the cut index: one file changes, one goes.
+    let changed = repo.join("fmt/tombstones.rs");
+    let mut text = std::fs::read_to_string(&changed).unwrap();
+    text.push_str("\n/// Added by the test.\npub fn budget_probe() -> u32 {\n    7\n}\n");
+    std::fs::write(&changed, text).unwrap();
+    std::fs::remove_file(repo.join("fmt/roots.rs")).unwrap();
+    let i1 = build_with(&repo, &one, DEFAULT_MEMORY_BUDGET);
+    let i2 = build_with(&repo, &cut, MIN_MEMORY_BUDGET);
+    assert_eq!((i2.files_changed, i2.files_deleted), (1, 1));
+    assert_eq!(i1.live_chunks, i2.live_chunks);
+    assert_eq!(i1.chunks_tombstoned, i2.chunks_tombstoned);
+    let (a, b) = (CodeView::open(&one).unwrap(), CodeView::open(&cut).unwrap());
+    assert_eq!(
+        chunks(&a).keys().collect::<Vec<_>>(),
+        chunks(&b).keys().collect::<Vec<_>>()
+    );
+    assert!(b.chunks_of_path("fmt/roots.rs").is_empty());
+    assert_equal_up_to_ties(
+        "budget_probe",
+        &hits(&one, "budget_probe"),
+        &hits(&cut, "budget_probe"),
+    );
+}
+
+#[test]
+fn a_budget_below_the_minimum_is_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_copy(tmp.path());
+    let out = tmp.path().join("index");
+    let mut opts = BuildOptions::new(vec![repo], out.clone());
+    opts.memory_budget = MIN_MEMORY_BUDGET - 1;
+    let e = build(&opts, encoder(), &Progress::silent()).unwrap_err();
+    assert!(matches!(e, IndexerError::BudgetTooSmall { .. }), "{e}");
+    assert!(e.to_string().contains("1GiB"), "{e}");
+    assert!(!out.exists());
+}
+
+/// Merging the budget-cut segments into one (`indexer merge --max-segments 1`) copies records,
+/// vectors and the graph: the merged index answers like a fresh single-segment build.
+#[test]
+fn merging_cut_segments_gives_one_that_answers_like_a_fresh_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = make_repo(&tmp.path().join("src"));
+    let cut = tmp.path().join("cut");
+    let r = build_with(&repo, &cut, MIN_MEMORY_BUDGET);
+    assert!(r.segment_ids.len() >= 3);
+    // Drop a file first, so the merge also has tombstones to leave behind; `one` is a fresh
+    // build of what is left (no tombstones, which would still count in IDF).
+    std::fs::remove_file(repo.join("fmt/roots.rs")).unwrap();
+    let one = tmp.path().join("one");
+    build_with(&repo, &one, DEFAULT_MEMORY_BUDGET);
+    let before = build_with(&repo, &cut, MIN_MEMORY_BUDGET);
+    assert_eq!(before.files_deleted, 1);
+    let generation = format::IndexManifest::read(&cut).unwrap().generation;
+    let policy = MergePolicy {
+        budget: DEFAULT_MEMORY_BUDGET,
+        max_segments: Some(1),
+        deletes: true,
+    };
+    let m = merge(&cut, &policy, &Progress::silent()).unwrap();
+    assert_eq!(m.segments_after, 1, "{m:?}");
+    assert!(m.merges.iter().any(|d| d.dropped_chunks > 0), "{m:?}");
+    let manifest = format::IndexManifest::read(&cut).unwrap();
+    assert!(manifest.generation > generation);
+    assert_eq!(manifest.segments.len(), 1);
+    assert!(manifest.segments[0].tombstones.is_none());
+    // Nothing unnamed is left on disk: old segments, tombstones and staging are collected.
+    let names: Vec<String> = std::fs::read_dir(&cut)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("seg-") || n.starts_with("tomb-") || n.starts_with(".build-"))
+        .collect();
+    assert_eq!(names, vec![format!("seg-{}", manifest.segments[0].id)]);
+
+    let (a, b) = (CodeView::open(&one).unwrap(), CodeView::open(&cut).unwrap());
+    assert_eq!(
+        chunks(&a).keys().collect::<Vec<_>>(),
+        chunks(&b).keys().collect::<Vec<_>>()
+    );
+    assert_same_edges(&a, &b);
+    for q in [
+        "levenshtein_distance",
+        "collect_garbage",
+        "edit distance between two strings",
+    ] {
+        assert_equal_up_to_ties(q, &hits(&one, q), &hits(&cut, q));
+    }
+    // A second merge finds nothing to do; a build on top finds the index up to date.
+    let again = merge(&cut, &policy, &Progress::silent()).unwrap();
+    assert!(again.merges.is_empty());
+    let r = build_with(&repo, &cut, MIN_MEMORY_BUDGET);
+    assert_eq!(r.files_changed, 0);
+    assert!(r.segment_ids.is_empty());
+}
+
+/// Incremental builds add one small segment each; once the lowest tier holds more than
+/// `SEGMENTS_PER_TIER` of them, the build merges them, and the index keeps answering like a
+/// fresh build of the same tree.
+#[test]
+fn incremental_builds_merge_a_crowded_tier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_copy(&tmp.path().join("src"));
+    let out = tmp.path().join("index");
+    build_with(&repo, &out, DEFAULT_MEMORY_BUDGET);
+    let mut merged = false;
+    for i in 0..SEGMENTS_PER_TIER + 1 {
+        let p = repo.join("src/lib.rs");
+        let mut text = std::fs::read_to_string(&p).unwrap();
+        text.push_str(&format!(
+            "\n/// Edit {i}.\npub fn edit_{i}() -> u32 {{\n    {i}\n}}\n"
+        ));
+        std::fs::write(&p, text).unwrap();
+        // Another file each time, so that no segment is left fully tombstoned (and dropped).
+        std::fs::write(
+            repo.join(format!("extra_{i}.py")),
+            format!("def extra_{i}():\n    return {i}\n"),
+        )
+        .unwrap();
+        let r = build_with(&repo, &out, DEFAULT_MEMORY_BUDGET);
+        let segs = format::IndexManifest::read(&out).unwrap().segments.len();
+        merged |= r.notes.iter().any(|n| n.contains("merged"));
+        assert!(
+            segs <= SEGMENTS_PER_TIER + 1,
+            "{segs} segments after edit {i}"
+        );
+    }
+    assert!(merged, "no build merged");
+    let fresh = tmp.path().join("fresh");
+    build_with(&repo, &fresh, DEFAULT_MEMORY_BUDGET);
+    let (a, b) = (
+        CodeView::open(&fresh).unwrap(),
+        CodeView::open(&out).unwrap(),
+    );
+    assert_eq!(
+        chunks(&a).keys().collect::<Vec<_>>(),
+        chunks(&b).keys().collect::<Vec<_>>()
+    );
+    assert_same_edges(&a, &b);
+    // Tombstoned documents still count in IDF (as in Lucene, until a merge drops them), so
+    // scores differ a little from the fresh build: the same best hit.
+    for q in ["edit_3", "levenshtein_distance", "extra_5"] {
+        let (x, y) = (hits(&fresh, q), hits(&out, q));
+        assert_eq!((&x[0].1, x[0].2), (&y[0].1, y[0].2), "{q}: {x:?} vs {y:?}");
+    }
+    // Once `indexer merge` has dropped the tombstones, the scores are the fresh build's.
+    let policy = MergePolicy {
+        budget: DEFAULT_MEMORY_BUDGET,
+        max_segments: Some(1),
+        deletes: true,
+    };
+    merge(&out, &policy, &Progress::silent()).unwrap();
+    assert_eq!(format::IndexManifest::read(&out).unwrap().segments.len(), 1);
+    for q in ["edit_3", "levenshtein_distance", "extra_5"] {
+        assert_equal_up_to_ties(q, &hits(&fresh, q), &hits(&out, q));
+    }
+}
