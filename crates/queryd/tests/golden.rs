@@ -175,7 +175,11 @@ impl Normaliser {
             Value::Object(m) => {
                 let mut out = Map::new();
                 for (k, x) in m {
+                    // A segment's id is the hash of its files, vectors included, whose last
+                    // bits depend on the CPU's SIMD path: masked like a time.
+                    let segment_id = k == "id" && m.contains_key("vector_index");
                     let masked = MASKED_KEYS.contains(&k.as_str())
+                        || segment_id
                         || k.ends_with("_ms")
                         || k.ends_with("_unix");
                     let y = if masked && !x.is_null() {
