@@ -277,7 +277,8 @@ impl SegmentBuilder {
     }
 }
 
-fn unique() -> u64 {
+/// A number unique within this process (temporary directory names).
+pub(crate) fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::Relaxed)

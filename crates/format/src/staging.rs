@@ -14,7 +14,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::segment::{dir_name, SegmentBuilder, SegmentMeta};
+use crate::segment::{dir_name, unique, SegmentBuilder, SegmentMeta};
 use crate::{io_err, Result};
 
 /// Prefix of staging directory names.
@@ -121,12 +121,6 @@ pub fn abandoned(dir: &Path) -> bool {
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age >= ABANDONED_AFTER),
     }
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
 }
 
 #[cfg(test)]

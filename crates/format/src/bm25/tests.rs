@@ -40,23 +40,26 @@ fn finds_identifier_parts_and_ranks_names_higher() {
     assert!(validate(Path::new("p"), a, 2).is_err());
 }
 
+/// The postings of `texts` (text only, no path or names), archived.
+fn archive_of(texts: &[String]) -> rkyv::util::AlignedVec {
+    let fields: Vec<DocFields> = texts
+        .iter()
+        .map(|t| DocFields {
+            text: t,
+            path: "",
+            name: "",
+            qualified: "",
+        })
+        .collect();
+    rkyv::to_bytes::<rkyv::rancor::Error>(&build(&fields)).unwrap()
+}
+
 /// With index-wide statistics, a one-document segment scores a document like the same
 /// document in a large segment (same length): IDF no longer depends on segment size; and
 /// MaxScore still equals exhaustive scoring.
 #[test]
 fn index_wide_idf_makes_segments_comparable() {
-    let mk = |texts: &[String]| {
-        let fields: Vec<DocFields> = texts
-            .iter()
-            .map(|t| DocFields {
-                text: t,
-                path: "",
-                name: "",
-                qualified: "",
-            })
-            .collect();
-        rkyv::to_bytes::<rkyv::rancor::Error>(&build(&fields)).unwrap()
-    };
+    let mk = archive_of;
     let big: Vec<String> = (0..200)
         .map(|i| {
             if i == 7 {
@@ -201,18 +204,7 @@ fn index_wide_length_scores_segments_like_one() {
         })
         .collect();
     texts.sort_by_key(|t| t.len());
-    let mk = |texts: &[String]| {
-        let fields: Vec<DocFields> = texts
-            .iter()
-            .map(|t| DocFields {
-                text: t,
-                path: "",
-                name: "",
-                qualified: "",
-            })
-            .collect();
-        rkyv::to_bytes::<rkyv::rancor::Error>(&build(&fields)).unwrap()
-    };
+    let mk = archive_of;
     let whole = mk(&texts);
     let parts: Vec<_> = [0..200, 200..900, 900..1500]
         .into_iter()
