@@ -726,14 +726,38 @@ pub fn search(
     if o.mode != Mode::Lexical {
         let t = Instant::now();
         if let Some(q) = query_vec {
+            // IVF lists are chosen across segments (`plan_probes`): an index cut into several
+            // segments scans the share of its vectors one segment would.
+            let ivfs = index
+                .segments
+                .iter()
+                .zip(&allows)
+                .map(|(ls, a)| ls.segment.probe_plan(a.as_ref()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let plan = format::ivf_map::plan_probes(&ivfs, q, o.nprobe);
+            // Approximate candidates from every segment, merged; only the best
+            // `rerank_depth(depth)` of the whole index are re-ranked exactly on the raw rows
+            // (per segment, that many for each: re-ranking was most of a many-segment search).
+            let fetch = format::segment::rerank_depth(depth);
+            let mut approx: Vec<(usize, u32, f32)> = Vec::new();
             for (si, ls) in index.segments.iter().enumerate() {
-                for (c, s) in ls.segment.search_vectors(
+                for (c, s) in ls.segment.vector_candidates(
                     q,
-                    depth,
-                    o.nprobe,
+                    fetch,
+                    &plan[si],
                     allows[si].as_ref(),
                     Some(&ls.tombstones),
                 )? {
+                    approx.push((si, c, s));
+                }
+            }
+            approx.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+            approx.truncate(fetch);
+            approx.sort_by_key(|&(si, c, _)| (si, c));
+            for group in approx.chunk_by(|a, b| a.0 == b.0) {
+                let si = group[0].0;
+                let cands: Vec<(u32, f32)> = group.iter().map(|&(_, c, s)| (c, s)).collect();
+                for (c, s) in index.segments[si].segment.rerank(q, &cands) {
                     vec_list.push((si, c, s));
                 }
             }

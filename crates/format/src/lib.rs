@@ -10,6 +10,7 @@ pub mod bm25;
 pub mod fsio;
 pub mod graph;
 pub mod header;
+pub mod ivf_map;
 pub mod manifest;
 pub mod memory;
 pub mod merge;

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::bm25::{self, ArchivedPostingsArchive, DocFields};
 use crate::graph::{self, ArchivedGraphArchive};
 use crate::header::{self, Component, HEADER_LEN};
+use crate::ivf_map::MappedIvf;
 use crate::memory::{self, ArchivedMemoryTable, MemoryRecord, MemoryTable};
 use crate::records::{
     ArchivedChunkTable, ChunkInput, ChunkTable, EdgeInput, ExternalEdge, FileInput, NO_PARENT,
@@ -289,6 +290,11 @@ pub fn segment_id(segment_json: &[u8]) -> String {
     crate::blake3_hex(segment_json)[..24].to_string()
 }
 
+/// How many approximate (SQ8) candidates are re-ranked exactly for a top-`k` vector search.
+pub fn rerank_depth(k: usize) -> usize {
+    (k * 4).max(64)
+}
+
 pub fn dir_name(id: &str) -> String {
     format!("seg-{id}")
 }
@@ -305,6 +311,7 @@ pub struct Segment {
     /// `memories.rkyv`, in memory segments only.
     memories: Option<Mmap>,
     ivf: OnceLock<std::result::Result<Ivf, String>>,
+    ivf_map: OnceLock<std::result::Result<MappedIvf, String>>,
 }
 
 impl std::fmt::Debug for Segment {
@@ -400,6 +407,7 @@ impl Segment {
             id: id.to_string(),
             meta,
             ivf: OnceLock::new(),
+            ivf_map: OnceLock::new(),
         };
         seg.validate_structure()?;
         Ok(seg)
@@ -576,6 +584,32 @@ impl Segment {
         }
     }
 
+    /// The IVF index read in place from its memory map ([`MappedIvf`]: headers parsed and
+    /// bounds-checked, centroids copied, lists left in the map), opened on first use; `None`
+    /// for flat segments. What queries use. Unlike [`Segment::ivf`] it does not hash the file
+    /// first (our reader checks every offset; FAISS's parser is not hardened against damage):
+    /// the file's checksum is the verifier's job ([`Segment::verify`]).
+    pub fn ivf_map(&self) -> Result<Option<&MappedIvf>> {
+        if self.meta.vector_index == "flat" {
+            return Ok(None);
+        }
+        let r = self.ivf_map.get_or_init(|| {
+            MappedIvf::open(
+                &self.dir.join(IVF_FILE),
+                self.meta.dim as usize,
+                self.meta.chunk_count as usize,
+            )
+            .map_err(|e| e.to_string())
+        });
+        match r {
+            Ok(ivf) => Ok(Some(ivf)),
+            Err(detail) => Err(FormatError::Faiss {
+                path: self.dir.join(IVF_FILE),
+                detail: detail.clone(),
+            }),
+        }
+    }
+
     /// Vector top-`k` by inner product. Small or heavily filtered candidate sets are scanned
     /// exactly; otherwise IVF candidates (over-fetched) are re-ranked exactly on the raw rows.
     pub fn search_vectors(
@@ -593,27 +627,86 @@ impl Segment {
                 query.len()
             )));
         }
-        let small_allow = allow.is_some_and(|a| a.len() < vectors::IVF_THRESHOLD as u64);
-        let ivf = if small_allow { None } else { self.ivf()? };
-        let Some(ivf) = ivf else {
-            return Ok(vectors::exact_search(
+        match self.probe_plan(allow)? {
+            Some(ivf) => {
+                let probes = ivf.probes(query, nprobe);
+                self.search_vectors_in(query, k, &probes, allow, deny)
+            }
+            None => Ok(vectors::exact_search(
                 self.vectors(),
                 d,
                 query,
                 k,
                 allow,
                 deny,
-            ));
-        };
-        let fetch = (k * 4).max(64) + deny.map_or(0, |x| x.len() as usize).min(1024);
-        let cands = ivf.candidates(query, fetch, nprobe)?;
-        let rows = cands.into_iter().filter_map(|i| {
-            if !crate::admitted(i, allow, deny) {
-                return None;
-            }
-            Some((i, vectors::dot(self.vector(i)?, query)))
-        });
-        Ok(crate::top_k(rows, k))
+            )),
+        }
+    }
+
+    /// The IVF index a vector search under `allow` goes through, or `None` when it scans the
+    /// rows exactly (a flat segment, or an allow-list smaller than an IVF segment can be).
+    pub fn probe_plan(&self, allow: Option<&RoaringBitmap>) -> Result<Option<&MappedIvf>> {
+        if allow.is_some_and(|a| a.len() < vectors::IVF_THRESHOLD as u64) {
+            return Ok(None);
+        }
+        self.ivf_map()
+    }
+
+    /// Vector top-`k` through the IVF lists `probes` ((list, query · centroid), chosen by the
+    /// caller, e.g. across segments): SQ8 candidates, filtered inside the scan and
+    /// over-fetched ([`rerank_depth`]), re-ranked exactly on the raw rows. A flat segment is
+    /// scanned exactly.
+    pub fn search_vectors_in(
+        &self,
+        query: &[f32],
+        k: usize,
+        probes: &[(u32, f32)],
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Result<Vec<(u32, f32)>> {
+        let cands = self.vector_candidates(query, rerank_depth(k), probes, allow, deny)?;
+        Ok(crate::top_k(self.rerank(query, &cands).into_iter(), k))
+    }
+
+    /// The best `fetch` (chunk, score) candidates for `query`, best first: approximate SQ8
+    /// scores through the IVF lists `probes` (filters applied inside the scan), or exact
+    /// scores from a scan of the rows for a flat segment or a small allow-list. Callers that
+    /// search several segments merge these and re-rank only the best ([`Segment::rerank`]).
+    pub fn vector_candidates(
+        &self,
+        query: &[f32],
+        fetch: usize,
+        probes: &[(u32, f32)],
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Result<Vec<(u32, f32)>> {
+        let d = self.meta.dim as usize;
+        if query.len() != d {
+            return Err(FormatError::InvalidInput(format!(
+                "query has dimension {}, the segment {d}",
+                query.len()
+            )));
+        }
+        match self.probe_plan(allow)? {
+            Some(ivf) => ivf.scan(query, probes, fetch, allow, deny),
+            None => Ok(vectors::exact_search(
+                self.vectors(),
+                d,
+                query,
+                fetch,
+                allow,
+                deny,
+            )),
+        }
+    }
+
+    /// Exact inner products of `query` with the rows of `candidates` (chunk ids; scores
+    /// ignored), in the same order; ids beyond the segment are dropped.
+    pub fn rerank(&self, query: &[f32], candidates: &[(u32, f32)]) -> Vec<(u32, f32)> {
+        candidates
+            .iter()
+            .filter_map(|&(i, _)| Some((i, vectors::dot(self.vector(i)?, query))))
+            .collect()
     }
 
     /// BM25 top-`k`.
@@ -656,6 +749,9 @@ impl Segment {
         }
         if problems.is_empty() {
             if let Err(e) = self.ivf() {
+                problems.push(e);
+            }
+            if let Err(e) = self.ivf_map() {
                 problems.push(e);
             }
         }

@@ -244,8 +244,18 @@ impl Ivf {
         Ok(out)
     }
 
-    /// Candidate ids for `query`, best first (approximate scores).
+    /// Candidate ids for `query`, best first.
     pub fn candidates(&self, query: &[f32], k: usize, nprobe: usize) -> Result<Vec<u32>> {
+        Ok(self
+            .search(query, k, nprobe)?
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect())
+    }
+
+    /// FAISS's top-`k` (chunk, approximate score) for `query`, best first: the peer of
+    /// [`crate::ivf_map::MappedIvf::search`] in tests and benchmarks.
+    pub fn search(&self, query: &[f32], k: usize, nprobe: usize) -> Result<Vec<(u32, f32)>> {
         let mut params =
             faiss::search_params::SearchParametersIVF::new().map_err(|e| FormatError::Faiss {
                 path: IVF_FILE.into(),
@@ -280,8 +290,9 @@ impl Ivf {
         }
         Ok(labels
             .into_iter()
-            .filter(|&l| l >= 0)
-            .map(|l| l as u32)
+            .zip(distances)
+            .filter(|&(l, _)| l >= 0)
+            .map(|(l, d)| (l as u32, d))
             .collect())
     }
 }
