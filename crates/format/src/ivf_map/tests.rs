@@ -1,0 +1,184 @@
+//! Mapped IVF tests: parity with FAISS on the same file, filters in the scan, probes planned
+//! across segments, damaged files.
+
+use super::*;
+use crate::vectors::{write_ivf, Ivf};
+
+fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    let mut rnd = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+    };
+    let centres: Vec<f32> = (0..clusters * dim).map(|_| rnd()).collect();
+    let mut out = Vec::with_capacity(n * dim);
+    for i in 0..n {
+        let c = (i * 7919) % clusters;
+        let mut v: Vec<f32> = (0..dim)
+            .map(|d| centres[c * dim + d] + 0.3 * rnd())
+            .collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= norm);
+        out.extend(v);
+    }
+    out
+}
+
+#[test]
+fn simd_dot_matches_scalar() {
+    let q: Vec<f32> = (0..389).map(|i| (i as f32 * 0.37).sin()).collect();
+    let c: Vec<u8> = (0..389).map(|i| (i * 31 % 256) as u8).collect();
+    for len in [0, 7, 32, 64, 384, 389] {
+        let a = dot_u8(&q[..len], &c[..len]);
+        let b = dot_u8_scalar(&q[..len], &c[..len]);
+        assert!(
+            (a - b).abs() <= 1e-3 * b.abs().max(1.0),
+            "{len}: {a} vs {b}"
+        );
+    }
+}
+
+/// The mapped reader finds what FAISS finds, with FAISS's scores, on the same file.
+#[test]
+fn matches_faiss_on_the_same_file() {
+    let (n, dim) = (6000, 48);
+    let v = clustered(n, dim, 60, 7);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join(crate::vectors::IVF_FILE);
+    write_ivf(&p, &v, dim).unwrap();
+    let faiss = Ivf::load(&p, dim, n).unwrap();
+    let ours = MappedIvf::open(&p, dim, n).unwrap();
+    assert_eq!(ours.nlist(), faiss.nlist());
+    assert_eq!(ours.centroids(), faiss.centroids().unwrap().as_slice());
+    let queries = clustered(50, dim, 60, 99);
+    let mut same = 0;
+    for q in queries.chunks_exact(dim) {
+        for nprobe in [1, 4, 16] {
+            let f = faiss.search(q, 20, nprobe).unwrap();
+            let o = ours.search(q, 20, nprobe, None, None).unwrap();
+            assert_eq!(o.len(), f.len());
+            for (a, b) in o.iter().zip(&f) {
+                assert!((a.1 - b.1).abs() < 1e-4, "score {a:?} vs {b:?}");
+            }
+            // Ids equal up to neighbours whose scores tie within float rounding.
+            same += usize::from(o.iter().map(|x| x.0).eq(f.iter().map(|x| x.0)));
+        }
+    }
+    assert!(same >= 140, "{same}/150 identical lists");
+}
+
+#[test]
+fn filters_apply_inside_the_scan() {
+    let (n, dim) = (5000, 16);
+    let v = clustered(n, dim, 40, 3);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join(crate::vectors::IVF_FILE);
+    write_ivf(&p, &v, dim).unwrap();
+    let ivf = MappedIvf::open(&p, dim, n).unwrap();
+    let nlist = ivf.nlist();
+    let q = &v[..dim];
+    // Every fifth chunk allowed, the first hundred of those denied: ten admitted answers
+    // come back when all lists are probed, and all of them pass both filters.
+    let allow: RoaringBitmap = (0..n as u32).step_by(5).collect();
+    let deny: RoaringBitmap = (0..500).collect();
+    let got = ivf.search(q, 10, nlist, Some(&allow), Some(&deny)).unwrap();
+    assert_eq!(got.len(), 10);
+    assert!(got.iter().all(|(c, _)| c % 5 == 0 && *c >= 500));
+    let exact = crate::vectors::exact_search(&v, dim, q, 10, Some(&allow), Some(&deny));
+    let hit = got
+        .iter()
+        .filter(|g| exact.iter().any(|e| e.0 == g.0))
+        .count();
+    assert!(hit >= 9, "{hit}/10 of the exact filtered answers");
+    assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
+}
+
+/// Lists are chosen across indexes by centroid score, under a budget that scans the share
+/// one index of all the vectors would; one index alone gets exactly its `nprobe` lists.
+#[test]
+fn probes_are_planned_across_segments() {
+    let dim = 32;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut opened = Vec::new();
+    for (i, n) in [9000usize, 6000, 4500].into_iter().enumerate() {
+        let v = clustered(n, dim, 50, 11 + i as u64);
+        let p = tmp.path().join(format!("ivf{i}"));
+        write_ivf(&p, &v, dim).unwrap();
+        opened.push(MappedIvf::open(&p, dim, n).unwrap());
+    }
+    let q = &clustered(1, dim, 50, 500)[..dim];
+    let alone = plan_probes(&[Some(&opened[0])], q, 8);
+    assert_eq!(alone[0], opened[0].probes(q, 8));
+    assert_eq!(alone[0].len(), 8);
+
+    let ivfs: Vec<Option<&MappedIvf>> =
+        vec![Some(&opened[0]), None, Some(&opened[1]), Some(&opened[2])];
+    let plan = plan_probes(&ivfs, q, 8);
+    assert!(plan[1].is_empty());
+    let lists: usize = opened.iter().map(|x| x.nlist()).sum();
+    let budget = (8 * lists).div_ceil(crate::vectors::nlist_for(19_500));
+    let total: usize = plan.iter().map(|p| p.len()).sum();
+    // The budget, plus at most one forced best list per index.
+    assert!(
+        total >= budget && total <= budget + 3,
+        "{total} vs {budget}"
+    );
+    for (i, ivf) in ivfs.iter().enumerate() {
+        let Some(ivf) = ivf else { continue };
+        let coarse = ivf.coarse(q);
+        let best = coarse.iter().copied().fold(f32::MIN, f32::max);
+        assert!(plan[i]
+            .iter()
+            .any(|&(l, s)| s == best && coarse[l as usize] == s));
+        let mut ids: Vec<u32> = plan[i].iter().map(|p| p.0).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), plan[i].len(), "no list twice");
+    }
+    // Everything left out scores no better than the worst list taken (forced bests aside).
+    let taken: Vec<f32> = plan
+        .iter()
+        .flat_map(|p| p.iter().skip(1).map(|x| x.1))
+        .collect();
+    let worst = taken.iter().copied().fold(f32::MAX, f32::min);
+    for (i, ivf) in ivfs.iter().enumerate() {
+        let Some(ivf) = ivf else { continue };
+        for (l, s) in ivf.coarse(q).into_iter().enumerate() {
+            if !plan[i].iter().any(|p| p.0 == l as u32) {
+                assert!(s <= worst, "list {l} of {i} ({s}) left out above {worst}");
+            }
+        }
+    }
+}
+
+#[test]
+fn damaged_files_are_errors_not_crashes() {
+    let (n, dim) = (4200, 8);
+    let v = clustered(n, dim, 20, 5);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join(crate::vectors::IVF_FILE);
+    write_ivf(&p, &v, dim).unwrap();
+    let good = std::fs::read(&p).unwrap();
+    assert!(MappedIvf::open(&p, dim, n).is_ok());
+    assert!(MappedIvf::open(&p, dim + 1, n).is_err());
+    assert!(MappedIvf::open(&p, dim, n - 1).is_err());
+    let bad = tmp.path().join("bad");
+    // Every truncation, and a sweep of single-byte changes over the headers and list
+    // table: an error or a usable index, never a panic or an out-of-bounds read.
+    for cut in (0..good.len()).step_by(97).chain([good.len() - 1]) {
+        std::fs::write(&bad, &good[..cut]).unwrap();
+        assert!(MappedIvf::open(&bad, dim, n).is_err(), "cut at {cut}");
+    }
+    let header_end = good.len() - n * (dim + 8);
+    for at in 0..header_end {
+        let mut b = good.clone();
+        b[at] ^= 0xA5;
+        std::fs::write(&bad, &b).unwrap();
+        if let Ok(ivf) = MappedIvf::open(&bad, dim, n) {
+            let got = ivf.search(&v[..dim], 5, 4, None, None).unwrap();
+            assert!(got.iter().all(|(c, _)| (*c as usize) < n));
+        }
+    }
+}
