@@ -353,9 +353,13 @@ pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
     out
 }
 
-/// Structural checks beyond rkyv's, run once at open: every block decodes, within its byte
-/// range, into ascending document ids that end at its recorded last id; maxima are finite and
-/// consistent. After this, searching cannot index out of bounds.
+/// Structural checks beyond rkyv's, run at open without decoding a block (O(terms + blocks)):
+/// array lengths, a sorted dictionary, block and byte ranges that cover everything, block last
+/// ids ascending within each term and below `doc_count`, maxima finite and consistent. Block
+/// contents are checked by [`ArchivedPostingsArchive::decode`] every time a block is decoded
+/// (a block that fails reads as empty, so searching never indexes out of bounds), and all at
+/// once by [`validate_blocks`] (`Segment::verify`). Decoding every block here cost about half
+/// of opening a large index.
 pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Result<()> {
     let bad = |what: &str| Err(corrupt(path, format!("postings: {what}")));
     let nt = p.terms.len();
@@ -378,8 +382,9 @@ pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Res
     if p.terms.windows(2).any(|w| w[0].as_str() >= w[1].as_str()) {
         return bad("term dictionary is not sorted");
     }
-    let mut docs = [0u32; BLOCK];
-    let mut tfs = [0u32; BLOCK];
+    if p.block_offsets.windows(2).any(|w| w[0] > w[1]) {
+        return bad("block offsets are not monotone");
+    }
     for t in 0..nt {
         let (b0, b1) = (
             p.term_blocks[t].to_native() as usize,
@@ -389,20 +394,13 @@ pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Res
         if b1 < b0 || b1 > nb || df == 0 || b1 - b0 != df.div_ceil(BLOCK) {
             return bad("a term's block count does not match its document frequency");
         }
+        let lasts = &p.block_last[b0..b1];
+        if lasts.windows(2).any(|w| w[0] >= w[1]) || lasts[b1 - b0 - 1] >= doc_count {
+            return bad("a term's block last ids are not ascending below the document count");
+        }
         let mut tmax = 0f32;
-        for b in b0..b1 {
-            let n = p.block_len(b0, b, df);
-            if p.block_offsets[b] > p.block_offsets[b + 1] {
-                return bad("block offsets are not monotone");
-            }
-            if p.decode(b0, b, n, &mut docs, &mut tfs) != Some(n)
-                || docs[..n].windows(2).any(|w| w[0] >= w[1])
-                || docs[n - 1] != p.block_last[b]
-                || docs[n - 1] >= doc_count
-            {
-                return bad("a block does not decode to ascending document ids");
-            }
-            let m = p.block_max[b].to_native();
+        for m in &p.block_max[b0..b1] {
+            let m = m.to_native();
             if !m.is_finite() || m < 0.0 {
                 return bad("a block maximum is not a finite non-negative number");
             }
@@ -410,6 +408,31 @@ pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Res
         }
         if p.term_max[t].to_native() != tmax {
             return bad("a term maximum disagrees with its blocks");
+        }
+    }
+    Ok(())
+}
+
+/// [`validate`], then every block decoded: within its byte range, into ascending document ids
+/// that end at its recorded last id.
+pub fn validate_blocks(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Result<()> {
+    validate(path, p, doc_count)?;
+    let mut docs = [0u32; BLOCK];
+    let mut tfs = [0u32; BLOCK];
+    for t in 0..p.terms.len() {
+        let (b0, b1) = (
+            p.term_blocks[t].to_native() as usize,
+            p.term_blocks[t + 1].to_native() as usize,
+        );
+        let df = p.term_df[t].to_native() as usize;
+        for b in b0..b1 {
+            let n = p.block_len(b0, b, df);
+            if p.decode(b0, b, n, &mut docs, &mut tfs) != Some(n) {
+                return Err(corrupt(
+                    path,
+                    "postings: a block does not decode to ascending document ids",
+                ));
+            }
         }
     }
     Ok(())
@@ -454,7 +477,8 @@ impl ArchivedPostingsArchive {
     }
 
     /// Decodes block `b` (of a term whose first block is `b0`) holding `n` postings. Returns
-    /// `Some(n)` when the block decodes within its byte range, `None` otherwise.
+    /// `Some(n)` when the block decodes within its byte range into ascending ids that end at
+    /// its recorded last id, below the document count; `None` otherwise.
     fn decode(
         &self,
         b0: usize,
@@ -485,7 +509,10 @@ impl ArchivedPostingsArchive {
         for slot in tfs.iter_mut().take(n) {
             *slot = get_varint(buf, &mut pos)?.checked_add(1)?;
         }
-        (pos == buf.len()).then_some(n)
+        let ends_right = n > 0
+            && docs[n - 1] == self.block_last.get(b)?.to_native()
+            && docs[n - 1] < self.doc_count();
+        (pos == buf.len() && ends_right).then_some(n)
     }
 }
 

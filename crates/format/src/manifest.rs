@@ -268,14 +268,27 @@ impl Index {
                 known.insert(ls.segment.id(), &ls.segment);
             }
         }
+        // Segments are validated in parallel (on a many-segment index, open is mostly these
+        // checks), then taken in MANIFEST order, so errors and results do not depend on timing.
+        use rayon::prelude::*;
+        let opened: Vec<Option<Result<LiveSegment>>> = manifest
+            .segments
+            .par_iter()
+            .map(|e| {
+                (!options.quarantine.contains_key(&e.id))
+                    .then(|| open_one(dir, &manifest, e, false, &known))
+            })
+            .collect();
         let mut damaged = Vec::new();
         let mut segments = Vec::with_capacity(manifest.segments.len());
-        for e in &manifest.segments {
-            if let Some(d) = options.quarantine.get(&e.id) {
-                damaged.push(d.clone());
+        for (e, opened) in manifest.segments.iter().zip(opened) {
+            let Some(opened) = opened else {
+                if let Some(d) = options.quarantine.get(&e.id) {
+                    damaged.push(d.clone());
+                }
                 continue;
-            }
-            match open_one(dir, &manifest, e, false, &known) {
+            };
+            match opened {
                 Ok(ls) => segments.push(ls),
                 Err(err) if options.lenient => damaged.push(DamagedSegment {
                     id: e.id.clone(),

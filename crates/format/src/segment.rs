@@ -754,6 +754,11 @@ impl Segment {
             if let Err(e) = self.ivf_map() {
                 problems.push(e);
             }
+            // Open checks the postings' structure; every block's content only here.
+            let pp = self.path_of(Component::Postings);
+            if let Err(e) = bm25::validate_blocks(&pp, self.postings(), self.meta.chunk_count) {
+                problems.push(e);
+            }
         }
         problems
     }
