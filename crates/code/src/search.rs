@@ -19,6 +19,28 @@ use serde::Serialize;
 
 use crate::rank;
 
+/// An index with at least this many live chunks in two or more segments searches its segments
+/// on rayon's pool when the pool has more than one thread ("when cores are free"); below it
+/// the fan-out costs more than it saves. The results are the same either way (tested).
+pub const PARALLEL_MIN_CHUNKS: u64 = 50_000;
+
+/// Whether `index`'s segments are searched in parallel (see [`PARALLEL_MIN_CHUNKS`]).
+pub fn fans_out(index: &Index) -> bool {
+    index.segments.len() > 1
+        && rayon::current_num_threads() > 1
+        && index.live_chunks() >= PARALLEL_MIN_CHUNKS
+}
+
+/// `f` over `0..n`, on rayon's pool when `parallel`, results in index order.
+fn per_segment<T: Send>(n: usize, parallel: bool, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+    use rayon::prelude::*;
+    if parallel {
+        (0..n).into_par_iter().map(f).collect()
+    } else {
+        (0..n).map(f).collect()
+    }
+}
+
 /// Candidates taken from each ranking (vector, BM25) before fusion. It does not depend on
 /// `limit` (up to this many results), so asking for more results only appends to the list.
 /// Measured on the quality harness: see README (search).
@@ -497,6 +519,27 @@ fn lexical_list(
     for ls in &index.segments {
         stats.add_segment(ls.segment.postings(), query);
     }
+    if fans_out(index) {
+        // In parallel each segment has no floor from the others; the merged top `depth` is the
+        // same (a later segment's hit that only ties the floor ranks below it by key anyway).
+        let lists = per_segment(index.segments.len(), true, |si| {
+            let ls = &index.segments[si];
+            ls.segment.search_bm25_above(
+                query,
+                depth,
+                allows[si].as_ref(),
+                Some(&ls.tombstones),
+                f32::NEG_INFINITY,
+                Some(&stats),
+            )
+        });
+        for (si, hits) in lists.into_iter().enumerate() {
+            list.extend(hits.into_iter().map(|(c, s)| (si, c, s)));
+        }
+        list.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+        list.truncate(depth);
+        return list;
+    }
     for (si, ls) in index.segments.iter().enumerate() {
         let floor = if list.len() >= depth {
             list[depth - 1].2
@@ -740,16 +783,18 @@ pub fn search(
             // (per segment, that many for each: re-ranking was most of a many-segment search).
             let fetch = format::segment::rerank_depth(depth);
             let mut approx: Vec<(usize, u32, f32)> = Vec::new();
-            for (si, ls) in index.segments.iter().enumerate() {
-                for (c, s) in ls.segment.vector_candidates(
+            let lists = per_segment(index.segments.len(), fans_out(index), |si| {
+                let ls = &index.segments[si];
+                ls.segment.vector_candidates(
                     q,
                     fetch,
                     &plan[si],
                     allows[si].as_ref(),
                     Some(&ls.tombstones),
-                )? {
-                    approx.push((si, c, s));
-                }
+                )
+            });
+            for (si, hits) in lists.into_iter().enumerate() {
+                approx.extend(hits?.into_iter().map(|(c, s)| (si, c, s)));
             }
             approx.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
             approx.truncate(fetch);
@@ -991,6 +1036,123 @@ mod tests {
                 all.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
                 all.truncate(depth);
                 assert_eq!(lexical_list(&index, q, depth, &allows), all, "{q} {depth}");
+            }
+        }
+    }
+
+    /// A large many-segment index searched on a pool of several threads (segments in
+    /// parallel) answers exactly as on one thread (segments in turn, BM25 floors shared).
+    #[test]
+    fn parallel_segment_search_equals_sequential() {
+        use format::manifest::{IndexManifest, SegmentEntry};
+        use format::records::{ChunkRecord, FileRecord, NO_PARENT};
+        const DIM: usize = 8;
+        const PER: u32 = 20_000;
+        let dir = tempfile::tempdir().unwrap();
+        let words = [
+            "alpha", "beta", "gamma", "delta", "omega", "sigma", "tau", "rho",
+        ];
+        let mut seed = 11u64;
+        let mut rnd = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let mut entries = Vec::new();
+        for _ in 0..3 {
+            let mut b = format::SegmentBuilder::default();
+            for i in 0..PER {
+                let len = 1 + rnd() % 10;
+                let text: Vec<&str> = (0..len)
+                    .map(|_| words[(rnd() % 8).min(rnd() % 8)])
+                    .collect();
+                b.chunks.push(ChunkRecord {
+                    file: 0,
+                    kind: "function".into(),
+                    name: String::new(),
+                    qualified: String::new(),
+                    symbol_id: String::new(),
+                    start_line: i + 1,
+                    end_line: i + 1,
+                    start_byte: 0,
+                    end_byte: 1,
+                    parent: NO_PARENT,
+                    content_hash: [0; 32],
+                    text: text.join(" "),
+                });
+                let mut v: Vec<f32> = (0..DIM).map(|_| (rnd() % 1000) as f32 - 500.0).collect();
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                v.iter_mut().for_each(|x| *x /= n);
+                b.vectors.extend(v);
+            }
+            b.files.push(FileRecord {
+                repo: "r".into(),
+                path: "a.rs".into(),
+                language: "rust".into(),
+                content_hash: [0; 32],
+                size: 1,
+                first_chunk: 0,
+                chunk_count: PER,
+                imports: vec![],
+            });
+            let (id, meta) = b.write(dir.path(), "m", DIM).unwrap();
+            assert!(meta.vector_index.starts_with("ivf"));
+            entries.push(SegmentEntry {
+                id,
+                chunks: PER,
+                tombstones: None,
+            });
+        }
+        IndexManifest {
+            format_version: format::FORMAT_VERSION,
+            generation: 1,
+            model_id: "m".into(),
+            dim: DIM as u32,
+            segments: entries,
+            ..IndexManifest::empty("", 0)
+        }
+        .commit(dir.path())
+        .unwrap();
+        let index = Index::open(dir.path()).unwrap();
+        let pool = |n: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .unwrap()
+        };
+        let (one, many) = (pool(1), pool(3));
+        assert!(!one.install(|| fans_out(&index)));
+        assert!(many.install(|| fans_out(&index)));
+        type Key = (usize, u32, u32, Option<usize>, Option<usize>);
+        let key = |hits: &[Hit]| -> Vec<Key> {
+            hits.iter()
+                .map(|h| {
+                    (
+                        h.segment,
+                        h.chunk,
+                        h.score.to_bits(),
+                        h.vector_rank,
+                        h.lexical_rank,
+                    )
+                })
+                .collect()
+        };
+        for (qi, q) in ["alpha", "beta tau", "sigma omega rho", "gamma delta alpha"]
+            .into_iter()
+            .enumerate()
+        {
+            let qv: Vec<f32> = (0..DIM).map(|d| ((qi * 7 + d) % 5) as f32 - 2.0).collect();
+            for mode in [Mode::Hybrid, Mode::Vector, Mode::Lexical] {
+                let o = SearchOptions {
+                    mode,
+                    limit: 50,
+                    ..SearchOptions::default()
+                };
+                let a = one.install(|| search(&index, q, Some(&qv), &o)).unwrap().0;
+                let b = many.install(|| search(&index, q, Some(&qv), &o)).unwrap().0;
+                assert_eq!(a.len(), 50);
+                assert_eq!(key(&a), key(&b), "{q} {mode:?}");
             }
         }
     }

@@ -195,7 +195,7 @@ impl MappedIvf {
         }
         self.centroids
             .chunks_exact(self.dim)
-            .map(|c| crate::vectors::dot(c, query))
+            .map(|c| dot_f32(c, query))
             .collect()
     }
 
@@ -512,52 +512,51 @@ fn parse(bytes: &[u8], path: &Path, dim: usize, n: usize) -> Result<Parsed> {
     })
 }
 
-/// The best `k` by score, ties by the smaller id; a min-heap on top of a threshold test.
+/// The best `k` by score, ties by the smaller id: candidates above a floor go into a buffer of
+/// 2k, cut back to the best k (a selection, not a sort) when it fills, which raises the floor.
+/// Amortised O(1) per candidate; a binary heap popped on every insertion cost more than the
+/// scan's arithmetic when `k` is a few hundred.
 struct Best {
     k: usize,
-    heap: std::collections::BinaryHeap<Worst>,
+    buf: Vec<(f32, u32)>,
+    floor: f32,
 }
 
-/// Ordered so that the heap's top is the worst kept entry.
-#[derive(PartialEq)]
-struct Worst(f32, u32);
-impl Eq for Worst {}
-impl PartialOrd for Worst {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Worst {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
-    }
+fn better(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
 }
 
 impl Best {
     fn new(k: usize) -> Best {
         Best {
             k,
-            heap: std::collections::BinaryHeap::with_capacity(k + 1),
+            buf: Vec::with_capacity(2 * k),
+            floor: f32::NEG_INFINITY,
         }
     }
-    /// Whether `s` may enter (a score equal to the worst kept one may, for the id tie-break).
+    /// Whether `s` may enter (a score equal to the floor may, for the id tie-break).
     #[inline]
     fn admits(&self, s: f32) -> bool {
-        !s.is_nan() && (self.heap.len() < self.k || self.heap.peek().is_some_and(|w| s >= w.0))
+        s >= self.floor
     }
     fn push(&mut self, s: f32, id: u32) {
-        self.heap.push(Worst(s, id));
-        if self.heap.len() > self.k {
-            self.heap.pop();
+        self.buf.push((s, id));
+        if self.buf.len() >= 2 * self.k {
+            self.cut();
         }
     }
-    fn into_sorted(self) -> Vec<(u32, f32)> {
-        // into_sorted_vec is ascending by Ord, i.e. best first.
-        self.heap
-            .into_sorted_vec()
-            .into_iter()
-            .map(|w| (w.1, w.0))
-            .collect()
+    fn cut(&mut self) {
+        if self.buf.len() > self.k {
+            self.buf.select_nth_unstable_by(self.k - 1, better);
+            self.buf.truncate(self.k);
+            // The worst kept entry: anything scoring below it cannot enter any more.
+            self.floor = self.buf[self.k - 1].0;
+        }
+    }
+    fn into_sorted(mut self) -> Vec<(u32, f32)> {
+        self.cut();
+        self.buf.sort_by(better);
+        self.buf.into_iter().map(|(s, id)| (id, s)).collect()
     }
 }
 
@@ -572,6 +571,20 @@ pub fn dot_u8(q: &[f32], code: &[u8]) -> f32 {
         }
     }
     dot_u8_scalar(q, code)
+}
+
+/// `Σ a_i · b_i` for routing (coarse scores): AVX2 + FMA where the CPU has them, else
+/// `vectors::dot`. Exact scores always come from `vectors::dot`, whose summation order is fixed.
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd::available() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked once, cached).
+            return unsafe { simd::dot_f32_avx2(a, b) };
+        }
+    }
+    crate::vectors::dot(a, b)
 }
 
 pub fn dot_u8_scalar(q: &[f32], code: &[u8]) -> f32 {
@@ -599,6 +612,49 @@ mod simd {
     pub fn available() -> bool {
         static HAS: OnceLock<bool> = OnceLock::new();
         *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let blocks = n / 32;
+        let (mut a0, mut a1, mut a2, mut a3) = (
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+        );
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        for k in 0..blocks {
+            let i = k * 32;
+            // SAFETY: i + 32 ≤ n ≤ both lengths; unaligned loads.
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(ap.add(i)), _mm256_loadu_ps(bp.add(i)), a0);
+            a1 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(ap.add(i + 8)),
+                _mm256_loadu_ps(bp.add(i + 8)),
+                a1,
+            );
+            a2 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(ap.add(i + 16)),
+                _mm256_loadu_ps(bp.add(i + 16)),
+                a2,
+            );
+            a3 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(ap.add(i + 24)),
+                _mm256_loadu_ps(bp.add(i + 24)),
+                a3,
+            );
+        }
+        let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), s);
+        let mut total: f32 = lanes.iter().sum();
+        for i in blocks * 32..n {
+            total += a[i] * b[i];
+        }
+        total
     }
 
     /// # Safety

@@ -27,6 +27,45 @@ fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
 }
 
 #[test]
+fn f32_dot_matches_the_exact_one() {
+    let a: Vec<f32> = (0..389).map(|i| (i as f32 * 0.37).sin()).collect();
+    let b: Vec<f32> = (0..389).map(|i| (i as f32 * 0.11).cos()).collect();
+    for len in [0, 7, 32, 64, 384, 389] {
+        let x = dot_f32(&a[..len], &b[..len]);
+        let y = crate::vectors::dot(&a[..len], &b[..len]);
+        assert!(
+            (x - y).abs() <= 1e-4 * y.abs().max(1.0),
+            "{len}: {x} vs {y}"
+        );
+    }
+}
+
+/// The bounded selection keeps exactly the best k by (score, then smaller id), ties included.
+#[test]
+fn best_keeps_the_top_k_with_ties() {
+    let mut s = 12345u64;
+    let items: Vec<(f32, u32)> = (0..5000u32)
+        .map(|i| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (((s >> 40) % 97) as f32, i)
+        })
+        .collect();
+    for k in [1, 7, 64, 400] {
+        let mut b = Best::new(k);
+        for &(sc, id) in &items {
+            if b.admits(sc) {
+                b.push(sc, id);
+            }
+        }
+        let got = b.into_sorted();
+        let mut want: Vec<(f32, u32)> = items.clone();
+        want.sort_by(better);
+        let want: Vec<(u32, f32)> = want.into_iter().take(k).map(|(s, i)| (i, s)).collect();
+        assert_eq!(got, want, "k = {k}");
+    }
+}
+
+#[test]
 fn simd_dot_matches_scalar() {
     let q: Vec<f32> = (0..389).map(|i| (i as f32 * 0.37).sin()).collect();
     let c: Vec<u8> = (0..389).map(|i| (i * 31 % 256) as u8).collect();
