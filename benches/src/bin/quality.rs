@@ -1308,7 +1308,7 @@ fn main() -> anyhow::Result<()> {
         pairs.len()
     );
     println!("| nprobe | recall@10 |\n|---:|---:|");
-    for np in [1usize, 2, 4, 8, format::vectors::DEFAULT_NPROBE, 32] {
+    for np in [1usize, 2, 4, 8, 16, 32, 64] {
         let mut hit = 0usize;
         for i in 0..pairs.len() {
             let qv = &qvecs[i * dim..(i + 1) * dim];

@@ -505,6 +505,54 @@ fn expand_in(index: &Index, query: &str) -> String {
 /// chunk). Segments are searched in order, each only above the depth-th score found so far: a
 /// later segment's hit with an equal score would rank after it, so the merged list is exactly
 /// the global top `depth`, and later segments skip more.
+/// The vector ranking of `search`: the top `depth` (segment, chunk, exact score) by inner
+/// product with `q`, best first (ties by key), under the per-segment allow-lists `allows` and
+/// the tombstones. IVF lists are chosen across segments (`format::ivf_map::plan_probes`: an
+/// index cut into several segments scans the share of its vectors one segment would); the
+/// approximate candidates of every segment are merged and only the best
+/// `rerank_depth(depth)` of the whole index are re-ranked exactly on the raw rows (that many
+/// per segment was most of a many-segment search).
+pub fn vector_list(
+    index: &Index,
+    q: &[f32],
+    depth: usize,
+    nprobe: usize,
+    allows: &[Option<RoaringBitmap>],
+) -> Result<Vec<(usize, u32, f32)>, format::FormatError> {
+    let allow = |si: usize| allows.get(si).and_then(|a| a.as_ref());
+    let ivfs = index
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(si, ls)| ls.segment.probe_plan(allow(si)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let plan = format::ivf_map::plan_probes(&ivfs, q, nprobe);
+    let fetch = format::segment::rerank_depth(depth);
+    let mut approx: Vec<(usize, u32, f32)> = Vec::new();
+    let lists = per_segment(index.segments.len(), fans_out(index), |si| {
+        let ls = &index.segments[si];
+        ls.segment
+            .vector_candidates(q, fetch, &plan[si], allow(si), Some(&ls.tombstones))
+    });
+    for (si, hits) in lists.into_iter().enumerate() {
+        approx.extend(hits?.into_iter().map(|(c, s)| (si, c, s)));
+    }
+    approx.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+    approx.truncate(fetch);
+    approx.sort_by_key(|&(si, c, _)| (si, c));
+    let mut list: Vec<(usize, u32, f32)> = Vec::with_capacity(approx.len());
+    for group in approx.chunk_by(|a, b| a.0 == b.0) {
+        let si = group[0].0;
+        let cands: Vec<(u32, f32)> = group.iter().map(|&(_, c, s)| (c, s)).collect();
+        for (c, s) in index.segments[si].segment.rerank(q, &cands) {
+            list.push((si, c, s));
+        }
+    }
+    list.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+    list.truncate(depth);
+    Ok(list)
+}
+
 fn lexical_list(
     index: &Index,
     query: &str,
@@ -769,46 +817,8 @@ pub fn search(
     if o.mode != Mode::Lexical {
         let t = Instant::now();
         if let Some(q) = query_vec {
-            // IVF lists are chosen across segments (`plan_probes`): an index cut into several
-            // segments scans the share of its vectors one segment would.
-            let ivfs = index
-                .segments
-                .iter()
-                .zip(&allows)
-                .map(|(ls, a)| ls.segment.probe_plan(a.as_ref()))
-                .collect::<Result<Vec<_>, _>>()?;
-            let plan = format::ivf_map::plan_probes(&ivfs, q, o.nprobe);
-            // Approximate candidates from every segment, merged; only the best
-            // `rerank_depth(depth)` of the whole index are re-ranked exactly on the raw rows
-            // (per segment, that many for each: re-ranking was most of a many-segment search).
-            let fetch = format::segment::rerank_depth(depth);
-            let mut approx: Vec<(usize, u32, f32)> = Vec::new();
-            let lists = per_segment(index.segments.len(), fans_out(index), |si| {
-                let ls = &index.segments[si];
-                ls.segment.vector_candidates(
-                    q,
-                    fetch,
-                    &plan[si],
-                    allows[si].as_ref(),
-                    Some(&ls.tombstones),
-                )
-            });
-            for (si, hits) in lists.into_iter().enumerate() {
-                approx.extend(hits?.into_iter().map(|(c, s)| (si, c, s)));
-            }
-            approx.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
-            approx.truncate(fetch);
-            approx.sort_by_key(|&(si, c, _)| (si, c));
-            for group in approx.chunk_by(|a, b| a.0 == b.0) {
-                let si = group[0].0;
-                let cands: Vec<(u32, f32)> = group.iter().map(|&(_, c, s)| (c, s)).collect();
-                for (c, s) in index.segments[si].segment.rerank(q, &cands) {
-                    vec_list.push((si, c, s));
-                }
-            }
+            vec_list = vector_list(index, q, depth, o.nprobe, &allows)?;
         }
-        vec_list.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
-        vec_list.truncate(depth);
         tm.vector = t.elapsed();
     }
     let mut lex_list: Vec<(usize, u32, f32)> = Vec::new();
