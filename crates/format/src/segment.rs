@@ -620,26 +620,10 @@ impl Segment {
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
     ) -> Result<Vec<(u32, f32)>> {
-        let d = self.meta.dim as usize;
-        if query.len() != d {
-            return Err(FormatError::InvalidInput(format!(
-                "query has dimension {}, the segment {d}",
-                query.len()
-            )));
-        }
         match self.probe_plan(allow)? {
-            Some(ivf) => {
-                let probes = ivf.probes(query, nprobe);
-                self.search_vectors_in(query, k, &probes, allow, deny)
-            }
-            None => Ok(vectors::exact_search(
-                self.vectors(),
-                d,
-                query,
-                k,
-                allow,
-                deny,
-            )),
+            Some(ivf) => self.search_vectors_in(query, k, &ivf.probes(query, nprobe), allow, deny),
+            // Exact scores already: no re-rank.
+            None => self.vector_candidates(query, k, &[], allow, deny),
         }
     }
 
