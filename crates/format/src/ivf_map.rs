@@ -614,6 +614,18 @@ mod simd {
         *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
     }
 
+    /// The sum of all lanes of four accumulators (both kernels' epilogue).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    unsafe fn sum_lanes(a0: __m256, a1: __m256, a2: __m256, a3: __m256) -> f32 {
+        let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), s);
+        lanes.iter().sum()
+    }
+
     /// # Safety
     /// The CPU must support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
@@ -647,10 +659,7 @@ mod simd {
                 a3,
             );
         }
-        let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), s);
-        let mut total: f32 = lanes.iter().sum();
+        let mut total = sum_lanes(a0, a1, a2, a3);
         for i in blocks * 32..n {
             total += a[i] * b[i];
         }
@@ -685,10 +694,7 @@ mod simd {
             a2 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 16)), c2, a2);
             a3 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 24)), c3, a3);
         }
-        let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), s);
-        let mut total: f32 = lanes.iter().sum();
+        let mut total = sum_lanes(a0, a1, a2, a3);
         for i in blocks * 32..n {
             total += q[i] * code[i] as f32;
         }
