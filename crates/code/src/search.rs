@@ -923,6 +923,88 @@ pub fn search(
 mod tests {
     use super::*;
 
+    /// A seeded linear congruential generator for test data.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) as usize
+        }
+    }
+
+    /// An index in `dir` of three segments of `per` chunks of one file each: texts of 1 to
+    /// `max_len` words, skewed towards the first of `words` (the smaller of two draws), and
+    /// each chunk's vector from `vector`, all drawn in order from one generator seeded `seed`.
+    fn skewed_index(
+        dir: &std::path::Path,
+        dim: usize,
+        per: u32,
+        words: &[&str],
+        max_len: usize,
+        seed: u64,
+        mut vector: impl FnMut(&mut Lcg) -> Vec<f32>,
+    ) -> Index {
+        use format::manifest::{IndexManifest, SegmentEntry};
+        use format::records::{ChunkRecord, FileRecord, NO_PARENT};
+        let mut rnd = Lcg(seed);
+        let mut entries = Vec::new();
+        for _ in 0..3 {
+            let mut b = format::SegmentBuilder::default();
+            for i in 0..per {
+                let len = 1 + rnd.next() % max_len;
+                let text: Vec<&str> = (0..len)
+                    .map(|_| words[(rnd.next() % words.len()).min(rnd.next() % words.len())])
+                    .collect();
+                b.chunks.push(ChunkRecord {
+                    file: 0,
+                    kind: "function".into(),
+                    name: String::new(),
+                    qualified: String::new(),
+                    symbol_id: String::new(),
+                    start_line: i + 1,
+                    end_line: i + 1,
+                    start_byte: 0,
+                    end_byte: 1,
+                    parent: NO_PARENT,
+                    content_hash: [0; 32],
+                    text: text.join(" "),
+                });
+                b.vectors.extend(vector(&mut rnd));
+            }
+            b.files.push(FileRecord {
+                repo: "r".into(),
+                path: "a.rs".into(),
+                language: "rust".into(),
+                content_hash: [0; 32],
+                size: 1,
+                first_chunk: 0,
+                chunk_count: per,
+                imports: vec![],
+            });
+            let (id, _) = b.write(dir, "m", dim).unwrap();
+            entries.push(SegmentEntry {
+                id,
+                chunks: per,
+                tombstones: None,
+            });
+        }
+        IndexManifest {
+            format_version: format::FORMAT_VERSION,
+            generation: 1,
+            model_id: "m".into(),
+            dim: dim as u32,
+            segments: entries,
+            ..IndexManifest::empty("", 0)
+        }
+        .commit(dir)
+        .unwrap();
+        Index::open(dir).unwrap()
+    }
+
     #[test]
     fn zscores_handle_degenerate_lists() {
         let n = zscores(&[(0, 1, 3.0)]);
@@ -952,71 +1034,11 @@ mod tests {
     /// The floor passed from segment to segment must not change the merged BM25 list.
     #[test]
     fn lexical_list_across_segments_equals_brute_force() {
-        use format::manifest::{IndexManifest, SegmentEntry};
-        use format::records::{ChunkRecord, FileRecord, NO_PARENT};
-        const DIM: usize = 4;
         let dir = tempfile::tempdir().unwrap();
         let words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "tau"];
-        let mut seed = 7u64;
-        let mut rnd = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
-        let mut entries = Vec::new();
-        for _ in 0..3 {
-            let mut b = format::SegmentBuilder::default();
-            for i in 0..400u32 {
-                let len = 1 + rnd() % 12;
-                // Skewed: low word indices are common.
-                let text: Vec<&str> = (0..len)
-                    .map(|_| words[(rnd() % 7).min(rnd() % 7)])
-                    .collect();
-                b.chunks.push(ChunkRecord {
-                    file: 0,
-                    kind: "function".into(),
-                    name: String::new(),
-                    qualified: String::new(),
-                    symbol_id: String::new(),
-                    start_line: i + 1,
-                    end_line: i + 1,
-                    start_byte: 0,
-                    end_byte: 1,
-                    parent: NO_PARENT,
-                    content_hash: [0; 32],
-                    text: text.join(" "),
-                });
-                b.vectors.extend([1.0, 0.0, 0.0, 0.0]);
-            }
-            b.files.push(FileRecord {
-                repo: "r".into(),
-                path: "a.rs".into(),
-                language: "rust".into(),
-                content_hash: [0; 32],
-                size: 1,
-                first_chunk: 0,
-                chunk_count: 400,
-                imports: vec![],
-            });
-            let (id, _) = b.write(dir.path(), "m", DIM).unwrap();
-            entries.push(SegmentEntry {
-                id,
-                chunks: 400,
-                tombstones: None,
-            });
-        }
-        IndexManifest {
-            format_version: format::FORMAT_VERSION,
-            generation: 1,
-            model_id: "m".into(),
-            dim: DIM as u32,
-            segments: entries,
-            ..IndexManifest::empty("", 0)
-        }
-        .commit(dir.path())
-        .unwrap();
-        let index = Index::open(dir.path()).unwrap();
+        let index = skewed_index(dir.path(), 4, 400, &words, 12, 7, |_| {
+            vec![1.0, 0.0, 0.0, 0.0]
+        });
         let allows = vec![None, None, None];
         for q in [
             "alpha",
@@ -1054,77 +1076,23 @@ mod tests {
     /// parallel) answers exactly as on one thread (segments in turn, BM25 floors shared).
     #[test]
     fn parallel_segment_search_equals_sequential() {
-        use format::manifest::{IndexManifest, SegmentEntry};
-        use format::records::{ChunkRecord, FileRecord, NO_PARENT};
         const DIM: usize = 8;
-        const PER: u32 = 20_000;
         let dir = tempfile::tempdir().unwrap();
         let words = [
             "alpha", "beta", "gamma", "delta", "omega", "sigma", "tau", "rho",
         ];
-        let mut seed = 11u64;
-        let mut rnd = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
-        let mut entries = Vec::new();
-        for _ in 0..3 {
-            let mut b = format::SegmentBuilder::default();
-            for i in 0..PER {
-                let len = 1 + rnd() % 10;
-                let text: Vec<&str> = (0..len)
-                    .map(|_| words[(rnd() % 8).min(rnd() % 8)])
-                    .collect();
-                b.chunks.push(ChunkRecord {
-                    file: 0,
-                    kind: "function".into(),
-                    name: String::new(),
-                    qualified: String::new(),
-                    symbol_id: String::new(),
-                    start_line: i + 1,
-                    end_line: i + 1,
-                    start_byte: 0,
-                    end_byte: 1,
-                    parent: NO_PARENT,
-                    content_hash: [0; 32],
-                    text: text.join(" "),
-                });
-                let mut v: Vec<f32> = (0..DIM).map(|_| (rnd() % 1000) as f32 - 500.0).collect();
-                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-                v.iter_mut().for_each(|x| *x /= n);
-                b.vectors.extend(v);
-            }
-            b.files.push(FileRecord {
-                repo: "r".into(),
-                path: "a.rs".into(),
-                language: "rust".into(),
-                content_hash: [0; 32],
-                size: 1,
-                first_chunk: 0,
-                chunk_count: PER,
-                imports: vec![],
-            });
-            let (id, meta) = b.write(dir.path(), "m", DIM).unwrap();
-            assert!(meta.vector_index.starts_with("ivf"));
-            entries.push(SegmentEntry {
-                id,
-                chunks: PER,
-                tombstones: None,
-            });
-        }
-        IndexManifest {
-            format_version: format::FORMAT_VERSION,
-            generation: 1,
-            model_id: "m".into(),
-            dim: DIM as u32,
-            segments: entries,
-            ..IndexManifest::empty("", 0)
-        }
-        .commit(dir.path())
-        .unwrap();
-        let index = Index::open(dir.path()).unwrap();
+        let index = skewed_index(dir.path(), DIM, 20_000, &words, 10, 11, |rnd| {
+            let mut v: Vec<f32> = (0..DIM)
+                .map(|_| (rnd.next() % 1000) as f32 - 500.0)
+                .collect();
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+            v.iter_mut().for_each(|x| *x /= n);
+            v
+        });
+        assert!(index
+            .segments
+            .iter()
+            .all(|ls| ls.segment.meta().vector_index.starts_with("ivf")));
         let pool = |n: usize| {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(n)

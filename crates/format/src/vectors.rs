@@ -302,31 +302,44 @@ impl Ivf {
     }
 }
 
+/// Test data: `n` unit vectors, row `i` around centre `i % clusters` (centres and noise of
+/// scale `noise` from an xorshift seeded with `seed`, which must not be 0).
+#[cfg(test)]
+pub(crate) fn clustered_for_tests(
+    n: usize,
+    dim: usize,
+    clusters: usize,
+    seed: u64,
+    noise: f32,
+) -> Vec<f32> {
+    let mut seed = seed;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+    };
+    let centres: Vec<f32> = (0..clusters * dim).map(|_| rnd()).collect();
+    let mut out = Vec::with_capacity(n * dim);
+    for i in 0..n {
+        let c = i % clusters;
+        let mut v: Vec<f32> = (0..dim)
+            .map(|d| centres[c * dim + d] + noise * rnd())
+            .collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= norm);
+        out.extend(v);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Unit vectors around `clusters` random centres.
     fn clustered(n: usize, dim: usize, clusters: usize) -> Vec<f32> {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
-        };
-        let centres: Vec<f32> = (0..clusters * dim).map(|_| rnd()).collect();
-        let mut out = Vec::with_capacity(n * dim);
-        for i in 0..n {
-            let c = i % clusters;
-            let mut v: Vec<f32> = (0..dim)
-                .map(|d| centres[c * dim + d] + 0.1 * rnd())
-                .collect();
-            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            v.iter_mut().for_each(|x| *x /= norm);
-            out.extend(v);
-        }
-        out
+        clustered_for_tests(n, dim, clusters, 0x9E37_79B9_7F4A_7C15, 0.1)
     }
 
     /// Centroids handed to FAISS are the ones the written index routes by (FAISS did not

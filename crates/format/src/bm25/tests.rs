@@ -131,17 +131,7 @@ fn maxscore_equals_exhaustive() {
         let t: Vec<&str> = (0..len).map(|_| vocab[pick(rnd())].as_str()).collect();
         texts.push(t.join(" "));
     }
-    let fields: Vec<DocFields> = texts
-        .iter()
-        .map(|t| DocFields {
-            text: t,
-            path: "",
-            name: "",
-            qualified: "",
-        })
-        .collect();
-    let p = build(&fields);
-    let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&p).unwrap();
+    let bytes = archive_of(&texts);
     let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
     validate(Path::new("p"), a, texts.len() as u32).unwrap();
     let deny: RoaringBitmap = (0..3000u32).filter(|d| d % 7 == 3).collect();

@@ -4,26 +4,9 @@
 use super::*;
 use crate::vectors::{write_ivf, Ivf};
 
+/// Unit vectors around `clusters` centres, noise 0.3 (`seed` odd, so never 0).
 fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    let mut rnd = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
-    };
-    let centres: Vec<f32> = (0..clusters * dim).map(|_| rnd()).collect();
-    let mut out = Vec::with_capacity(n * dim);
-    for i in 0..n {
-        let c = (i * 7919) % clusters;
-        let mut v: Vec<f32> = (0..dim)
-            .map(|d| centres[c * dim + d] + 0.3 * rnd())
-            .collect();
-        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|x| *x /= norm);
-        out.extend(v);
-    }
-    out
+    crate::vectors::clustered_for_tests(n, dim, clusters, seed | 1, 0.3)
 }
 
 #[test]
