@@ -1,7 +1,7 @@
 //! Crash rounds against the real `queryd` binary (shared by `benches/src/bin/crash.rs` and
 //! the CI test `crates/queryd/tests/crash_rounds.rs`, which include this file with `#[path]`).
 //!
-//! Each round: start `queryd` on the index (MCP over stdio, newline-delimited JSON-RPC
+//! Each round: start `queryd` on the index (MCP over stdio through `mcp_stdio.rs`: JSON-RPC
 //! spoken by hand: no client library), check what the previous rounds left (`queryd export`,
 //! after the server recovered its log), then stream `add_memories` calls (1-3 memories each,
 //! now and then a `delete_memories` of an acknowledged one) and SIGKILL the server at a random
@@ -13,9 +13,8 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -59,93 +58,23 @@ impl Rng {
     }
 }
 
-struct Server {
-    child: Child,
-    stdin: ChildStdin,
-    out: BufReader<ChildStdout>,
-    next: u64,
-}
+#[path = "mcp_stdio.rs"]
+mod mcp_stdio;
+use mcp_stdio::StdioClient as Server;
 
-impl Server {
-    fn start(c: &Config) -> Result<Server, String> {
-        let mut child = Command::new(&c.queryd)
+/// A queryd on the harness's index, MCP handshake done.
+fn start(c: &Config) -> Result<Server, String> {
+    Server::start(
+        Command::new(&c.queryd)
             .arg("--index")
             .arg(&c.index)
             .arg("--model")
             .arg(&c.model)
             .arg("--no-watch")
             .arg("--memory-flush-at")
-            .arg(c.flush_at.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", c.queryd.display()))?;
-        let stdin = child.stdin.take().expect("piped stdin");
-        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut s = Server {
-            child,
-            stdin,
-            out,
-            next: 1,
-        };
-        s.request(
-            "initialize",
-            json!({"protocolVersion": "2025-03-26", "capabilities": {},
-                   "clientInfo": {"name": "crash-harness", "version": "0"}}),
-        )?;
-        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
-        Ok(s)
-    }
-
-    fn send(&mut self, v: &Value) -> Result<(), String> {
-        let mut line = serde_json::to_vec(v).expect("json");
-        line.push(b'\n');
-        self.stdin
-            .write_all(&line)
-            .and_then(|_| self.stdin.flush())
-            .map_err(|e| format!("send: {e}"))
-    }
-
-    /// Sends a request and waits for its response (`Err` when the server died first).
-    fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
-        let id = self.next;
-        self.next += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match self.out.read_line(&mut line) {
-                Ok(0) => return Err("server closed its output".into()),
-                Ok(_) => {}
-                Err(e) => return Err(format!("read: {e}")),
-            }
-            let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                continue;
-            };
-            if v["id"] != json!(id) {
-                continue; // a notification or a request from the server
-            }
-            if let Some(e) = v.get("error") {
-                return Err(format!("protocol error: {e}"));
-            }
-            return Ok(v["result"].clone());
-        }
-    }
-
-    /// A tool call: `Ok(structured content)`, `Err` for a tool error or a dead server.
-    fn call(&mut self, tool: &str, args: Value) -> Result<Value, String> {
-        let r = self.request("tools/call", json!({"name": tool, "arguments": args}))?;
-        if r["isError"] == json!(true) {
-            return Err(format!("tool error: {}", r["structuredContent"]));
-        }
-        Ok(r["structuredContent"].clone())
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill(); // SIGKILL on Unix
-        let _ = self.child.wait();
-    }
+            .arg(c.flush_at.to_string()),
+        "crash-harness",
+    )
 }
 
 /// Every memory of the index, by id → texts (more than one when exported twice).
@@ -246,7 +175,7 @@ pub fn run(c: &Config) -> Stats {
     let mut b = Book::default();
     let mut rng = Rng(c.seed | 1);
     for round in 0..=c.rounds {
-        let mut s = match Server::start(c) {
+        let mut s = match start(c) {
             Ok(s) => s,
             Err(e) => {
                 st.violations.push(format!("round {round}: start: {e}"));

@@ -7,7 +7,7 @@
 //!    functions and methods, every k-th of those with at least 5 characters) and natural-language
 //!    queries (the first sentence of a doc comment: Rust `///`, Python docstrings, `/** */`
 //!    blocks; 4 to 16 words), `--queries` of each style.
-//! 3. **MCP latency**: a warm `queryd` on stdio (JSON-RPC spoken by hand), `search_code` with
+//! 3. **MCP latency**: a warm `queryd` on stdio (`benches/src/mcp_stdio.rs`), `search_code` with
 //!    `limit` 10 for every query, twice: the first call embeds the query on the CPU, the second
 //!    finds it in the query-vector cache (checked: `embed_cached`), so the two rows are the
 //!    latency with and without query embedding, round trip as the client sees it.
@@ -18,9 +18,9 @@
 //! [--queries 200] [--rebuild] [--memory-budget 1GiB]` (binaries from `target/release`, model
 //! from `--model` or `$CIX_MODEL_DIR`).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -29,6 +29,10 @@ use code::search::vector_list;
 use format::vectors::exact_search;
 use format::Index;
 use serde_json::{json, Value};
+
+#[path = "../mcp_stdio.rs"]
+mod mcp_stdio;
+use mcp_stdio::StdioClient;
 
 #[derive(Parser)]
 struct Args {
@@ -193,94 +197,30 @@ fn queries(index: &Index, per_style: usize) -> (Vec<String>, Vec<String>) {
     (pick(idents), pick(docs))
 }
 
-struct Server {
-    child: Child,
-    stdin: ChildStdin,
-    out: BufReader<ChildStdout>,
-    next: u64,
-}
-
-impl Server {
-    fn start(queryd: &Path, index: &Path, model: &Path) -> anyhow::Result<Server> {
-        let mut child = Command::new(queryd)
+/// A warm queryd on `index` (its query-vector cache on, no file watcher).
+fn start(queryd: &Path, index: &Path, model: &Path) -> anyhow::Result<StdioClient> {
+    StdioClient::start(
+        Command::new(queryd)
             .arg("--index")
             .arg(index)
             .arg("--model")
             .arg(model)
-            .arg("--no-watch")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("spawn {}", queryd.display()))?;
-        let stdin = child.stdin.take().context("stdin")?;
-        let out = BufReader::new(child.stdout.take().context("stdout")?);
-        let mut s = Server {
-            child,
-            stdin,
-            out,
-            next: 1,
-        };
-        s.request(
-            "initialize",
-            json!({"protocolVersion": "2025-03-26", "capabilities": {},
-                   "clientInfo": {"name": "corpus-bench", "version": "0"}}),
-        )?;
-        let mut line =
-            serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
-        line.push(b'\n');
-        s.stdin.write_all(&line)?;
-        s.stdin.flush()?;
-        Ok(s)
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
-        let id = self.next;
-        self.next += 1;
-        let mut line = serde_json::to_vec(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        )?;
-        line.push(b'\n');
-        self.stdin.write_all(&line)?;
-        self.stdin.flush()?;
-        let mut buf = String::new();
-        loop {
-            buf.clear();
-            if self.out.read_line(&mut buf)? == 0 {
-                bail!("queryd closed its output");
-            }
-            let Ok(v) = serde_json::from_str::<Value>(&buf) else {
-                continue;
-            };
-            if v["id"] != json!(id) {
-                continue;
-            }
-            if let Some(e) = v.get("error") {
-                bail!("protocol error: {e}");
-            }
-            return Ok(v["result"].clone());
-        }
-    }
-
-    fn search(&mut self, q: &str) -> anyhow::Result<(Duration, Value)> {
-        let t = Instant::now();
-        let r = self.request(
-            "tools/call",
-            json!({"name": "search_code", "arguments": {"query": q, "limit": 10, "debug": true}}),
-        )?;
-        let d = t.elapsed();
-        if r["isError"] == json!(true) {
-            bail!("search_code failed for {q:?}: {}", r["content"]);
-        }
-        Ok((d, r["structuredContent"].clone()))
-    }
+            .arg("--no-watch"),
+        "corpus-bench",
+    )
+    .map_err(anyhow::Error::msg)
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `search_code` for `q` (limit 10, with timings): round-trip time and the answer.
+fn search_code(server: &mut StdioClient, q: &str) -> anyhow::Result<(Duration, Value)> {
+    let t = Instant::now();
+    let v = server
+        .call(
+            "search_code",
+            json!({"query": q, "limit": 10, "debug": true}),
+        )
+        .map_err(|e| anyhow::anyhow!("search_code failed for {q:?}: {e}"))?;
+    Ok((t.elapsed(), v))
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -349,14 +289,14 @@ fn main() -> anyhow::Result<()> {
     );
 
     // MCP latency through a warm server.
-    let mut server = Server::start(&a.bin.join("queryd"), &index, &model)?;
-    server.search("warm up the server")?;
+    let mut server = start(&a.bin.join("queryd"), &index, &model)?;
+    search_code(&mut server, "warm up the server")?;
     println!("\n| style | queries | with query embedding p50 / p99 ms | without (cached vector) p50 / p99 ms | server search only p50 / p99 ms |\n|---|---:|---:|---:|---:|");
     for (style, qs) in [("identifier", &idents), ("natural language", &docs)] {
         let (mut first, mut second, mut inner) = (Vec::new(), Vec::new(), Vec::new());
         for q in qs.iter() {
-            let (d1, _) = server.search(q)?;
-            let (d2, v) = server.search(q)?;
+            let (d1, _) = search_code(&mut server, q)?;
+            let (d2, v) = search_code(&mut server, q)?;
             if v["debug"]["embed_cached"] != json!(true) {
                 bail!("the second call of {q:?} was not served from the query cache");
             }
@@ -380,7 +320,7 @@ fn main() -> anyhow::Result<()> {
             pct(&mut inner, 0.99),
         );
     }
-    drop(server);
+    server.kill();
 
     // Recall@10 of the vector search against an exact scan, per style and nprobe.
     let enc = kernels::Encoder::load(&model, kernels::DeviceChoice::Cpu)?;
