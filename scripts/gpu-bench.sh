@@ -8,7 +8,7 @@
 #                                # together with the model into pieces of 55 MiB in
 #                                # target/gpu-carry/ (the device tool carries at most 64 MiB per
 #                                # call: carry one or two pieces per call, in quick succession)
-#   scripts/gpu-bench.sh run [tests] [cuda] [wgpu] [f32] [ivf]
+#   scripts/gpu-bench.sh run [tests] [cuda] [wgpu] [f32] [ivf] [cache] [corpus]
 #                                # on the GPU machine (no cargo needed), each step under its own
 #                                # time limit, everything also written to $OUT/gpu-bench.log:
 #                                # (all parts when none is named):
@@ -20,6 +20,13 @@
 #        sizes CIX_ST_BATCHES (default 256,512: the best two of 32-512 on an H100), the ratio to its best; then f32 on 10,000
 #     4. query embedding latency, one question at a time, GPU vs CPU (queryd --device)
 #     5. IVF k-means 1M x 384 on CUDA vs FAISS on the CPU
+#     6. (cache) the GPU kernel cache: the same CUDA throughput and query-latency run twice, each
+#        in a new process, over one fresh CIX_GPU_CACHE: the first compiles every kernel, the
+#        second finds them in the cache
+#     7. (corpus) the real large-corpus benchmark (benches/src/bin/corpus.rs) on the .py files of
+#        ten packages of the machine's Python (the 336k-chunk class of issue 16): `indexer build
+#        --device cuda` with phase times and peak RSS, then warm queryd over MCP (all cores, then
+#        pinned to one core) and recall@10 against exact search
 #
 # Vulkan on a machine without the loader: unpack libvulkan1 first (see the device README); set
 # VK_DRIVER_FILES to NVIDIA's ICD if no driver is found. CUDA needs the driver's libcuda and
@@ -31,9 +38,11 @@ case "${1:-}" in
 build)
   cd "$here"
   target="${CARGO_TARGET_DIR:-$here/target}"
-  cargo build --release -p cix-benches --features wgpu,cuda --bin embed --bin ivf_train
+  cargo build --release -p cix-benches -p cix-indexer -p cix-queryd \
+    --features cix-benches/wgpu,cix-benches/cuda,cix-indexer/wgpu,cix-indexer/cuda,cix-queryd/wgpu,cix-queryd/cuda \
+    --bin embed --bin ivf_train --bin corpus --bin indexer --bin queryd
   rm -rf "$out" && mkdir -p "$out"
-  cp "$target/release/embed" "$target/release/ivf_train" "$out/"
+  for b in embed ivf_train corpus indexer queryd; do cp "$target/release/$b" "$out/"; done
   # The kernel tests (unit tests: cubecl kernels vs CPU references; parity.rs: the encoder on
   # the GPU vs the numpy reference, f16/bf16 parity).
   cargo test --release -p cix-kernels --features wgpu,cuda --no-run --message-format=json 2>/dev/null |
@@ -41,13 +50,13 @@ build)
 import json, sys, shutil
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("kernels", "parity"):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("kernels", "parity", "gpu_cache"):
         shutil.copy(m["executable"], sys.argv[1] + "/test-" + m["target"]["name"])
 ' "$out"
   strip "$out"/*
   # Shared libraries the binaries link that a bare GPU image may lack (OpenBLAS for FAISS).
   mkdir -p "$out/lib"
-  for b in "$out"/embed "$out"/ivf_train; do
+  for b in "$out"/embed "$out"/ivf_train "$out"/indexer "$out"/queryd; do
     ldd "$b" | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath|gomp' || true
   done | sort -u | xargs -r -I{} cp -L {} "$out/lib/"
   carry="$here/target/gpu-carry"
@@ -98,6 +107,30 @@ run)
   want ivf && step 120 "ivf k-means on cuda vs faiss" "$out/ivf_train" --device cuda --n 1000000
   want wgpu && step 150 "wgpu auto" "$out/embed" "$corpus" --chunks "$n" --runs "$runs" \
     --device wgpu --precision auto --no-st-peer --query-latency 200
+  if want cache; then
+    # A cache no earlier process filled; the rest of the run keeps its default cache.
+    kc=$(mktemp -d /tmp/cix-kernel-cache.XXXX)
+    for pass in 1 2; do
+      step 150 "cuda auto, kernel cache pass $pass of 2 (new process)" env CIX_GPU_CACHE="$kc" \
+        "$out/embed" "$corpus" --chunks "${CIX_CACHE_CHUNKS:-20000}" --runs 1 --device cuda \
+        --precision auto --no-st-peer --query-latency 200
+      du -sh "$kc" || true
+    done
+  fi
+  if want corpus; then
+    sp=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+    big=/tmp/cix-big
+    if [ ! -d "$big" ]; then
+      mkdir -p "$big"
+      (cd "$sp" && find transformers torch scipy sklearn jax pandas numpy sympy networkx matplotlib \
+        -name '*.py' -print0 2>/dev/null | tar --null -cf - -T - | tar -C "$big" -xf -) || true
+    fi
+    echo "corpus: $(find "$big" -name '*.py' | wc -l) files, $(du -sm "$big" | cut -f1) MB"
+    step 420 "corpus: build on cuda, queryd on all cores" "$out/corpus" --corpus "$big" \
+      --index /tmp/cix-big-index --device cuda --bin "$out" --rebuild
+    step 150 "corpus: queryd pinned to one core" taskset -c 3 "$out/corpus" --corpus "$big" \
+      --index /tmp/cix-big-index --bin "$out"
+  fi
   if want f32; then
     step 90 "cuda f32" "$out/embed" "$corpus" --chunks 10000 --runs 1 --device cuda --precision f32 --no-st-peer
     step 90 "wgpu f32" "$out/embed" "$corpus" --chunks 10000 --runs 1 --device wgpu --precision f32 --no-st-peer

@@ -10,13 +10,13 @@ export CIX_MODEL_DIR="$here/models/all-MiniLM-L6-v2"
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo test --release --workspace
-# The encoder on burn's wgpu backend, on Mesa's lavapipe (a Vulkan driver on the CPU): a
-# separate build of the kernels crate with the `wgpu` feature (the CPU-only build above stays
-# free of wgpu). A missing adapter fails the run instead of skipping.
+# The GPU backends, in one build of the kernels crate with both (the CPU-only build above stays
+# free of them): the encoder on burn's wgpu backend, on Mesa's lavapipe (a Vulkan driver on the
+# CPU), against the numpy reference, the cubecl kernels against their CPU references and the
+# kernel cache across processes (tests/gpu_cache.rs); a missing adapter fails the run instead of
+# skipping. The same build compiles and links the CUDA path offline (vendor/cubecl-llvm stands
+# in for cubecl-cuda's LLVM backend, whose build script would download LLVM from GitHub; kernels
+# compile through NVRTC at run time); its tests skip here (no CUDA device) and run on a GPU
+# through scripts/gpu-bench.sh.
 CIX_REQUIRE_WGPU=1 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" \
-  cargo test --release -p cix-kernels --features wgpu
-# The CUDA path builds and links offline (vendor/cubecl-llvm stands in for cubecl-cuda's LLVM
-# backend, whose build script would download LLVM from GitHub; kernels compile through NVRTC at
-# run time): the kernels crate's tests with `--features cuda`, built but not run (no GPU here;
-# scripts/gpu-bench.sh runs them on one).
-cargo test --release -p cix-kernels --features cuda --no-run
+  cargo test --release -p cix-kernels --features wgpu,cuda

@@ -1,6 +1,8 @@
 //! Compute-device choice: the one place that maps a [`DeviceChoice`] to a burn [`Device`].
 
+use std::ffi::OsString;
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use burn::tensor::{Device, Tensor, TensorData};
@@ -158,6 +160,81 @@ pub(crate) fn select_device(choice: DeviceChoice) -> Result<SelectedDevice, Mode
     }
 }
 
+/// Where the GPU kernel cache lives, or that it is off: the compiled kernels (CUDA's PTX from
+/// NVRTC) and the autotune results of every earlier process, so that a new process does not
+/// pay seconds of compilation before its first batch (issue 18).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) enum GpuCache {
+    Dir(PathBuf),
+    /// `CIX_GPU_CACHE=off`: every process compiles and tunes from scratch.
+    Off,
+}
+
+/// The cache `var` (an environment lookup) asks for: `CIX_GPU_CACHE` (a directory, or `off`),
+/// else `$XDG_CACHE_HOME/cix/gpu` (an absolute path only, as XDG says), else
+/// `$HOME/.cache/cix/gpu`, else `cix-gpu` in the temporary directory. Never a directory
+/// found from the working directory: cubecl's own default is the `target/` of the nearest Cargo
+/// workspace above it, which for a user's checkout is a directory we were not given.
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) fn gpu_cache_choice(var: impl Fn(&str) -> Option<OsString>) -> GpuCache {
+    let set = |k: &str| var(k).filter(|v| !v.is_empty());
+    if let Some(v) = set("CIX_GPU_CACHE") {
+        return match v.to_str().map(str::to_ascii_lowercase).as_deref() {
+            Some("off" | "0" | "false" | "none") => GpuCache::Off,
+            _ => GpuCache::Dir(PathBuf::from(v)),
+        };
+    }
+    let xdg = set("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute());
+    let home = || set("HOME").map(|h| PathBuf::from(h).join(".cache"));
+    match xdg.or_else(home) {
+        Some(base) => GpuCache::Dir(base.join("cix").join("gpu")),
+        None => GpuCache::Dir(std::env::temp_dir().join("cix-gpu")),
+    }
+}
+
+/// Configures cubecl (once per process, before the first GPU device): compiled kernels and
+/// autotune results persist in [`gpu_cache_choice`]'s directory; `CUBECL_*` variables still
+/// override. Returns what the device description says about it. cubecl reads a directory it
+/// cannot write as a cache that keeps nothing, so an unusable directory costs compilation, not
+/// the run.
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+fn configure_gpu_cache() -> &'static str {
+    static SAID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SAID.get_or_init(|| {
+        use cubecl::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
+        let mut config = CubeClRuntimeConfig::default();
+        let (root, said) = match gpu_cache_choice(|k| std::env::var_os(k)) {
+            GpuCache::Dir(dir) => {
+                config.compilation.cache = true;
+                let said = match std::fs::create_dir_all(&dir) {
+                    Ok(()) => format!("kernel cache {}", dir.display()),
+                    Err(e) => format!(
+                        "kernel cache {} unusable ({e}): kernels compile in every process",
+                        dir.display()
+                    ),
+                };
+                (dir, said)
+            }
+            GpuCache::Off => {
+                config.compilation.cache = false;
+                config.autotune.disable_cache = true;
+                config.throughput.disable_cache = true;
+                let said = "kernel cache off (CIX_GPU_CACHE=off)".to_string();
+                (std::env::temp_dir().join("cix-gpu-off"), said)
+            }
+        };
+        config.environment.path = CacheConfig::Directory(root);
+        if CubeClRuntimeConfig::try_set(config.override_from_env()) {
+            said
+        } else {
+            "kernel cache as cubecl was configured before the encoder".to_string()
+        }
+    })
+}
+
 #[cfg(feature = "cuda")]
 fn cuda_device() -> Result<SelectedDevice, String> {
     // SAFETY: each only tries to dlopen the candidate library names and drops what it opened.
@@ -176,11 +253,12 @@ fn cuda_device() -> Result<SelectedDevice, String> {
                 .to_string(),
         );
     }
+    let cache = configure_gpu_cache();
     let device = Device::cuda(0);
     probe(&device).map_err(|e| format!("CUDA device 0 unusable ({e})"))?;
     Ok(SelectedDevice {
         device,
-        description: "cuda:0 (burn cuda)".to_string(),
+        description: format!("cuda:0 (burn cuda; {cache})"),
         host_memory: false,
     })
 }
@@ -192,11 +270,12 @@ fn cuda_device() -> Result<SelectedDevice, String> {
 
 #[cfg(feature = "wgpu")]
 fn wgpu_device() -> Result<SelectedDevice, String> {
+    let cache = configure_gpu_cache();
     let device = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
     probe(&device).map_err(|e| format!("wgpu default adapter unusable ({e})"))?;
     Ok(SelectedDevice {
         device,
-        description: "wgpu default adapter (burn wgpu)".to_string(),
+        description: format!("wgpu default adapter (burn wgpu; {cache})"),
         host_memory: false,
     })
 }
@@ -283,6 +362,48 @@ mod tests {
         let sel = select_device(DeviceChoice::Cpu).unwrap();
         assert!(sel.description.starts_with("cpu"));
         probe(&sel.device).unwrap();
+    }
+
+    #[test]
+    fn gpu_cache_directory_is_chosen_from_the_environment_only() {
+        fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            move |k| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        }
+        let dir = |p: &str| GpuCache::Dir(PathBuf::from(p));
+        assert_eq!(
+            gpu_cache_choice(env(&[("CIX_GPU_CACHE", "/c"), ("HOME", "/h")])),
+            dir("/c")
+        );
+        for off in ["off", "OFF", "0", "none", "false"] {
+            let off_env = env(&[("CIX_GPU_CACHE", off)]);
+            assert_eq!(gpu_cache_choice(off_env), GpuCache::Off, "{off}");
+        }
+        assert_eq!(
+            gpu_cache_choice(env(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")])),
+            dir("/x/cix/gpu")
+        );
+        // A relative XDG_CACHE_HOME is invalid by the spec and ignored; empty values are unset.
+        assert_eq!(
+            gpu_cache_choice(env(&[("XDG_CACHE_HOME", "rel"), ("HOME", "/h")])),
+            dir("/h/.cache/cix/gpu")
+        );
+        assert_eq!(
+            gpu_cache_choice(env(&[("CIX_GPU_CACHE", ""), ("HOME", "/h")])),
+            dir("/h/.cache/cix/gpu")
+        );
+        assert_eq!(
+            gpu_cache_choice(env(&[])),
+            GpuCache::Dir(std::env::temp_dir().join("cix-gpu"))
+        );
     }
 
     #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
