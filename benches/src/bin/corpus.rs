@@ -325,8 +325,14 @@ fn main() -> anyhow::Result<()> {
     // Recall@10 of the vector search against an exact scan, per style and nprobe.
     let enc = kernels::Encoder::load(&model, kernels::DeviceChoice::Cpu)?;
     let dim = ix.manifest.dim as usize;
+    let ivfs = ix
+        .segments
+        .iter()
+        .map(|ls| ls.segment.probe_plan(None))
+        .collect::<Result<Vec<_>, _>>()?;
+    let default_np = format::ivf_map::default_nprobe(&ivfs);
     let mut probes = a.nprobes.clone();
-    probes.push(format::vectors::DEFAULT_NPROBE);
+    probes.push(default_np);
     probes.sort();
     probes.dedup();
     let styles = [("identifier", &idents), ("natural language", &docs)];
@@ -356,17 +362,13 @@ fn main() -> anyhow::Result<()> {
         for (vecs, exact) in &per_style {
             let (mut hit, mut total) = (0usize, 0usize);
             for (q, ex) in vecs.chunks_exact(dim).zip(exact) {
-                let got = vector_list(&ix, q, 10, np, &[])?;
+                let got = vector_list(&ix, q, 10, Some(np), &[])?;
                 total += ex.len();
                 hit += got.iter().filter(|h| ex.contains(&(h.0, h.1))).count();
             }
             cells.push(format!("{:.3}", hit as f64 / total.max(1) as f64));
         }
-        let mark = if np == format::vectors::DEFAULT_NPROBE {
-            " (default)"
-        } else {
-            ""
-        };
+        let mark = if np == default_np { " (default)" } else { "" };
         println!("| {np}{mark} | {} | {} |", cells[0], cells[1]);
     }
     Ok(())

@@ -599,9 +599,16 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     println!(
         "\n| nprobe | recall@10 vs exact ({nr} queries) | vector-only code::search p50 ms | p99 ms |\n|---:|---:|---:|---:|"
     );
+    let ivfs = index
+        .segments
+        .iter()
+        .map(|ls| ls.segment.probe_plan(None))
+        .collect::<Result<Vec<_>, _>>()?;
+    // What a search that names no nprobe probes on this index.
+    let default_np = format::ivf_map::default_nprobe(&ivfs);
     let mut probes = args.nprobes.clone();
-    if !probes.contains(&DEFAULT_NPROBE) {
-        probes.push(DEFAULT_NPROBE);
+    if !probes.contains(&default_np) {
+        probes.push(default_np);
     }
     probes.sort();
     for &np in &probes {
@@ -612,7 +619,7 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
             let t = Instant::now();
             let o = SearchOptions {
                 mode: Mode::Vector,
-                nprobe: np,
+                nprobe: Some(np),
                 ..SearchOptions::default()
             };
             let (res, _) = one.install(|| search(&index, "", Some(q), &o))?;
@@ -626,11 +633,7 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
         }
         println!(
             "| {np}{} | {:.3} | {:.3} | {:.3} |",
-            if np == DEFAULT_NPROBE {
-                " (default)"
-            } else {
-                ""
-            },
+            if np == default_np { " (default)" } else { "" },
             hit as f64 / (nr * 10) as f64,
             pct(&mut ds, 0.5),
             pct(&mut ds, 0.99)
@@ -693,7 +696,7 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
                 );
                 dm.push(t.elapsed());
                 let t = Instant::now();
-                let plan = format::ivf_map::plan_probes(&mapped, q, np);
+                let plan = format::ivf_map::plan_probes(&mapped, q, Some(np));
                 let p = merge(
                     mapped
                         .iter()

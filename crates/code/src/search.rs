@@ -94,7 +94,8 @@ pub struct SearchOptions {
     pub mode: Mode,
     /// How the vector and lexical rankings are combined in hybrid mode.
     pub fusion: Fusion,
-    pub nprobe: usize,
+    /// IVF lists probed; `None`: [`format::vectors::default_nprobe`] of the index's size.
+    pub nprobe: Option<usize>,
     /// Only chunks of files in this language (`rust`, `python`, …).
     pub language: Option<String>,
     /// Only chunks of this kind (`function`, `method`, …).
@@ -230,7 +231,7 @@ impl Default for SearchOptions {
             limit: 10,
             mode: Mode::Hybrid,
             fusion: Fusion::default(),
-            nprobe: format::vectors::DEFAULT_NPROBE,
+            nprobe: None,
             language: None,
             kind: None,
             path_prefix: None,
@@ -516,7 +517,7 @@ pub fn vector_list(
     index: &Index,
     q: &[f32],
     depth: usize,
-    nprobe: usize,
+    nprobe: Option<usize>,
     allows: &[Option<RoaringBitmap>],
 ) -> Result<Vec<(usize, u32, f32)>, format::FormatError> {
     let allow = |si: usize| allows.get(si).and_then(|a| a.as_ref());

@@ -279,6 +279,19 @@ impl MappedIvf {
     }
 }
 
+/// The nprobe [`plan_probes`] uses when it is given none, for the IVF indexes `ivfs` (`None`:
+/// scanned exactly): [`crate::vectors::default_nprobe`] of one index's list count, or for
+/// several of the list count one index of all their vectors would have.
+pub fn default_nprobe(ivfs: &[Option<&MappedIvf>]) -> usize {
+    let present: Vec<&MappedIvf> = ivfs.iter().flatten().copied().collect();
+    match present[..] {
+        [only] => crate::vectors::default_nprobe(only.nlist()),
+        _ => crate::vectors::default_nprobe(crate::vectors::nlist_for(
+            present.iter().map(|i| i.n).sum(),
+        )),
+    }
+}
+
 /// The lists to probe in each of several IVF indexes searched for one query (the segments of
 /// an index): the `budget` lists with the highest `query · centroid` across all of them, where
 /// `budget` is `nprobe` scaled by how many lists they hold together against the lists one
@@ -287,16 +300,18 @@ impl MappedIvf {
 /// scan about √segments times more), and the share goes where the query's nearest centroids
 /// are. Every index gets at least its best list. One index alone gets its `nprobe` nearest
 /// lists, as [`MappedIvf::probes`]. `None` entries (segments scanned exactly) get no lists.
+/// `nprobe: None` is [`crate::vectors::default_nprobe`] of the list count of one index of all
+/// the vectors.
 pub fn plan_probes(
     ivfs: &[Option<&MappedIvf>],
     query: &[f32],
-    nprobe: usize,
+    nprobe: Option<usize>,
 ) -> Vec<Vec<(u32, f32)>> {
     let present: Vec<usize> = (0..ivfs.len()).filter(|&i| ivfs[i].is_some()).collect();
     let mut plan: Vec<Vec<(u32, f32)>> = vec![Vec::new(); ivfs.len()];
     if let [only] = present[..] {
         if let Some(ivf) = ivfs[only] {
-            plan[only] = ivf.probes(query, nprobe);
+            plan[only] = ivf.probes(query, nprobe.unwrap_or_else(|| default_nprobe(ivfs)));
         }
         return plan;
     }
@@ -326,6 +341,7 @@ pub fn plan_probes(
         return plan;
     }
     let one = crate::vectors::nlist_for(vectors).max(1);
+    let nprobe = nprobe.unwrap_or_else(|| default_nprobe(ivfs));
     let budget = (nprobe.max(1) * lists).div_ceil(one).clamp(1, all.len());
     all.select_nth_unstable_by(budget - 1, |a, b| {
         b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2)))

@@ -153,10 +153,14 @@ pub fn search(
         let t = Instant::now();
         if let Some(q) = qv {
             for (si, ls) in segs.iter().enumerate() {
+                let nprobe = match o.nprobe {
+                    Some(n) => n,
+                    None => format::ivf_map::default_nprobe(&[ls.segment.probe_plan(None)?]),
+                };
                 for (c, s) in ls.segment.search_vectors(
                     q,
                     depth,
-                    o.nprobe,
+                    nprobe,
                     allows[si].as_ref(),
                     Some(deny(si)),
                 )? {

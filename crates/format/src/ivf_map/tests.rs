@@ -131,14 +131,30 @@ fn probes_are_planned_across_segments() {
         opened.push(MappedIvf::open(&p, dim, n).unwrap());
     }
     let q = &clustered(1, dim, 50, 500)[..dim];
-    let alone = plan_probes(&[Some(&opened[0])], q, 8);
+    let alone = plan_probes(&[Some(&opened[0])], q, Some(8));
     assert_eq!(alone[0], opened[0].probes(q, 8));
     assert_eq!(alone[0].len(), 8);
 
     let ivfs: Vec<Option<&MappedIvf>> =
         vec![Some(&opened[0]), None, Some(&opened[1]), Some(&opened[2])];
-    let plan = plan_probes(&ivfs, q, 8);
+    let plan = plan_probes(&ivfs, q, Some(8));
     assert!(plan[1].is_empty());
+    // No nprobe: the default of one index of all 19,500 vectors (and of the one index alone).
+    let default = default_nprobe(&ivfs);
+    assert_eq!(
+        default,
+        crate::vectors::default_nprobe(crate::vectors::nlist_for(19_500))
+    );
+    assert_eq!(
+        plan_probes(&ivfs, q, None),
+        plan_probes(&ivfs, q, Some(default))
+    );
+    let alone_default = crate::vectors::default_nprobe(opened[0].nlist());
+    assert_eq!(default_nprobe(&[Some(&opened[0]), None]), alone_default);
+    assert_eq!(
+        plan_probes(&[Some(&opened[0])], q, None)[0],
+        opened[0].probes(q, alone_default)
+    );
     let lists: usize = opened.iter().map(|x| x.nlist()).sum();
     let budget = (8 * lists).div_ceil(crate::vectors::nlist_for(19_500));
     let total: usize = plan.iter().map(|p| p.len()).sum();
