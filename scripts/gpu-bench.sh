@@ -92,6 +92,7 @@ run)
     step 120 "kernels on cuda" env CIX_GPU_RUNTIME=cuda "$out/test-kernels" gpu
     step 120 "kernels on wgpu" env CIX_GPU_RUNTIME=wgpu "$out/test-kernels" gpu
     step 180 "parity (wgpu, cuda)" "$out/test-parity" cuda_ wgpu_ --nocapture --test-threads 1
+    step 120 "kernel cache across processes on cuda" env CIX_GPU_RUNTIME=cuda "$out/test-gpu_cache" --nocapture
     cd "$here"
   fi
   corpus=/tmp/cix-corpus

@@ -173,7 +173,7 @@ pub(crate) enum GpuCache {
 
 /// The cache `var` (an environment lookup) asks for: `CIX_GPU_CACHE` (a directory, or `off`),
 /// else `$XDG_CACHE_HOME/cix/gpu` (an absolute path only, as XDG says), else
-/// `$HOME/.cache/cix/gpu`, else `cix-gpu` in the temporary directory. Never a directory
+/// `$HOME/.cache/cix/gpu` (absolute only), else `cix-gpu` in the temporary directory. Never a directory
 /// found from the working directory: cubecl's own default is the `target/` of the nearest Cargo
 /// workspace above it, which for a user's checkout is a directory we were not given.
 #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
@@ -188,20 +188,27 @@ pub(crate) fn gpu_cache_choice(var: impl Fn(&str) -> Option<OsString>) -> GpuCac
     let xdg = set("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute());
-    let home = || set("HOME").map(|h| PathBuf::from(h).join(".cache"));
+    let home = || {
+        set("HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .map(|h| h.join(".cache"))
+    };
     match xdg.or_else(home) {
         Some(base) => GpuCache::Dir(base.join("cix").join("gpu")),
         None => GpuCache::Dir(std::env::temp_dir().join("cix-gpu")),
     }
 }
 
-/// Configures cubecl (once per process, before the first GPU device): compiled kernels and
-/// autotune results persist in [`gpu_cache_choice`]'s directory; `CUBECL_*` variables still
-/// override. Returns what the device description says about it. cubecl reads a directory it
+/// Configures cubecl (once per process, before the first GPU device): compiled kernels persist
+/// in [`gpu_cache_choice`]'s directory (on CUDA, NVRTC's PTX; this build's wgpu compiles WGSL,
+/// which cubecl does not cache, and burn's autotune is not compiled in); `CUBECL_*` variables
+/// still override, and a `cubecl.toml` or `burn.toml` found from the working directory is not
+/// read. Returns what the device description says about it. cubecl reads a directory it
 /// cannot write as a cache that keeps nothing, so an unusable directory costs compilation, not
 /// the run.
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
-fn configure_gpu_cache() -> &'static str {
+pub(crate) fn configure_gpu_cache() -> &'static str {
     static SAID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SAID.get_or_init(|| {
         use cubecl::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
@@ -226,6 +233,9 @@ fn configure_gpu_cache() -> &'static str {
                 (std::env::temp_dir().join("cix-gpu-off"), said)
             }
         };
+        // cubecl's build records (a session per process that compiled something, kept without
+        // limit) are not a cache: off, so the directory holds only what a later process reuses.
+        config.environment.records.level = cubecl::records::RecordLevel::Off;
         config.environment.path = CacheConfig::Directory(root);
         if CubeClRuntimeConfig::try_set(config.override_from_env()) {
             said

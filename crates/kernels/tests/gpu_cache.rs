@@ -1,8 +1,11 @@
 //! The GPU kernel cache (`CIX_GPU_CACHE`, `device::configure_gpu_cache`) across processes: two
-//! new processes embed the same texts on a GPU over one fresh cache directory. The first fills
-//! it, the second starts from it; both must say where the cache is and give the same vectors.
-//! In CI this runs on wgpu over Mesa's lavapipe; `CIX_GPU_RUNTIME=cuda` runs it on CUDA
-//! (`scripts/gpu-bench.sh` measures what the cache saves there).
+//! new processes embed the same texts on a GPU over one fresh cache directory. Both must say
+//! where the cache is and give the same vectors; on CUDA the first must leave its compiled
+//! kernels there. In CI this runs on wgpu over Mesa's lavapipe, where this build caches nothing
+//! (cubecl caches SPIR-V, not the WGSL this build compiles), so there it checks the plumbing
+//! only; `CIX_GPU_RUNTIME=cuda` runs it on CUDA (`scripts/gpu-bench.sh run tests`). That a
+//! second process reuses the kernels is measured, not asserted: `scripts/gpu-bench.sh run
+//! cache` times a new process's first batch over an empty and over a filled cache.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use std::path::{Path, PathBuf};
@@ -123,11 +126,13 @@ fn a_second_process_starts_from_the_cache() {
         "the device description names the cache: {first_device}"
     );
     let filled = files(&cache);
-    assert!(
-        filled > 0,
-        "the first process left nothing in {}",
-        cache.display()
-    );
+    if first_device.starts_with("cuda") {
+        assert!(
+            filled > 0,
+            "the first process left no compiled kernel in {}",
+            cache.display()
+        );
+    }
     let (second_device, second) = child(&cache).expect("the GPU went away");
     assert!(second_device.contains(&said), "{second_device}");
     assert_eq!(first.len(), second.len());

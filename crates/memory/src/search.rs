@@ -155,7 +155,11 @@ pub fn search(
             for (si, ls) in segs.iter().enumerate() {
                 let nprobe = match o.nprobe {
                     Some(n) => n,
-                    None => format::ivf_map::default_nprobe(&[ls.segment.probe_plan(None)?]),
+                    // A filter that makes the scan exact needs no probes (and no IVF map).
+                    None => match ls.segment.probe_plan(allows[si].as_ref())? {
+                        Some(ivf) => format::ivf_map::default_nprobe(&[Some(ivf)]),
+                        None => format::vectors::DEFAULT_NPROBE,
+                    },
                 };
                 for (c, s) in ls.segment.search_vectors(
                     q,

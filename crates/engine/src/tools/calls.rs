@@ -447,19 +447,16 @@ impl Cascade<'_> {
         self.dbg.embed_cached = cached;
         let t = Instant::now();
         let mut hits: Vec<(f32, NodeRef)> = Vec::new();
-        for (si, ls) in self.snap.code.index.segments.iter().enumerate() {
-            let found = ls
-                .segment
-                .search_vectors(
-                    &qv,
-                    self.limit + self.targets.len(),
-                    format::vectors::DEFAULT_NPROBE,
-                    None,
-                    Some(&ls.tombstones),
-                )
-                .map_err(|e| ToolError::Internal(e.to_string()))?;
-            hits.extend(found.into_iter().map(|(c, s)| (s, (si, c))));
-        }
+        // Probes planned across segments at the default nprobe, as `search_code`'s vector list.
+        let found = code::search::vector_list(
+            &self.snap.code.index,
+            &qv,
+            self.limit + self.targets.len(),
+            None,
+            &[],
+        )
+        .map_err(|e| ToolError::Internal(e.to_string()))?;
+        hits.extend(found.into_iter().map(|(si, c, s)| (s, (si, c))));
         hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         self.dbg.vector_ms = ms(t.elapsed());
         let own = self.target_ids();

@@ -111,19 +111,10 @@ impl Engine {
         }
         let t = Instant::now();
         let mut hits: Vec<(f32, NodeRef)> = Vec::new();
-        for (si, ls) in snap.code.index.segments.iter().enumerate() {
-            let found = ls
-                .segment
-                .search_vectors(
-                    &qv,
-                    limit + 8,
-                    format::vectors::DEFAULT_NPROBE,
-                    None,
-                    Some(&ls.tombstones),
-                )
-                .map_err(|e| ToolError::Internal(e.to_string()))?;
-            hits.extend(found.into_iter().map(|(c, s)| (s, (si, c))));
-        }
+        // Probes planned across segments at the default nprobe, as `search_code`'s vector list.
+        let found = code::search::vector_list(&snap.code.index, &qv, limit + 8, None, &[])
+            .map_err(|e| ToolError::Internal(e.to_string()))?;
+        hits.extend(found.into_iter().map(|(si, c, s)| (s, (si, c))));
         hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         dbg.vector_ms = ms(t.elapsed());
         let t = Instant::now();

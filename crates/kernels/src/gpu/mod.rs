@@ -627,6 +627,8 @@ mod tests {
     /// The [`runtime`]'s client; `None` (the test reports itself skipped) when it has no
     /// device, unless `CIX_REQUIRE_WGPU=1` or `CIX_REQUIRE_CUDA=1`.
     fn client() -> Option<cubecl::client::Client> {
+        // As the encoder does: never cubecl's default cache under the workspace's target/.
+        crate::device::configure_gpu_cache();
         let device = std::panic::catch_unwind(|| match runtime() {
             "cuda" => cubecl::Device::cuda(0).map_err(|e| format!("{e:?}")),
             _ => cubecl::Device::wgpu(cubecl::device::WgpuDeviceKind::DefaultDevice)
