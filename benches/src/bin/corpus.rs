@@ -325,12 +325,7 @@ fn main() -> anyhow::Result<()> {
     // Recall@10 of the vector search against an exact scan, per style and nprobe.
     let enc = kernels::Encoder::load(&model, kernels::DeviceChoice::Cpu)?;
     let dim = ix.manifest.dim as usize;
-    let ivfs = ix
-        .segments
-        .iter()
-        .map(|ls| ls.segment.probe_plan(None))
-        .collect::<Result<Vec<_>, _>>()?;
-    let default_np = format::ivf_map::default_nprobe(&ivfs);
+    let default_np = code::search::default_nprobe(&ix)?;
     let mut probes = a.nprobes.clone();
     probes.push(default_np);
     probes.sort();

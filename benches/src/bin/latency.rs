@@ -599,13 +599,8 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     println!(
         "\n| nprobe | recall@10 vs exact ({nr} queries) | vector-only code::search p50 ms | p99 ms |\n|---:|---:|---:|---:|"
     );
-    let ivfs = index
-        .segments
-        .iter()
-        .map(|ls| ls.segment.probe_plan(None))
-        .collect::<Result<Vec<_>, _>>()?;
     // What a search that names no nprobe probes on this index.
-    let default_np = format::ivf_map::default_nprobe(&ivfs);
+    let default_np = code::search::default_nprobe(&index)?;
     let mut probes = args.nprobes.clone();
     if !probes.contains(&default_np) {
         probes.push(default_np);

@@ -506,6 +506,17 @@ fn expand_in(index: &Index, query: &str) -> String {
 /// chunk). Segments are searched in order, each only above the depth-th score found so far: a
 /// later segment's hit with an equal score would rank after it, so the merged list is exactly
 /// the global top `depth`, and later segments skip more.
+/// The nprobe a search that names none uses on `index` (no filters):
+/// [`format::ivf_map::default_nprobe`] of its segments' IVF indexes.
+pub fn default_nprobe(index: &Index) -> Result<usize, format::FormatError> {
+    let ivfs = index
+        .segments
+        .iter()
+        .map(|ls| ls.segment.probe_plan(None))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(format::ivf_map::default_nprobe(&ivfs))
+}
+
 /// The vector ranking of `search`: the top `depth` (segment, chunk, exact score) by inner
 /// product with `q`, best first (ties by key), under the per-segment allow-lists `allows` and
 /// the tombstones. IVF lists are chosen across segments (`format::ivf_map::plan_probes`: an

@@ -311,7 +311,8 @@ pub fn plan_probes(
     let mut plan: Vec<Vec<(u32, f32)>> = vec![Vec::new(); ivfs.len()];
     if let [only] = present[..] {
         if let Some(ivf) = ivfs[only] {
-            plan[only] = ivf.probes(query, nprobe.unwrap_or_else(|| default_nprobe(ivfs)));
+            let nprobe = nprobe.unwrap_or_else(|| crate::vectors::default_nprobe(ivf.nlist()));
+            plan[only] = ivf.probes(query, nprobe);
         }
         return plan;
     }
@@ -341,7 +342,8 @@ pub fn plan_probes(
         return plan;
     }
     let one = crate::vectors::nlist_for(vectors).max(1);
-    let nprobe = nprobe.unwrap_or_else(|| default_nprobe(ivfs));
+    // [`default_nprobe`] of these indexes, from the sums already taken.
+    let nprobe = nprobe.unwrap_or_else(|| crate::vectors::default_nprobe(one));
     let budget = (nprobe.max(1) * lists).div_ceil(one).clamp(1, all.len());
     all.select_nth_unstable_by(budget - 1, |a, b| {
         b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2)))
