@@ -8,7 +8,7 @@
 //! cache` times a new process's first batch over an empty and over a filled cache.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use kernels::{DeviceChoice, Encoder, Precision};
@@ -19,13 +19,8 @@ const TEXTS: [&str; 3] = [
     "def parse(path):\n    return open(path).read().split()",
 ];
 
-fn model_dir() -> PathBuf {
-    std::env::var_os("CIX_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2")
-        })
-}
+mod common;
+use common::model_dir;
 
 fn device() -> DeviceChoice {
     match std::env::var("CIX_GPU_RUNTIME").as_deref() {

@@ -4,13 +4,8 @@ use std::path::PathBuf;
 
 use kernels::{DeviceChoice, Encoder, ModelError, Precision};
 
-fn model_dir() -> PathBuf {
-    std::env::var_os("CIX_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2")
-        })
-}
+mod common;
+use common::model_dir;
 
 fn load_encoder() -> Encoder {
     let dir = model_dir();
