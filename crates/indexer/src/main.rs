@@ -1,4 +1,4 @@
-//! The `indexer` command: `build`, `inspect`, `verify`.
+//! The `indexer` command: `build`, `merge`, `inspect`, `verify`, `push`, `pull`, `gc-remote`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -107,6 +107,55 @@ enum Cmd {
     },
     /// Check every file of an index against its checksums and structure; exits 1 on any problem.
     Verify { dir: PathBuf },
+    /// Upload the index's segments that DEST lacks and commit a new generation there (see
+    /// README "Share an index"). DEST: s3://bucket/prefix (AWS_* variables, incl.
+    /// AWS_ENDPOINT_URL, AWS_ALLOW_HTTP), gs://bucket/prefix, az://container/prefix,
+    /// file:///path.
+    Push {
+        dest: String,
+        /// The index directory.
+        #[arg(long, default_value = "index")]
+        index: PathBuf,
+        /// Also push memory segments (never the memory write-ahead log).
+        #[arg(long)]
+        with_memories: bool,
+        /// Uploads in flight at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fetch the newest generation of SRC into an index directory: only missing segments,
+    /// every file verified (size, blake3, structure) before MANIFEST is swapped; local memories
+    /// are kept. SRC: as for push, or http(s)://host/prefix.
+    Pull {
+        src: String,
+        /// The index directory (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Downloads in flight at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove from DEST the manifests beyond the newest --keep and the segments and tombstone
+    /// files no kept manifest names, once older than --grace (seals first).
+    GcRemote {
+        dest: String,
+        /// Generations kept (at least 1).
+        #[arg(long, default_value_t = 3)]
+        keep: usize,
+        /// Unnamed objects younger than this stay (pushes in progress upload segments before
+        /// their manifest): e.g. 30m, 1h, 2days.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        grace: std::time::Duration,
+        /// Report what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -258,6 +307,34 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Push {
+            dest,
+            index,
+            with_memories,
+            concurrency,
+            json,
+        } => run_push(&dest, &index, with_memories, concurrency, json),
+        Cmd::Pull {
+            src,
+            out,
+            concurrency,
+            json,
+        } => run_pull(&src, &out, concurrency, json),
+        Cmd::GcRemote {
+            dest,
+            keep,
+            grace,
+            dry_run,
+            json,
+        } => run_gc_remote(
+            &dest,
+            &sync::GcOptions {
+                keep,
+                grace,
+                dry_run,
+            },
+            json,
+        ),
         Cmd::Verify { dir } => {
             let problems = indexer::inspect::verify(&dir);
             if problems.is_empty() {
@@ -272,6 +349,129 @@ fn run() -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 20) as f64
+}
+
+fn requests_json(r: [u64; 7]) -> serde_json::Value {
+    serde_json::json!({
+        "get": r[0], "head": r[1], "put": r[2], "delete": r[3], "list": r[4],
+        "bytes_up": r[5], "bytes_down": r[6],
+    })
+}
+
+fn run_push(
+    dest: &str,
+    index: &Path,
+    with_memories: bool,
+    concurrency: usize,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let remote = sync::Remote::open(dest)?;
+    let opts = sync::PushOptions {
+        with_memories,
+        concurrency,
+        ..sync::PushOptions::default()
+    };
+    let r = sync::push(index, &remote, &opts)
+        .with_context(|| format!("pushing {} to {dest}", index.display()))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "generation": r.generation, "committed": r.committed,
+                "segments_uploaded": r.segments_uploaded, "segments_reused": r.segments_reused,
+                "files_uploaded": r.files_uploaded, "bytes_uploaded": r.bytes_uploaded,
+                "requests": requests_json(r.requests), "seconds": r.seconds,
+            })
+        );
+    } else if r.committed {
+        println!(
+            "pushed generation {} to {dest}: {} segment(s) uploaded ({} files, {:.1} MiB), {} already there, {:.2} s",
+            r.generation, r.segments_uploaded, r.files_uploaded, mib(r.bytes_uploaded), r.segments_reused, r.seconds
+        );
+    } else {
+        println!(
+            "{dest} already holds this index as generation {}; nothing uploaded ({:.2} s)",
+            r.generation, r.seconds
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_pull(src: &str, out: &Path, concurrency: usize, json: bool) -> anyhow::Result<ExitCode> {
+    let remote = sync::Remote::open(src)?;
+    let opts = sync::PullOptions {
+        concurrency,
+        ..sync::PullOptions::default()
+    };
+    let r = sync::pull(&remote, out, &opts)
+        .with_context(|| format!("pulling {src} into {}", out.display()))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "generation": r.generation, "local_generation": r.local_generation,
+                "up_to_date": r.up_to_date, "segments_downloaded": r.segments_downloaded,
+                "segments_present": r.segments_present, "files_downloaded": r.files_downloaded,
+                "files_resumed": r.files_resumed, "bytes_downloaded": r.bytes_downloaded,
+                "memory_segments_added": r.memory_segments_added,
+                "requests": requests_json(r.requests), "seconds": r.seconds,
+            })
+        );
+    } else if r.up_to_date {
+        println!(
+            "{} is up to date with generation {} of {src} ({:.2} s)",
+            out.display(),
+            r.generation,
+            r.seconds
+        );
+    } else {
+        println!(
+            "pulled generation {} of {src} into {} (local generation {}): {} segment(s) downloaded ({} files, {:.1} MiB{}), {} already present, {:.2} s",
+            r.generation,
+            out.display(),
+            r.local_generation,
+            r.segments_downloaded,
+            r.files_downloaded,
+            mib(r.bytes_downloaded),
+            if r.files_resumed > 0 { format!(", {} resumed", r.files_resumed) } else { String::new() },
+            r.segments_present,
+            r.seconds
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_gc_remote(dest: &str, opts: &sync::GcOptions, json: bool) -> anyhow::Result<ExitCode> {
+    let remote = sync::Remote::open(dest)?;
+    let r = sync::gc_remote(&remote, opts).with_context(|| format!("collecting {dest}"))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "dry_run": opts.dry_run, "kept_generations": r.kept_generations,
+                "manifests_removed": r.manifests_removed, "segments_removed": r.segments_removed,
+                "tombstones_removed": r.tombstones_removed, "objects_removed": r.objects_removed,
+                "bytes_removed": r.bytes_removed, "segments_too_young": r.segments_too_young,
+            })
+        );
+    } else {
+        println!(
+            "{}{dest}: kept generations {:?}; {} manifest(s), {} segment(s), {} tombstone file(s) removed ({} objects, {:.1} MiB); {} unnamed segment(s) younger than the grace period left",
+            if opts.dry_run { "dry run, nothing removed: " } else { "" },
+            r.kept_generations,
+            r.manifests_removed,
+            r.segments_removed,
+            r.tombstones_removed,
+            r.objects_removed,
+            mib(r.bytes_removed),
+            r.segments_too_young
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value {

@@ -84,6 +84,15 @@ struct ServeArgs {
     /// Do not watch MANIFEST for new index generations.
     #[arg(long)]
     no_watch: bool,
+    /// Follow an index pushed with `indexer push` (README "Share an index"): pull the newest
+    /// generation of SRC into --index before serving (creating it), then poll SRC's `latest`
+    /// pointer every --follow-every (a conditional GET) and pull in the background; each
+    /// pulled generation is served like a local rebuild. Local memories are kept.
+    #[arg(long, value_name = "SRC", conflicts_with = "no_watch")]
+    follow: Option<String>,
+    /// How often --follow polls, e.g. 30s, 5m.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    follow_every: std::time::Duration,
     /// Flush live memory writes into a segment when this many are pending.
     #[arg(long, default_value_t = memory::DEFAULT_FLUSH_AT)]
     memory_flush_at: usize,
@@ -441,6 +450,17 @@ fn parse_addr(s: &str, allow_remote: bool) -> anyhow::Result<std::net::SocketAdd
     Ok(addr)
 }
 
+fn describe_pull(src: &str, r: &sync::PullReport) -> String {
+    if r.up_to_date {
+        format!("up to date with generation {} of {src}", r.generation)
+    } else {
+        format!(
+            "pulled generation {} of {src} (local generation {}): {} segment(s), {} bytes downloaded, {} already present",
+            r.generation, r.local_generation, r.segments_downloaded, r.bytes_downloaded, r.segments_present
+        )
+    }
+}
+
 fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let Some(index) = a.index else {
         anyhow::bail!(
@@ -468,6 +488,26 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(queryd::http::Token::from_file)
         .transpose()?;
+    let mut follower = match &a.follow {
+        Some(src) => {
+            let remote = sync::Remote::open(src)?;
+            let mut f = sync::Follower::new(remote, index.clone(), sync::PullOptions::default());
+            match f.poll() {
+                Ok(Some(r)) => eprintln!("queryd: {}", describe_pull(src, &r)),
+                Ok(None) => eprintln!("queryd: {src} holds no index yet; following it"),
+                // A remote that cannot be reached does not stop a server with a local index.
+                Err(e) if index.join(format::manifest::MANIFEST).is_file() => {
+                    eprintln!("queryd: pulling {src} failed, serving the local index: {e}")
+                }
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("pulling {src} into {}", index.display()))
+                }
+            }
+            Some(f)
+        }
+        None => None,
+    };
     let model = kernels::resolve_model_dir(a.model);
     let t = Instant::now();
     let engine = std::sync::Arc::new(
@@ -494,6 +534,22 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     drop(snap);
     if !a.no_watch {
         engine.spawn_watcher(engine::WATCH_INTERVAL);
+    }
+    if let (Some(mut f), Some(src)) = (follower.take(), a.follow.clone()) {
+        let every = a.follow_every;
+        std::thread::Builder::new()
+            .name("queryd-follow".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                match f.poll() {
+                    Ok(Some(r)) if !r.up_to_date => {
+                        eprintln!("queryd: {}", describe_pull(&src, &r))
+                    }
+                    Ok(_) => {}
+                    Err(e) => eprintln!("queryd: following {src}: {e} (retrying in {every:?})"),
+                }
+            })
+            .context("starting the follow thread")?;
     }
     if engine.memory_access() == memory::store::LogAccess::HeldElsewhere {
         // Another queryd writes the memories: follow its log (and its flushes).

@@ -1,0 +1,630 @@
+//! Segment sync end to end against a real S3-compatible server on loopback (moto's server
+//! mode, installed by `scripts/setup.sh` into `.cache/moto`), a `file://` store, plain HTTP
+//! (`python3 -m http.server` over a `file://` push) and `queryd --follow`: round trip with
+//! identical search results, incremental pushes that upload only the new segment (counted
+//! requests), pushes and pulls stopped part-way (nothing half-visible, the rerun completes and
+//! resumes), corrupt / truncated / wrong-hash / missing objects (refused, local index
+//! unchanged), two pushers racing for one generation (exactly one wins), remote GC.
+
+use std::io::{BufRead, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use code::SearchOptions;
+use sync::{PendingPush, PullOptions, PushOptions, Remote, SyncError};
+
+const BIN: &str = env!("CARGO_BIN_EXE_queryd");
+const BUCKET: &str = "cix";
+
+// ---------------------------------------------------------------------------------------------
+// A moto server for the whole test binary.
+
+/// The watchdog process that runs moto (kept for the life of the test binary).
+struct Moto(#[allow(dead_code)] Child);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `PYTHONPATH` for the Python helpers: `.cache/moto` where `scripts/setup.sh` installs moto.
+fn python() -> Command {
+    let mut c = Command::new("python3");
+    let cached = cix_tests::workspace_root().join(".cache/moto");
+    if cached.is_dir() {
+        let mut path = cached.into_os_string();
+        if let Some(old) = std::env::var_os("PYTHONPATH") {
+            path.push(":");
+            path.push(old);
+        }
+        c.env("PYTHONPATH", path);
+    }
+    c
+}
+
+/// One raw HTTP/1.1 request to `127.0.0.1:port` (creating the bucket: object_store does not
+/// create buckets): the status and the body.
+fn http(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP response");
+    let head = String::from_utf8_lossy(&out[..split]).to_string();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, out[split + 4..].to_vec())
+}
+
+fn wait_for_port(port: u16, what: &str) {
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{what} did not start listening on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts moto once (it exits with this test process: a watchdog shell kills it when the test
+/// process is gone), creates the bucket and points the `AWS_*` variables at it.
+fn moto() -> &'static Moto {
+    static MOTO: OnceLock<Moto> = OnceLock::new();
+    MOTO.get_or_init(|| {
+        let probe = python().args(["-c", "import moto.server"]).output();
+        assert!(
+            probe.as_ref().is_ok_and(|o| o.status.success()),
+            "moto is not installed: run ./scripts/setup.sh (it installs moto[server,s3] into \
+             .cache/moto): {probe:?}"
+        );
+        let port = free_port();
+        let me = std::process::id();
+        let child = python()
+            .args([
+                "-c",
+                &format!(
+                    "import os, subprocess, sys, time\n\
+                     p = subprocess.Popen([sys.executable, '-m', 'moto.server', '-H', '127.0.0.1', '-p', '{port}'],\n\
+                     \x20   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n\
+                     while True:\n\
+                     \x20   time.sleep(0.5)\n\
+                     \x20   try:\n\
+                     \x20       os.kill({me}, 0)\n\
+                     \x20   except OSError:\n\
+                     \x20       p.kill(); break\n\
+                     \x20   if p.poll() is not None: break\n"
+                ),
+            ])
+            .spawn()
+            .expect("start the moto watchdog");
+        wait_for_port(port, "moto");
+        let (status, body) = http(port, "PUT", &format!("/{BUCKET}"), b"");
+        assert!(
+            status == 200,
+            "creating the bucket: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+        // SAFETY: set once, before any test thread reads them (they all go through here first).
+        for (k, v) in [
+            ("AWS_ACCESS_KEY_ID", "test".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+            ("AWS_REGION", "us-east-1".to_string()),
+            ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+            ("AWS_ALLOW_HTTP", "true".to_string()),
+        ] {
+            std::env::set_var(k, v);
+        }
+        Moto(child)
+    })
+}
+
+/// A fresh prefix of the bucket.
+fn s3(name: &str) -> Remote {
+    moto();
+    Remote::open(&format!("s3://{BUCKET}/{name}-{}", std::process::id())).unwrap()
+}
+
+/// The key of `rel` of `remote` in the bucket.
+fn object(remote: &Remote, rel: &str) -> String {
+    let prefix = remote
+        .url()
+        .strip_prefix(&format!("s3://{BUCKET}/"))
+        .unwrap();
+    format!("{prefix}/{rel}")
+}
+
+/// Reads, writes or (`None`) deletes an object of the bucket directly, around our code.
+fn raw(key: &str, write: Option<Option<&[u8]>>) -> Option<Vec<u8>> {
+    use object_store::ObjectStoreExt;
+    moto();
+    let store = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(BUCKET)
+        .build()
+        .unwrap();
+    let key = object_store::path::Path::from(key);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match write {
+            None => Some(
+                store
+                    .get(&key)
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap()
+                    .to_vec(),
+            ),
+            Some(Some(bytes)) => {
+                store.put(&key, bytes.to_vec().into()).await.unwrap();
+                None
+            }
+            Some(None) => {
+                store.delete(&key).await.unwrap();
+                None
+            }
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Indexes and what they answer.
+
+/// What a few queries (lexical, vector, hybrid) return: path, symbol, rank order and score.
+fn answers(dir: &Path) -> Vec<Vec<(String, String, u32)>> {
+    let ix = format::Index::open(dir).unwrap();
+    let q = cix_tests::embed_one("edit distance between two strings");
+    let mut out: Vec<Vec<(String, String, u32)>> = Vec::new();
+    for (text, vec) in [
+        ("edit distance between two strings", Some(q.as_slice())),
+        ("fetchPendingTodos", None),
+        ("area of a circle", None),
+    ] {
+        let (hits, _) = code::search(&ix, text, vec, &SearchOptions::default()).unwrap();
+        out.push(
+            hits.iter()
+                .map(|h| (h.path.clone(), h.symbol_id.clone(), h.score.to_bits()))
+                .collect(),
+        );
+    }
+    assert!(out.iter().all(|a| !a.is_empty()), "{out:?}");
+    out
+}
+
+/// Edits one file of the fixture and rebuilds the index incrementally: one new segment.
+fn change_one_file(ix: &cix_tests::Indexed, marker: &str) {
+    let p = ix.repo.join("src/lib.rs");
+    let mut text = std::fs::read_to_string(&p).unwrap();
+    text.push_str(&format!(
+        "\n/// {marker}\npub fn {marker}_helper() -> u32 {{ 7 }}\n"
+    ));
+    std::fs::write(&p, text).unwrap();
+    cix_tests::build_index(&ix.repo, &ix.index);
+}
+
+fn generation(dir: &Path) -> u64 {
+    format::IndexManifest::read(dir).unwrap().generation
+}
+
+fn code_segments(dir: &Path) -> usize {
+    format::IndexManifest::read(dir).unwrap().segments.len()
+}
+
+fn push(dir: &Path, remote: &Remote) -> sync::PushReport {
+    sync::push(dir, remote, &PushOptions::default()).unwrap()
+}
+
+fn pull(remote: &Remote, dir: &Path) -> sync::PullReport {
+    sync::pull(remote, dir, &PullOptions::default()).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Push → pull → identical answers; an unchanged pull moves only the pointer; an unchanged push
+/// commits nothing; after a one-file change the push uploads exactly the new segment (and its
+/// tombstone file) and the pull downloads only it. Every file goes up as a multipart upload.
+#[test]
+fn s3_round_trip_then_incremental() {
+    let ix = cix_tests::indexed_fixture();
+    let remote = s3("round-trip");
+    let segments = code_segments(&ix.index);
+    let opts = PushOptions {
+        multipart_threshold: 1,
+        ..PushOptions::default()
+    };
+    let r = sync::push(&ix.index, &remote, &opts).unwrap();
+    assert!(r.committed && r.generation == 1, "{r:?}");
+    assert_eq!((r.segments_uploaded, r.segments_reused), (segments, 0));
+
+    let local = ix.tmp.path().join("pulled");
+    let p = pull(&remote, &local);
+    assert_eq!(
+        (p.generation, p.segments_downloaded),
+        (1, segments),
+        "{p:?}"
+    );
+    assert_eq!(answers(&local), answers(&ix.index));
+    assert!(indexer::inspect::verify(&local).is_empty());
+
+    // Nothing changed: the pointer, one probe and the manifest are all a pull reads.
+    let again = pull(&remote, &local);
+    assert!(again.up_to_date, "{again:?}");
+    let [gets, heads, puts, deletes, lists, up, _down] = again.requests;
+    assert_eq!((gets, heads, puts, deletes, lists, up), (2, 1, 0, 0, 0, 0));
+    let unchanged = push(&ix.index, &remote);
+    assert!(!unchanged.committed && unchanged.generation == 1);
+    assert_eq!(unchanged.files_uploaded, 0);
+
+    // One file changed: one new segment (plus the old segment's tombstone file).
+    change_one_file(&ix, "sync_marker");
+    assert_eq!(code_segments(&ix.index), segments + 1);
+    let before = remote.stats().snapshot();
+    let r2 = push(&ix.index, &remote);
+    assert!(r2.committed && r2.generation == 2, "{r2:?}");
+    assert_eq!((r2.segments_uploaded, r2.segments_reused), (1, segments));
+    let m = format::IndexManifest::read(&ix.index).unwrap();
+    let new = m.segments.last().unwrap();
+    let new_files = format::Segment::open(&ix.index, &new.id, &m.model_id, m.dim)
+        .unwrap()
+        .meta()
+        .files
+        .len()
+        + 1;
+    let tombstones = m.segments.iter().filter(|s| s.tombstones.is_some()).count();
+    assert_eq!(r2.files_uploaded, new_files + tombstones, "{r2:?}");
+    // Puts: the two probe puts, the new files, the manifest, `latest`.
+    let puts = remote.stats().snapshot()[2] - before[2];
+    assert_eq!(puts as usize, 2 + new_files + tombstones + 2);
+
+    let p2 = pull(&remote, &local);
+    assert_eq!(
+        (p2.segments_downloaded, p2.segments_present),
+        (1, segments),
+        "{p2:?}"
+    );
+    assert_eq!(answers(&local), answers(&ix.index));
+    assert_eq!(generation(&local), 2);
+}
+
+/// Two pushers prepared against the same generation: the first commit wins, the second is
+/// told so and changes nothing; its rerun commits the next generation.
+#[test]
+fn s3_two_pushers_race_for_one_generation() {
+    let a = cix_tests::indexed_fixture();
+    let b = cix_tests::indexed_fixture();
+    change_one_file(&b, "other_pusher");
+    let remote = s3("race");
+    let pa = PendingPush::prepare(&a.index, &remote, &PushOptions::default())
+        .unwrap()
+        .unwrap();
+    let pb = PendingPush::prepare(&b.index, &remote, &PushOptions::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!((pa.generation(), pb.generation()), (1, 1));
+    let won = pa.commit().unwrap();
+    assert!(won.committed && won.generation == 1);
+    match pb.commit() {
+        Err(SyncError::Conflict { generation: 1, .. }) => {}
+        other => panic!("the second pusher must lose generation 1: {other:?}"),
+    }
+    let local = a.tmp.path().join("pulled");
+    assert_eq!(pull(&remote, &local).generation, 1);
+    assert_eq!(answers(&local), answers(&a.index));
+    let rerun = push(&b.index, &remote);
+    assert_eq!(rerun.generation, 2);
+    assert_eq!(pull(&remote, &local).generation, 2);
+    assert_eq!(answers(&local), answers(&b.index));
+}
+
+/// A push stopped after two uploads leaves the remote at its generation (pulls see the old
+/// index); the rerun skips what was uploaded. A pull stopped after two files leaves the local
+/// index as it was; the rerun resumes from the verified files.
+#[test]
+fn s3_stopped_push_and_pull_leave_nothing_half_visible() {
+    let ix = cix_tests::indexed_fixture();
+    let remote = s3("stopped");
+    push(&ix.index, &remote);
+    let local = ix.tmp.path().join("pulled");
+    pull(&remote, &local);
+    let old_answers = answers(&local);
+    let old_manifest = std::fs::read(local.join("MANIFEST")).unwrap();
+
+    change_one_file(&ix, "stopped_marker");
+    let stop = PushOptions {
+        concurrency: 1,
+        stop_after_puts: Some(2),
+        ..PushOptions::default()
+    };
+    match sync::push(&ix.index, &remote, &stop) {
+        Err(SyncError::Stopped(2)) => {}
+        other => panic!("the push must stop after two uploads: {other:?}"),
+    }
+    let fresh = ix.tmp.path().join("fresh");
+    assert_eq!(
+        pull(&remote, &fresh).generation,
+        1,
+        "half a push is visible"
+    );
+    assert_eq!(answers(&fresh), old_answers);
+    let rerun = push(&ix.index, &remote);
+    assert_eq!(rerun.generation, 2);
+    let m = format::IndexManifest::read(&ix.index).unwrap();
+    let new = m.segments.last().unwrap();
+    let files = format::Segment::open(&ix.index, &new.id, &m.model_id, m.dim)
+        .unwrap()
+        .meta()
+        .files
+        .len()
+        + 1;
+    let tombstones = m.segments.iter().filter(|s| s.tombstones.is_some()).count();
+    assert_eq!(rerun.files_uploaded + 2, files + tombstones, "{rerun:?}");
+
+    let stop = PullOptions {
+        concurrency: 1,
+        stop_after_files: Some(2),
+    };
+    match sync::pull(&remote, &local, &stop) {
+        Err(SyncError::Stopped(2)) => {}
+        other => panic!("the pull must stop after two files: {other:?}"),
+    }
+    assert_eq!(std::fs::read(local.join("MANIFEST")).unwrap(), old_manifest);
+    assert_eq!(answers(&local), old_answers);
+    let resumed = pull(&remote, &local);
+    assert_eq!(resumed.files_resumed, 2, "{resumed:?}");
+    assert_eq!(answers(&local), answers(&ix.index));
+    assert!(!local.join(".pull").exists());
+}
+
+/// Corrupt (same size), truncated, wrong-hash (`segment.json` not matching its id) and missing
+/// objects: each pull fails naming the problem and leaves the local index byte for byte as it
+/// was; with the object restored the pull completes.
+#[test]
+fn s3_damaged_objects_are_refused() {
+    let ix = cix_tests::indexed_fixture();
+    let remote = s3("damaged");
+    push(&ix.index, &remote);
+    let local = ix.tmp.path().join("pulled");
+    pull(&remote, &local);
+    let manifest = std::fs::read(local.join("MANIFEST")).unwrap();
+    let old_answers = answers(&local);
+
+    change_one_file(&ix, "damage_marker");
+    push(&ix.index, &remote);
+    let m = format::IndexManifest::read(&ix.index).unwrap();
+    let new = m.segments.last().unwrap().id.clone();
+    let seg = format::Segment::open(&ix.index, &new, &m.model_id, m.dim).unwrap();
+    let biggest = seg
+        .meta()
+        .files
+        .iter()
+        .max_by_key(|f| f.size)
+        .unwrap()
+        .clone();
+    let file_key = object(&remote, &format!("segments/seg-{new}/{}", biggest.name));
+    let seal_key = object(&remote, &format!("segments/seg-{new}/segment.json"));
+    let original = raw(&file_key, None).unwrap();
+    assert_eq!(original.len() as u64, biggest.size);
+    let seal = raw(&seal_key, None).unwrap();
+
+    let mut flipped = original.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x55;
+    let mut other_seal = seal.clone();
+    other_seal.extend_from_slice(b" ");
+    let cases: [(&str, &str, Option<&[u8]>, &str); 4] = [
+        (
+            "corrupt",
+            &file_key,
+            Some(&flipped),
+            "blake3 does not match",
+        ),
+        ("truncated", &file_key, Some(&original[..mid]), "truncated"),
+        (
+            "wrong hash",
+            &seal_key,
+            Some(&other_seal),
+            "does not hash to its segment id",
+        ),
+        ("missing", &file_key, None, "missing"),
+    ];
+    for (what, key, bytes, expect) in cases {
+        raw(key, Some(bytes));
+        let e = sync::pull(&remote, &local, &PullOptions::default())
+            .expect_err(what)
+            .to_string();
+        assert!(e.contains(expect), "{what}: {e}");
+        assert_eq!(
+            std::fs::read(local.join("MANIFEST")).unwrap(),
+            manifest,
+            "{what}"
+        );
+        assert_eq!(answers(&local), old_answers, "{what}");
+        // Restore.
+        raw(&file_key, Some(Some(&original)));
+        raw(&seal_key, Some(Some(&seal)));
+    }
+    let ok = pull(&remote, &local);
+    assert_eq!(ok.generation, 2);
+    assert_eq!(answers(&local), answers(&ix.index));
+}
+
+/// `gc-remote --keep 1`: older manifests go at once; unnamed segments only after the grace
+/// period; what the kept generation names stays pullable.
+#[test]
+fn s3_gc_remote_keeps_what_retained_manifests_name() {
+    let ix = cix_tests::indexed_fixture();
+    let remote = s3("gc");
+    push(&ix.index, &remote);
+    change_one_file(&ix, "gc_one");
+    push(&ix.index, &remote);
+    let policy = indexer::merge::MergePolicy {
+        budget: 1 << 30,
+        max_segments: Some(1),
+        deletes: true,
+    };
+    indexer::merge::merge(&ix.index, &policy, &indexer::progress::Progress::silent()).unwrap();
+    let r3 = push(&ix.index, &remote);
+    assert_eq!(r3.generation, 3);
+
+    let young = sync::gc_remote(
+        &remote,
+        &sync::GcOptions {
+            keep: 1,
+            ..sync::GcOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(young.kept_generations, vec![3]);
+    assert_eq!((young.manifests_removed, young.segments_removed), (2, 0));
+    assert!(young.segments_too_young > 0, "{young:?}");
+    let old = sync::gc_remote(
+        &remote,
+        &sync::GcOptions {
+            keep: 1,
+            grace: Duration::ZERO,
+            dry_run: false,
+        },
+    )
+    .unwrap();
+    assert_eq!(old.segments_removed, young.segments_too_young, "{old:?}");
+    let local = ix.tmp.path().join("pulled");
+    assert_eq!(pull(&remote, &local).generation, 3);
+    assert_eq!(answers(&local), answers(&ix.index));
+}
+
+/// A `file://` push served by `python3 -m http.server` pulls over plain HTTP; http(s):// is
+/// refused as a push destination.
+#[test]
+fn http_pull_of_a_file_push() {
+    let ix = cix_tests::indexed_fixture();
+    let store = ix.tmp.path().join("store");
+    let file = Remote::open(&format!("file://{}", store.display())).unwrap();
+    push(&ix.index, &file);
+    let port = free_port();
+    let mut server = python()
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+            "--directory",
+        ])
+        .arg(&store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start python3 -m http.server");
+    wait_for_port(port, "http.server");
+    let web = Remote::open(&format!("http://127.0.0.1:{port}/")).unwrap();
+    let local = ix.tmp.path().join("pulled");
+    let r = sync::pull(&web, &local, &PullOptions::default());
+    let refused = sync::push(&ix.index, &web, &PushOptions::default());
+    server.kill().ok();
+    server.wait().ok();
+    let r = r.unwrap();
+    assert_eq!(r.generation, 1);
+    assert_eq!(answers(&local), answers(&ix.index));
+    let e = refused.unwrap_err().to_string();
+    assert!(e.contains("pulls only"), "{e}");
+}
+
+/// `queryd --follow`: pulls at start into a new directory, then serves each newly pushed
+/// generation; memories written into the followed index survive the pulls.
+#[test]
+fn queryd_follow_serves_new_generations_and_keeps_memories() {
+    let ix = cix_tests::indexed_fixture();
+    let store = ix.tmp.path().join("store");
+    let url = format!("file://{}", store.display());
+    let remote = Remote::open(&url).unwrap();
+    push(&ix.index, &remote);
+    let local = ix.tmp.path().join("followed");
+    let mut q = Command::new(BIN)
+        .args(["--index"])
+        .arg(&local)
+        .args(["--follow", &url, "--follow-every", "300ms"])
+        .env("CIX_MODEL_DIR", cix_tests::model_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = q.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |needle: &str| {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(120) {
+            if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+                seen.push(line.clone());
+                if line.contains(needle) {
+                    return;
+                }
+            }
+        }
+        panic!(
+            "queryd never printed {needle:?}; stderr so far:\n{}",
+            seen.join("\n")
+        );
+    };
+    wait_for("pulled generation 1 of");
+    wait_for("ready in");
+    change_one_file(&ix, "follow_marker");
+    push(&ix.index, &remote);
+    wait_for("pulled generation 2 of");
+    wait_for("now serving index generation");
+    drop(q.stdin.take());
+    q.kill().ok();
+    q.wait().ok();
+    assert_eq!(answers(&local), answers(&ix.index));
+
+    // Memories ingested into the followed index stay through the next pull.
+    let dump = ix.tmp.path().join("dump.jsonl");
+    std::fs::write(&dump, "{\"text\": \"the follow test remembers this\"}\n").unwrap();
+    let o = Command::new(cix_tests::sibling_bin(BIN, "indexer"))
+        .args(["build", "--memories"])
+        .arg(&dump)
+        .arg("--out")
+        .arg(&local)
+        .env("CIX_MODEL_DIR", cix_tests::model_dir())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let memories = format::IndexManifest::read(&local).unwrap().memory_segments;
+    assert_eq!(memories.len(), 1);
+    change_one_file(&ix, "follow_again");
+    push(&ix.index, &remote);
+    pull(&remote, &local);
+    let after = format::IndexManifest::read(&local).unwrap();
+    assert_eq!(after.memory_segments, memories);
+    assert_eq!(answers(&local), answers(&ix.index));
+}

@@ -1,0 +1,540 @@
+//! `indexer pull` and `queryd --follow`: fetch what the local index lacks, verify it, swap
+//! `MANIFEST`.
+//!
+//! Downloads go to `<index>/.pull/` (locked while a pull runs): every file is streamed into
+//! `<name>.part` while its size and blake3 are checked against the segment's `segment.json`
+//! (itself checked against the segment id, its blake3), then renamed; a segment whose files are
+//! all there gets its `segment.json` last and is opened ([`format::Segment::open`]: headers,
+//! rkyv structure, cross-file checks). Only when every segment and tombstone file of the
+//! generation is verified are they moved into the index directory and `MANIFEST` swapped, under
+//! the directory lock. A failed or killed pull leaves the index as it was, and `.pull/` keeps
+//! what was verified, so the rerun fetches only the rest.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use futures::{StreamExt, TryStreamExt};
+use roaring::RoaringBitmap;
+
+use format::manifest::{DirLock, TombstoneRef};
+use format::segment::{dir_name, SEGMENT_JSON};
+use format::{FormatError, IndexManifest, Segment, SegmentEntry, SegmentMeta};
+
+use crate::layout::{segment_key, tombstone_key, RemoteManifest, LATEST};
+use crate::push::hash_file;
+use crate::{io_err, Remote, Result, SyncError};
+
+/// The staging directory of pulls, inside the index directory.
+pub const PULL_DIR: &str = ".pull";
+
+/// How to pull.
+#[derive(Debug, Clone)]
+pub struct PullOptions {
+    /// Downloads in flight at once.
+    pub concurrency: usize,
+    /// Test hook: fail with [`SyncError::Stopped`] once this many files were downloaded, as a
+    /// pull killed at that point would stop.
+    #[doc(hidden)]
+    pub stop_after_files: Option<u64>,
+}
+
+impl Default for PullOptions {
+    fn default() -> Self {
+        PullOptions {
+            concurrency: 8,
+            stop_after_files: None,
+        }
+    }
+}
+
+/// What a pull did.
+#[derive(Debug, Clone, Default)]
+pub struct PullReport {
+    /// The remote generation now served locally.
+    pub generation: u64,
+    /// The local MANIFEST generation after the pull.
+    pub local_generation: u64,
+    /// The local index already held that generation: nothing was written.
+    pub up_to_date: bool,
+    pub segments_downloaded: usize,
+    /// Segments named by the remote manifest that the index directory already had.
+    pub segments_present: usize,
+    pub files_downloaded: usize,
+    /// Files found verified in `.pull/` from an interrupted pull.
+    pub files_resumed: usize,
+    pub bytes_downloaded: u64,
+    /// Memory segments of the remote added to the local ones.
+    pub memory_segments_added: usize,
+    /// Requests of the whole pull: `Stats::snapshot` order.
+    pub requests: [u64; 7],
+    pub seconds: f64,
+}
+
+/// Pulls the newest generation of `remote` into the index directory `dir` (created if
+/// missing). The code segments become the remote's; local memory segments, the memory WAL
+/// position and local roots are kept; memory segments pushed with `--with-memories` are added
+/// (a memory id already live locally keeps its local record).
+pub fn pull(remote: &Remote, dir: &Path, opts: &PullOptions) -> Result<PullReport> {
+    let started = Instant::now();
+    let before = remote.stats().snapshot();
+    let head = remote
+        .block_on(remote.head_manifest())?
+        .ok_or_else(|| SyncError::Empty {
+            url: remote.url().to_string(),
+        })?;
+    let mut report = pull_manifest(remote, dir, &head, opts)?;
+    report.requests = std::array::from_fn(|i| remote.stats().snapshot()[i] - before[i]);
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn read_local(dir: &Path) -> Result<Option<IndexManifest>> {
+    match IndexManifest::read(dir) {
+        Ok(m) => Ok(Some(m)),
+        Err(FormatError::NotAnIndex { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn has_memories(m: &IndexManifest) -> bool {
+    !m.memory_segments.is_empty() || m.memory_lsn > 0
+}
+
+fn pull_manifest(
+    remote: &Remote,
+    dir: &Path,
+    head: &RemoteManifest,
+    opts: &PullOptions,
+) -> Result<PullReport> {
+    let mut report = PullReport {
+        generation: head.generation,
+        ..PullReport::default()
+    };
+    let check_model = |local: &IndexManifest| {
+        if has_memories(local)
+            && (local.model_id != head.index.model_id || local.dim != head.index.dim)
+        {
+            return Err(SyncError::Mismatch(format!(
+                "{}: the local index holds memories embedded with {} ({} dims), generation {} \
+                 of {} was built with {} ({} dims); pulling it would make them unsearchable. \
+                 Export the memories (`queryd export`), pull into a new directory, then import \
+                 them",
+                dir.display(),
+                local.model_id,
+                local.dim,
+                head.generation,
+                remote.url(),
+                head.index.model_id,
+                head.index.dim
+            )));
+        }
+        Ok(())
+    };
+    if let Some(local) = read_local(dir)? {
+        check_model(&local)?;
+        let local_mem: HashSet<&str> = local
+            .memory_segments
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect();
+        if local.segments == head.index.segments
+            && local.model_id == head.index.model_id
+            && head
+                .index
+                .memory_segments
+                .iter()
+                .all(|s| local_mem.contains(s.id.as_str()))
+        {
+            report.up_to_date = true;
+            report.local_generation = local.generation;
+            return Ok(report);
+        }
+    }
+    format::fsio::create_dir_all(dir).map_err(io_err(dir))?;
+    let staging = dir.join(PULL_DIR);
+    format::fsio::create_dir_all(&staging).map_err(io_err(&staging))?;
+    let lock_path = staging.join("LOCK");
+    let lock = File::create(&lock_path).map_err(io_err(&lock_path))?;
+    if lock.try_lock().is_err() {
+        return Err(SyncError::Busy {
+            path: dir.to_path_buf(),
+        });
+    }
+
+    // Fetch and verify what is missing.
+    let files = AtomicU64::new(0);
+    let model = (head.index.model_id.as_str(), head.index.dim);
+    let entries: Vec<&SegmentEntry> = head
+        .index
+        .segments
+        .iter()
+        .chain(&head.index.memory_segments)
+        .collect();
+    for e in &entries {
+        if dir.join(dir_name(&e.id)).join(SEGMENT_JSON).is_file() {
+            report.segments_present += 1;
+        } else {
+            remote.block_on(fetch_segment(
+                remote,
+                &staging,
+                &e.id,
+                model,
+                opts,
+                &files,
+                &mut report,
+            ))?;
+            report.segments_downloaded += 1;
+        }
+        if let Some(t) = &e.tombstones {
+            if !dir.join(&t.file).is_file() {
+                remote.block_on(fetch_tombstone(remote, &staging, t, &mut report))?;
+            }
+        }
+    }
+
+    // Commit under the directory lock.
+    let _dir_lock = DirLock::acquire(dir)?;
+    let local = read_local(dir)?;
+    if let Some(l) = &local {
+        check_model(l)?;
+    }
+    for e in &entries {
+        let to = dir.join(dir_name(&e.id));
+        let from = staging.join(dir_name(&e.id));
+        if from.is_dir() {
+            if to.exists() {
+                std::fs::remove_dir_all(&from).map_err(io_err(&from))?;
+            } else {
+                format::fsio::rename(&from, &to).map_err(io_err(&to))?;
+            }
+        }
+        if let Some(t) = &e.tombstones {
+            let from = staging.join(&t.file);
+            let to = dir.join(&t.file);
+            if from.is_file() && !to.exists() {
+                format::fsio::rename(&from, &to).map_err(io_err(&to))?;
+            }
+        }
+    }
+    format::fsio::sync_dir(dir).map_err(io_err(dir))?;
+    // Every tombstone file the new MANIFEST names must read back against its hash.
+    for e in &entries {
+        if let Some(t) = &e.tombstones {
+            format::tombstones::read(&dir.join(&t.file), model.0, &t.blake3, e.chunks)?;
+        }
+    }
+    let generation = local.as_ref().map_or(0, |l| l.generation) + 1;
+    let (memory_segments, added) = merge_memories(dir, local.as_ref(), head, generation)?;
+    report.memory_segments_added = added;
+    let mut roots = local.as_ref().map(|l| l.roots.clone()).unwrap_or_default();
+    for r in &head.index.roots {
+        if !roots.iter().any(|l| l.repo == r.repo) {
+            roots.push(r.clone());
+        }
+    }
+    roots.sort();
+    let new = IndexManifest {
+        format_version: format::FORMAT_VERSION,
+        generation,
+        model_id: head.index.model_id.clone(),
+        dim: head.index.dim,
+        segments: head.index.segments.clone(),
+        memory_segments,
+        memory_lsn: local.as_ref().map_or(0, |l| l.memory_lsn),
+        roots,
+    };
+    new.commit(dir)?;
+    report.local_generation = generation;
+    if let Err(e) = format::Index::collect_garbage(dir) {
+        eprintln!("pull: garbage collection after the commit failed (harmless): {e}");
+    }
+    drop(lock);
+    let _ = std::fs::remove_dir_all(&staging);
+    Ok(report)
+}
+
+/// Local memory segments plus the remote's that are new here. A remote record whose memory id
+/// is live locally (or in an earlier remote segment) is tombstoned: the local record wins.
+fn merge_memories(
+    dir: &Path,
+    local: Option<&IndexManifest>,
+    head: &RemoteManifest,
+    generation: u64,
+) -> Result<(Vec<SegmentEntry>, usize)> {
+    let mut out: Vec<SegmentEntry> = local.map(|l| l.memory_segments.clone()).unwrap_or_default();
+    let new: Vec<&SegmentEntry> = head
+        .index
+        .memory_segments
+        .iter()
+        .filter(|s| !out.iter().any(|l| l.id == s.id))
+        .collect();
+    if new.is_empty() {
+        return Ok((out, 0));
+    }
+    let (model, dim) = (head.index.model_id.as_str(), head.index.dim);
+    let mut live: HashSet<String> = HashSet::new();
+    for e in &out {
+        let seg = Segment::open(dir, &e.id, model, dim)?;
+        let dead = match &e.tombstones {
+            Some(t) => format::tombstones::read(&dir.join(&t.file), model, &t.blake3, e.chunks)?,
+            None => RoaringBitmap::new(),
+        };
+        if let Some(table) = seg.memories() {
+            for (i, m) in table.memories.iter().enumerate() {
+                if !dead.contains(i as u32) {
+                    live.insert(m.id.as_str().to_string());
+                }
+            }
+        }
+    }
+    let added = new.len();
+    for e in new {
+        let seg = Segment::open(dir, &e.id, model, dim)?;
+        let mut dead = match &e.tombstones {
+            Some(t) => format::tombstones::read(&dir.join(&t.file), model, &t.blake3, e.chunks)?,
+            None => RoaringBitmap::new(),
+        };
+        let before = dead.len();
+        if let Some(table) = seg.memories() {
+            for (i, m) in table.memories.iter().enumerate() {
+                if dead.contains(i as u32) {
+                    continue;
+                }
+                if !live.insert(m.id.as_str().to_string()) {
+                    dead.insert(i as u32);
+                }
+            }
+        }
+        let mut entry = e.clone();
+        if dead.len() != before {
+            let file = format::tombstones::file_name(&e.id, generation);
+            let bytes = format::tombstones::write(&dir.join(&file), model, &dead)?;
+            entry.tombstones = Some(TombstoneRef {
+                file,
+                blake3: format::blake3_hex(&bytes),
+                count: dead.len(),
+            });
+        }
+        out.push(entry);
+    }
+    Ok((out, added))
+}
+
+fn count_file(files: &AtomicU64, opts: &PullOptions) -> Result<()> {
+    let n = files.fetch_add(1, Ordering::SeqCst) + 1;
+    match opts.stop_after_files {
+        Some(stop) if n >= stop => Err(SyncError::Stopped(n)),
+        _ => Ok(()),
+    }
+}
+
+/// Fetches segment `id` into `staging/seg-<id>/` and opens it there.
+async fn fetch_segment(
+    remote: &Remote,
+    staging: &Path,
+    id: &str,
+    (model, dim): (&str, u32),
+    opts: &PullOptions,
+    files: &AtomicU64,
+    report: &mut PullReport,
+) -> Result<()> {
+    let seal = segment_key(id, SEGMENT_JSON);
+    let json = remote
+        .get_bytes(&seal)
+        .await?
+        .ok_or_else(|| SyncError::Corrupt {
+            key: seal.clone(),
+            reason: "missing: the manifest names a segment the store does not hold".into(),
+        })?;
+    report.bytes_downloaded += json.len() as u64;
+    if format::segment::segment_id(&json) != id {
+        return Err(SyncError::Corrupt {
+            key: seal,
+            reason: "does not hash to its segment id".into(),
+        });
+    }
+    let meta: SegmentMeta = serde_json::from_slice(&json).map_err(|e| SyncError::Corrupt {
+        key: seal.clone(),
+        reason: e.to_string(),
+    })?;
+    if meta.files.iter().any(|f| {
+        f.name.is_empty() || f.name.contains('/') || f.name.contains("..") || f.name == SEGMENT_JSON
+    }) {
+        return Err(SyncError::Corrupt {
+            key: seal,
+            reason: "names a file outside its segment".into(),
+        });
+    }
+    let seg_dir = staging.join(dir_name(id));
+    format::fsio::create_dir_all(&seg_dir).map_err(io_err(&seg_dir))?;
+    let done: Vec<(bool, u64)> = futures::stream::iter(meta.files.iter().map(|f| {
+        let key = segment_key(id, &f.name);
+        let seg_dir = &seg_dir;
+        async move {
+            let fetched = fetch_file(remote, &key, seg_dir, &f.name, f.size, &f.blake3).await?;
+            if fetched {
+                count_file(files, opts)?;
+            }
+            Ok::<_, SyncError>((fetched, f.size))
+        }
+    }))
+    .buffer_unordered(opts.concurrency.max(1))
+    .try_collect()
+    .await?;
+    for (fetched, n) in done {
+        if fetched {
+            report.files_downloaded += 1;
+            report.bytes_downloaded += n;
+        } else {
+            report.files_resumed += 1;
+        }
+    }
+    let json_path = seg_dir.join(SEGMENT_JSON);
+    format::fsio::write_file(&json_path, &json).map_err(io_err(&json_path))?;
+    if let Err(e) = Segment::open(staging, id, model, dim) {
+        let _ = std::fs::remove_dir_all(&seg_dir);
+        return Err(SyncError::Corrupt {
+            key: seal,
+            reason: format!("the downloaded segment does not open: {e}"),
+        });
+    }
+    Ok(())
+}
+
+/// Streams `key` into `dir/name`, checking size and blake3; `false` when a verified copy was
+/// already there (an interrupted pull).
+async fn fetch_file(
+    remote: &Remote,
+    key: &str,
+    dir: &Path,
+    name: &str,
+    size: u64,
+    blake3: &str,
+) -> Result<bool> {
+    let path = dir.join(name);
+    if path.is_file() {
+        if std::fs::metadata(&path).map_err(io_err(&path))?.len() == size
+            && hash_file(&path)? == blake3
+        {
+            return Ok(false);
+        }
+        std::fs::remove_file(&path).map_err(io_err(&path))?;
+    }
+    let part: PathBuf = dir.join(format!("{name}.part"));
+    let bad = |reason: String| SyncError::Corrupt {
+        key: key.to_string(),
+        reason,
+    };
+    let got = remote
+        .get_stream(key)
+        .await?
+        .ok_or_else(|| bad("missing: the segment is sealed but this file is gone".into()))?;
+    let mut stream = got.into_stream();
+    let mut f = format::fsio::create(&part).map_err(io_err(&part))?;
+    let mut hasher = blake3::Hasher::new();
+    let mut n: u64 = 0;
+    let result: Result<()> = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| remote.read_error(key, e))?;
+            n += chunk.len() as u64;
+            remote.count_down(chunk.len() as u64);
+            if n > size {
+                return Err(bad(format!(
+                    "longer than the {size} bytes segment.json says"
+                )));
+            }
+            hasher.update(&chunk);
+            format::fsio::write_all(&mut f, &part, &chunk).map_err(io_err(&part))?;
+        }
+        if n != size {
+            return Err(bad(format!(
+                "truncated: {n} of the {size} bytes segment.json says"
+            )));
+        }
+        if hasher.finalize().to_hex().as_str() != blake3 {
+            return Err(bad(
+                "blake3 does not match segment.json (corrupt object)".into()
+            ));
+        }
+        format::fsio::sync_all(&f, &part).map_err(io_err(&part))
+    }
+    .await;
+    drop(f);
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&part);
+        return Err(e);
+    }
+    format::fsio::rename(&part, &path).map_err(io_err(&path))?;
+    Ok(true)
+}
+
+async fn fetch_tombstone(
+    remote: &Remote,
+    staging: &Path,
+    t: &TombstoneRef,
+    report: &mut PullReport,
+) -> Result<()> {
+    let key = tombstone_key(&t.blake3);
+    let bytes = remote
+        .get_bytes(&key)
+        .await?
+        .ok_or_else(|| SyncError::Corrupt {
+            key: key.clone(),
+            reason: "missing: the manifest names a tombstone file the store does not hold".into(),
+        })?;
+    if format::blake3_hex(&bytes) != t.blake3 {
+        return Err(SyncError::Corrupt {
+            key,
+            reason: "blake3 does not match the manifest (corrupt object)".into(),
+        });
+    }
+    let path = staging.join(&t.file);
+    format::fsio::write_file(&path, &bytes).map_err(io_err(&path))?;
+    report.files_downloaded += 1;
+    report.bytes_downloaded += bytes.len() as u64;
+    Ok(())
+}
+
+/// Follows a remote: each [`poll`](Follower::poll) makes one conditional GET of `latest` and
+/// pulls when it changed (always on the first poll).
+#[derive(Debug)]
+pub struct Follower {
+    remote: Remote,
+    dir: PathBuf,
+    opts: PullOptions,
+    etag: Option<String>,
+}
+
+impl Follower {
+    pub fn new(remote: Remote, dir: PathBuf, opts: PullOptions) -> Follower {
+        Follower {
+            remote,
+            dir,
+            opts,
+            etag: None,
+        }
+    }
+
+    /// `Ok(None)`: `latest` unchanged since the last poll (or absent and nothing pushed yet).
+    pub fn poll(&mut self) -> Result<Option<PullReport>> {
+        let got = self
+            .remote
+            .block_on(self.remote.get_if_changed(LATEST, self.etag.as_deref()))?;
+        let etag = match got {
+            Some(None) => return Ok(None),
+            Some(Some((_, etag))) => etag,
+            None => None,
+        };
+        match pull(&self.remote, &self.dir, &self.opts) {
+            Ok(r) => {
+                self.etag = etag;
+                Ok(Some(r))
+            }
+            Err(SyncError::Empty { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,443 @@
+//! A remote: an object store and a prefix, opened from a URL, counting every request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path as Key;
+use object_store::{
+    GetOptions, GetResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    PutPayload, PutResult, UpdateVersion,
+};
+
+use crate::layout::{manifest_key, RemoteManifest, LATEST};
+use crate::{Result, SyncError};
+
+/// Requests made and bytes moved through one [`Remote`] (object bodies only).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub gets: AtomicU64,
+    pub heads: AtomicU64,
+    pub puts: AtomicU64,
+    pub deletes: AtomicU64,
+    pub lists: AtomicU64,
+    pub bytes_up: AtomicU64,
+    pub bytes_down: AtomicU64,
+}
+
+impl Stats {
+    /// `(gets, heads, puts, deletes, lists, bytes_up, bytes_down)`.
+    pub fn snapshot(&self) -> [u64; 7] {
+        [
+            &self.gets,
+            &self.heads,
+            &self.puts,
+            &self.deletes,
+            &self.lists,
+            &self.bytes_up,
+            &self.bytes_down,
+        ]
+        .map(|c| c.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Where segments are pushed to or pulled from.
+#[derive(Clone)]
+pub struct Remote {
+    url: String,
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    writable: bool,
+    stats: Arc<Stats>,
+    /// The runtime every request of this remote runs on (one, so pooled connections stay
+    /// usable from one call to the next).
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote").field("url", &self.url).finish()
+    }
+}
+
+impl Remote {
+    /// Opens `url`: `s3://bucket/prefix` (credentials, region and endpoint from the standard
+    /// `AWS_*` variables, including `AWS_ENDPOINT_URL` and `AWS_ALLOW_HTTP`),
+    /// `gs://bucket/prefix` (`GOOGLE_*`), `az://container/prefix` (`AZURE_*`),
+    /// `file:///absolute/path` and, for pulls only, `http://` / `https://`. Makes no request.
+    pub fn open(url: &str) -> Result<Remote> {
+        let bad = |reason: String| SyncError::BadUrl {
+            url: url.to_string(),
+            reason,
+        };
+        let parsed = url::Url::parse(url).map_err(|e| {
+            bad(format!(
+                "not a URL ({e}); use s3://, gs://, az://, file:///abs/path or http(s)://"
+            ))
+        })?;
+        let path_prefix = parsed.path().trim_matches('/').to_string();
+        let store_err = |e: object_store::Error| bad(e.to_string());
+        let (store, prefix, writable): (Arc<dyn ObjectStore>, String, bool) = match parsed.scheme()
+        {
+            "s3" | "s3a" => (
+                Arc::new(
+                    object_store::aws::AmazonS3Builder::from_env()
+                        .with_url(url)
+                        .build()
+                        .map_err(store_err)?,
+                ),
+                path_prefix,
+                true,
+            ),
+            "gs" => (
+                Arc::new(
+                    object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                        .with_url(url)
+                        .build()
+                        .map_err(store_err)?,
+                ),
+                path_prefix,
+                true,
+            ),
+            "az" | "azure" | "abfs" | "abfss" => (
+                Arc::new(
+                    object_store::azure::MicrosoftAzureBuilder::from_env()
+                        .with_url(url)
+                        .build()
+                        .map_err(store_err)?,
+                ),
+                path_prefix,
+                true,
+            ),
+            "file" => {
+                let dir = parsed
+                    .to_file_path()
+                    .map_err(|()| bad("not an absolute local path".into()))?;
+                format::fsio::create_dir_all(&dir).map_err(|e| bad(e.to_string()))?;
+                (
+                    Arc::new(
+                        object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                            .map_err(store_err)?,
+                    ),
+                    String::new(),
+                    true,
+                )
+            }
+            "http" | "https" => (
+                Arc::new(
+                    object_store::http::HttpBuilder::new()
+                        .with_url(url)
+                        // The URL's scheme says plain HTTP is wanted.
+                        .with_client_options(
+                            object_store::ClientOptions::new()
+                                .with_allow_http(parsed.scheme() == "http"),
+                        )
+                        .build()
+                        .map_err(store_err)?,
+                ),
+                String::new(),
+                false,
+            ),
+            s => {
+                return Err(bad(format!(
+                    "unsupported scheme {s}:// (use s3://, gs://, az://, file:// or http(s)://)"
+                )))
+            }
+        };
+        Ok(Remote {
+            url: url.to_string(),
+            store,
+            prefix,
+            writable,
+            stats: Arc::new(Stats::default()),
+            rt: Arc::new(
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(crate::io_err(std::path::Path::new("<tokio runtime>")))?,
+            ),
+        })
+    }
+
+    /// Runs `f` to completion on this remote's runtime (callers are synchronous: the indexer's
+    /// commands, queryd's follow thread, tests; never call it from inside a tokio runtime).
+    pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Requests and bytes so far (shared by clones).
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub(crate) fn require_writable(&self, what: &str) -> Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(SyncError::Unsupported {
+                url: self.url.clone(),
+                what: format!("{what} needs a writable store; http(s):// is for pulls only"),
+            })
+        }
+    }
+
+    pub(crate) fn key(&self, rel: &str) -> Key {
+        if self.prefix.is_empty() {
+            Key::from(rel)
+        } else {
+            Key::from(format!("{}/{rel}", self.prefix))
+        }
+    }
+
+    /// `rel` of a full key, if it is under the prefix.
+    pub(crate) fn rel<'k>(&self, key: &'k Key) -> Option<&'k str> {
+        let k = key.as_ref();
+        if self.prefix.is_empty() {
+            Some(k)
+        } else {
+            k.strip_prefix(self.prefix.as_str())?.strip_prefix('/')
+        }
+    }
+
+    fn err(&self, op: &'static str, rel: &str, source: object_store::Error) -> SyncError {
+        SyncError::Store {
+            url: self.url.clone(),
+            op,
+            key: rel.to_string(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Metadata of `rel`, `None` when absent.
+    pub(crate) async fn head(&self, rel: &str) -> Result<Option<ObjectMeta>> {
+        Stats::add(&self.stats.heads, 1);
+        match self.store.head(&self.key(rel)).await {
+            Ok(m) => Ok(Some(m)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err("HEAD", rel, e)),
+        }
+    }
+
+    /// The whole object, `None` when absent.
+    pub(crate) async fn get_bytes(&self, rel: &str) -> Result<Option<Bytes>> {
+        Stats::add(&self.stats.gets, 1);
+        let r = match self.store.get(&self.key(rel)).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.err("GET", rel, e)),
+        };
+        let b = r.bytes().await.map_err(|e| self.err("GET", rel, e))?;
+        Stats::add(&self.stats.bytes_down, b.len() as u64);
+        Ok(Some(b))
+    }
+
+    /// The whole object with the version a conditional update needs, `None` when absent.
+    pub(crate) async fn get_versioned(&self, rel: &str) -> Result<Option<(Bytes, UpdateVersion)>> {
+        Stats::add(&self.stats.gets, 1);
+        let r = match self.store.get(&self.key(rel)).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.err("GET", rel, e)),
+        };
+        let version = UpdateVersion {
+            e_tag: r.meta.e_tag.clone(),
+            version: r.meta.version.clone(),
+        };
+        let b = r.bytes().await.map_err(|e| self.err("GET", rel, e))?;
+        Stats::add(&self.stats.bytes_down, b.len() as u64);
+        Ok(Some((b, version)))
+    }
+
+    /// A conditional GET: `Ok(None)` when absent, `Ok(Some(None))` when not modified since
+    /// `etag`.
+    pub(crate) async fn get_if_changed(
+        &self,
+        rel: &str,
+        etag: Option<&str>,
+    ) -> Result<Option<Option<(Bytes, Option<String>)>>> {
+        Stats::add(&self.stats.gets, 1);
+        let opts = GetOptions {
+            if_none_match: etag.map(str::to_string),
+            ..GetOptions::default()
+        };
+        match self.store.get_opts(&self.key(rel), opts).await {
+            Ok(r) => {
+                let etag = r.meta.e_tag.clone();
+                let b = r.bytes().await.map_err(|e| self.err("GET", rel, e))?;
+                Stats::add(&self.stats.bytes_down, b.len() as u64);
+                Ok(Some(Some((b, etag))))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(object_store::Error::NotModified { .. }) => Ok(Some(None)),
+            Err(e) => Err(self.err("GET", rel, e)),
+        }
+    }
+
+    /// A streaming GET.
+    pub(crate) async fn get_stream(&self, rel: &str) -> Result<Option<GetResult>> {
+        Stats::add(&self.stats.gets, 1);
+        match self.store.get(&self.key(rel)).await {
+            Ok(r) => Ok(Some(r)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err("GET", rel, e)),
+        }
+    }
+
+    pub(crate) fn count_down(&self, n: u64) {
+        Stats::add(&self.stats.bytes_down, n);
+    }
+
+    pub(crate) fn read_error(&self, rel: &str, e: object_store::Error) -> SyncError {
+        self.err("GET", rel, e)
+    }
+
+    /// A put with `mode`; the store's error is returned as is, for the caller to decide.
+    pub(crate) async fn put_raw(
+        &self,
+        rel: &str,
+        bytes: Bytes,
+        mode: PutMode,
+    ) -> std::result::Result<PutResult, object_store::Error> {
+        Stats::add(&self.stats.puts, 1);
+        let n = bytes.len() as u64;
+        let r = self
+            .store
+            .put_opts(
+                &self.key(rel),
+                PutPayload::from_bytes(bytes),
+                PutOptions {
+                    mode,
+                    ..PutOptions::default()
+                },
+            )
+            .await;
+        if r.is_ok() {
+            Stats::add(&self.stats.bytes_up, n);
+        }
+        r
+    }
+
+    pub(crate) async fn put(&self, rel: &str, bytes: Bytes) -> Result<()> {
+        self.put_raw(rel, bytes, PutMode::Overwrite)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err("PUT", rel, e))
+    }
+
+    /// Uploads the file at `path` as `rel` in parts of `part` bytes (a multipart upload, for
+    /// large files).
+    pub(crate) async fn put_file_multipart(
+        &self,
+        rel: &str,
+        path: &std::path::Path,
+        part: usize,
+    ) -> Result<()> {
+        use tokio::io::AsyncReadExt;
+        Stats::add(&self.stats.puts, 1);
+        let upload = self
+            .store
+            .put_multipart(&self.key(rel))
+            .await
+            .map_err(|e| self.err("PUT (multipart)", rel, e))?;
+        let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, part);
+        let mut f = tokio::fs::File::open(path)
+            .await
+            .map_err(crate::io_err(path))?;
+        let mut buf = vec![0u8; part];
+        loop {
+            w.wait_for_capacity(4)
+                .await
+                .map_err(|e| self.err("PUT (multipart)", rel, e))?;
+            let mut filled = 0;
+            while filled < buf.len() {
+                let n = f
+                    .read(&mut buf[filled..])
+                    .await
+                    .map_err(crate::io_err(path))?;
+                if n == 0 {
+                    break;
+                }
+                filled += n;
+            }
+            if filled == 0 {
+                break;
+            }
+            w.write(&buf[..filled]);
+            Stats::add(&self.stats.bytes_up, filled as u64);
+            if filled < buf.len() {
+                break;
+            }
+        }
+        w.finish()
+            .await
+            .map_err(|e| self.err("PUT (multipart)", rel, e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn delete(&self, rel: &str) -> Result<()> {
+        Stats::add(&self.stats.deletes, 1);
+        match self.store.delete(&self.key(rel)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("DELETE", rel, e)),
+        }
+    }
+
+    /// Every object under `rel_prefix`.
+    pub(crate) async fn list(&self, rel_prefix: &str) -> Result<Vec<ObjectMeta>> {
+        use futures::TryStreamExt;
+        Stats::add(&self.stats.lists, 1);
+        let p = self.key(rel_prefix);
+        self.store
+            .list(Some(&p))
+            .try_collect()
+            .await
+            .map_err(|e| self.err("LIST", rel_prefix, e))
+    }
+
+    /// The newest committed generation and its manifest: from the `latest` hint, probing
+    /// forward for manifests committed after it.
+    pub(crate) async fn head_manifest(&self) -> Result<Option<RemoteManifest>> {
+        let start = match self.get_bytes(LATEST).await? {
+            Some(b) => {
+                serde_json::from_slice::<crate::layout::Latest>(&b)
+                    .map_err(|e| SyncError::Corrupt {
+                        key: LATEST.into(),
+                        reason: format!("not a pointer: {e}"),
+                    })?
+                    .generation
+            }
+            None => 0,
+        };
+        let mut g = start;
+        while self.head(&manifest_key(g + 1)).await?.is_some() {
+            g += 1;
+        }
+        if g == 0 {
+            return Ok(None);
+        }
+        let key = manifest_key(g);
+        let bytes = self
+            .get_bytes(&key)
+            .await?
+            .ok_or_else(|| SyncError::Corrupt {
+                key: key.clone(),
+                reason: format!("`latest` names generation {g}, which is missing"),
+            })?;
+        let m = RemoteManifest::parse(&key, &bytes)?;
+        if m.generation != g {
+            return Err(SyncError::Corrupt {
+                key,
+                reason: format!("holds generation {}", m.generation),
+            });
+        }
+        Ok(Some(m))
+    }
+}
