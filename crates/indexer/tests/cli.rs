@@ -211,3 +211,78 @@ fn build_errors_are_clear() {
         describe(&args, &o)
     );
 }
+
+/// `push`, `pull` and `gc-remote` through the binary over a `file://` store: JSON summaries,
+/// an unchanged push commits nothing, a pull from an empty store or a bad URL exits 2 naming
+/// the problem and creates nothing.
+#[test]
+fn push_pull_and_gc_remote_through_the_binary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = cix_tests::fixture_copy(tmp.path());
+    let index = tmp.path().join("index");
+    let store = format!("file://{}", tmp.path().join("store").display());
+    let root = workspace_root();
+    let args = [
+        "build",
+        repo.to_str().unwrap(),
+        "--out",
+        index.to_str().unwrap(),
+        "--quiet",
+    ];
+    let o = indexer(&root, &args);
+    assert!(o.status.success(), "{}", describe(&args, &o));
+
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = indexer(&root, args);
+        assert!(o.status.success(), "{}", describe(args, &o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let push = ["push", &store, "--index", index.to_str().unwrap(), "--json"];
+    let first = json(&push);
+    assert_eq!(
+        (first["generation"].as_u64(), first["committed"].as_bool()),
+        (Some(1), Some(true))
+    );
+    let again = json(&push);
+    assert_eq!(
+        (again["generation"].as_u64(), again["committed"].as_bool()),
+        (Some(1), Some(false))
+    );
+    let pulled = tmp.path().join("pulled");
+    let pull = ["pull", &store, "--out", pulled.to_str().unwrap(), "--json"];
+    let p = json(&pull);
+    assert_eq!(p["generation"].as_u64(), Some(1));
+    assert!(p["bytes_downloaded"].as_u64().unwrap() > 0);
+    let verify = ["verify", pulled.to_str().unwrap()];
+    let o = indexer(&root, &verify);
+    assert!(o.status.success(), "{}", describe(&verify, &o));
+    assert_eq!(json(&pull)["up_to_date"].as_bool(), Some(true));
+    let gc = [
+        "gc-remote",
+        &store,
+        "--keep",
+        "1",
+        "--grace",
+        "0s",
+        "--json",
+    ];
+    assert_eq!(json(&gc)["kept_generations"], serde_json::json!([1]));
+
+    let empty = format!("file://{}", tmp.path().join("empty").display());
+    let nowhere = tmp.path().join("nowhere");
+    for (src, says) in [
+        (empty.as_str(), "no index has been pushed there"),
+        ("ftp://host/x", "unsupported scheme"),
+    ] {
+        let args = ["pull", src, "--out", nowhere.to_str().unwrap()];
+        let o = indexer(&root, &args);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{}", describe(&args, &o));
+        assert!(err.contains(says), "{}", describe(&args, &o));
+        assert!(
+            !nowhere.exists(),
+            "a failed pull created {}",
+            nowhere.display()
+        );
+    }
+}

@@ -370,6 +370,7 @@ async fn fetch_segment(
     }
     let seg_dir = staging.join(dir_name(id));
     format::fsio::create_dir_all(&seg_dir).map_err(io_err(&seg_dir))?;
+    report.files_downloaded += 1;
     let done: Vec<(bool, u64)> = futures::stream::iter(meta.files.iter().map(|f| {
         let key = segment_key(id, &f.name);
         let seg_dir = &seg_dir;

@@ -452,7 +452,7 @@ async fn upload_file(
     if len != size {
         return Err(bad(format!("{len} bytes, segment.json says {size}")));
     }
-    if size >= opts.multipart_threshold {
+    if size > 0 && size >= opts.multipart_threshold {
         remote
             .put_file_multipart(key, path, opts.part_size.max(5 << 20))
             .await?;
@@ -503,4 +503,108 @@ async fn upload_tombstone(
     report.files_uploaded += 1;
     report.bytes_uploaded += n;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures::stream::BoxStream;
+    use object_store::memory::InMemory;
+    use object_store::path::Path as Key;
+    use object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+        PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    };
+
+    use super::*;
+
+    /// An S3-compatible server that ignores `If-None-Match: *`: every put overwrites.
+    #[derive(Debug)]
+    struct Overwrites(InMemory);
+
+    impl std::fmt::Display for Overwrites {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Overwrites")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Overwrites {
+        async fn put_opts(
+            &self,
+            location: &Key,
+            payload: PutPayload,
+            mut opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            opts.mode = PutMode::Overwrite;
+            self.0.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Key,
+            opts: PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Key,
+            options: GetOptions,
+        ) -> object_store::Result<GetResult> {
+            self.0.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, object_store::Result<Key>>,
+        ) -> BoxStream<'static, object_store::Result<Key>> {
+            self.0.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&Key>,
+        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.0.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Key>,
+        ) -> object_store::Result<ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &Key,
+            to: &Key,
+            options: CopyOptions,
+        ) -> object_store::Result<()> {
+            self.0.copy_opts(from, to, options).await
+        }
+    }
+
+    #[test]
+    fn stores_that_ignore_conditional_writes_are_refused() {
+        let bad = Remote::with_store("s3://lying", Arc::new(Overwrites(InMemory::new())));
+        let e = bad.block_on(probe_conditional_writes(&bad)).unwrap_err();
+        assert!(matches!(e, SyncError::NoConditionalWrites { .. }), "{e}");
+        // The probe cleans up after itself.
+        assert!(bad.block_on(bad.list("probe/")).unwrap().is_empty());
+        let good = Remote::with_store("memory://", Arc::new(InMemory::new()));
+        good.block_on(probe_conditional_writes(&good)).unwrap();
+    }
+
+    #[test]
+    fn latest_only_moves_forward() {
+        let r = Remote::with_store("memory://", Arc::new(InMemory::new()));
+        let read = || {
+            let b = r.block_on(r.get_bytes(LATEST)).unwrap().unwrap();
+            serde_json::from_slice::<Latest>(&b).unwrap().generation
+        };
+        r.block_on(advance_latest(&r, 3)).unwrap();
+        assert_eq!(read(), 3);
+        r.block_on(advance_latest(&r, 2)).unwrap();
+        assert_eq!(read(), 3);
+        r.block_on(advance_latest(&r, 5)).unwrap();
+        assert_eq!(read(), 5);
+    }
 }

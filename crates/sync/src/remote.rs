@@ -169,6 +169,24 @@ impl Remote {
         self.rt.block_on(f)
     }
 
+    /// A remote over `store` (tests: stores that misbehave).
+    #[cfg(test)]
+    pub(crate) fn with_store(url: &str, store: Arc<dyn ObjectStore>) -> Remote {
+        Remote {
+            url: url.to_string(),
+            store,
+            prefix: "p".into(),
+            writable: true,
+            stats: Arc::new(Stats::default()),
+            rt: Arc::new(
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap(),
+            ),
+        }
+    }
+
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -439,5 +457,36 @@ impl Remote {
             });
         }
         Ok(Some(m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked_before_any_request() {
+        for (url, says) in [
+            ("not a url", "not a URL"),
+            ("ftp://host/x", "unsupported scheme ftp://"),
+            ("file://relative/x", "absolute"),
+        ] {
+            let e = Remote::open(url).unwrap_err().to_string();
+            assert!(e.contains(says), "{url}: {e}");
+        }
+        let web = Remote::open("http://127.0.0.1:9/some/prefix").unwrap();
+        let e = web.require_writable("push").unwrap_err().to_string();
+        assert!(e.contains("pulls only"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_file_store_has_no_manifest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = Remote::open(&format!("file://{}", tmp.path().join("store").display())).unwrap();
+        assert!(r.block_on(r.head_manifest()).unwrap().is_none());
+        assert_eq!(r.key("latest").as_ref(), "latest");
+        let s3 = Remote::open("s3://bucket/a/b/").unwrap();
+        assert_eq!(s3.key("latest").as_ref(), "a/b/latest");
+        assert_eq!(s3.rel(&s3.key("manifests/x")), Some("manifests/x"));
     }
 }
