@@ -60,6 +60,11 @@ pub struct IndexManifest {
     /// re-index them (`reindex`). Sorted by repository name.
     #[serde(default)]
     pub roots: Vec<RootEntry>,
+    /// Memory segments a pull (`sync`) has merged in from a remote, ever: a later pull never adds
+    /// one of them again, so a memory deleted locally (its segment dropped or merged away) does
+    /// not come back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pulled_memory_segments: Vec<String>,
 }
 
 /// A repository root the index was built from, with the walk rules it was built with, so a
@@ -136,6 +141,7 @@ impl IndexManifest {
             memory_segments: Vec::new(),
             memory_lsn: 0,
             roots: Vec::new(),
+            pulled_memory_segments: Vec::new(),
         }
     }
 

@@ -494,7 +494,16 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
             let mut f = sync::Follower::new(remote, index.clone(), sync::PullOptions::default());
             match f.poll() {
                 Ok(Some(r)) => eprintln!("queryd: {}", describe_pull(src, &r)),
-                Ok(None) => eprintln!("queryd: {src} holds no index yet; following it"),
+                Ok(None) if index.join(format::manifest::MANIFEST).is_file() => {
+                    eprintln!(
+                        "queryd: {src} holds no index yet; serving the local one and following it"
+                    )
+                }
+                Ok(None) => anyhow::bail!(
+                    "--follow {src}: nothing has been pushed there yet and {} holds no index; \
+                     push one first (`indexer push {src} --index DIR`)",
+                    index.display()
+                ),
                 // A remote that cannot be reached does not stop a server with a local index.
                 Err(e) if index.join(format::manifest::MANIFEST).is_file() => {
                     eprintln!("queryd: pulling {src} failed, serving the local index: {e}")

@@ -291,9 +291,10 @@ fn s3_round_trip_then_incremental() {
         + 1;
     let tombstones = m.segments.iter().filter(|s| s.tombstones.is_some()).count();
     assert_eq!(r2.files_uploaded, new_files + tombstones, "{r2:?}");
-    // Puts: the two probe puts, the new files, the manifest, `latest`.
+    // Puts: the two probe puts, the new files, the tombstone files, the reused segments' seals
+    // again (their new age keeps a concurrent gc-remote away), the manifest, `latest`.
     let puts = remote.stats().snapshot()[2] - before[2];
-    assert_eq!(puts as usize, 2 + new_files + tombstones + 2);
+    assert_eq!(puts as usize, 2 + new_files + tombstones + segments + 2);
 
     let p2 = pull(&remote, &local);
     assert_eq!(
@@ -376,7 +377,10 @@ fn s3_stopped_push_and_pull_leave_nothing_half_visible() {
         .len()
         + 1;
     let tombstones = m.segments.iter().filter(|s| s.tombstones.is_some()).count();
-    assert_eq!(rerun.files_uploaded + 2, files + tombstones, "{rerun:?}");
+    // The two uploads before the stop: the old segment's tombstone file (put again by every
+    // push: a few bytes, and its new age keeps gc-remote away) and one file of the new segment,
+    // which the rerun skips.
+    assert_eq!(rerun.files_uploaded + 1, files + tombstones, "{rerun:?}");
 
     let stop = PullOptions {
         concurrency: 1,
@@ -391,7 +395,12 @@ fn s3_stopped_push_and_pull_leave_nothing_half_visible() {
     let resumed = pull(&remote, &local);
     assert_eq!(resumed.files_resumed, 2, "{resumed:?}");
     assert_eq!(answers(&local), answers(&ix.index));
-    assert!(!local.join(".pull").exists());
+    // The staging directory is emptied; only its lock file stays.
+    let left: Vec<_> = std::fs::read_dir(local.join(".pull"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("LOCK")]);
 }
 
 /// Corrupt (same size), truncated, wrong-hash (`segment.json` not matching its id) and missing
@@ -626,5 +635,76 @@ fn queryd_follow_serves_new_generations_and_keeps_memories() {
     pull(&remote, &local);
     let after = format::IndexManifest::read(&local).unwrap();
     assert_eq!(after.memory_segments, memories);
+    assert_eq!(answers(&local), answers(&ix.index));
+}
+
+/// Runs the `indexer` binary (beside `queryd`) with the real model.
+fn indexer_bin(args: &[&std::ffi::OsStr]) {
+    let o = Command::new(cix_tests::sibling_bin(BIN, "indexer"))
+        .args(args)
+        .env("CIX_MODEL_DIR", cix_tests::model_dir())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "indexer {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `--with-memories`: a pull adds the pushed memory segment; a memory the puller then deletes
+/// (its segment dropped, as a flush does when every record in it is deleted) does not come
+/// back with the next pull; without the flag no memory leaves the machine.
+#[test]
+fn pushed_memories_arrive_once_and_local_deletes_stay_deleted() {
+    let ix = cix_tests::indexed_fixture();
+    let dump = ix.tmp.path().join("team.jsonl");
+    std::fs::write(
+        &dump,
+        "{\"text\": \"the team agreed to keep retries at three\"}\n",
+    )
+    .unwrap();
+    indexer_bin(&[
+        "build".as_ref(),
+        "--memories".as_ref(),
+        dump.as_os_str(),
+        "--out".as_ref(),
+        ix.index.as_os_str(),
+    ]);
+    let store = ix.tmp.path().join("store");
+    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
+    let code_only = push(&ix.index, &remote);
+    assert!(code_only.committed);
+    let local = ix.tmp.path().join("pulled");
+    pull(&remote, &local);
+    assert!(format::IndexManifest::read(&local)
+        .unwrap()
+        .memory_segments
+        .is_empty());
+
+    let with = PushOptions {
+        with_memories: true,
+        ..PushOptions::default()
+    };
+    assert!(sync::push(&ix.index, &remote, &with).unwrap().committed);
+    let p = pull(&remote, &local);
+    assert_eq!(p.memory_segments_added, 1, "{p:?}");
+    let mut m = format::IndexManifest::read(&local).unwrap();
+    assert_eq!(m.memory_segments.len(), 1);
+    assert_eq!(m.pulled_memory_segments.len(), 1);
+
+    // Deleted here: the segment leaves the MANIFEST.
+    m.memory_segments.clear();
+    m.generation += 1;
+    m.commit(&local).unwrap();
+    change_one_file(&ix, "memories_marker");
+    assert!(sync::push(&ix.index, &remote, &with).unwrap().committed);
+    let p = pull(&remote, &local);
+    assert_eq!(p.memory_segments_added, 0, "{p:?}");
+    let after = format::IndexManifest::read(&local).unwrap();
+    assert!(
+        after.memory_segments.is_empty(),
+        "a deleted memory came back"
+    );
     assert_eq!(answers(&local), answers(&ix.index));
 }

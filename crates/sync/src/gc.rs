@@ -98,6 +98,10 @@ async fn collect(remote: &Remote, opts: &GcOptions) -> Result<GcReport> {
             })?;
         name(&RemoteManifest::parse(&key, &bytes)?);
     }
+    // `latest` must not name a manifest about to go: readers probe forward from it.
+    if let (Some(&newest), false) = (kept.first(), opts.dry_run) {
+        crate::push::advance_latest(remote, newest).await?;
+    }
     for &g in dropped {
         if !opts.dry_run {
             remote.delete(&manifest_key(g)).await?;
@@ -131,6 +135,14 @@ async fn collect(remote: &Remote, opts: &GcOptions) -> Result<GcReport> {
         if !objects.iter().all(old) {
             report.segments_too_young += 1;
             continue;
+        }
+        // A push that reuses a segment puts its seal again first: look once more.
+        let seal = format!("segments/seg-{id}/{SEGMENT_JSON}");
+        if let Some(m) = remote.head(&seal).await? {
+            if !old(&m) {
+                report.segments_too_young += 1;
+                continue;
+            }
         }
         // The seal first.
         objects.sort_by_key(|m| !m.location.as_ref().ends_with(SEGMENT_JSON));

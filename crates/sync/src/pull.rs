@@ -142,11 +142,9 @@ fn pull_manifest(
             .collect();
         if local.segments == head.index.segments
             && local.model_id == head.index.model_id
-            && head
-                .index
-                .memory_segments
-                .iter()
-                .all(|s| local_mem.contains(s.id.as_str()))
+            && head.index.memory_segments.iter().all(|s| {
+                local_mem.contains(s.id.as_str()) || local.pulled_memory_segments.contains(&s.id)
+            })
         {
             report.up_to_date = true;
             report.local_generation = local.generation;
@@ -167,20 +165,30 @@ fn pull_manifest(
     // Fetch and verify what is missing.
     let files = AtomicU64::new(0);
     let model = (head.index.model_id.as_str(), head.index.dim);
+    let pulled_before: Vec<String> = read_local(dir)?
+        .map(|l| l.pulled_memory_segments)
+        .unwrap_or_default();
     let entries: Vec<&SegmentEntry> = head
         .index
         .segments
         .iter()
-        .chain(&head.index.memory_segments)
+        .chain(
+            head.index
+                .memory_segments
+                .iter()
+                .filter(|m| !pulled_before.contains(&m.id)),
+        )
         .collect();
     for e in &entries {
         if dir.join(dir_name(&e.id)).join(SEGMENT_JSON).is_file() {
             report.segments_present += 1;
         } else {
+            let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
             remote.block_on(fetch_segment(
                 remote,
                 &staging,
-                &e.id,
+                e,
+                memory,
                 model,
                 opts,
                 &files,
@@ -192,6 +200,20 @@ fn pull_manifest(
             if !dir.join(&t.file).is_file() {
                 remote.block_on(fetch_tombstone(remote, &staging, t, &mut report))?;
             }
+        }
+    }
+
+    // Every tombstone file the new MANIFEST names must read back against its hash and fit its
+    // segment, before anything moves.
+    for e in &entries {
+        if let Some(t) = &e.tombstones {
+            let staged = staging.join(&t.file);
+            let p = if staged.is_file() {
+                staged
+            } else {
+                dir.join(&t.file)
+            };
+            format::tombstones::read(&p, model.0, &t.blake3, e.chunks)?;
         }
     }
 
@@ -220,14 +242,49 @@ fn pull_manifest(
         }
     }
     format::fsio::sync_dir(dir).map_err(io_err(dir))?;
-    // Every tombstone file the new MANIFEST names must read back against its hash.
+    // Under the lock, what the new MANIFEST names must be in place (a segment found present
+    // before the lock may have been collected since) and be what the manifest says.
     for e in &entries {
+        let p = dir.join(dir_name(&e.id)).join(SEGMENT_JSON);
+        let json = std::fs::read(&p).map_err(|err| SyncError::Corrupt {
+            key: p.display().to_string(),
+            reason: format!("{err}: the segment left the index during the pull; run it again"),
+        })?;
+        let key = p.display().to_string();
+        if format::segment::segment_id(&json) != e.id {
+            return Err(SyncError::Corrupt {
+                key,
+                reason: "does not hash to its segment id: run `indexer verify`".into(),
+            });
+        }
+        let meta: SegmentMeta =
+            serde_json::from_slice(&json).map_err(|err| SyncError::Corrupt {
+                key: key.clone(),
+                reason: err.to_string(),
+            })?;
+        let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
+        check_meta(&key, &meta, e, memory)?;
         if let Some(t) = &e.tombstones {
-            format::tombstones::read(&dir.join(&t.file), model.0, &t.blake3, e.chunks)?;
+            if !dir.join(&t.file).is_file() {
+                return Err(SyncError::Corrupt {
+                    key: t.file.clone(),
+                    reason: "the tombstone file left the index during the pull; run it again"
+                        .into(),
+                });
+            }
         }
     }
     let generation = local.as_ref().map_or(0, |l| l.generation) + 1;
     let (memory_segments, added) = merge_memories(dir, local.as_ref(), head, generation)?;
+    let mut pulled_memory_segments = local
+        .as_ref()
+        .map(|l| l.pulled_memory_segments.clone())
+        .unwrap_or_default();
+    for m in &head.index.memory_segments {
+        if !pulled_memory_segments.contains(&m.id) {
+            pulled_memory_segments.push(m.id.clone());
+        }
+    }
     report.memory_segments_added = added;
     let mut roots = local.as_ref().map(|l| l.roots.clone()).unwrap_or_default();
     for r in &head.index.roots {
@@ -245,14 +302,28 @@ fn pull_manifest(
         memory_segments,
         memory_lsn: local.as_ref().map_or(0, |l| l.memory_lsn),
         roots,
+        pulled_memory_segments,
     };
     new.commit(dir)?;
     report.local_generation = generation;
     if let Err(e) = format::Index::collect_garbage(dir) {
         eprintln!("pull: garbage collection after the commit failed (harmless): {e}");
     }
+    // Empty the staging directory while still holding its lock; the lock file stays (a pull
+    // waiting on it must not end up locking a file another pull no longer sees).
+    if let Ok(entries) = std::fs::read_dir(&staging) {
+        for entry in entries.flatten() {
+            if entry.file_name() != "LOCK" {
+                let p = entry.path();
+                let _ = if p.is_dir() {
+                    std::fs::remove_dir_all(&p)
+                } else {
+                    std::fs::remove_file(&p)
+                };
+            }
+        }
+    }
     drop(lock);
-    let _ = std::fs::remove_dir_all(&staging);
     Ok(report)
 }
 
@@ -265,11 +336,14 @@ fn merge_memories(
     generation: u64,
 ) -> Result<(Vec<SegmentEntry>, usize)> {
     let mut out: Vec<SegmentEntry> = local.map(|l| l.memory_segments.clone()).unwrap_or_default();
+    let pulled: Vec<String> = local
+        .map(|l| l.pulled_memory_segments.clone())
+        .unwrap_or_default();
     let new: Vec<&SegmentEntry> = head
         .index
         .memory_segments
         .iter()
-        .filter(|s| !out.iter().any(|l| l.id == s.id))
+        .filter(|s| !out.iter().any(|l| l.id == s.id) && !pulled.contains(&s.id))
         .collect();
     if new.is_empty() {
         return Ok((out, 0));
@@ -332,15 +406,18 @@ fn count_file(files: &AtomicU64, opts: &PullOptions) -> Result<()> {
 }
 
 /// Fetches segment `id` into `staging/seg-<id>/` and opens it there.
+#[allow(clippy::too_many_arguments)]
 async fn fetch_segment(
     remote: &Remote,
     staging: &Path,
-    id: &str,
+    entry: &SegmentEntry,
+    memory: bool,
     (model, dim): (&str, u32),
     opts: &PullOptions,
     files: &AtomicU64,
     report: &mut PullReport,
 ) -> Result<()> {
+    let id = entry.id.as_str();
     let seal = segment_key(id, SEGMENT_JSON);
     let json = remote
         .get_bytes(&seal)
@@ -360,14 +437,7 @@ async fn fetch_segment(
         key: seal.clone(),
         reason: e.to_string(),
     })?;
-    if meta.files.iter().any(|f| {
-        f.name.is_empty() || f.name.contains('/') || f.name.contains("..") || f.name == SEGMENT_JSON
-    }) {
-        return Err(SyncError::Corrupt {
-            key: seal,
-            reason: "names a file outside its segment".into(),
-        });
-    }
+    check_meta(&seal, &meta, entry, memory)?;
     let seg_dir = staging.join(dir_name(id));
     format::fsio::create_dir_all(&seg_dir).map_err(io_err(&seg_dir))?;
     report.files_downloaded += 1;
@@ -395,12 +465,57 @@ async fn fetch_segment(
     }
     let json_path = seg_dir.join(SEGMENT_JSON);
     format::fsio::write_file(&json_path, &json).map_err(io_err(&json_path))?;
-    if let Err(e) = Segment::open(staging, id, model, dim) {
-        let _ = std::fs::remove_dir_all(&seg_dir);
-        return Err(SyncError::Corrupt {
-            key: seal,
-            reason: format!("the downloaded segment does not open: {e}"),
-        });
+    let opened = Segment::open(staging, id, model, dim).map(|seg| seg.memories().is_some());
+    match opened {
+        Ok(has_memories) if has_memories == memory => Ok(()),
+        Ok(_) => {
+            let _ = std::fs::remove_dir_all(&seg_dir);
+            Err(SyncError::Corrupt {
+                key: seal,
+                reason: "is listed as the wrong kind of segment (code / memory)".into(),
+            })
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&seg_dir);
+            Err(SyncError::Corrupt {
+                key: seal,
+                reason: format!("the downloaded segment does not open: {e}"),
+            })
+        }
+    }
+}
+
+/// What `segment.json` must say for manifest entry `entry`: its chunk count, files only inside
+/// the segment, each once (and none that a download's temporary name could collide with), the
+/// memory table exactly when the manifest lists it as a memory segment.
+fn check_meta(key: &str, meta: &SegmentMeta, entry: &SegmentEntry, memory: bool) -> Result<()> {
+    let bad = |reason: String| {
+        Err(SyncError::Corrupt {
+            key: key.to_string(),
+            reason,
+        })
+    };
+    if meta.chunk_count != entry.chunks {
+        return bad(format!(
+            "has {} chunks, the manifest says {}",
+            meta.chunk_count, entry.chunks
+        ));
+    }
+    let mut names = HashSet::new();
+    for f in &meta.files {
+        if f.name.is_empty()
+            || f.name.contains('/')
+            || f.name.contains('\\')
+            || f.name.contains("..")
+            || f.name == SEGMENT_JSON
+            || f.name.ends_with(".part")
+            || !names.insert(f.name.as_str())
+        {
+            return bad(format!("names a bad or repeated file {:?}", f.name));
+        }
+    }
+    if names.contains("memories.rkyv") != memory {
+        return bad("is listed as the wrong kind of segment (code / memory)".into());
     }
     Ok(())
 }
@@ -507,6 +622,8 @@ pub struct Follower {
     dir: PathBuf,
     opts: PullOptions,
     etag: Option<String>,
+    /// The remote generation of the last pull.
+    generation: u64,
 }
 
 impl Follower {
@@ -516,22 +633,33 @@ impl Follower {
             dir,
             opts,
             etag: None,
+            generation: 0,
         }
     }
 
-    /// `Ok(None)`: `latest` unchanged since the last poll (or absent and nothing pushed yet).
+    /// `Ok(None)`: `latest` unchanged since the last poll and no manifest after the last pulled
+    /// one (or nothing pushed yet).
     pub fn poll(&mut self) -> Result<Option<PullReport>> {
         let got = self
             .remote
             .block_on(self.remote.get_if_changed(LATEST, self.etag.as_deref()))?;
         let etag = match got {
-            Some(None) => return Ok(None),
+            // `latest` unchanged; a pusher that died between its commit and moving `latest` left
+            // a newer manifest: one HEAD finds it.
+            Some(None) => {
+                let next = crate::layout::manifest_key(self.generation.saturating_add(1));
+                if self.remote.block_on(self.remote.head(&next))?.is_none() {
+                    return Ok(None);
+                }
+                self.etag.clone()
+            }
             Some(Some((_, etag))) => etag,
             None => None,
         };
         match pull(&self.remote, &self.dir, &self.opts) {
             Ok(r) => {
                 self.etag = etag;
+                self.generation = r.generation;
                 Ok(Some(r))
             }
             Err(SyncError::Empty { .. }) => Ok(None),

@@ -215,11 +215,12 @@ impl PendingPush {
                                 generation,
                             })
                         }
+                        // Refused, yet not readable: another writer's put is still in flight
+                        // (S3 answers 409 then); it wins.
                         None if refused => {
-                            return Err(SyncError::Corrupt {
-                                key,
-                                reason: "the store refused to create it but does not have it"
-                                    .into(),
+                            return Err(SyncError::Conflict {
+                                url: remote.url().to_string(),
+                                generation,
                             })
                         }
                         None => {
@@ -237,14 +238,7 @@ impl PendingPush {
             let mut opts = opts;
             opts.stop_after_puts = None;
             for id in &reused {
-                if remote.head(&segment_key(id, SEGMENT_JSON)).await?.is_none() {
-                    eprintln!(
-                        "push: segment {id} was removed from {} while this push committed; \
-                         uploading it again",
-                        remote.url()
-                    );
-                    upload_segment(&remote, &dir, id, &opts, &puts, &mut report).await?;
-                }
+                ensure_segment(&remote, &dir, id, &opts, &puts, &mut report).await?;
             }
             advance_latest(&remote, generation).await
         })?;
@@ -291,6 +285,7 @@ fn remote_index(local: &IndexManifest, generation: u64, with_memories: bool) -> 
         },
         memory_lsn: 0,
         roots: local.roots.clone(),
+        pulled_memory_segments: Vec::new(),
     }
 }
 
@@ -336,7 +331,7 @@ async fn probe_conditional_writes(remote: &Remote) -> Result<()> {
 /// Moves `latest` to `generation` unless it already names a later one: a conditional update
 /// where the store has one, else (file://) a plain overwrite after the check. Readers probe
 /// forward from `latest`, so a pointer left behind costs a request, never a generation.
-async fn advance_latest(remote: &Remote, generation: u64) -> Result<()> {
+pub(crate) async fn advance_latest(remote: &Remote, generation: u64) -> Result<()> {
     let ours = Bytes::from(serde_json::to_vec(&Latest { generation }).expect("serialises"));
     for _ in 0..16 {
         let current = remote.get_versioned(LATEST).await?;
@@ -390,22 +385,14 @@ async fn upload_segment(
     report: &mut PushReport,
 ) -> Result<bool> {
     let seal = segment_key(id, SEGMENT_JSON);
+    let (seg_dir, json, meta) = local_segment(dir, id)?;
     if remote.head(&seal).await?.is_some() {
+        // Put the seal again (same bytes): its new age keeps `gc-remote`, which spares
+        // segments with an object younger than its grace period, away from a segment this
+        // push is about to name.
+        remote.put(&seal, Bytes::from(json)).await?;
         return Ok(false);
     }
-    let seg_dir = dir.join(dir_name(id));
-    let json_path = seg_dir.join(SEGMENT_JSON);
-    let json = std::fs::read(&json_path).map_err(io_err(&json_path))?;
-    if format::segment::segment_id(&json) != id {
-        return Err(SyncError::Corrupt {
-            key: json_path.display().to_string(),
-            reason: "does not hash to its segment id: run `indexer verify`".into(),
-        });
-    }
-    let meta: SegmentMeta = serde_json::from_slice(&json).map_err(|e| SyncError::Corrupt {
-        key: json_path.display().to_string(),
-        reason: e.to_string(),
-    })?;
     let results: Vec<(bool, u64)> = futures::stream::iter(meta.files.iter().map(|f| {
         let path = seg_dir.join(&f.name);
         let key = segment_key(id, &f.name);
@@ -432,6 +419,67 @@ async fn upload_segment(
     report.files_uploaded += 1;
     report.bytes_uploaded += json.len() as u64;
     Ok(true)
+}
+
+/// A local segment's directory, `segment.json` bytes (checked against the id) and metadata.
+fn local_segment(dir: &Path, id: &str) -> Result<(PathBuf, Vec<u8>, SegmentMeta)> {
+    let seg_dir = dir.join(dir_name(id));
+    let json_path = seg_dir.join(SEGMENT_JSON);
+    let json = std::fs::read(&json_path).map_err(io_err(&json_path))?;
+    if format::segment::segment_id(&json) != id {
+        return Err(SyncError::Corrupt {
+            key: json_path.display().to_string(),
+            reason: "does not hash to its segment id: run `indexer verify`".into(),
+        });
+    }
+    let meta: SegmentMeta = serde_json::from_slice(&json).map_err(|e| SyncError::Corrupt {
+        key: json_path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok((seg_dir, json, meta))
+}
+
+/// After a commit: every file and the seal of reused segment `id` must still be there (a
+/// concurrent `gc-remote` may have removed them); what is missing is uploaded again, the seal
+/// last.
+async fn ensure_segment(
+    remote: &Remote,
+    dir: &Path,
+    id: &str,
+    opts: &PushOptions,
+    puts: &AtomicU64,
+    report: &mut PushReport,
+) -> Result<()> {
+    let (seg_dir, json, meta) = local_segment(dir, id)?;
+    let mut repaired = false;
+    for f in &meta.files {
+        let key = segment_key(id, &f.name);
+        if remote.head(&key).await?.is_none_or(|m| m.size != f.size) {
+            upload_file(
+                remote,
+                &key,
+                &seg_dir.join(&f.name),
+                f.size,
+                &f.blake3,
+                opts,
+            )
+            .await?;
+            count_put(puts, opts)?;
+            report.files_uploaded += 1;
+            report.bytes_uploaded += f.size;
+            repaired = true;
+        }
+    }
+    let seal = segment_key(id, SEGMENT_JSON);
+    if repaired || remote.head(&seal).await?.is_none() {
+        eprintln!(
+            "push: segment {id} lost objects in {} while this push committed (a concurrent \
+             gc-remote?); uploaded them again",
+            remote.url()
+        );
+        remote.put(&seal, Bytes::from(json)).await?;
+    }
+    Ok(())
 }
 
 /// Uploads one local file, checking it against its recorded size and hash (a local file that
@@ -485,10 +533,9 @@ async fn upload_tombstone(
     opts: &PushOptions,
     report: &mut PushReport,
 ) -> Result<()> {
+    // Always put (a few bytes, content-addressed): a tombstone file already there gets a new
+    // age, which keeps `gc-remote` away from it.
     let key = tombstone_key(&t.blake3);
-    if remote.head(&key).await?.is_some() {
-        return Ok(());
-    }
     let path = dir.join(&local.file);
     let bytes = std::fs::read(&path).map_err(io_err(&path))?;
     if format::blake3_hex(&bytes) != t.blake3 {

@@ -358,7 +358,6 @@ impl Remote {
         path: &std::path::Path,
         part: usize,
     ) -> Result<()> {
-        use tokio::io::AsyncReadExt;
         Stats::add(&self.stats.puts, 1);
         let upload = self
             .store
@@ -366,6 +365,26 @@ impl Remote {
             .await
             .map_err(|e| self.err("PUT (multipart)", rel, e))?;
         let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, part);
+        let r = self.write_parts(&mut w, rel, path, part).await;
+        if let Err(e) = r {
+            // Leave no parts behind on the store (S3 keeps them, and bills them, until aborted).
+            let _ = w.abort().await;
+            return Err(e);
+        }
+        w.finish()
+            .await
+            .map_err(|e| self.err("PUT (multipart)", rel, e))?;
+        Ok(())
+    }
+
+    async fn write_parts(
+        &self,
+        w: &mut object_store::WriteMultipart,
+        rel: &str,
+        path: &std::path::Path,
+        part: usize,
+    ) -> Result<()> {
+        use tokio::io::AsyncReadExt;
         let mut f = tokio::fs::File::open(path)
             .await
             .map_err(crate::io_err(path))?;
@@ -394,9 +413,6 @@ impl Remote {
                 break;
             }
         }
-        w.finish()
-            .await
-            .map_err(|e| self.err("PUT (multipart)", rel, e))?;
         Ok(())
     }
 
@@ -435,8 +451,11 @@ impl Remote {
             None => 0,
         };
         let mut g = start;
-        while self.head(&manifest_key(g + 1)).await?.is_some() {
-            g += 1;
+        while let Some(next) = g.checked_add(1) {
+            if self.head(&manifest_key(next)).await?.is_none() {
+                break;
+            }
+            g = next;
         }
         if g == 0 {
             return Ok(None);
