@@ -708,3 +708,98 @@ fn pushed_memories_arrive_once_and_local_deletes_stay_deleted() {
     );
     assert_eq!(answers(&local), answers(&ix.index));
 }
+
+/// A web server over `dir` that, for any path ending in `stall`, sends the headers and half of
+/// the body, then hangs: a pull reading it blocks there until it is killed.
+fn stalling_server(dir: &Path, stall: &str) -> (Child, u16) {
+    let port = free_port();
+    let script = format!(
+        "import functools, http.server, os, time\n\
+         class H(http.server.SimpleHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       if self.path.endswith({stall:?}):\n\
+         \x20           p = self.translate_path(self.path)\n\
+         \x20           data = open(p, 'rb').read()\n\
+         \x20           self.send_response(200)\n\
+         \x20           self.send_header('Content-Length', str(len(data)))\n\
+         \x20           self.end_headers()\n\
+         \x20           self.wfile.write(data[: len(data) // 2]); self.wfile.flush()\n\
+         \x20           time.sleep(3600)\n\
+         \x20       return super().do_GET()\n\
+         \x20   def log_message(self, *a):\n\
+         \x20       pass\n\
+         h = functools.partial(H, directory={dir:?})\n\
+         http.server.ThreadingHTTPServer(('127.0.0.1', {port}), h).serve_forever()\n",
+        dir = dir.display().to_string(),
+    );
+    let child = python()
+        .args(["-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the stalling web server");
+    wait_for_port(port, "the stalling web server");
+    (child, port)
+}
+
+/// `indexer pull` killed (SIGKILL) while a file is half downloaded: the local index is byte
+/// for byte as it was and serves the same answers; the rerun completes, reusing the files
+/// that were verified before the kill.
+#[cfg(unix)]
+#[test]
+fn killed_pull_leaves_the_index_and_the_rerun_resumes() {
+    let ix = cix_tests::indexed_fixture();
+    let store = ix.tmp.path().join("store");
+    let file = Remote::open(&format!("file://{}", store.display())).unwrap();
+    push(&ix.index, &file);
+    let local = ix.tmp.path().join("pulled");
+    pull(&file, &local);
+    let manifest = std::fs::read(local.join("MANIFEST")).unwrap();
+    let old_answers = answers(&local);
+    change_one_file(&ix, "killed_pull");
+    push(&ix.index, &file);
+
+    let (mut server, port) = stalling_server(&store, "vectors.f32");
+    let mut puller = Command::new(cix_tests::sibling_bin(BIN, "indexer"))
+        .args(["pull", &format!("http://127.0.0.1:{port}/"), "--out"])
+        .arg(&local)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until some file of the new segment is verified in .pull/ and the stalled one is
+    // half there, then kill.
+    let t = Instant::now();
+    let staged = |suffix: &str| -> usize {
+        let Ok(segs) = std::fs::read_dir(local.join(".pull")) else {
+            return 0;
+        };
+        segs.flatten()
+            .filter(|s| s.path().is_dir())
+            .flat_map(|s| std::fs::read_dir(s.path()).into_iter().flatten().flatten())
+            .filter(|f| f.file_name().to_string_lossy().ends_with(suffix))
+            .count()
+    };
+    while !(staged(".rkyv") > 0 && staged(".part") > 0) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the pull never reached the stalled file"
+        );
+        assert!(
+            puller.try_wait().unwrap().is_none(),
+            "the pull ended before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    puller.kill().unwrap();
+    puller.wait().unwrap();
+    server.kill().ok();
+    server.wait().ok();
+    assert_eq!(std::fs::read(local.join("MANIFEST")).unwrap(), manifest);
+    assert_eq!(answers(&local), old_answers);
+
+    let r = pull(&file, &local);
+    assert_eq!(r.generation, 2);
+    assert!(r.files_resumed > 0, "{r:?}");
+    assert_eq!(answers(&local), answers(&ix.index));
+}
