@@ -32,13 +32,21 @@ struct Args {
     memory_budget: u64,
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Skip the peer (tree-sitter alone on the same files) before the runs.
+    #[arg(long)]
+    no_peer: bool,
     /// Vector dimension of the stand-in embedder.
     #[arg(long, default_value_t = 384)]
     dim: usize,
 }
 
+#[global_allocator]
+static GLOBAL: indexer::alloc::MiMalloc = indexer::alloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
+    // As `indexer` does: mimalloc for Rust's heap and tree-sitter's (`--system-alloc` not).
     let args = Args::parse();
+    indexer::alloc::use_mimalloc_for_tree_sitter();
     let emb = HashEmbedder { dim: args.dim };
     rayon::ThreadPoolBuilder::new().build_global().ok();
     println!(
@@ -58,6 +66,9 @@ fn main() -> anyhow::Result<()> {
             t.elapsed().as_secs_f64()
         );
         paths.push(root);
+    }
+    if !args.no_peer {
+        tree_sitter_alone(&paths)?;
     }
     for run in 0..args.runs {
         let dir = tempfile::tempdir().context("temp dir")?;
@@ -93,6 +104,7 @@ fn main() -> anyhow::Result<()> {
             r.segment_ids.len(),
             r.files_reread
         );
+        println!("  segments {}", r.segment_ids.join(","));
         let ins = indexer::inspect::inspect(&dir.path().join("index"))?;
         println!(
             "  segment size {} bytes; raw f32 vectors + text {} bytes; ratio {:.3}; vector index {}",
@@ -102,6 +114,42 @@ fn main() -> anyhow::Result<()> {
             ins.segments.iter().map(|s| s.vector_index.as_str()).collect::<Vec<_>>().join(",")
         );
     }
+    Ok(())
+}
+
+/// The peer in the same run: every candidate file read and parsed by tree-sitter alone (no
+/// chunking, graph, BM25 or writing), in parallel on the same pool. Tree-sitter's parse is the
+/// floor of the build's parse phase, so this is the ceiling of the pipeline's MB/s here.
+fn tree_sitter_alone(paths: &[PathBuf]) -> anyhow::Result<()> {
+    use rayon::prelude::*;
+    let opts = BuildOptions::new(paths.to_vec(), PathBuf::new());
+    let mut cands = Vec::new();
+    for root in paths {
+        let repo = indexer::walk::repo_name(root);
+        let w = indexer::walk::walk(root, &repo, opts.max_file_bytes, opts.symlinks, opts.rules);
+        cands.extend(w.candidates);
+    }
+    let texts: Vec<_> = cands
+        .par_iter()
+        .filter_map(|c| {
+            indexer::walk::read_source(c)
+                .ok()
+                .map(|(t, _)| (c.language, t))
+        })
+        .collect();
+    let bytes: usize = texts.iter().map(|(_, t)| t.len()).sum();
+    let t = Instant::now();
+    let parsed = texts
+        .par_iter()
+        .filter(|(lang, text)| indexer::chunk::parse_only(*lang, text))
+        .count();
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "tree-sitter alone: {parsed} of {} files, {:.2} MB parsed in {secs:.3}s = {:.1} MB/s",
+        texts.len(),
+        bytes as f64 / 1e6,
+        bytes as f64 / 1e6 / secs
+    );
     Ok(())
 }
 

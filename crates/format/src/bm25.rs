@@ -281,32 +281,89 @@ fn get_varint(buf: &[u8], pos: &mut usize) -> Option<u32> {
     None
 }
 
-/// Builds the postings for documents `0..docs.len()`. Tokenization runs in parallel; the
-/// dictionary is merged in document order, so the output does not depend on thread timing.
-pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
-    use rayon::prelude::*;
-    let per_doc: Vec<(Vec<(String, u32)>, u32)> = docs.par_iter().map(doc_terms).collect();
-    let mut ids: FxMap<String, u32> = FxMap::default();
-    let mut lists: Vec<Vec<(u32, u32)>> = Vec::new();
-    let mut doc_lens = Vec::with_capacity(docs.len());
-    let mut total_len = 0u64;
-    for (doc, (terms, len)) in per_doc.into_iter().enumerate() {
-        doc_lens.push(len);
-        total_len += u64::from(len);
-        for (term, tf) in terms {
-            let id = match ids.get(&term) {
+/// Documents per unit of parallel tokenization in [`build`]: fixed, so the units (and so the
+/// output) do not depend on the thread count.
+const TOKENIZE_RANGE: usize = 1024;
+
+/// The postings of a contiguous range of documents: a range-local dictionary and, per local
+/// term, its (document, tf) list in document order.
+struct RangePostings {
+    ids: FxMap<String, u32>,
+    lists: Vec<Vec<(u32, u32)>>,
+    doc_lens: Vec<u32>,
+}
+
+/// Tokenizes documents `first..first + docs.len()` into [`RangePostings`]. A term is allocated
+/// once per range, not once per document: a token already seen in the range is looked up by
+/// `&str`, and its frequency in the current document is the tail of its list.
+fn range_postings(first: u32, docs: &[DocFields<'_>]) -> RangePostings {
+    let mut r = RangePostings {
+        ids: FxMap::default(),
+        lists: Vec::new(),
+        doc_lens: Vec::with_capacity(docs.len()),
+    };
+    for (i, d) in docs.iter().enumerate() {
+        let doc = first + i as u32;
+        let mut len = 0u32;
+        let mut add = |t: &str| {
+            len += 1;
+            let id = match r.ids.get(t) {
                 Some(&id) => id,
                 None => {
-                    let id = lists.len() as u32;
-                    ids.insert(term, id);
-                    lists.push(Vec::new());
+                    let id = r.lists.len() as u32;
+                    r.ids.insert(t.to_string(), id);
+                    r.lists.push(Vec::new());
                     id
                 }
             };
-            // Documents arrive in ascending order, so each list is already sorted.
-            lists[id as usize].push((doc as u32, tf));
+            let list = &mut r.lists[id as usize];
+            match list.last_mut() {
+                Some((last, tf)) if *last == doc => *tf += 1,
+                _ => list.push((doc, 1)),
+            }
+        };
+        text::for_each_token(d.text, &mut add);
+        text::for_each_token(d.path, &mut add);
+        for _ in 0..NAME_BOOST {
+            text::for_each_token(d.name, &mut add);
+            text::for_each_token(d.qualified, &mut add);
+        }
+        r.doc_lens.push(len);
+    }
+    r
+}
+
+/// Builds the postings for documents `0..docs.len()`. Tokenization runs in parallel over
+/// fixed ranges of documents; the ranges' lists are appended in document order, so the output
+/// does not depend on thread timing (and is the same as one range's).
+pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
+    use rayon::prelude::*;
+    let ranges: Vec<RangePostings> = docs
+        .par_chunks(TOKENIZE_RANGE)
+        // One range per job, so no thread is left with a long run of ranges at the end.
+        .with_max_len(1)
+        .enumerate()
+        .map(|(k, part)| range_postings((k * TOKENIZE_RANGE) as u32, part))
+        .collect();
+    let mut ids: FxMap<String, u32> = FxMap::default();
+    let mut lists: Vec<Vec<(u32, u32)>> = Vec::new();
+    let mut doc_lens = Vec::with_capacity(docs.len());
+    for r in ranges {
+        doc_lens.extend_from_slice(&r.doc_lens);
+        let mut range_lists = r.lists;
+        for (term, lid) in r.ids {
+            let part = std::mem::take(&mut range_lists[lid as usize]);
+            match ids.get(term.as_str()) {
+                // Ranges arrive in document order, so each list stays sorted.
+                Some(&id) => lists[id as usize].extend_from_slice(&part),
+                None => {
+                    ids.insert(term, lists.len() as u32);
+                    lists.push(part);
+                }
+            }
         }
     }
+    let total_len: u64 = doc_lens.iter().map(|&l| u64::from(l)).sum();
     let mut dict: Vec<(String, u32)> = ids.into_iter().collect();
     dict.sort_unstable();
     let params = Params::new(total_len, doc_lens.len() as u32);

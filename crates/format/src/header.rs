@@ -54,18 +54,29 @@ pub fn model_tag(model_id: &str) -> [u8; 16] {
     out
 }
 
+/// The header of a file whose payload is `payload_len` bytes.
+pub fn header(
+    component: Component,
+    dim: u32,
+    model_id: &str,
+    payload_len: u64,
+) -> [u8; HEADER_LEN] {
+    let mut out = [0u8; HEADER_LEN];
+    out[..8].copy_from_slice(&MAGIC);
+    out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out[12..16].copy_from_slice(&(component as u32).to_le_bytes());
+    out[16..24].copy_from_slice(&payload_len.to_le_bytes());
+    out[24..28].copy_from_slice(&dim.to_le_bytes());
+    // 28..32 reserved, zero.
+    out[32..48].copy_from_slice(&model_tag(model_id));
+    // 48..64 reserved, zero.
+    out
+}
+
 /// Builds header + payload in one buffer.
 pub fn frame(component: Component, dim: u32, model_id: &str, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(component as u32).to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(&dim.to_le_bytes());
-    out.extend_from_slice(&[0u8; 4]);
-    out.extend_from_slice(&model_tag(model_id));
-    out.extend_from_slice(&[0u8; 16]);
-    debug_assert_eq!(out.len(), HEADER_LEN);
+    out.extend_from_slice(&header(component, dim, model_id, payload.len() as u64));
     out.extend_from_slice(payload);
     out
 }

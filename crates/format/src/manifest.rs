@@ -280,6 +280,8 @@ impl Index {
         let opened: Vec<Option<Result<LiveSegment>>> = manifest
             .segments
             .par_iter()
+            // One segment per job: segments differ in size by orders of magnitude.
+            .with_max_len(1)
             .map(|e| {
                 (!options.quarantine.contains_key(&e.id))
                     .then(|| open_one(dir, &manifest, e, false, &known))

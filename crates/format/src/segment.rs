@@ -161,6 +161,11 @@ impl SegmentBuilder {
     }
 
     /// [`Self::write`] into the fresh directory `tmp`, renamed into place at the end.
+    ///
+    /// The IVF index (FAISS's k-means and SQ8 encoding, the largest single cost of a large
+    /// segment) is built on a scoped thread while this one writes the other components, each
+    /// encoded, written and dropped in turn. The output does not depend on that overlap: every
+    /// file is a function of the inputs alone.
     fn write_into(
         self,
         tmp: &Path,
@@ -171,86 +176,51 @@ impl SegmentBuilder {
         let n = self.chunks.len() as u32;
         let nf = self.files.len() as u32;
         let d = dim as u32;
-        let mut files: Vec<FileEntry> = Vec::new();
-        let mut put = |c: Component, payload: &[u8]| -> Result<()> {
-            let bytes = header::frame(c, d, model_id, payload);
-            let p = tmp.join(c.file_name());
-            write_synced(&p, &bytes)?;
-            files.push(FileEntry {
-                name: c.file_name().to_string(),
-                size: bytes.len() as u64,
-                blake3: crate::blake3_hex(&bytes),
+        let SegmentBuilder {
+            files: file_inputs,
+            chunks,
+            vectors,
+            edges,
+            external_edges,
+            memories,
+            ivf_centroids,
+        } = self;
+        let (ivf, rest) = std::thread::scope(|scope| {
+            let ivf = (n as usize >= vectors::IVF_THRESHOLD).then(|| {
+                let (vectors, centroids) = (&vectors, ivf_centroids.as_deref());
+                scope.spawn(move || write_ivf_file(tmp, vectors, dim, centroids))
             });
-            Ok(())
-        };
-        let archived =
-            |what: &str, r: std::result::Result<rkyv::util::AlignedVec, rancor::Error>| {
-                r.map_err(|e| FormatError::InvalidInput(format!("cannot archive {what}: {e}")))
-            };
-        let fields: Vec<DocFields> = self
-            .chunks
-            .iter()
-            .map(|c| DocFields {
-                text: &c.text,
-                path: &self.files[c.file as usize].path,
-                name: &c.name,
-                qualified: &c.qualified,
-            })
-            .collect();
-        let postings = bm25::build(&fields);
-        drop(fields);
-        let graph = graph::build(n, n + nf, &self.edges, self.external_edges);
-        {
-            let table = ChunkTable::with_lookups(self.files, self.chunks);
-            put(
-                Component::Chunks,
-                &archived("chunks", rkyv::to_bytes(&table))?,
-            )?;
-        }
-        put(
-            Component::Postings,
-            &archived("postings", rkyv::to_bytes(&postings))?,
-        )?;
-        drop(postings);
-        put(
-            Component::Graph,
-            &archived("graph", rkyv::to_bytes(&graph))?,
-        )?;
-        drop(graph);
-        {
-            let mut vector_bytes = Vec::with_capacity(self.vectors.len() * 4);
-            for f in &self.vectors {
-                vector_bytes.extend_from_slice(&f.to_le_bytes());
-            }
-            put(Component::Vectors, &vector_bytes)?;
-        }
-        if !self.memories.is_empty() {
-            let m = MemoryTable::new(self.memories);
-            put(
-                Component::Memories,
-                &archived("memories", rkyv::to_bytes(&m))?,
-            )?;
-        }
+            let rest = write_components(
+                tmp,
+                model_id,
+                d,
+                n,
+                nf,
+                file_inputs,
+                chunks,
+                &vectors,
+                edges,
+                external_edges,
+                memories,
+            );
+            let ivf = ivf.map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(FormatError::InvalidInput(
+                        "the IVF writer thread panicked".into(),
+                    ))
+                })
+            });
+            (ivf, rest)
+        });
+        let mut files = rest?;
         let mut vector_index = "flat".to_string();
-        if n as usize >= vectors::IVF_THRESHOLD {
-            let p = tmp.join(IVF_FILE);
-            vectors::write_ivf_with(&p, &self.vectors, dim, self.ivf_centroids.as_deref())?;
+        if let Some(entry) = ivf.transpose()? {
+            files.push(entry);
             vector_index = format!("ivf{},sq8", vectors::nlist_for(n as usize));
-            if self.ivf_centroids.is_some() {
+            if ivf_centroids.is_some() {
                 // Who trained the coarse centroids (FAISS's k-means otherwise).
                 vector_index.push_str(",centroids=external");
             }
-            let f = std::fs::File::open(&p).map_err(io_err(&p))?;
-            crate::fsio::sync_all(&f, &p).map_err(io_err(&p))?;
-            // Hashed from the file as it is on disk, streamed.
-            let mut h = blake3::Hasher::new();
-            h.update_reader(&f).map_err(io_err(&p))?;
-            let size = f.metadata().map_err(io_err(&p))?.len();
-            files.push(FileEntry {
-                name: IVF_FILE.to_string(),
-                size,
-                blake3: h.finalize().to_hex().to_string(),
-            });
         }
         files.sort_by(|a, b| a.name.cmp(&b.name));
         let meta = SegmentMeta {
@@ -276,6 +246,131 @@ impl SegmentBuilder {
         }
         Ok((id, meta))
     }
+}
+
+/// Writes a framed component file (header, then `payload`, fsynced) without building the
+/// framed bytes in memory, and returns its [`FileEntry`] (blake3 of header + payload).
+fn put_framed(
+    tmp: &Path,
+    c: Component,
+    dim: u32,
+    model_id: &str,
+    payload: &[u8],
+) -> Result<FileEntry> {
+    let head = header::header(c, dim, model_id, payload.len() as u64);
+    let p = tmp.join(c.file_name());
+    let mut f = crate::fsio::create(&p).map_err(io_err(&p))?;
+    crate::fsio::write_all(&mut f, &p, &head).map_err(io_err(&p))?;
+    crate::fsio::write_all(&mut f, &p, payload).map_err(io_err(&p))?;
+    crate::fsio::sync_all(&f, &p).map_err(io_err(&p))?;
+    let mut h = blake3::Hasher::new();
+    h.update(&head);
+    h.update(payload);
+    Ok(FileEntry {
+        name: c.file_name().to_string(),
+        size: (HEADER_LEN + payload.len()) as u64,
+        blake3: h.finalize().to_hex().to_string(),
+    })
+}
+
+/// Every component but the IVF index, each encoded, written and dropped in turn.
+#[allow(clippy::too_many_arguments)]
+fn write_components(
+    tmp: &Path,
+    model_id: &str,
+    d: u32,
+    n: u32,
+    nf: u32,
+    file_inputs: Vec<FileInput>,
+    chunks: Vec<ChunkInput>,
+    vectors: &[f32],
+    edges: Vec<EdgeInput>,
+    external_edges: Vec<ExternalEdge>,
+    memories: Vec<MemoryRecord>,
+) -> Result<Vec<FileEntry>> {
+    let archived = |what: &str, r: std::result::Result<rkyv::util::AlignedVec, rancor::Error>| {
+        r.map_err(|e| FormatError::InvalidInput(format!("cannot archive {what}: {e}")))
+    };
+    let mut files = Vec::new();
+    let fields: Vec<DocFields> = chunks
+        .iter()
+        .map(|c| DocFields {
+            text: &c.text,
+            path: &file_inputs[c.file as usize].path,
+            name: &c.name,
+            qualified: &c.qualified,
+        })
+        .collect();
+    let postings = bm25::build(&fields);
+    drop(fields);
+    let graph = graph::build(n, n + nf, &edges, external_edges);
+    drop(edges);
+    {
+        let table = ChunkTable::with_lookups(file_inputs, chunks);
+        let bytes = archived("chunks", rkyv::to_bytes(&table))?;
+        drop(table);
+        files.push(put_framed(tmp, Component::Chunks, d, model_id, &bytes)?);
+    }
+    let bytes = archived("postings", rkyv::to_bytes(&postings))?;
+    drop(postings);
+    files.push(put_framed(tmp, Component::Postings, d, model_id, &bytes)?);
+    drop(bytes);
+    let bytes = archived("graph", rkyv::to_bytes(&graph))?;
+    drop(graph);
+    files.push(put_framed(tmp, Component::Graph, d, model_id, &bytes)?);
+    drop(bytes);
+    files.push(put_framed(
+        tmp,
+        Component::Vectors,
+        d,
+        model_id,
+        &f32_le_bytes(vectors),
+    )?);
+    if !memories.is_empty() {
+        let m = MemoryTable::new(memories);
+        let bytes = archived("memories", rkyv::to_bytes(&m))?;
+        files.push(put_framed(tmp, Component::Memories, d, model_id, &bytes)?);
+    }
+    Ok(files)
+}
+
+/// `v` as little-endian bytes: borrowed in place on a little-endian target (the 150 MB of a
+/// 100k-chunk segment's vectors are not copied), converted elsewhere.
+fn f32_le_bytes(v: &[f32]) -> std::borrow::Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: f32 has no padding and any byte pattern is a valid u8; the slice covers
+        // exactly the floats' memory, and u8's alignment (1) divides f32's.
+        std::borrow::Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v))
+        })
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        std::borrow::Cow::Owned(v.iter().flat_map(|f| f.to_le_bytes()).collect())
+    }
+}
+
+/// Trains, fills and writes `ivf.faiss`, fsyncs it and hashes it as it is on disk.
+fn write_ivf_file(
+    tmp: &Path,
+    vectors: &[f32],
+    dim: usize,
+    centroids: Option<&[f32]>,
+) -> Result<FileEntry> {
+    let p = tmp.join(IVF_FILE);
+    vectors::write_ivf_with(&p, vectors, dim, centroids)?;
+    let f = std::fs::File::open(&p).map_err(io_err(&p))?;
+    crate::fsio::sync_all(&f, &p).map_err(io_err(&p))?;
+    // Hashed from the file as it is on disk, streamed.
+    let mut h = blake3::Hasher::new();
+    h.update_reader(&f).map_err(io_err(&p))?;
+    let size = f.metadata().map_err(io_err(&p))?.len();
+    Ok(FileEntry {
+        name: IVF_FILE.to_string(),
+        size,
+        blake3: h.finalize().to_hex().to_string(),
+    })
 }
 
 /// A number unique within this process (temporary directory names).

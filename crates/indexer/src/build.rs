@@ -372,6 +372,10 @@ fn parse_files(
     let kept = AtomicU64::new(0);
     let results: Vec<Result<Parsed, (SkipReason, String)>> = cands
         .into_par_iter()
+        // One file per job: rayon otherwise cuts the list into 2 × threads runs up front and
+        // never splits a run once it is started, so the last run (a quarter of the files on
+        // 2 threads) finished on one core: 3 s of a 10.6 s parse phase on the 62 MB corpus.
+        .with_max_len(1)
         .map(|cand| {
             let r = walk::read_source(&cand).map(|(text, hash)| {
                 let mut extract = chunk::extract(
@@ -640,6 +644,7 @@ fn reread(
     let t = Instant::now();
     let fresh: Vec<Result<FileExtract, IndexerError>> = need
         .par_iter()
+        .with_max_len(1) // as in `parse_files`
         .map(|&i| {
             let f = &files[i];
             let changed = || IndexerError::ChangedDuringBuild {

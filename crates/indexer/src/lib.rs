@@ -4,6 +4,7 @@
 //! Entry points: [`build::build`] (the `indexer build` command), [`merge::merge`] (`indexer
 //! merge`, and the merges after a build), [`inspect::inspect`] and [`inspect::verify`]. The binary in `main.rs` is a thin clap layer over these.
 
+pub mod alloc;
 pub mod build;
 pub mod chunk;
 pub mod graph;

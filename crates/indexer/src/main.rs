@@ -158,7 +158,11 @@ enum Cmd {
     },
 }
 
+#[global_allocator]
+static GLOBAL: indexer::alloc::MiMalloc = indexer::alloc::MiMalloc;
+
 fn main() -> ExitCode {
+    indexer::alloc::use_mimalloc_for_tree_sitter();
     match run() {
         Ok(code) => code,
         Err(e) => {

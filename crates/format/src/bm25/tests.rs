@@ -284,3 +284,62 @@ fn corrupt_blocks_are_refused() {
     p.data.pop();
     assert!(!check(&p));
 }
+
+/// Tokenization in fixed ranges (`TOKENIZE_RANGE`) with lists appended range by range gives,
+/// for every term, exactly the (document, tf) list and document lengths that per-document
+/// counting ([`document_terms`]) gives, across range boundaries and on any thread count.
+#[test]
+fn ranged_build_equals_per_document_terms() {
+    let n = TOKENIZE_RANGE * 2 + 37;
+    let texts: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                "fn handler_{}(req: Request) {{ parse_{} body_{} body_{} shared_term }}",
+                i % 97,
+                i % 5,
+                i % 3,
+                i % 3
+            )
+        })
+        .collect();
+    let names: Vec<String> = (0..n).map(|i| format!("Handler{}", i % 11)).collect();
+    let fields: Vec<DocFields> = texts
+        .iter()
+        .zip(&names)
+        .map(|(t, nm)| DocFields {
+            text: t,
+            path: "src/handlers/mod.rs",
+            name: nm,
+            qualified: nm,
+        })
+        .collect();
+    let mut want: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
+    let mut want_lens = Vec::new();
+    for (d, f) in fields.iter().enumerate() {
+        let (terms, len) = document_terms(f);
+        want_lens.push(len);
+        for (t, tf) in terms {
+            want.entry(t).or_default().push((d as u32, tf));
+        }
+    }
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let p = pool.install(|| build(&fields));
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&p).unwrap();
+        let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
+        validate_blocks(Path::new("p"), a, n as u32).unwrap();
+        assert_eq!(a.terms.len(), want.len());
+        for (t, list) in &want {
+            assert_eq!(&a.postings(t), list, "term {t}");
+        }
+        let lens: Vec<u32> = a.doc_lens.iter().map(|l| l.to_native()).collect();
+        assert_eq!(lens, want_lens);
+        assert_eq!(
+            a.total_len.to_native(),
+            want_lens.iter().map(|&l| u64::from(l)).sum::<u64>()
+        );
+    }
+}

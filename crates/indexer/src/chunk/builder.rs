@@ -10,6 +10,7 @@ use tree_sitter::Node;
 use super::defs::{collect_defs, DefNode};
 use super::lines::{floor_boundary, line_pieces, line_prefix_blank, trim_end, LineIndex};
 use super::parse::{looks_like_cpp, parse};
+use super::syntax::KindStr;
 use super::syntax::{named_kids, node_text};
 use super::types::LOCAL_FUNCTION;
 use super::{text, Call, Chunk, ChunkKind, ChunkOptions, Def, FileExtract, Import, Language, Spec};
@@ -242,7 +243,7 @@ impl<'s> Builder<'s> {
         let mut units: Vec<(usize, usize)> = Vec::new();
         if let Some(body) = d.def.body {
             let mut stmts = named_kids(body);
-            if stmts.len() == 1 && stmts[0].kind() == "statement_list" {
+            if stmts.len() == 1 && stmts[0].kind_str() == "statement_list" {
                 stmts = named_kids(stmts[0]);
             }
             for s in stmts {

@@ -4,6 +4,7 @@
 
 use tree_sitter::Node;
 
+use super::syntax::KindStr;
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
 };
@@ -14,7 +15,7 @@ pub(crate) struct CSpec;
 fn function_name_node(decl: Node) -> Option<Node> {
     let mut d = decl;
     for _ in 0..16 {
-        match d.kind() {
+        match d.kind_str() {
             "function_declarator" => return d.child_by_field_name("declarator"),
             "pointer_declarator"
             | "reference_declarator"
@@ -23,7 +24,7 @@ fn function_name_node(decl: Node) -> Option<Node> {
                 d = d.child_by_field_name("declarator").or_else(|| {
                     named_kids(d)
                         .into_iter()
-                        .find(|k| k.kind().ends_with("declarator"))
+                        .find(|k| k.kind_str().ends_with("declarator"))
                 })?;
             }
             _ => return None,
@@ -61,7 +62,7 @@ fn type_body_def<'t>(
     name: Option<&str>,
     src: &str,
 ) -> Option<Def<'t>> {
-    let kind = match spec.kind() {
+    let kind = match spec.kind_str() {
         "struct_specifier" | "union_specifier" => ChunkKind::Struct,
         "class_specifier" => ChunkKind::Class,
         "enum_specifier" => ChunkKind::Enum,
@@ -86,7 +87,7 @@ fn type_body_def<'t>(
 
 impl Spec for CSpec {
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
-        match node.kind() {
+        match node.kind_str() {
             "function_definition" => {
                 let Some(decl) = node.child_by_field_name("declarator") else {
                     return Class::Other;
@@ -114,7 +115,7 @@ impl Spec for CSpec {
                     return Class::Other;
                 };
                 let decl = field_text(node, "declarator", src);
-                let decl_name = if node.kind() == "type_definition" {
+                let decl_name = if node.kind_str() == "type_definition" {
                     decl
                 } else {
                     None
@@ -146,11 +147,11 @@ impl Spec for CSpec {
     }
 
     fn is_leading(&self, node: Node, _src: &str) -> bool {
-        node.kind() == "comment"
+        node.kind_str() == "comment"
     }
 
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
-        if node.kind() != "preproc_include" {
+        if node.kind_str() != "preproc_include" {
             return false;
         }
         if let Some(p) = field_text(node, "path", src) {
@@ -171,14 +172,14 @@ impl Spec for CSpec {
     }
 
     fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {
-        match node.kind() {
+        match node.kind_str() {
             "call_expression" => {
                 let f = node.child_by_field_name("function")?;
-                match f.kind() {
+                match f.kind_str() {
                     "identifier" => Some((node_text(f, src).to_string(), None)),
                     "field_expression" => {
                         let field = f.child_by_field_name("field")?;
-                        let name = match field.kind() {
+                        let name = match field.kind_str() {
                             "field_identifier" => node_text(field, src).to_string(),
                             _ => split_qualified(node_text(field, src))
                                 .1

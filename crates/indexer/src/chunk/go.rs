@@ -3,6 +3,7 @@
 
 use tree_sitter::Node;
 
+use super::syntax::KindStr;
 use super::types::{MODULE_ALIAS, RETURNED_BY};
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
@@ -33,11 +34,11 @@ const BUILTINS: &[&str] = &[
 ];
 
 fn type_spec_def<'t>(spec: Node<'t>, range: Node<'t>, src: &str) -> Option<Def<'t>> {
-    if spec.kind() != "type_spec" {
+    if spec.kind_str() != "type_spec" {
         return None;
     }
     let name = field_text(spec, "name", src)?;
-    let kind = match spec.child_by_field_name("type")?.kind() {
+    let kind = match spec.child_by_field_name("type")?.kind_str() {
         "struct_type" => ChunkKind::Struct,
         "interface_type" => ChunkKind::Interface,
         _ => return None,
@@ -48,7 +49,7 @@ fn type_spec_def<'t>(spec: Node<'t>, range: Node<'t>, src: &str) -> Option<Def<'
 impl Spec for GoSpec {
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let body = node.child_by_field_name("body");
-        match node.kind() {
+        match node.kind_str() {
             "function_declaration" => {
                 let name = field_text(node, "name", src).unwrap_or("");
                 Class::Def(Def::new(ChunkKind::Function, name, node).body(body))
@@ -61,7 +62,7 @@ impl Spec for GoSpec {
                     .and_then(|r| {
                         named_kids(r)
                             .into_iter()
-                            .find(|p| p.kind() == "parameter_declaration")
+                            .find(|p| p.kind_str() == "parameter_declaration")
                     })
                     .and_then(|p| field_text(p, "type", src))
                     .map(base_type_name)
@@ -91,21 +92,21 @@ impl Spec for GoSpec {
     }
 
     fn is_leading(&self, node: Node, _src: &str) -> bool {
-        node.kind() == "comment"
+        node.kind_str() == "comment"
     }
 
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
-        if node.kind() != "import_declaration" {
+        if node.kind_str() != "import_declaration" {
             return false;
         }
         let mut specs = Vec::new();
         for c in named_kids(node) {
-            match c.kind() {
+            match c.kind_str() {
                 "import_spec" => specs.push(c),
                 "import_spec_list" => specs.extend(
                     named_kids(c)
                         .into_iter()
-                        .filter(|s| s.kind() == "import_spec"),
+                        .filter(|s| s.kind_str() == "import_spec"),
                 ),
                 _ => {}
             }
@@ -137,7 +138,7 @@ impl Spec for GoSpec {
     }
 
     fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
-        match node.kind() {
+        match node.kind_str() {
             "parameter_declaration" | "var_spec" => {
                 let Some(t) = field_text(node, "type", src).map(base_type_name) else {
                     return;
@@ -156,14 +157,14 @@ impl Spec for GoSpec {
                 };
                 let (ls, rs) = (named_kids(l), named_kids(r));
                 for (a, b) in ls.iter().zip(rs.iter()) {
-                    let lit = if b.kind() == "unary_expression" {
+                    let lit = if b.kind_str() == "unary_expression" {
                         b.child_by_field_name("operand")
                     } else {
                         Some(*b)
                     };
-                    if a.kind() == "identifier" && b.kind() == "call_expression" {
+                    if a.kind_str() == "identifier" && b.kind_str() == "call_expression" {
                         let f = b.child_by_field_name("function");
-                        let name = f.and_then(|f| match f.kind() {
+                        let name = f.and_then(|f| match f.kind_str() {
                             "identifier" => Some(node_text(f, src)),
                             "selector_expression" => field_text(f, "field", src),
                             _ => None,
@@ -173,11 +174,11 @@ impl Spec for GoSpec {
                         }
                         continue;
                     }
-                    let Some(lit) = lit.filter(|x| x.kind() == "composite_literal") else {
+                    let Some(lit) = lit.filter(|x| x.kind_str() == "composite_literal") else {
                         continue;
                     };
                     if let (true, Some(t)) = (
-                        a.kind() == "identifier",
+                        a.kind_str() == "identifier",
                         field_text(lit, "type", src).map(base_type_name),
                     ) {
                         out.push((node_text(*a, src).to_string(), t));
@@ -189,11 +190,11 @@ impl Spec for GoSpec {
     }
 
     fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {
-        if node.kind() != "call_expression" {
+        if node.kind_str() != "call_expression" {
             return None;
         }
         let f = node.child_by_field_name("function")?;
-        match f.kind() {
+        match f.kind_str() {
             "identifier" => {
                 let n = node_text(f, src);
                 if BUILTINS.contains(&n) {

@@ -3,6 +3,7 @@
 
 use tree_sitter::Node;
 
+use super::syntax::KindStr;
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
 };
@@ -13,7 +14,7 @@ impl Spec for JavaSpec {
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let name = || field_text(node, "name", src).unwrap_or("").to_string();
         let body = node.child_by_field_name("body");
-        match node.kind() {
+        match node.kind_str() {
             "class_declaration" | "record_declaration" => {
                 Class::Def(Def::new(ChunkKind::Class, name(), node).body(body))
             }
@@ -36,11 +37,11 @@ impl Spec for JavaSpec {
     }
 
     fn is_leading(&self, node: Node, _src: &str) -> bool {
-        matches!(node.kind(), "line_comment" | "block_comment")
+        matches!(node.kind_str(), "line_comment" | "block_comment")
     }
 
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
-        if node.kind() != "import_declaration" {
+        if node.kind_str() != "import_declaration" {
             return false;
         }
         let text = compact(node_text(node, src));
@@ -48,10 +49,10 @@ impl Spec for JavaSpec {
         let kids = named_kids(node);
         let path = kids
             .iter()
-            .find(|k| matches!(k.kind(), "scoped_identifier" | "identifier"))
+            .find(|k| matches!(k.kind_str(), "scoped_identifier" | "identifier"))
             .map(|k| compact(node_text(*k, src)))
             .unwrap_or_default();
-        let wildcard = kids.iter().any(|k| k.kind() == "asterisk");
+        let wildcard = kids.iter().any(|k| k.kind_str() == "asterisk");
         if path.is_empty() {
             return true;
         }
@@ -77,7 +78,7 @@ impl Spec for JavaSpec {
     }
 
     fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
-        let field = match node.kind() {
+        let field = match node.kind_str() {
             "local_variable_declaration" => false,
             "field_declaration" => true,
             "formal_parameter" => {
@@ -107,7 +108,7 @@ impl Spec for JavaSpec {
     }
 
     fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {
-        match node.kind() {
+        match node.kind_str() {
             "method_invocation" => Some((
                 field_text(node, "name", src)?.to_string(),
                 field_text(node, "object", src).map(compact),

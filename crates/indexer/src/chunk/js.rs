@@ -5,6 +5,7 @@
 
 use tree_sitter::Node;
 
+use super::syntax::KindStr;
 use super::types::{CALLBACK_PARAM, MODULE_ALIAS, RETURNED_BY};
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, split_top, ChunkKind, Class, Def,
@@ -17,18 +18,18 @@ pub(crate) struct JsSpec;
 /// => …)`, `new Observable((subscriber) => …)`): their types are the ones the called
 /// function's signature states for that argument, looked up when calls are resolved.
 fn callback_params(f: Node, src: &str, out: &mut Vec<(String, String)>) {
-    let Some(args) = f.parent().filter(|p| p.kind() == "arguments") else {
+    let Some(args) = f.parent().filter(|p| p.kind_str() == "arguments") else {
         return;
     };
     let Some(call) = args.parent() else { return };
-    let callee = match call.kind() {
+    let callee = match call.kind_str() {
         "call_expression" => call
             .child_by_field_name("function")
-            .filter(|c| c.kind() == "identifier")
+            .filter(|c| c.kind_str() == "identifier")
             .map(|c| node_text(c, src).to_string()),
         "new_expression" => call
             .child_by_field_name("constructor")
-            .filter(|c| c.kind() == "identifier")
+            .filter(|c| c.kind_str() == "identifier")
             .map(|c| format!("new {}", node_text(c, src))),
         _ => None,
     };
@@ -41,13 +42,13 @@ fn callback_params(f: Node, src: &str, out: &mut Vec<(String, String)>) {
         None => f.child_by_field_name("parameter").into_iter().collect(),
     };
     for (j, p) in params.iter().enumerate() {
-        let id = match p.kind() {
+        let id = match p.kind_str() {
             "identifier" => Some(*p),
             "required_parameter" | "optional_parameter"
                 if p.child_by_field_name("type").is_none() =>
             {
                 p.child_by_field_name("pattern")
-                    .filter(|x| x.kind() == "identifier")
+                    .filter(|x| x.kind_str() == "identifier")
             }
             _ => None,
         };
@@ -81,14 +82,14 @@ fn is_function_value(kind: &str) -> bool {
 /// The function a declarator/field value stands for: the value itself, or the first function
 /// argument of a wrapping call (`React.memo(() => …)`, `forwardRef(function …)`).
 fn function_value(value: Node) -> Option<Node> {
-    if is_function_value(value.kind()) {
+    if is_function_value(value.kind_str()) {
         return Some(value);
     }
-    if value.kind() == "call_expression" {
+    if value.kind_str() == "call_expression" {
         let args = value.child_by_field_name("arguments")?;
         return named_kids(args)
             .into_iter()
-            .find(|a| is_function_value(a.kind()));
+            .find(|a| is_function_value(a.kind_str()));
     }
     None
 }
@@ -102,7 +103,7 @@ impl Spec for JsSpec {
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let name = || field_text(node, "name", src).unwrap_or("").to_string();
         let body = node.child_by_field_name("body");
-        match node.kind() {
+        match node.kind_str() {
             "function_declaration" | "generator_function_declaration" => {
                 Class::Def(Def::new(ChunkKind::Function, name(), node).body(body))
             }
@@ -138,14 +139,14 @@ impl Spec for JsSpec {
             "lexical_declaration" | "variable_declaration" => {
                 let decls: Vec<Node> = named_kids(node)
                     .into_iter()
-                    .filter(|n| n.kind() == "variable_declarator")
+                    .filter(|n| n.kind_str() == "variable_declarator")
                     .collect();
                 if decls.len() != 1 {
                     return Class::Other;
                 }
                 let d = decls[0];
                 let name_node = match d.child_by_field_name("name") {
-                    Some(n) if n.kind() == "identifier" => n,
+                    Some(n) if n.kind_str() == "identifier" => n,
                     _ => return Class::Other,
                 };
                 let n = node_text(name_node, src);
@@ -153,7 +154,7 @@ impl Spec for JsSpec {
                     Some(v) => v,
                     None => return Class::Other,
                 };
-                if value.kind() == "class" {
+                if value.kind_str() == "class" {
                     return Class::Def(
                         Def::new(ChunkKind::Class, n, node).body(value.child_by_field_name("body")),
                     );
@@ -170,7 +171,7 @@ impl Spec for JsSpec {
                     Some(i) => i,
                     None => return Class::Other,
                 };
-                match inner.kind() {
+                match inner.kind_str() {
                     "internal_module" | "module" => Class::Wrapper,
                     "assignment_expression" => {
                         let (left, right) = match (
@@ -181,11 +182,11 @@ impl Spec for JsSpec {
                             _ => return Class::Other,
                         };
                         let f = match function_value(right) {
-                            Some(f) if is_function_value(right.kind()) => f,
+                            Some(f) if is_function_value(right.kind_str()) => f,
                             _ => return Class::Other,
                         };
                         let body = f.child_by_field_name("body");
-                        match left.kind() {
+                        match left.kind_str() {
                             "identifier" => Class::Def(
                                 Def::new(ChunkKind::Function, node_text(left, src), node)
                                     .body(body),
@@ -198,7 +199,7 @@ impl Spec for JsSpec {
                                 let mut def = Def::new(ChunkKind::Function, prop, node).body(body);
                                 // `Foo.prototype.bar = function…` is a method of Foo.
                                 if let Some(obj) = left.child_by_field_name("object") {
-                                    if obj.kind() == "member_expression"
+                                    if obj.kind_str() == "member_expression"
                                         && field_text(obj, "property", src) == Some("prototype")
                                     {
                                         if let Some(t) = field_text(obj, "object", src) {
@@ -220,29 +221,30 @@ impl Spec for JsSpec {
     }
 
     fn is_leading(&self, node: Node, _src: &str) -> bool {
-        matches!(node.kind(), "comment" | "decorator")
+        matches!(node.kind_str(), "comment" | "decorator")
     }
 
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
         let line = node.start_position().row as u32 + 1;
-        match node.kind() {
+        match node.kind_str() {
             "import_statement" => {
                 let source = node.child_by_field_name("source").or_else(|| {
                     named_kids(node)
                         .into_iter()
-                        .find(|n| n.kind() == "import_require_clause")
+                        .find(|n| n.kind_str() == "import_require_clause")
                         .and_then(|c| c.child_by_field_name("source"))
                 });
                 let mut names = Vec::new();
                 let mut aliases = Vec::new();
                 for c in named_kids(node) {
-                    if c.kind() == "import_clause" {
+                    if c.kind_str() == "import_clause" {
                         for k in named_kids(c) {
-                            match k.kind() {
+                            match k.kind_str() {
                                 "identifier" => names.push(node_text(k, src).to_string()),
                                 "namespace_import" => {
-                                    if let Some(id) =
-                                        named_kids(k).into_iter().find(|n| n.kind() == "identifier")
+                                    if let Some(id) = named_kids(k)
+                                        .into_iter()
+                                        .find(|n| n.kind_str() == "identifier")
                                     {
                                         aliases.push((
                                             node_text(id, src).to_string(),
@@ -282,7 +284,7 @@ impl Spec for JsSpec {
                 };
                 let mut names = Vec::new();
                 for c in named_kids(node) {
-                    if c.kind() == "export_clause" {
+                    if c.kind_str() == "export_clause" {
                         for k in named_kids(c) {
                             if let Some(n) = field_text(k, "name", src) {
                                 names.push(unquote(n));
@@ -302,31 +304,31 @@ impl Spec for JsSpec {
                 let Some(f) = node.child_by_field_name("function") else {
                     return false;
                 };
-                let is_import = f.kind() == "import"
-                    || (f.kind() == "identifier" && node_text(f, src) == "require");
+                let is_import = f.kind_str() == "import"
+                    || (f.kind_str() == "identifier" && node_text(f, src) == "require");
                 if !is_import {
                     return false;
                 }
                 let arg = node
                     .child_by_field_name("arguments")
                     .and_then(|a| a.named_child(0));
-                let Some(arg) = arg.filter(|a| a.kind() == "string") else {
+                let Some(arg) = arg.filter(|a| a.kind_str() == "string") else {
                     return false;
                 };
                 let mut names = Vec::new();
                 let mut aliases = Vec::new();
                 if let Some(p) = node.parent() {
-                    if p.kind() == "variable_declarator" {
+                    if p.kind_str() == "variable_declarator" {
                         if let Some(pat) = p.child_by_field_name("name") {
-                            if pat.kind() == "identifier" {
+                            if pat.kind_str() == "identifier" {
                                 aliases.push((
                                     node_text(pat, src).to_string(),
                                     MODULE_ALIAS.to_string(),
                                 ));
                             }
-                            if pat.kind() == "object_pattern" {
+                            if pat.kind_str() == "object_pattern" {
                                 for k in named_kids(pat) {
-                                    match k.kind() {
+                                    match k.kind_str() {
                                         "shorthand_property_identifier_pattern" => {
                                             names.push(node_text(k, src).to_string())
                                         }
@@ -355,11 +357,11 @@ impl Spec for JsSpec {
     }
 
     fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
-        if is_function_value(node.kind()) {
+        if is_function_value(node.kind_str()) {
             callback_params(node, src, out);
             return;
         }
-        let (name, ty, value) = match node.kind() {
+        let (name, ty, value) = match node.kind_str() {
             "variable_declarator" | "public_field_definition" | "field_definition" => (
                 node.child_by_field_name("name")
                     .or_else(|| node.child_by_field_name("property")),
@@ -379,28 +381,31 @@ impl Spec for JsSpec {
             _ => return,
         };
         let Some(name) = name else { return };
-        let mut local = match name.kind() {
+        let mut local = match name.kind_str() {
             "identifier" | "property_identifier" | "private_property_identifier" => {
                 node_text(name, src).to_string()
             }
             "member_expression" => compact(node_text(name, src)),
             _ => return,
         };
-        if matches!(node.kind(), "public_field_definition" | "field_definition") {
+        if matches!(
+            node.kind_str(),
+            "public_field_definition" | "field_definition"
+        ) {
             local = format!("this.{local}");
         }
         let ty = ty
             .map(|t| stated_type(node_text(t, src).trim_start_matches(':')))
             .or_else(|| {
                 let mut v = value?;
-                if v.kind() == "await_expression" {
+                if v.kind_str() == "await_expression" {
                     v = v.named_child(0)?;
                 }
-                match v.kind() {
+                match v.kind_str() {
                     "new_expression" => Some(base_type_name(field_text(v, "constructor", src)?)),
                     "call_expression" => {
                         let f = v.child_by_field_name("function")?;
-                        let name = match f.kind() {
+                        let name = match f.kind_str() {
                             "identifier" => node_text(f, src),
                             "member_expression" => field_text(f, "property", src)?,
                             _ => return None,
@@ -418,13 +423,13 @@ impl Spec for JsSpec {
     }
 
     fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {
-        let (f, is_new) = match node.kind() {
+        let (f, is_new) = match node.kind_str() {
             "call_expression" => (node.child_by_field_name("function")?, false),
             "new_expression" => (node.child_by_field_name("constructor")?, true),
             _ => return None,
         };
         let _ = is_new;
-        match f.kind() {
+        match f.kind_str() {
             "identifier" => Some((node_text(f, src).to_string(), None)),
             "member_expression" => {
                 let prop = f.child_by_field_name("property")?;

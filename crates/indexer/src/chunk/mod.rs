@@ -77,5 +77,12 @@ pub fn extract(
     }
 }
 
+/// Tree-sitter's parse of `source` alone, the tree dropped: what [`extract`] cannot go below
+/// (the peer of `target/release/pipeline`'s chunking). `false` where `lang` has no grammar or
+/// the file would not be parsed.
+pub fn parse_only(lang: Language, source: &str) -> bool {
+    lang.is_code() && source.len() <= MAX_PARSE_BYTES && parse::parse(lang, source).is_some()
+}
+
 #[cfg(test)]
 mod tests;

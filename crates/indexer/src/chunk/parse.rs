@@ -40,6 +40,7 @@ pub(super) fn parse(
         let parser = match parsers.entry(lang) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
+                crate::alloc::fix_tree_sitter_allocator();
                 let mut p = tree_sitter::Parser::new();
                 p.set_language(&ts_lang).ok()?;
                 v.insert(p)

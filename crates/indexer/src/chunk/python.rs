@@ -2,6 +2,7 @@
 
 use tree_sitter::Node;
 
+use super::syntax::KindStr;
 use super::types::{LOCAL_FUNCTION, MODULE_ALIAS, RETURNED_BY};
 use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
 
@@ -69,11 +70,11 @@ fn is_class_name(t: &str) -> bool {
 
 /// `Foo(..)` or `mod.Foo(..)`: the class a call constructs.
 fn constructed_class(v: Node, src: &str) -> Option<String> {
-    if v.kind() != "call" {
+    if v.kind_str() != "call" {
         return None;
     }
     let f = v.child_by_field_name("function")?;
-    let name = match f.kind() {
+    let name = match f.kind_str() {
         "identifier" => node_text(f, src),
         "attribute" => field_text(f, "attribute", src)?,
         _ => return None,
@@ -85,7 +86,7 @@ impl Spec for PythonSpec {
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let name = || field_text(node, "name", src).unwrap_or("").to_string();
         let body = node.child_by_field_name("body");
-        match node.kind() {
+        match node.kind_str() {
             "function_definition" => {
                 Class::Def(Def::new(ChunkKind::Function, name(), node).body(body))
             }
@@ -96,16 +97,16 @@ impl Spec for PythonSpec {
     }
 
     fn is_leading(&self, node: Node, _src: &str) -> bool {
-        node.kind() == "comment"
+        node.kind_str() == "comment"
     }
 
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
         let line = node.start_position().row as u32 + 1;
-        match node.kind() {
+        match node.kind_str() {
             "import_statement" => {
                 let mut c = node.walk();
                 for n in node.children_by_field_name("name", &mut c) {
-                    let (m, alias) = match n.kind() {
+                    let (m, alias) = match n.kind_str() {
                         "aliased_import" => (
                             field_text(n, "name", src).unwrap_or(""),
                             field_text(n, "alias", src),
@@ -133,7 +134,7 @@ impl Spec for PythonSpec {
                 let mut aliases = Vec::new();
                 let mut c = node.walk();
                 for n in node.children_by_field_name("name", &mut c) {
-                    let (t, alias) = match n.kind() {
+                    let (t, alias) = match n.kind_str() {
                         "aliased_import" => (
                             field_text(n, "name", src).unwrap_or(""),
                             field_text(n, "alias", src),
@@ -163,11 +164,11 @@ impl Spec for PythonSpec {
     }
 
     fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {
-        if node.kind() != "call" {
+        if node.kind_str() != "call" {
             return None;
         }
         let f = node.child_by_field_name("function")?;
-        match f.kind() {
+        match f.kind_str() {
             "identifier" => {
                 let name = node_text(f, src);
                 if BUILTINS.contains(&name) {
@@ -185,17 +186,17 @@ impl Spec for PythonSpec {
     }
 
     fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
-        match node.kind() {
+        match node.kind_str() {
             "assignment" => {
                 let Some(left) = node.child_by_field_name("left") else {
                     return;
                 };
-                if !matches!(left.kind(), "identifier" | "attribute") {
+                if !matches!(left.kind_str(), "identifier" | "attribute") {
                     return;
                 }
                 if node
                     .child_by_field_name("right")
-                    .is_some_and(|r| r.kind() == "lambda")
+                    .is_some_and(|r| r.kind_str() == "lambda")
                 {
                     out.push((compact(node_text(left, src)), LOCAL_FUNCTION.to_string()));
                     return;
@@ -207,10 +208,10 @@ impl Spec for PythonSpec {
                 if let Some(ty) = ty.filter(|t| is_class_name(t)) {
                     out.push((compact(node_text(left, src)), ty));
                 } else if let Some(f) = right
-                    .filter(|r| r.kind() == "call")
+                    .filter(|r| r.kind_str() == "call")
                     .and_then(|r| r.child_by_field_name("function"))
                 {
-                    let name = match f.kind() {
+                    let name = match f.kind_str() {
                         "identifier" => Some(node_text(f, src)),
                         "attribute" => field_text(f, "attribute", src),
                         _ => None,
@@ -224,7 +225,7 @@ impl Spec for PythonSpec {
                 let name = node.child_by_field_name("name").or_else(|| {
                     let mut c = node.walk();
                     let first = node.named_children(&mut c).next();
-                    first.filter(|n| n.kind() == "identifier")
+                    first.filter(|n| n.kind_str() == "identifier")
                 });
                 let ty = field_text(node, "type", src).map(base_type_name);
                 if let (Some(n), Some(t)) = (name, ty) {

@@ -3,6 +3,7 @@
 
 use tree_sitter::Node;
 
+use super::syntax::KindStr;
 use super::types::{LOCAL_FUNCTION, RETURNED_BY};
 use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
 
@@ -12,7 +13,7 @@ impl Spec for RustSpec {
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let name = || field_text(node, "name", src).unwrap_or("").to_string();
         let body = node.child_by_field_name("body");
-        match node.kind() {
+        match node.kind_str() {
             "function_item" => Class::Def(Def::new(ChunkKind::Function, name(), node).body(body)),
             "struct_item" | "union_item" => Class::Def(Def::new(ChunkKind::Struct, name(), node)),
             "enum_item" => Class::Def(Def::new(ChunkKind::Enum, name(), node)),
@@ -34,7 +35,7 @@ impl Spec for RustSpec {
     }
 
     fn is_leading(&self, node: Node, src: &str) -> bool {
-        match node.kind() {
+        match node.kind_str() {
             "line_comment" | "block_comment" => {
                 let t = node_text(node, src);
                 !(t.starts_with("//!") || t.starts_with("/*!"))
@@ -46,7 +47,7 @@ impl Spec for RustSpec {
 
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
         let line = node.start_position().row as u32 + 1;
-        match node.kind() {
+        match node.kind_str() {
             "use_declaration" => {
                 if let Some(arg) = node.child_by_field_name("argument") {
                     flatten_use(arg, "", src, line, out);
@@ -80,14 +81,14 @@ impl Spec for RustSpec {
     }
 
     fn call(&self, node: Node, src: &str) -> Option<(String, Option<String>)> {
-        if node.kind() != "call_expression" {
+        if node.kind_str() != "call_expression" {
             return None;
         }
         let mut f = node.child_by_field_name("function")?;
-        if f.kind() == "generic_function" {
+        if f.kind_str() == "generic_function" {
             f = f.child_by_field_name("function")?;
         }
-        let (callee, qualifier) = match f.kind() {
+        let (callee, qualifier) = match f.kind_str() {
             "identifier" => (node_text(f, src).to_string(), None),
             // A path qualifier keeps its `::` (`self::f` is a module path, `self.f` a method).
             "scoped_identifier" => (
@@ -107,19 +108,19 @@ impl Spec for RustSpec {
     }
 
     fn token_calls(&self, node: Node, src: &str, out: &mut Vec<(String, Option<String>)>) {
-        if node.kind() != "token_tree" {
+        if node.kind_str() != "token_tree" {
             return;
         }
         let mut c = node.walk();
         let kids: Vec<Node> = node.children(&mut c).collect();
         for (i, k) in kids.iter().enumerate() {
-            if k.kind() != "identifier" {
+            if k.kind_str() != "identifier" {
                 continue;
             }
             let Some(next) = kids.get(i + 1) else {
                 continue;
             };
-            if next.kind() != "token_tree" || !node_text(*next, src).starts_with('(') {
+            if next.kind_str() != "token_tree" || !node_text(*next, src).starts_with('(') {
                 continue;
             }
             let callee = node_text(*k, src);
@@ -136,7 +137,7 @@ impl Spec for RustSpec {
                 }
                 let prev = kids[j - 2];
                 if !matches!(
-                    prev.kind(),
+                    prev.kind_str(),
                     "identifier" | "self" | "super" | "crate" | "primitive_type"
                 ) && !node_text(prev, src)
                     .chars()
@@ -160,7 +161,7 @@ impl Spec for RustSpec {
     }
 
     fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
-        if node.kind() == "field_declaration" {
+        if node.kind_str() == "field_declaration" {
             // A struct field: `self.name` has the stated type in the type's methods.
             if let (Some(n), Some(t)) =
                 (field_text(node, "name", src), field_text(node, "type", src))
@@ -172,7 +173,7 @@ impl Spec for RustSpec {
             }
             return;
         }
-        let (pat, ty, value) = match node.kind() {
+        let (pat, ty, value) = match node.kind_str() {
             "let_declaration" => (
                 node.child_by_field_name("pattern"),
                 node.child_by_field_name("type"),
@@ -186,16 +187,16 @@ impl Spec for RustSpec {
             _ => return,
         };
         let Some(pat) = pat else { return };
-        let pat = if pat.kind() == "mut_pattern" {
+        let pat = if pat.kind_str() == "mut_pattern" {
             pat.named_child(0).unwrap_or(pat)
         } else {
             pat
         };
-        if pat.kind() != "identifier" {
+        if pat.kind_str() != "identifier" {
             return;
         }
         let name = node_text(pat, src).to_string();
-        if value.is_some_and(|v| v.kind() == "closure_expression") {
+        if value.is_some_and(|v| v.kind_str() == "closure_expression") {
             out.push((name, LOCAL_FUNCTION.to_string()));
             return;
         }
@@ -214,16 +215,16 @@ impl Spec for RustSpec {
 
 /// The function whose result a Rust expression is: `f(..)`, `a::f(..)`, `x.f(..)`, `f(..)?`.
 fn returned_by<'s>(v: Node, src: &'s str) -> Option<&'s str> {
-    let v = if v.kind() == "try_expression" {
+    let v = if v.kind_str() == "try_expression" {
         v.named_child(0)?
     } else {
         v
     };
-    if v.kind() != "call_expression" {
+    if v.kind_str() != "call_expression" {
         return None;
     }
     let f = v.child_by_field_name("function")?;
-    match f.kind() {
+    match f.kind_str() {
         "identifier" => Some(node_text(f, src)),
         "scoped_identifier" => field_text(f, "name", src),
         "field_expression" => field_text(f, "field", src),
@@ -234,14 +235,14 @@ fn returned_by<'s>(v: Node, src: &'s str) -> Option<&'s str> {
 /// The type a Rust expression evidently constructs: `Foo::new(..)`/`Foo::with(..)` (a path
 /// whose last type segment is capitalised), `Foo { .. }`, `&Foo { .. }`, `Foo(..)`.
 fn constructed_type(v: Node, src: &str) -> Option<String> {
-    match v.kind() {
+    match v.kind_str() {
         "reference_expression" | "try_expression" => {
             constructed_type(v.child_by_field_name("value").or(v.named_child(0))?, src)
         }
         "struct_expression" => Some(base_type_name(field_text(v, "name", src)?)),
         "call_expression" => {
             let f = v.child_by_field_name("function")?;
-            match f.kind() {
+            match f.kind_str() {
                 "scoped_identifier" => {
                     let path = f.child_by_field_name("path")?;
                     let name = field_text(f, "name", src)?;
@@ -272,7 +273,7 @@ fn join(prefix: &str, rest: &str) -> String {
 /// Flattens a `use` tree into imports: `a::b::{c, d}` → module `a::b` names `[c, d]`;
 /// `a::b::C` → module `a::b` names `[C]`; `a::*` → module `a`; `a` → module `a`.
 fn flatten_use(node: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Import>) {
-    match node.kind() {
+    match node.kind_str() {
         "scoped_identifier" => {
             let path = field_text(node, "path", src)
                 .map(compact)
@@ -327,11 +328,11 @@ fn flatten_list(list: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Im
     let mut whole = false;
     let mut c = list.walk();
     for item in list.named_children(&mut c) {
-        match item.kind() {
+        match item.kind_str() {
             "identifier" => names.push(node_text(item, src).to_string()),
             "self" => whole = true,
             "use_as_clause" => match item.child_by_field_name("path") {
-                Some(p) if p.kind() == "identifier" => {
+                Some(p) if p.kind_str() == "identifier" => {
                     let orig = node_text(p, src).to_string();
                     if let Some(a) = field_text(item, "alias", src) {
                         aliases.push((a.to_string(), orig.clone()));

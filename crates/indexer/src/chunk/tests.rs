@@ -741,3 +741,44 @@ fn invariants_hold_on_workspace_sources() {
         );
     }
 }
+
+/// `kind_str` (the per-grammar table) names every node of every fixture, aliases and `ERROR`
+/// nodes included, exactly as tree-sitter's `kind` does.
+#[test]
+fn kind_table_matches_tree_sitter_kind() {
+    use syntax::KindStr;
+    let fixtures: [(Language, &str); 10] = [
+        (Language::Rust, include_str!("testdata/sample_lib.rs.txt")),
+        (Language::Python, include_str!("testdata/a.py.txt")),
+        (Language::TypeScript, include_str!("testdata/a.ts.txt")),
+        (Language::Tsx, include_str!("testdata/app.tsx.txt")),
+        (Language::JavaScript, include_str!("testdata/b.js.txt")),
+        (Language::Go, include_str!("testdata/main.go.txt")),
+        (Language::Java, include_str!("testdata/Svc.java.txt")),
+        (Language::C, include_str!("testdata/x.c.txt")),
+        (Language::Cpp, include_str!("testdata/y.cpp.txt")),
+        // Broken on purpose: ERROR and MISSING nodes.
+        (Language::Rust, "fn broken( { let x = ; impl for {} }}"),
+    ];
+    let mut errors = 0;
+    for (lang, src) in fixtures {
+        let (tree, _) = parse::parse(lang, src).expect("grammar");
+        let mut c = tree.walk();
+        let mut nodes = 0;
+        loop {
+            let n = c.node();
+            assert_eq!(n.kind_str(), n.kind(), "{lang:?} node {n:?}");
+            errors += usize::from(n.is_error());
+            nodes += 1;
+            if c.goto_first_child() || c.goto_next_sibling() {
+                continue;
+            }
+            while c.goto_parent() && !c.goto_next_sibling() {}
+            if c.depth() == 0 {
+                break;
+            }
+        }
+        assert!(nodes > 10, "{lang:?}: {nodes} nodes");
+    }
+    assert!(errors > 0, "the broken fixture has ERROR nodes");
+}

@@ -1,0 +1,82 @@
+//! The allocator of indexing processes: mimalloc, for Rust's heap (`#[global_allocator]` in the
+//! binaries) and for tree-sitter's C heap ([`use_mimalloc_for_tree_sitter`]).
+//!
+//! Parsing allocates and frees a parse stack and a syntax tree per file from every rayon
+//! thread; with glibc's malloc that was 13% of `target/release/pipeline`'s samples (arena
+//! locks, `malloc_consolidate`, `_int_free`), and its page trimming showed up as kernel time.
+//!
+//! A tree-sitter object must be freed by the allocator that made it, so the switch is allowed
+//! only before the first parser exists: [`crate::chunk`] fixes the allocator (to whatever it is
+//! then) before it creates a parser, through the same [`OnceLock`], so the two cannot race.
+
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+pub use mimalloc::MiMalloc;
+
+/// Which allocator tree-sitter uses for the rest of the process: `true` once switched to
+/// mimalloc, `false` once the first parser was made with the C library's.
+static TREE_SITTER_MIMALLOC: OnceLock<bool> = OnceLock::new();
+
+unsafe extern "C" fn ts_malloc(size: usize) -> *mut c_void {
+    // SAFETY: plain C allocation; a null return is handled by tree-sitter (it aborts).
+    unsafe { libmimalloc_sys::mi_malloc(size) }
+}
+
+unsafe extern "C" fn ts_calloc(n: usize, size: usize) -> *mut c_void {
+    let Some(bytes) = n.checked_mul(size) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: mi_zalloc returns `bytes` zeroed bytes or null, as calloc does.
+    unsafe { libmimalloc_sys::mi_zalloc(bytes) }
+}
+
+unsafe extern "C" fn ts_realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: `p` is null or came from this module's functions (the switch happens before any
+    // tree-sitter allocation, see the module docs).
+    unsafe { libmimalloc_sys::mi_realloc(p, size) }
+}
+
+unsafe extern "C" fn ts_free(p: *mut c_void) {
+    // SAFETY: as for `ts_realloc`.
+    unsafe { libmimalloc_sys::mi_free(p) }
+}
+
+/// Routes tree-sitter's allocations to mimalloc. Call it at the start of `main`, before any
+/// parse; returns `false` (and changes nothing) if a parser was already created in this
+/// process, whose objects the C library's allocator must keep freeing.
+pub fn use_mimalloc_for_tree_sitter() -> bool {
+    *TREE_SITTER_MIMALLOC.get_or_init(|| {
+        // SAFETY: no tree-sitter object exists yet (the OnceLock is set by the first parser's
+        // creation otherwise), so every later allocation and free goes through one allocator.
+        unsafe {
+            tree_sitter::set_allocator(
+                Some(ts_malloc),
+                Some(ts_calloc),
+                Some(ts_realloc),
+                Some(ts_free),
+            );
+        }
+        true
+    })
+}
+
+/// Called before a parser is created: from then on tree-sitter's allocator cannot change.
+pub(crate) fn fix_tree_sitter_allocator() {
+    TREE_SITTER_MIMALLOC.get_or_init(|| false);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn switch_is_refused_after_the_first_parser() {
+        // This test process's parsers (other tests may run first) use the C library's
+        // allocator unless the switch came first; either way, after a parse the answer is fixed
+        // and a second call agrees with it.
+        let before = super::TREE_SITTER_MIMALLOC.get().copied();
+        super::fix_tree_sitter_allocator();
+        let now = super::use_mimalloc_for_tree_sitter();
+        assert_eq!(now, before.unwrap_or(false));
+        assert_eq!(super::use_mimalloc_for_tree_sitter(), now);
+    }
+}
