@@ -97,6 +97,17 @@ impl std::hash::Hasher for FxHasher {
 
 type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
 
+/// Every token [`build`] indexes for one document, in order: its text, its path, then its name
+/// and qualified name `NAME_BOOST` times.
+fn for_each_doc_token(d: &DocFields<'_>, mut emit: impl FnMut(&str)) {
+    text::for_each_token(d.text, &mut emit);
+    text::for_each_token(d.path, &mut emit);
+    for _ in 0..NAME_BOOST {
+        text::for_each_token(d.name, &mut emit);
+        text::for_each_token(d.qualified, &mut emit);
+    }
+}
+
 /// Terms of one document with their frequencies, and the document length.
 fn doc_terms(d: &DocFields<'_>) -> (Vec<(String, u32)>, u32) {
     let mut counts: FxMap<String, u32> = FxMap::default();
@@ -110,12 +121,7 @@ fn doc_terms(d: &DocFields<'_>) -> (Vec<(String, u32)>, u32) {
             }
         }
     };
-    text::for_each_token(d.text, &mut add);
-    text::for_each_token(d.path, &mut add);
-    for _ in 0..NAME_BOOST {
-        text::for_each_token(d.name, &mut add);
-        text::for_each_token(d.qualified, &mut add);
-    }
+    for_each_doc_token(d, &mut add);
     (counts.into_iter().collect(), len)
 }
 
@@ -322,12 +328,7 @@ fn range_postings(first: u32, docs: &[DocFields<'_>]) -> RangePostings {
                 _ => list.push((doc, 1)),
             }
         };
-        text::for_each_token(d.text, &mut add);
-        text::for_each_token(d.path, &mut add);
-        for _ in 0..NAME_BOOST {
-            text::for_each_token(d.name, &mut add);
-            text::for_each_token(d.qualified, &mut add);
-        }
+        for_each_doc_token(d, &mut add);
         r.doc_lens.push(len);
     }
     r

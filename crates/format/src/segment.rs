@@ -194,8 +194,6 @@ impl SegmentBuilder {
                 tmp,
                 model_id,
                 d,
-                n,
-                nf,
                 file_inputs,
                 chunks,
                 &vectors,
@@ -258,11 +256,7 @@ fn put_framed(
     payload: &[u8],
 ) -> Result<FileEntry> {
     let head = header::header(c, dim, model_id, payload.len() as u64);
-    let p = tmp.join(c.file_name());
-    let mut f = crate::fsio::create(&p).map_err(io_err(&p))?;
-    crate::fsio::write_all(&mut f, &p, &head).map_err(io_err(&p))?;
-    crate::fsio::write_all(&mut f, &p, payload).map_err(io_err(&p))?;
-    crate::fsio::sync_all(&f, &p).map_err(io_err(&p))?;
+    crate::write_synced_parts(&tmp.join(c.file_name()), &[&head, payload])?;
     let mut h = blake3::Hasher::new();
     h.update(&head);
     h.update(payload);
@@ -279,8 +273,6 @@ fn write_components(
     tmp: &Path,
     model_id: &str,
     d: u32,
-    n: u32,
-    nf: u32,
     file_inputs: Vec<FileInput>,
     chunks: Vec<ChunkInput>,
     vectors: &[f32],
@@ -291,6 +283,7 @@ fn write_components(
     let archived = |what: &str, r: std::result::Result<rkyv::util::AlignedVec, rancor::Error>| {
         r.map_err(|e| FormatError::InvalidInput(format!("cannot archive {what}: {e}")))
     };
+    let (n, nf) = (chunks.len() as u32, file_inputs.len() as u32);
     let mut files = Vec::new();
     let fields: Vec<DocFields> = chunks
         .iter()
