@@ -24,6 +24,7 @@ use clap::Parser;
 use code::search::{search, Mode, SearchOptions, CANDIDATE_DEPTH};
 use format::manifest::{IndexManifest, SegmentEntry};
 use format::records::{ChunkRecord, FileRecord, NO_PARENT};
+use format::segment::rerank_depth;
 use format::vectors::{exact_search, set_faiss_threads, DEFAULT_NPROBE};
 use format::{Index, SegmentBuilder};
 
@@ -70,6 +71,9 @@ struct Args {
     /// many times over the query set.
     #[arg(long, hide = true)]
     bm25_rounds: Option<usize>,
+    /// Internal, for profiling: with --measure, only the SQ8 against one-bit table.
+    #[arg(long, hide = true)]
+    codes_only: bool,
 }
 
 /// splitmix64.
@@ -417,6 +421,25 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
         qtexts.push(q.join(" "));
     }
 
+    if args.codes_only {
+        let mapped: Vec<Option<&format::ivf_map::MappedIvf>> =
+            segs.iter().map(|s| s.ivf_map()).collect::<Result<_, _>>()?;
+        let nr = args.recall_queries.min(nq);
+        let exact: Vec<Vec<(usize, u32)>> = (0..nr)
+            .map(|i| {
+                let q = &qv[i * DIM..(i + 1) * DIM];
+                let mut all: Vec<(usize, u32, f32)> = Vec::new();
+                for (si, sg) in segs.iter().enumerate() {
+                    for (c, sc) in exact_search(sg.vectors(), DIM, q, 10, None, None) {
+                        all.push((si, c, sc));
+                    }
+                }
+                all.sort_by(|a, b| b.2.total_cmp(&a.2));
+                all.into_iter().take(10).map(|x| (x.0, x.1)).collect()
+            })
+            .collect();
+        return codes_table(&segs, &mapped, &qv, nq, &exact, &args.nprobes);
+    }
     if let Some(rounds) = args.bm25_rounds {
         let t = Instant::now();
         for _ in 0..rounds {
@@ -723,6 +746,94 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
                 rc(hp),
                 pct(&mut dp, 0.5),
                 pct(&mut dp, 0.99),
+            );
+        }
+    }
+    codes_table(&segs, &mapped, &qv, nq, &exact, &probes)?;
+    Ok(())
+}
+
+/// Which codes choose the candidates: the same planned lists scanned through the SQ8 codes
+/// of `ivf.faiss` and through the one-bit codes of `ivf.rbq`, each segment's best `fetch`
+/// merged, the best `fetch` of the index re-ranked exactly on the raw rows (what
+/// `code::search::vector_list` does), top 10 against exact search.
+fn codes_table(
+    segs: &[&format::Segment],
+    mapped: &[Option<&format::ivf_map::MappedIvf>],
+    qv: &[f32],
+    nq: usize,
+    exact: &[Vec<(usize, u32)>],
+    probes: &[usize],
+) -> anyhow::Result<()> {
+    let rbq: Vec<Option<&format::rabitq::MappedRbq>> =
+        segs.iter().map(|s| s.rbq()).collect::<Result<_, _>>()?;
+    if rbq.iter().any(|r| r.is_none()) || mapped.iter().any(|m| m.is_none()) {
+        println!(
+            "
+(no one-bit codes in every segment: SQ8 against one-bit not measured)"
+        );
+        return Ok(());
+    }
+    let nr = exact.len();
+    println!(
+        "
+SQ8 against one-bit codes for the candidates (planned lists, 1 thread; candidates re-ranked exactly on the raw rows, top 10; {nr} queries for recall)\n\n| nprobe | codes | candidates re-ranked | recall@10 | p50 ms | p99 ms | mean lists / scan / re-rank ms |\n|---:|---|---:|---:|---:|---:|---:|"
+    );
+    for &np in probes {
+        for (name, fetch) in [
+            ("SQ8", rerank_depth(100)),
+            ("one-bit", rerank_depth(100)),
+            ("one-bit", rerank_depth(25)),
+            ("one-bit", 2 * rerank_depth(100)),
+        ] {
+            let (mut ds, mut hit) = (Vec::new(), 0usize);
+            // Mean ms: choosing the lists (centroid scores), scanning them, the exact re-rank.
+            let mut phase = [0f64; 3];
+            for i in 0..nq {
+                let q = &qv[i * DIM..(i + 1) * DIM];
+                let t = Instant::now();
+                let plan = format::ivf_map::plan_probes(mapped, q, Some(np));
+                phase[0] += t.elapsed().as_secs_f64();
+                let mut all: Vec<(usize, u32, f32)> = Vec::new();
+                for si in 0..segs.len() {
+                    let c = if name == "SQ8" {
+                        mapped[si].map(|m| m.scan(q, &plan[si], fetch, None, None))
+                    } else {
+                        rbq[si].map(|r| r.scan(q, &plan[si], fetch, None, None))
+                    };
+                    for (id, sc) in c.transpose()?.unwrap_or_default() {
+                        all.push((si, id, sc));
+                    }
+                }
+                all.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+                all.truncate(fetch);
+                phase[1] += t.elapsed().as_secs_f64();
+                let mut top: Vec<(usize, u32, f32)> = all
+                    .iter()
+                    .filter_map(|&(si, c, _)| {
+                        Some((si, c, format::vectors::dot(segs[si].vector(c)?, q)))
+                    })
+                    .collect();
+                top.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+                top.truncate(10);
+                ds.push(t.elapsed());
+                phase[2] += t.elapsed().as_secs_f64();
+                if i < nr {
+                    hit += top
+                        .iter()
+                        .filter(|x| exact[i].contains(&(x.0, x.1)))
+                        .count();
+                }
+            }
+            let ms = |x: f64| x * 1e3 / nq as f64;
+            println!(
+                "| {np} | {name} | {fetch} | {:.3} | {:.3} | {:.3} | {:.3} / {:.3} / {:.3} |",
+                hit as f64 / (nr * 10) as f64,
+                pct(&mut ds, 0.5),
+                pct(&mut ds, 0.99),
+                ms(phase[0]),
+                ms(phase[1] - phase[0]),
+                ms(phase[2] - phase[1]),
             );
         }
     }

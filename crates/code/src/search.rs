@@ -522,8 +522,9 @@ pub fn default_nprobe(index: &Index) -> Result<usize, format::FormatError> {
 /// the tombstones. IVF lists are chosen across segments (`format::ivf_map::plan_probes`: an
 /// index cut into several segments scans the share of its vectors one segment would); the
 /// approximate candidates of every segment are merged and only the best
-/// `rerank_depth(depth)` of the whole index are re-ranked exactly on the raw rows (that many
-/// per segment was most of a many-segment search).
+/// `rerank_depth(depth)` of the whole index (twice that when a segment scans one-bit codes)
+/// are re-ranked exactly on the raw rows (that many per segment was most of a many-segment
+/// search).
 pub fn vector_list(
     index: &Index,
     q: &[f32],
@@ -539,7 +540,11 @@ pub fn vector_list(
         .map(|(si, ls)| ls.segment.probe_plan(allow(si)))
         .collect::<Result<Vec<_>, _>>()?;
     let plan = format::ivf_map::plan_probes(&ivfs, q, nprobe);
-    let fetch = format::segment::rerank_depth(depth);
+    // The deepest any segment asks for (one-bit codes ask for more than SQ8 ones).
+    let mut fetch = format::segment::rerank_depth(depth);
+    for ls in &index.segments {
+        fetch = fetch.max(ls.segment.rerank_depth(depth)?);
+    }
     let mut approx: Vec<(usize, u32, f32)> = Vec::new();
     let lists = per_segment(index.segments.len(), fans_out(index), |si| {
         let ls = &index.segments[si];

@@ -31,6 +31,8 @@ pub enum Component {
     Vectors = 4,
     Tombstones = 5,
     Memories = 6,
+    /// `ivf.rbq`: one-bit codes of the IVF lists ([`crate::rabitq`]).
+    Rabitq = 7,
 }
 
 impl Component {
@@ -42,6 +44,7 @@ impl Component {
             Component::Vectors => "vectors.f32",
             Component::Tombstones => "tombstones.del",
             Component::Memories => "memories.rkyv",
+            Component::Rabitq => "ivf.rbq",
         }
     }
 }

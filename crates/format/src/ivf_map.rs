@@ -53,6 +53,11 @@ pub struct MappedIvf {
     bias: Vec<f32>,
     /// Per list: byte offset of its codes in the map (ids follow) and its length.
     lists: Vec<(usize, usize)>,
+    /// The centroids as one byte per dimension (`c_i ≈ min + step · u_i`, per centroid), a
+    /// quarter of their f32 bytes: what every query streams to choose its lists.
+    route: Vec<u8>,
+    /// Per list: (min, step) of `route`.
+    route_scale: Vec<(f32, f32)>,
 }
 
 impl std::fmt::Debug for MappedIvf {
@@ -162,7 +167,10 @@ impl MappedIvf {
         // read go out of bounds.
         let map = unsafe { Mmap::map(&f) }.map_err(io_err(path))?;
         let parsed = parse(&map, path, dim, n)?;
+        let (route, route_scale) = routing_codes(&parsed.centroids, dim);
         Ok(MappedIvf {
+            route,
+            route_scale,
             map,
             dim,
             n,
@@ -183,6 +191,27 @@ impl MappedIvf {
         &self.centroids
     }
 
+    /// Vectors in the index.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The ids of list `l` in stored order (FAISS's sequential ids: the segment's chunk
+    /// numbers), as stored; callers check them against the chunk count.
+    pub fn list_ids(&self, l: usize) -> impl Iterator<Item = u64> + '_ {
+        let (at, len) = self.lists.get(l).copied().unwrap_or((0, 0));
+        let ids = at + len * self.dim;
+        self.map[ids..ids + len * 8].chunks_exact(8).map(|c| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            u64::from_le_bytes(b)
+        })
+    }
+
     /// Vectors held in list `l`.
     pub fn list_len(&self, l: usize) -> usize {
         self.lists.get(l).map_or(0, |x| x.1)
@@ -199,20 +228,43 @@ impl MappedIvf {
             .collect()
     }
 
-    /// The `nprobe` lists nearest `query`, as (list, query · centroid).
+    /// `query · centroid` for every list from the one-byte centroids: for choosing lists
+    /// (within ~1e-3 of [`MappedIvf::coarse`]); the lists near the cut are scored exactly
+    /// before any is chosen ([`select_exact`]).
+    pub fn route(&self, query: &[f32]) -> Vec<f32> {
+        if query.len() != self.dim {
+            return Vec::new();
+        }
+        let sum: f32 = query.iter().sum();
+        self.route
+            .chunks_exact(self.dim)
+            .zip(&self.route_scale)
+            .map(|(u, &(min, step))| min * sum + step * dot_u8(query, u))
+            .collect()
+    }
+
+    /// The `nprobe` lists nearest `query` ([`select_exact`] over [`MappedIvf::route`]), as
+    /// (list, exact query · centroid).
     pub fn probes(&self, query: &[f32], nprobe: usize) -> Vec<(u32, f32)> {
-        let mut all: Vec<(u32, f32)> = self
-            .coarse(query)
+        let cands: Vec<(f32, usize, u32)> = self
+            .route(query)
             .into_iter()
             .enumerate()
-            .map(|(l, s)| (l as u32, s))
+            .map(|(l, s)| (s, 0, l as u32))
             .collect();
-        let p = nprobe.clamp(1, all.len().max(1));
-        if p < all.len() {
-            all.select_nth_unstable_by(p - 1, |a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            all.truncate(p);
-        }
-        all
+        let p = nprobe.clamp(1, cands.len().max(1));
+        select_exact(&[Some(self)], query, cands, p)
+            .into_iter()
+            .map(|(s, _, l)| (l, s))
+            .collect()
+    }
+
+    /// `query · centroid l`, exactly (0 for a list past the end).
+    fn exact_score(&self, query: &[f32], l: u32) -> f32 {
+        let d = self.dim;
+        self.centroids
+            .get(l as usize * d..(l as usize + 1) * d)
+            .map_or(0.0, |c| dot_f32(c, query))
     }
 
     /// The approximate top-`k` (chunk, score) over the `nprobe` nearest lists, best first.
@@ -322,21 +374,17 @@ pub fn plan_probes(
         let Some(ivf) = ivfs[i] else { continue };
         lists += ivf.nlist();
         vectors += ivf.n;
-        let scores = ivf.coarse(query);
-        // The segment's best list is probed whatever the budget.
-        if let Some((l, s)) = scores
-            .iter()
+        let scores: Vec<(f32, usize, u32)> = ivf
+            .route(query)
+            .into_iter()
             .enumerate()
-            .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
-        {
-            plan[i].push((l as u32, *s));
+            .map(|(l, s)| (s, i, l as u32))
+            .collect();
+        // The segment's best list is probed whatever the budget.
+        if let Some(&(s, _, l)) = select_exact(ivfs, query, scores.clone(), 1).first() {
+            plan[i].push((l, s));
         }
-        all.extend(
-            scores
-                .into_iter()
-                .enumerate()
-                .map(|(l, s)| (s, i, l as u32)),
-        );
+        all.extend(scores);
     }
     if all.is_empty() {
         return plan;
@@ -345,16 +393,67 @@ pub fn plan_probes(
     // [`default_nprobe`] of these indexes, from the sums already taken.
     let nprobe = nprobe.unwrap_or_else(|| crate::vectors::default_nprobe(one));
     let budget = (nprobe.max(1) * lists).div_ceil(one).clamp(1, all.len());
-    all.select_nth_unstable_by(budget - 1, |a, b| {
-        b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2)))
-    });
-    all.truncate(budget);
-    for (s, i, l) in all {
+    for (s, i, l) in select_exact(ivfs, query, all, budget) {
         if plan[i].first().is_none_or(|p| p.0 != l) {
             plan[i].push((l, s));
         }
     }
     plan
+}
+
+/// Best first by score, ties by (segment, list).
+fn by_score(a: &(f32, usize, u32), b: &(f32, usize, u32)) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2)))
+}
+
+/// The `keep` best of `cands` ((approximate score, index into `ivfs`, list)) by exact
+/// `query · centroid`, with those scores: the best `keep + keep/4 + 8` by approximate score
+/// are scored exactly and the best `keep` of them kept. A one-byte score is within ~1e-3 of
+/// the exact one, so lists are chosen as exact scores would choose them unless a score lies
+/// within that error of a list ranked past the margin.
+fn select_exact(
+    ivfs: &[Option<&MappedIvf>],
+    query: &[f32],
+    mut cands: Vec<(f32, usize, u32)>,
+    keep: usize,
+) -> Vec<(f32, usize, u32)> {
+    let cut = |v: &mut Vec<(f32, usize, u32)>, n: usize| {
+        if n == 0 {
+            v.clear();
+        } else if n < v.len() {
+            v.select_nth_unstable_by(n - 1, by_score);
+            v.truncate(n);
+        }
+    };
+    cut(&mut cands, keep + keep / 4 + 8);
+    for c in cands.iter_mut() {
+        if let Some(Some(ivf)) = ivfs.get(c.1) {
+            c.0 = ivf.exact_score(query, c.2);
+        }
+    }
+    cut(&mut cands, keep);
+    cands
+}
+
+/// One byte per dimension for each centroid (`c_i ≈ min + step · u_i`, `u_i` rounded), and
+/// each centroid's (min, step).
+fn routing_codes(centroids: &[f32], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
+    let mut codes = Vec::with_capacity(centroids.len());
+    let mut scales = Vec::with_capacity(centroids.len() / dim.max(1));
+    for c in centroids.chunks_exact(dim.max(1)) {
+        let min = c.iter().copied().fold(f32::INFINITY, f32::min);
+        let max = c.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let step = if max > min { (max - min) / 255.0 } else { 0.0 };
+        codes.extend(c.iter().map(|&x| {
+            if step > 0.0 {
+                ((x - min) / step).round().clamp(0.0, 255.0) as u8
+            } else {
+                0
+            }
+        }));
+        scales.push((min, step));
+    }
+    (codes, scales)
 }
 
 struct Parsed {
@@ -534,7 +633,7 @@ fn parse(bytes: &[u8], path: &Path, dim: usize, n: usize) -> Result<Parsed> {
 /// 2k, cut back to the best k (a selection, not a sort) when it fills, which raises the floor.
 /// Amortised O(1) per candidate; a binary heap popped on every insertion cost more than the
 /// scan's arithmetic when `k` is a few hundred.
-struct Best {
+pub(crate) struct Best {
     k: usize,
     buf: Vec<(f32, u32)>,
     floor: f32,
@@ -545,7 +644,7 @@ fn better(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
 }
 
 impl Best {
-    fn new(k: usize) -> Best {
+    pub(crate) fn new(k: usize) -> Best {
         Best {
             k,
             buf: Vec::with_capacity(2 * k),
@@ -554,10 +653,10 @@ impl Best {
     }
     /// Whether `s` may enter (a score equal to the floor may, for the id tie-break).
     #[inline]
-    fn admits(&self, s: f32) -> bool {
+    pub(crate) fn admits(&self, s: f32) -> bool {
         s >= self.floor
     }
-    fn push(&mut self, s: f32, id: u32) {
+    pub(crate) fn push(&mut self, s: f32, id: u32) {
         self.buf.push((s, id));
         if self.buf.len() >= 2 * self.k {
             self.cut();
@@ -571,11 +670,17 @@ impl Best {
             self.floor = self.buf[self.k - 1].0;
         }
     }
-    fn into_sorted(mut self) -> Vec<(u32, f32)> {
+    pub(crate) fn into_sorted(mut self) -> Vec<(u32, f32)> {
         self.cut();
         self.buf.sort_by(better);
         self.buf.into_iter().map(|(s, id)| (id, s)).collect()
     }
+}
+
+/// Whether the AVX2 + FMA kernels run on this CPU (checked once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx2_available() -> bool {
+    simd::available()
 }
 
 /// `Σ q_i · code_i` (codes as unsigned bytes).

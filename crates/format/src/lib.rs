@@ -14,6 +14,7 @@ pub mod ivf_map;
 pub mod manifest;
 pub mod memory;
 pub mod merge;
+pub mod rabitq;
 pub mod records;
 pub mod recover;
 pub mod roots;

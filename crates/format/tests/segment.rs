@@ -186,6 +186,71 @@ fn ivf_segment_recall_and_determinism() {
     assert_eq!(got.len(), 5);
 }
 
+/// Unit vectors around `centres` random centres (noise `spread` per coordinate), the centres
+/// drawn first from `seed`: the same seed gives the same mixture.
+fn mixture(n: usize, dim: usize, centres: usize, spread: f32, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    let c: Vec<f32> = (0..centres * dim).map(|_| rng(&mut s)).collect();
+    let mut out = Vec::with_capacity(n * dim);
+    for i in 0..n {
+        let k = (i * 7919) % centres;
+        let mut v: Vec<f32> = (0..dim)
+            .map(|d| c[k * dim + d] + spread * rng(&mut s))
+            .collect();
+        normalised(&mut v);
+        out.extend(v);
+    }
+    out
+}
+
+/// At a model's dimension an IVF segment carries one-bit codes (`ivf.rbq`), searches go
+/// through them with recall@10 against exact search, the verifier checks them, and a damaged
+/// byte in them is reported.
+#[test]
+fn one_bit_codes_search_and_verify() {
+    format::vectors::set_faiss_threads(1);
+    let dim = 384;
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = builder(50, 100, dim);
+    let all = mixture(5000 + 50, dim, 100, 0.6, 17);
+    let (vectors, queries) = all.split_at(5000 * dim);
+    b.vectors = vectors.to_vec();
+    let (id, meta) = b.write(dir.path(), MODEL, dim).unwrap();
+    assert!(meta.files.iter().any(|f| f.name == "ivf.rbq"), "{meta:?}");
+    let seg = Segment::open(dir.path(), &id, MODEL, dim as u32).unwrap();
+    assert!(seg.rbq().unwrap().is_some());
+    let nlist = seg.ivf_map().unwrap().unwrap().nlist();
+    let mut hit = 0;
+    for q in queries.chunks_exact(dim) {
+        let exact = format::vectors::exact_search(vectors, dim, q, 10, None, None);
+        let got = seg.search_vectors(q, 10, nlist, None, None).unwrap();
+        // Exact scores after the re-rank.
+        for g in &got {
+            let want = format::vectors::dot(seg.vector(g.0).unwrap(), q);
+            assert_eq!(g.1, want);
+        }
+        hit += got
+            .iter()
+            .filter(|g| exact.iter().any(|e| e.0 == g.0))
+            .count();
+    }
+    let recall = hit as f64 / 500.0;
+    assert!(recall >= 0.95, "recall@10 {recall}");
+    assert!(seg.verify().is_empty(), "{:?}", seg.verify());
+    drop(seg);
+    let p = dir.path().join(format!("seg-{id}")).join("ivf.rbq");
+    let mut bytes = std::fs::read(&p).unwrap();
+    let at = bytes.len() - 100;
+    bytes[at] ^= 0x10;
+    std::fs::write(&p, &bytes).unwrap();
+    let seg = Segment::open(dir.path(), &id, MODEL, dim as u32).unwrap();
+    let problems = seg.verify();
+    assert!(
+        problems.iter().any(|e| e.to_string().contains("ivf.rbq")),
+        "{problems:?}"
+    );
+}
+
 #[test]
 fn tombstones_round_trip_and_validate() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,8 @@
 //! Policy ([`plan`]), in order:
 //! 1. with [`MergePolicy::deletes`] (`indexer merge`; not after a build), a segment with at
 //!    least half of its chunks tombstoned is rewritten (its deletes leave);
+//!    and so is a segment written before one-bit IVF codes existed (no `ivf.rbq`,
+//!    [`format::rabitq`]): its vectors are copied, so the rewrite costs no embedding;
 //! 2. segments fall in size tiers by live chunks (below [`FLOOR_CHUNKS`]: tier 0; then one
 //!    tier per factor [`TIER_FACTOR`]); the lowest tier holding more than
 //!    [`SEGMENTS_PER_TIER`] segments merges its smallest ones (at most [`MAX_MERGE_AT_ONCE`]);
@@ -44,7 +46,8 @@ pub struct MergePolicy {
     pub budget: u64,
     /// Merge the smallest segments until at most this many code segments are left.
     pub max_segments: Option<usize>,
-    /// Rewrite segments with at least half of their chunks tombstoned.
+    /// Rewrite segments with at least half of their chunks tombstoned, and segments that
+    /// lack the one-bit IVF codes.
     pub deletes: bool,
 }
 
@@ -66,6 +69,8 @@ pub struct SegmentStat {
     pub total: u64,
     /// Estimated bytes it adds to a merge in memory ([`merge_cost`]).
     pub cost: u64,
+    /// An IVF segment written without `ivf.rbq` that a rewrite would give one to.
+    pub lacks_codes: bool,
 }
 
 /// What one merge did.
@@ -107,6 +112,10 @@ pub fn plan(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(Vec<usize>, 
     let mostly_deleted = |s: &SegmentStat| s.total > 0 && s.live * 2 <= s.total && s.cost <= cap;
     if let Some(i) = (0..stats.len()).find(|&i| policy.deletes && mostly_deleted(&stats[i])) {
         return Some((vec![i], "deletes"));
+    }
+    let old = |s: &SegmentStat| s.lacks_codes && s.cost <= cap;
+    if let Some(i) = (0..stats.len()).find(|&i| policy.deletes && old(&stats[i])) {
+        return Some((vec![i], "codes"));
     }
     let smallest_first = |mut idx: Vec<usize>, limit: usize| -> Vec<usize> {
         idx.sort_by_key(|&i| (stats[i].live, i));
@@ -161,6 +170,17 @@ pub fn merge_cost(meta: &format::SegmentMeta) -> u64 {
     3 * size("chunks.rkyv") + 2 * size("vectors.f32") + size("graph.rkyv") + size("postings.rkyv")
 }
 
+/// Whether a rewrite would give the segment one-bit IVF codes it lacks: it has an IVF index
+/// at a dimension that gets them, and no `ivf.rbq`.
+pub fn lacks_codes(meta: &format::SegmentMeta) -> bool {
+    meta.vector_index != "flat"
+        && meta.dim as usize >= format::rabitq::MIN_DIM
+        && !meta
+            .files
+            .iter()
+            .any(|f| f.name == format::header::Component::Rabitq.file_name())
+}
+
 fn stats_of(ix: &Index) -> Vec<SegmentStat> {
     ix.segments
         .iter()
@@ -170,6 +190,7 @@ fn stats_of(ix: &Index) -> Vec<SegmentStat> {
                 live: total - ls.tombstones.len().min(total),
                 total,
                 cost: merge_cost(ls.segment.meta()),
+                lacks_codes: lacks_codes(ls.segment.meta()),
             }
         })
         .collect()
@@ -290,6 +311,7 @@ mod tests {
             live,
             total,
             cost: total * 10,
+            lacks_codes: false,
         }
     }
 
@@ -339,6 +361,15 @@ mod tests {
         );
         let stats = vec![s(900, 1000), s(600, 1000), s(10, 10)];
         assert_eq!(plan(&stats, &policy(u64::MAX, None)), None);
+        // A segment without one-bit codes is rewritten by `indexer merge`, not after builds.
+        let mut old = stats.clone();
+        old[0].lacks_codes = true;
+        assert_eq!(
+            plan(&old, &policy(u64::MAX, None)),
+            Some((vec![0], "codes"))
+        );
+        assert_eq!(plan(&old, &after_build), None);
+        assert_eq!(plan(&old, &policy(100, None)), None, "over the cap");
         assert_eq!(
             plan(&stats, &policy(u64::MAX, Some(2))),
             Some((vec![1, 2], "max-segments"))

@@ -1,0 +1,634 @@
+//! `ivf.rbq`: one bit per dimension for every vector of an IVF segment (RaBitQ, Gao & Long,
+//! SIGMOD 2024), scanned instead of the SQ8 codes of `ivf.faiss` to choose the candidates that
+//! are re-ranked exactly.
+//!
+//! Why: at a million chunks the default probe budget scans about a ninth of the vectors, and
+//! an SQ8 code is `dim` bytes (384), so a query streamed ~43 MB of codes: ~4 ms of memory
+//! bandwidth on one core before any arithmetic. A code here is `dim` bits plus two floats and
+//! the chunk id (60 bytes at 384 dimensions), and 32 codes are estimated at once by table
+//! lookups in SIMD registers.
+//!
+//! Encoding a vector `o` of list `l` (centroid `c`): the residual `r = o − c` is rotated by a
+//! fixed random orthogonal transform `P` (below), and the code keeps the signs `b` of `P·r`,
+//! `f = ‖r‖² / ‖P·r‖₁` and `g = f · (2·|b| − dim)`. For a query `q` with `q' = P·q`,
+//!
+//! ```text
+//! q·o = q·c + q·r ≈ q·c + f · Σ_i (2·b_i − 1) · q'_i
+//! ```
+//!
+//! which is RaBitQ's unbiased estimator `‖r‖ · ⟨x̄, q'⟩ / ⟨x̄, P·r/‖r‖⟩` with
+//! `x̄ = (2b − 1)/√dim`, folded into one factor. The query side is quantised to 4 bits per
+//! dimension (`q'_i ≈ lo + Δ·k_i`), so the estimate is
+//! `q·c + lo·g + f·Δ·(2·Σ_i b_i·k_i − Σ_i k_i)`, and `Σ b_i·k_i` is a sum of 16-entry table
+//! lookups, one per group of 4 dimensions, done for 32 codes per shuffle instruction
+//! (FAISS's "fast scan" layout). The estimate's error shrinks as `1/√dim` (RaBitQ's bound);
+//! candidates are over-fetched and re-ranked exactly on the raw rows, as the SQ8 ones were.
+//!
+//! `P` is not stored: it is four rounds of (random signs, a normalised fast Walsh–Hadamard
+//! transform over the first or last `2^⌊log₂ dim⌋` coordinates, a butterfly between the two
+//! halves when `dim` is not a power of two), with the signs drawn from [`SEED`]. Every step
+//! is orthogonal, costs `O(dim log dim)` and uses only additions, subtractions and
+//! multiplications in a fixed order, so codes are the same on every machine.
+//!
+//! Payload (after the 64-byte component header; little-endian):
+//!
+//! ```text
+//! dim:u32 groups:u32 nlist:u64 n:u64 seed:u64 | nlist × u64 list sizes
+//! per list, in `ivf.faiss`'s list order and its order within the list, ⌈size/32⌉ blocks:
+//!   groups × 16 bytes: group j's byte i = half-byte of code i | half-byte of code i+16 << 4
+//!                      (bit t of a half-byte = dimension 4j + t)
+//!   32 × f:f32 | 32 × g:f32 | 32 × chunk:u32 (u32::MAX in the padding after the last code)
+//! ```
+//!
+//! `groups` is `2·⌈dim/8⌉` (dimensions past `dim` are zero). The list sizes must equal
+//! `ivf.faiss`'s (checked when opened beside it); every chunk id is checked against the
+//! segment's chunk count when scanned, and [`MappedRbq::check_ids`] (the verifier) checks that
+//! the ids are a permutation of the chunks followed by padding.
+
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use rayon::prelude::*;
+use roaring::RoaringBitmap;
+
+use crate::header::{self, Component, HEADER_LEN};
+use crate::ivf_map::{Best, MappedIvf};
+use crate::{corrupt, io_err, FormatError, Result};
+
+/// The least dimension that gets one-bit codes: the estimate's error grows as `1/√dim`, and
+/// below this (test models, small embeddings) the SQ8 codes are scanned instead (at 32
+/// dimensions recall@10 on uniform vectors fell to 0.67 against SQ8's 0.9+).
+pub const MIN_DIM: usize = 128;
+
+/// The seed of the rotation's random signs.
+pub const SEED: u64 = 0x5241_4269_7451_0001;
+/// Rounds of the rotation.
+const ROUNDS: usize = 4;
+/// Bytes of the prelude before the list sizes.
+const PRELUDE: usize = 32;
+/// Query quantisation levels (4 bits).
+const QUERY_BITS: u32 = 4;
+/// Vectors per block: one lane of a 16-entry shuffle lookup per vector and half-byte.
+pub const BLOCK: usize = 32;
+/// Block slot of a padding vector.
+const PAD: u32 = u32::MAX;
+
+/// Groups of 4 dimensions (half-bytes of a code), rounded up to an even count so that one
+/// 32-byte load covers two groups.
+pub fn groups(dim: usize) -> usize {
+    2 * dim.div_ceil(8)
+}
+
+/// Bytes of one block of [`BLOCK`] codes: the packed half-bytes, then 32 factors `f`, 32
+/// factors `g` and 32 chunk ids.
+fn block_bytes(dim: usize) -> usize {
+    16 * groups(dim) + BLOCK * 12
+}
+
+/// The fixed random orthogonal transform of a dimension.
+#[derive(Debug, Clone)]
+pub struct Rotation {
+    dim: usize,
+    /// Largest power of two ≤ dim: the span of each Hadamard transform.
+    span: usize,
+    /// ROUNDS × dim signs (±1).
+    signs: Vec<f32>,
+}
+
+impl Rotation {
+    pub fn new(dim: usize, seed: u64) -> Rotation {
+        let span = if dim == 0 {
+            0
+        } else {
+            1usize << (usize::BITS - 1 - dim.leading_zeros())
+        };
+        let mut state = seed;
+        let mut next = || {
+            // splitmix64
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let signs = (0..ROUNDS * dim)
+            .map(|_| if next() & 1 == 1 { -1.0 } else { 1.0 })
+            .collect();
+        Rotation { dim, span, signs }
+    }
+
+    /// `x ← P·x` in place (`x.len() == dim`).
+    pub fn apply(&self, x: &mut [f32]) {
+        let d = self.dim;
+        if x.len() != d || d == 0 {
+            return;
+        }
+        let norm = 1.0 / (self.span as f32).sqrt();
+        let half = d / 2;
+        let root_half = std::f32::consts::FRAC_1_SQRT_2;
+        for r in 0..ROUNDS {
+            for (v, s) in x.iter_mut().zip(&self.signs[r * d..(r + 1) * d]) {
+                *v *= s;
+            }
+            let part = if r % 2 == 0 {
+                &mut x[..self.span]
+            } else {
+                &mut x[d - self.span..]
+            };
+            fwht(part);
+            for v in part.iter_mut() {
+                *v *= norm;
+            }
+            // A power-of-two dimension is mixed by the transforms alone (the butterfly would
+            // pair up coordinates a transform has just made equal in magnitude).
+            if half > 0 && self.span < d {
+                let (a, b) = x.split_at_mut(half);
+                for (u, w) in a.iter_mut().zip(&mut b[..half]) {
+                    let (s, t) = (*u + *w, *u - *w);
+                    *u = s * root_half;
+                    *w = t * root_half;
+                }
+            }
+        }
+    }
+}
+
+/// Unnormalised fast Walsh–Hadamard transform (length a power of two).
+fn fwht(x: &mut [f32]) {
+    let n = x.len();
+    let mut h = 1;
+    while h < n {
+        for block in x.chunks_exact_mut(2 * h) {
+            let (a, b) = block.split_at_mut(h);
+            for (u, w) in a.iter_mut().zip(b.iter_mut()) {
+                let (s, t) = (*u + *w, *u - *w);
+                *u = s;
+                *w = t;
+            }
+        }
+        h *= 2;
+    }
+}
+
+/// One vector's code before packing: sign bits by dimension, `f` and `g`.
+struct Code {
+    bits: Vec<bool>,
+    f: f32,
+    g: f32,
+}
+
+/// Encodes `vector` of the list with centroid `centroid`.
+fn encode_one(rot: &Rotation, vector: &[f32], centroid: &[f32]) -> Code {
+    let mut r: Vec<f32> = vector.iter().zip(centroid).map(|(o, c)| o - c).collect();
+    let sq: f32 = crate::vectors::dot(&r, &r);
+    rot.apply(&mut r);
+    let l1: f32 = r.iter().map(|v| v.abs()).sum();
+    let bits: Vec<bool> = r.iter().map(|v| *v > 0.0).collect();
+    let ones = bits.iter().filter(|b| **b).count() as f32;
+    let f = if l1 > 0.0 { sq / l1 } else { 0.0 };
+    Code {
+        g: f * (2.0 * ones - r.len() as f32),
+        f,
+        bits,
+    }
+}
+
+/// Appends one block of up to [`BLOCK`] codes (with their chunk ids) to `out`; missing slots
+/// are padding (no bits, factors 0, id [`PAD`]).
+fn pack_block(codes: &[(Code, u32)], dim: usize, out: &mut Vec<u8>) {
+    let g = groups(dim);
+    let nibble = |v: usize, grp: usize| -> u8 {
+        let Some((c, _)) = codes.get(v) else { return 0 };
+        (0..4).fold(0u8, |acc, t| {
+            let i = 4 * grp + t;
+            acc | (u8::from(i < dim && c.bits[i]) << t)
+        })
+    };
+    for grp in 0..g {
+        for j in 0..16 {
+            out.push(nibble(j, grp) | (nibble(j + 16, grp) << 4));
+        }
+    }
+    for v in 0..BLOCK {
+        out.extend_from_slice(&codes.get(v).map_or(0.0, |c| c.0.f).to_le_bytes());
+    }
+    for v in 0..BLOCK {
+        out.extend_from_slice(&codes.get(v).map_or(0.0, |c| c.0.g).to_le_bytes());
+    }
+    for v in 0..BLOCK {
+        out.extend_from_slice(&codes.get(v).map_or(PAD, |c| c.1).to_le_bytes());
+    }
+}
+
+/// The payload of `ivf.rbq` for the segment whose `ivf.faiss` is `ivf` and whose rows are
+/// `vectors`: lists encoded in parallel, concatenated in list order (the bytes do not depend
+/// on the thread count).
+pub fn encode(ivf: &MappedIvf, vectors: &[f32], dim: usize) -> Result<Vec<u8>> {
+    let n = vectors.len() / dim.max(1);
+    let nlist = ivf.nlist();
+    let rot = Rotation::new(dim, SEED);
+    let blocks: usize = (0..nlist).map(|l| ivf.list_len(l).div_ceil(BLOCK)).sum();
+    let mut out = Vec::with_capacity(PRELUDE + 8 * nlist + blocks * block_bytes(dim));
+    out.extend_from_slice(&(dim as u32).to_le_bytes());
+    out.extend_from_slice(&(groups(dim) as u32).to_le_bytes());
+    out.extend_from_slice(&(nlist as u64).to_le_bytes());
+    out.extend_from_slice(&(n as u64).to_le_bytes());
+    out.extend_from_slice(&SEED.to_le_bytes());
+    for l in 0..nlist {
+        out.extend_from_slice(&(ivf.list_len(l) as u64).to_le_bytes());
+    }
+    let lists: Vec<Result<Vec<u8>>> = (0..nlist)
+        .into_par_iter()
+        .with_max_len(1)
+        .map(|l| {
+            let centroid = &ivf.centroids()[l * dim..(l + 1) * dim];
+            let mut codes = Vec::with_capacity(ivf.list_len(l));
+            for id in ivf.list_ids(l) {
+                let row = usize::try_from(id).ok().filter(|&i| i < n).ok_or_else(|| {
+                    FormatError::InvalidInput(format!("IVF list {l} names vector {id} of {n}"))
+                })?;
+                let code = encode_one(&rot, &vectors[row * dim..(row + 1) * dim], centroid);
+                codes.push((code, row as u32));
+            }
+            let mut part = Vec::with_capacity(codes.len().div_ceil(BLOCK) * block_bytes(dim));
+            for block in codes.chunks(BLOCK) {
+                pack_block(block, dim, &mut part);
+            }
+            Ok(part)
+        })
+        .collect();
+    for part in lists {
+        out.extend_from_slice(&part?);
+    }
+    Ok(out)
+}
+
+/// A query prepared for the scan: rotated, quantised to 4 bits per dimension
+/// (`q'_i ≈ lo + delta · k_i`), and one 16-entry table per group of 4 dimensions whose entry
+/// `p` is `Σ k_i` over the dimensions set in `p`.
+struct Prepared {
+    /// groups × 16 entries (at most 60 each).
+    luts: Vec<u8>,
+    lo: f32,
+    delta: f32,
+    /// Σ k_i.
+    level_sum: f32,
+}
+
+impl Prepared {
+    fn new(rot: &Rotation, query: &[f32]) -> Prepared {
+        let mut q = query.to_vec();
+        rot.apply(&mut q);
+        let lo = q.iter().copied().fold(f32::INFINITY, f32::min);
+        let hi = q.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let top = ((1 << QUERY_BITS) - 1) as f32;
+        let delta = if hi > lo { (hi - lo) / top } else { 0.0 };
+        let levels: Vec<u8> = q
+            .iter()
+            .map(|v| {
+                if delta > 0.0 {
+                    (((v - lo) / delta) + 0.5).floor().clamp(0.0, top) as u8
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let g = groups(q.len());
+        let mut luts = vec![0u8; g * 16];
+        for grp in 0..g {
+            for p in 0..16usize {
+                luts[grp * 16 + p] = (0..4)
+                    .filter(|t| p >> t & 1 == 1)
+                    .map(|t| levels.get(4 * grp + t).copied().unwrap_or(0))
+                    .sum();
+            }
+        }
+        Prepared {
+            luts,
+            lo,
+            delta,
+            level_sum: levels.iter().map(|&k| k as f32).sum(),
+        }
+    }
+}
+
+/// `Σ_i b_i · k_i` for the 32 codes of a block (`codes`: groups × 16 packed bytes), by table
+/// lookups: the portable version, and the oracle of the AVX2 one.
+pub(crate) fn block_sums_scalar(codes: &[u8], luts: &[u8], out: &mut [u16; BLOCK]) {
+    *out = [0; BLOCK];
+    for (bytes, lut) in codes.chunks_exact(16).zip(luts.chunks_exact(16)) {
+        for j in 0..16 {
+            out[j] += lut[(bytes[j] & 15) as usize] as u16;
+            out[j + 16] += lut[(bytes[j] >> 4) as usize] as u16;
+        }
+    }
+}
+
+/// `ivf.rbq` read in place.
+pub struct MappedRbq {
+    map: Mmap,
+    path: PathBuf,
+    dim: usize,
+    n: usize,
+    rot: Rotation,
+    /// Per list: byte offset of its first block and its number of (real) codes.
+    lists: Vec<(usize, usize)>,
+}
+
+impl std::fmt::Debug for MappedRbq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MappedRbq(nlist={}, n={})", self.lists.len(), self.n)
+    }
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+impl MappedRbq {
+    /// Maps `path`, checks its header against the segment (`dim`, `model_id`) and its lists
+    /// against `ivf` (same list count and sizes).
+    pub fn open(path: &Path, dim: usize, model_id: &str, ivf: &MappedIvf) -> Result<MappedRbq> {
+        let f = std::fs::File::open(path).map_err(io_err(path))?;
+        // SAFETY: segment files are immutable once written (see `ivf_map`); every read below
+        // is bounds-checked against the map's length.
+        let map = unsafe { Mmap::map(&f) }.map_err(io_err(path))?;
+        header::check(path, &map, Component::Rabitq, Some(dim as u32), model_id)?;
+        let p = &map[HEADER_LEN..];
+        if p.len() < PRELUDE {
+            return Err(corrupt(path, "truncated before the list sizes"));
+        }
+        let (fdim, fgroups) = (le_u32(&p[0..]) as usize, le_u32(&p[4..]) as usize);
+        let (nlist, n, seed) = (le_u64(&p[8..]), le_u64(&p[16..]), le_u64(&p[24..]));
+        if fdim != dim || fgroups != groups(dim) {
+            return Err(corrupt(
+                path,
+                format!("codes of dimension {fdim} ({fgroups} groups), the segment has {dim}"),
+            ));
+        }
+        if nlist != ivf.nlist() as u64 || n != ivf.len() as u64 {
+            return Err(corrupt(
+                path,
+                format!(
+                    "{nlist} lists of {n} codes, ivf.faiss has {} lists of {}",
+                    ivf.nlist(),
+                    ivf.len()
+                ),
+            ));
+        }
+        if seed != SEED {
+            return Err(FormatError::Faiss {
+                path: path.to_path_buf(),
+                detail: format!("unsupported rotation seed {seed:#x}"),
+            });
+        }
+        let nlist = nlist as usize;
+        if p.len() < PRELUDE + 8 * nlist {
+            return Err(corrupt(path, "truncated in the list sizes"));
+        }
+        let mut lists = Vec::with_capacity(nlist);
+        let mut at = HEADER_LEN + PRELUDE + 8 * nlist;
+        for l in 0..nlist {
+            let len = le_u64(&p[PRELUDE + 8 * l..]);
+            if len != ivf.list_len(l) as u64 {
+                return Err(corrupt(
+                    path,
+                    format!(
+                        "list {l} holds {len} codes, ivf.faiss's {}",
+                        ivf.list_len(l)
+                    ),
+                ));
+            }
+            lists.push((at, len as usize));
+            at += (len as usize).div_ceil(BLOCK) * block_bytes(dim);
+        }
+        if at != map.len() {
+            return Err(corrupt(
+                path,
+                format!("{} bytes, the lists need {at}", map.len()),
+            ));
+        }
+        Ok(MappedRbq {
+            map,
+            path: path.to_path_buf(),
+            dim,
+            n: n as usize,
+            rot: Rotation::new(dim, SEED),
+            lists,
+        })
+    }
+
+    /// The blocks of list `l` (empty for a list past the end).
+    fn blocks(&self, l: usize) -> std::slice::ChunksExact<'_, u8> {
+        let bb = block_bytes(self.dim);
+        let (at, len) = self.lists.get(l).copied().unwrap_or((0, 0));
+        self.map[at..at + len.div_ceil(BLOCK) * bb].chunks_exact(bb)
+    }
+
+    /// Checks that every list holds its codes first and padding after, and that the codes
+    /// name every chunk exactly once (the verifier's check; queries only skip ids out of
+    /// range).
+    pub fn check_ids(&self) -> Result<()> {
+        let ids_at = 16 * groups(self.dim) + 8 * BLOCK;
+        let mut seen = vec![false; self.n];
+        for (l, &(_, len)) in self.lists.iter().enumerate() {
+            for (b, block) in self.blocks(l).enumerate() {
+                for v in 0..BLOCK {
+                    let id = le_u32(&block[ids_at + 4 * v..]);
+                    let real = b * BLOCK + v < len;
+                    let ok = if real {
+                        seen.get_mut(id as usize)
+                            .is_some_and(|s| !std::mem::replace(s, true))
+                    } else {
+                        id == PAD
+                    };
+                    if !ok {
+                        return Err(corrupt(
+                            &self.path,
+                            format!("list {l} slot {}: chunk id {id} is out of place, out of range or repeated", b * BLOCK + v),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The approximate top-`k` (chunk, estimated score) over the given lists, each with its
+    /// `query · centroid`, best first; ties keep the smaller id. Filters apply inside the scan.
+    pub fn scan(
+        &self,
+        query: &[f32],
+        lists: &[(u32, f32)],
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Result<Vec<(u32, f32)>> {
+        if query.len() != self.dim {
+            return Err(FormatError::InvalidInput(format!(
+                "query has dimension {}, the codes {}",
+                query.len(),
+                self.dim
+            )));
+        }
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let q = Prepared::new(&self.rot, query);
+        let mut best = Best::new(k);
+        let bb = block_bytes(self.dim);
+        let packed = 16 * groups(self.dim);
+        // Every block to scan, in order, so that the one `AHEAD` blocks on (often in the
+        // next list, elsewhere in the file) can be prefetched: lists are a few KB at random
+        // offsets, too short for the hardware prefetcher to lock on.
+        // Nearest lists first: their codes score highest, so the floor of the best `k`
+        // rises early and later codes are rejected at one comparison.
+        let mut order: Vec<(u32, f32)> = lists.to_vec();
+        order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut todo: Vec<(usize, f32)> = Vec::new();
+        for &(l, coarse) in &order {
+            if let Some(&(at, len)) = self.lists.get(l as usize) {
+                todo.extend((0..len.div_ceil(BLOCK)).map(|b| (at + b * bb, coarse)));
+            }
+        }
+        const AHEAD: usize = 2;
+        let mut sums = [0u16; BLOCK];
+        let mut scores = [0f32; BLOCK];
+        for (i, &(at, coarse)) in todo.iter().enumerate() {
+            if let Some(&(next, _)) = todo.get(i + AHEAD) {
+                prefetch(&self.map[next..next + bb]);
+            }
+            let block = &self.map[at..at + bb];
+            let (codes, tail) = block.split_at(packed);
+            block_sums(codes, &q.luts, &mut sums);
+            let (fs, rest) = tail.split_at(4 * BLOCK);
+            let (gs, ids) = rest.split_at(4 * BLOCK);
+            block_scores(coarse, &q, fs, gs, &sums, &mut scores);
+            for (v, &s) in scores.iter().enumerate() {
+                if !best.admits(s) {
+                    continue;
+                }
+                let id = le_u32(&ids[4 * v..]);
+                if (id as usize) < self.n && crate::admitted(id, allow, deny) {
+                    best.push(s, id);
+                }
+            }
+        }
+        Ok(best.into_sorted())
+    }
+}
+
+/// The estimates of a block's 32 codes (padding included: its factors are 0, so it scores
+/// `coarse`), in a fixed order of operations (the compiler vectorises the fixed-size loops).
+#[inline]
+fn block_scores(
+    coarse: f32,
+    q: &Prepared,
+    fs: &[u8],
+    gs: &[u8],
+    sums: &[u16; BLOCK],
+    out: &mut [f32; BLOCK],
+) {
+    let mut f = [0f32; BLOCK];
+    let mut g = [0f32; BLOCK];
+    for v in 0..BLOCK {
+        f[v] = f32::from_bits(le_u32(&fs[4 * v..]));
+        g[v] = f32::from_bits(le_u32(&gs[4 * v..]));
+    }
+    for v in 0..BLOCK {
+        out[v] = (coarse + q.lo * g[v]) + (f[v] * q.delta) * (2.0 * sums[v] as f32 - q.level_sum);
+    }
+}
+
+/// Asks for `bytes` to be brought into the cache (a hint; nothing elsewhere).
+#[inline]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: SSE is part of x86_64; a prefetch of a valid address has no effect on
+        // program state.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
+/// [`block_sums_scalar`], with AVX2 where the CPU has it.
+#[inline]
+fn block_sums(codes: &[u8], luts: &[u8], out: &mut [u16; BLOCK]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::ivf_map::avx2_available()
+            && codes.len().is_multiple_of(32)
+            && luts.len() == codes.len()
+        {
+            // SAFETY: AVX2 is present (checked once, cached); the lengths were just checked.
+            unsafe { simd::block_sums_avx2(codes, luts, out) };
+            return;
+        }
+    }
+    block_sums_scalar(codes, luts, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::arch::x86_64::*;
+
+    use super::BLOCK;
+
+    /// Two groups per step: a 32-byte load holds group `2s` in its low lane and `2s + 1` in
+    /// its high lane, and so does the table register, so one shuffle looks up 16 codes' low
+    /// half-bytes in both groups and another their high half-bytes. Sums are kept as 16-bit
+    /// lanes: adding a shuffle result as u16 gives `even + 256·odd`, and the odd bytes are
+    /// summed apart (`>> 8`), so `even = total − 256·odd` (FAISS's fast-scan accumulation;
+    /// no sum exceeds 60 × 96 < 2^16).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2; `codes.len() == luts.len()`, a multiple of 32.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn block_sums_avx2(codes: &[u8], luts: &[u8], out: &mut [u16; BLOCK]) {
+        let low = _mm256_set1_epi8(0x0f);
+        let (mut lo_all, mut lo_odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let (mut hi_all, mut hi_odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let steps = codes.len() / 32;
+        for s in 0..steps {
+            // SAFETY: 32·s + 32 ≤ both lengths; unaligned loads.
+            let c = _mm256_loadu_si256(codes.as_ptr().add(32 * s) as *const __m256i);
+            let t = _mm256_loadu_si256(luts.as_ptr().add(32 * s) as *const __m256i);
+            let r_lo = _mm256_shuffle_epi8(t, _mm256_and_si256(c, low));
+            let r_hi = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(c, 4), low));
+            lo_all = _mm256_add_epi16(lo_all, r_lo);
+            lo_odd = _mm256_add_epi16(lo_odd, _mm256_srli_epi16(r_lo, 8));
+            hi_all = _mm256_add_epi16(hi_all, r_hi);
+            hi_odd = _mm256_add_epi16(hi_odd, _mm256_srli_epi16(r_hi, 8));
+        }
+        let lo_even = _mm256_sub_epi16(lo_all, _mm256_slli_epi16(lo_odd, 8));
+        let hi_even = _mm256_sub_epi16(hi_all, _mm256_slli_epi16(hi_odd, 8));
+        // The two lanes hold the even and odd groups of the same 16 codes: add them.
+        let fold =
+            |x: __m256i| _mm_add_epi16(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+        let mut lanes = [[0u16; 8]; 4];
+        for (dst, x) in lanes.iter_mut().zip([lo_even, lo_odd, hi_even, hi_odd]) {
+            _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, fold(x));
+        }
+        for t in 0..8 {
+            out[2 * t] = lanes[0][t];
+            out[2 * t + 1] = lanes[1][t];
+            out[16 + 2 * t] = lanes[2][t];
+            out[17 + 2 * t] = lanes[3][t];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
