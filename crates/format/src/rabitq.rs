@@ -60,6 +60,15 @@ use crate::{corrupt, io_err, FormatError, Result};
 /// dimensions recall@10 on uniform vectors fell to 0.67 against SQ8's 0.9+).
 pub const MIN_DIM: usize = 128;
 
+/// The largest dimension that gets one-bit codes: a code's table sum is at most 15 per
+/// dimension and is kept in 16 bits.
+pub const MAX_DIM: usize = 65_535 / 15;
+
+/// Whether segments of dimension `dim` get one-bit codes.
+pub fn applies(dim: usize) -> bool {
+    (MIN_DIM..=MAX_DIM).contains(&dim)
+}
+
 /// The seed of the rotation's random signs.
 pub const SEED: u64 = 0x5241_4269_7451_0001;
 /// Rounds of the rotation.
@@ -366,7 +375,7 @@ impl MappedRbq {
         }
         let (fdim, fgroups) = (le_u32(&p[0..]) as usize, le_u32(&p[4..]) as usize);
         let (nlist, n, seed) = (le_u64(&p[8..]), le_u64(&p[16..]), le_u64(&p[24..]));
-        if fdim != dim || fgroups != groups(dim) {
+        if fdim != dim || fgroups != groups(dim) || dim > MAX_DIM {
             return Err(corrupt(
                 path,
                 format!("codes of dimension {fdim} ({fgroups} groups), the segment has {dim}"),

@@ -347,8 +347,8 @@ fn f32_le_bytes(v: &[f32]) -> std::borrow::Cow<'_, [u8]> {
 }
 
 /// Trains, fills and writes `ivf.faiss`, fsyncs it and hashes it as it is on disk; then
-/// encodes its lists' one-bit codes into `ivf.rbq` ([`crate::rabitq`]) when the dimension is
-/// at least [`crate::rabitq::MIN_DIM`].
+/// encodes its lists' one-bit codes into `ivf.rbq` ([`crate::rabitq`]) when the dimension
+/// gets them ([`crate::rabitq::applies`]).
 fn write_ivf_file(
     tmp: &Path,
     vectors: &[f32],
@@ -359,7 +359,7 @@ fn write_ivf_file(
     let p = tmp.join(IVF_FILE);
     vectors::write_ivf_with(&p, vectors, dim, centroids)?;
     let faiss = hash_synced(&p)?;
-    if dim < crate::rabitq::MIN_DIM {
+    if !crate::rabitq::applies(dim) {
         return Ok(vec![faiss]);
     }
     let ivf = MappedIvf::open(&p, dim, vectors.len() / dim)?;

@@ -174,7 +174,7 @@ pub fn merge_cost(meta: &format::SegmentMeta) -> u64 {
 /// at a dimension that gets them, and no `ivf.rbq`.
 pub fn lacks_codes(meta: &format::SegmentMeta) -> bool {
     meta.vector_index != "flat"
-        && meta.dim as usize >= format::rabitq::MIN_DIM
+        && format::rabitq::applies(meta.dim as usize)
         && !meta
             .files
             .iter()

@@ -35,6 +35,13 @@ fn all_lists(ivf: &MappedIvf, q: &[f32]) -> Vec<(u32, f32)> {
 }
 
 #[test]
+fn table_sums_fit_sixteen_bits_up_to_the_largest_dimension() {
+    assert!(applies(384) && applies(MAX_DIM) && !applies(MAX_DIM + 1) && !applies(64));
+    // 15 per dimension, padding dimensions at 0.
+    assert!(15 * MAX_DIM <= u16::MAX as usize);
+}
+
+#[test]
 fn rotation_is_orthogonal() {
     for dim in [1, 2, 7, 64, 100, 384, 768] {
         let rot = Rotation::new(dim, SEED);
