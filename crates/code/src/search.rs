@@ -541,9 +541,12 @@ pub fn vector_list(
         .collect::<Result<Vec<_>, _>>()?;
     let plan = format::ivf_map::plan_probes(&ivfs, q, nprobe);
     // The deepest any segment asks for (one-bit codes ask for more than SQ8 ones).
+    // (Segments scanned exactly, `None` in `ivfs`, re-rank nothing.)
     let mut fetch = format::segment::rerank_depth(depth);
-    for ls in &index.segments {
-        fetch = fetch.max(ls.segment.rerank_depth(depth)?);
+    for (ls, ivf) in index.segments.iter().zip(&ivfs) {
+        if ivf.is_some() {
+            fetch = fetch.max(ls.segment.rerank_depth(depth)?);
+        }
     }
     let mut approx: Vec<(usize, u32, f32)> = Vec::new();
     let lists = per_segment(index.segments.len(), fans_out(index), |si| {

@@ -43,7 +43,7 @@
 //! `groups` is `2·⌈dim/8⌉` (dimensions past `dim` are zero). The list sizes must equal
 //! `ivf.faiss`'s (checked when opened beside it); every chunk id is checked against the
 //! segment's chunk count when scanned, and [`MappedRbq::check_ids`] (the verifier) checks that
-//! the ids are a permutation of the chunks followed by padding.
+//! each list names `ivf.faiss`'s chunks in its order, once each, followed by padding.
 
 use std::path::{Path, PathBuf};
 
@@ -150,7 +150,10 @@ impl Rotation {
             }
             // A power-of-two dimension is mixed by the transforms alone (the butterfly would
             // pair up coordinates a transform has just made equal in magnitude).
-            if half > 0 && self.span < d {
+            // At dim = span + 1 the butterfly would pair exactly the coordinates of the
+            // transform's last stage and undo it; the transforms over the first and last
+            // `span` coordinates mix everything then.
+            if half > 0 && self.span < d && 2 * half != self.span {
                 let (a, b) = x.split_at_mut(half);
                 for (u, w) in a.iter_mut().zip(&mut b[..half]) {
                     let (s, t) = (*u + *w, *u - *w);
@@ -440,27 +443,34 @@ impl MappedRbq {
         self.map[at..at + len.div_ceil(BLOCK) * bb].chunks_exact(bb)
     }
 
-    /// Checks that every list holds its codes first and padding after, and that the codes
-    /// name every chunk exactly once (the verifier's check; queries only skip ids out of
-    /// range).
-    pub fn check_ids(&self) -> Result<()> {
+    /// Checks that every list holds its codes first and padding after, that they name the
+    /// chunks of `ivf`'s list in its order (so each estimate adds the right centroid), and
+    /// that they name every chunk exactly once (the verifier's check; queries only skip ids
+    /// out of range).
+    pub fn check_ids(&self, ivf: &MappedIvf) -> Result<()> {
         let ids_at = 16 * groups(self.dim) + 8 * BLOCK;
         let mut seen = vec![false; self.n];
         for (l, &(_, len)) in self.lists.iter().enumerate() {
+            let mut expected = ivf.list_ids(l);
             for (b, block) in self.blocks(l).enumerate() {
                 for v in 0..BLOCK {
                     let id = le_u32(&block[ids_at + 4 * v..]);
-                    let real = b * BLOCK + v < len;
-                    let ok = if real {
-                        seen.get_mut(id as usize)
-                            .is_some_and(|s| !std::mem::replace(s, true))
+                    let ok = if b * BLOCK + v < len {
+                        expected.next() == Some(u64::from(id))
+                            && seen
+                                .get_mut(id as usize)
+                                .is_some_and(|s| !std::mem::replace(s, true))
                     } else {
                         id == PAD
                     };
                     if !ok {
                         return Err(corrupt(
                             &self.path,
-                            format!("list {l} slot {}: chunk id {id} is out of place, out of range or repeated", b * BLOCK + v),
+                            format!(
+                                "list {l} slot {}: chunk id {id} is out of place, out of \
+                                 range, repeated or not ivf.faiss's",
+                                b * BLOCK + v
+                            ),
                         ));
                     }
                 }
@@ -599,8 +609,8 @@ mod simd {
     /// its high lane, and so does the table register, so one shuffle looks up 16 codes' low
     /// half-bytes in both groups and another their high half-bytes. Sums are kept as 16-bit
     /// lanes: adding a shuffle result as u16 gives `even + 256·odd`, and the odd bytes are
-    /// summed apart (`>> 8`), so `even = total − 256·odd` (FAISS's fast-scan accumulation;
-    /// no sum exceeds 60 × 96 < 2^16).
+    /// summed apart (`>> 8`), so `even = total − 256·odd` modulo 2^16 (FAISS's fast-scan
+    /// accumulation), exact because no code's sum exceeds 15 · dim ≤ 65535 ([`super::MAX_DIM`]).
     ///
     /// # Safety
     /// The CPU must support AVX2; `codes.len() == luts.len()`, a multiple of 32.

@@ -731,7 +731,9 @@ impl Segment {
     /// (its SQ8 codes are scanned instead).
     pub fn rbq(&self) -> Result<Option<&MappedRbq>> {
         let name = Component::Rabitq.file_name();
-        if !self.meta.files.iter().any(|f| f.name == name) {
+        if !self.meta.files.iter().any(|f| f.name == name)
+            || !crate::rabitq::applies(self.meta.dim as usize)
+        {
             return Ok(None);
         }
         let Some(ivf) = self.ivf_map()? else {
@@ -899,14 +901,14 @@ impl Segment {
             if let Err(e) = self.ivf_map() {
                 problems.push(e);
             }
-            match self.rbq() {
-                Ok(Some(codes)) => {
-                    if let Err(e) = codes.check_ids() {
+            match (self.rbq(), self.ivf_map()) {
+                (Ok(Some(codes)), Ok(Some(ivf))) => {
+                    if let Err(e) = codes.check_ids(ivf) {
                         problems.push(e);
                     }
                 }
-                Ok(None) => {}
-                Err(e) => problems.push(e),
+                (Err(e), _) => problems.push(e),
+                _ => {}
             }
             // Open checks the postings' structure; every block's content only here.
             let pp = self.path_of(Component::Postings);

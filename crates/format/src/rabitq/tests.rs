@@ -43,7 +43,7 @@ fn table_sums_fit_sixteen_bits_up_to_the_largest_dimension() {
 
 #[test]
 fn rotation_is_orthogonal() {
-    for dim in [1, 2, 7, 64, 100, 384, 768] {
+    for dim in [1, 2, 7, 64, 100, 129, 257, 384, 768] {
         let rot = Rotation::new(dim, SEED);
         let a: Vec<f32> = (0..dim)
             .map(|i| ((i * 7 + 3) as f32 * 0.37).sin())
@@ -84,7 +84,7 @@ fn estimates_track_exact_scores() {
     let (v, queries) = all.split_at(n * dim);
     let tmp = tempfile::tempdir().unwrap();
     let (ivf, rbq) = build(tmp.path(), v, dim);
-    rbq.check_ids().unwrap();
+    rbq.check_ids(&ivf).unwrap();
     let (mut err, mut cnt, mut found) = (0f64, 0usize, 0usize);
     for q in queries.chunks_exact(dim) {
         let est = rbq.scan(q, &all_lists(&ivf, q), n, None, None).unwrap();
@@ -252,10 +252,19 @@ fn damaged_or_mismatched_files_are_errors() {
     bad[id_at(1)..id_at(1) + 4].copy_from_slice(&first.to_le_bytes());
     bad[id_at(2)..id_at(2) + 4].copy_from_slice(&(n as u32 + 7).to_le_bytes());
     let r = write_open(&bad).unwrap();
-    assert!(r.check_ids().is_err());
+    assert!(r.check_ids(&ivf).is_err());
     let q = &v[..dim];
     let got = r.scan(q, &all_lists(&ivf, q), n, None, None).unwrap();
     assert!(got.iter().all(|(c, _)| (*c as usize) < n));
+    // Every chunk named once, but two codes of list 0 swapped: out of ivf.faiss's order
+    // (each would be estimated against the wrong code), which the verifier reports.
+    let mut bad = good.clone();
+    let (a, b) = (le_u32(&bad[id_at(0)..]), le_u32(&bad[id_at(1)..]));
+    bad[id_at(0)..id_at(0) + 4].copy_from_slice(&b.to_le_bytes());
+    bad[id_at(1)..id_at(1) + 4].copy_from_slice(&a.to_le_bytes());
+    let swapped = write_open(&bad).unwrap();
+    let e = swapped.check_ids(&ivf).unwrap_err();
+    assert!(e.to_string().contains("list 0 slot 0"), "{e}");
     // Wrong dimension of the query.
     assert!(r.scan(&q[..dim - 1], &[], 5, None, None).is_err());
 }
