@@ -425,19 +425,7 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
         let mapped: Vec<Option<&format::ivf_map::MappedIvf>> =
             segs.iter().map(|s| s.ivf_map()).collect::<Result<_, _>>()?;
         let nr = args.recall_queries.min(nq);
-        let exact: Vec<Vec<(usize, u32)>> = (0..nr)
-            .map(|i| {
-                let q = &qv[i * DIM..(i + 1) * DIM];
-                let mut all: Vec<(usize, u32, f32)> = Vec::new();
-                for (si, sg) in segs.iter().enumerate() {
-                    for (c, sc) in exact_search(sg.vectors(), DIM, q, 10, None, None) {
-                        all.push((si, c, sc));
-                    }
-                }
-                all.sort_by(|a, b| b.2.total_cmp(&a.2));
-                all.into_iter().take(10).map(|x| (x.0, x.1)).collect()
-            })
-            .collect();
+        let exact = exact_top10(&segs, &qv, nr);
         return codes_table(&segs, &mapped, &qv, nq, &exact, &args.nprobes);
     }
     if let Some(rounds) = args.bm25_rounds {
@@ -605,19 +593,7 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     // Recall@10 vs exact, per nprobe; vector search latency per nprobe.
     let nr = args.recall_queries.min(nq);
     let t = Instant::now();
-    let exact: Vec<Vec<(usize, u32)>> = (0..nr)
-        .map(|i| {
-            let q = &qv[i * DIM..(i + 1) * DIM];
-            let mut all: Vec<(usize, u32, f32)> = Vec::new();
-            for (si, sg) in segs.iter().enumerate() {
-                for (c, sc) in exact_search(sg.vectors(), DIM, q, 10, None, None) {
-                    all.push((si, c, sc));
-                }
-            }
-            all.sort_by(|a, b| b.2.total_cmp(&a.2));
-            all.into_iter().take(10).map(|x| (x.0, x.1)).collect()
-        })
-        .collect();
+    let exact = exact_top10(&segs, &qv, nr);
     let exact_ms = t.elapsed().as_secs_f64() * 1e3 / nr as f64;
     println!(
         "\n| nprobe | recall@10 vs exact ({nr} queries) | vector-only code::search p50 ms | p99 ms |\n|---:|---:|---:|---:|"
@@ -751,6 +727,23 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     }
     codes_table(&segs, &mapped, &qv, nq, &exact, &probes)?;
     Ok(())
+}
+
+/// The exact top 10 (segment, chunk) over all segments for each of the first `nr` queries.
+fn exact_top10(segs: &[&format::Segment], qv: &[f32], nr: usize) -> Vec<Vec<(usize, u32)>> {
+    (0..nr)
+        .map(|i| {
+            let q = &qv[i * DIM..(i + 1) * DIM];
+            let mut all: Vec<(usize, u32, f32)> = Vec::new();
+            for (si, sg) in segs.iter().enumerate() {
+                for (c, sc) in exact_search(sg.vectors(), DIM, q, 10, None, None) {
+                    all.push((si, c, sc));
+                }
+            }
+            all.sort_by(|a, b| b.2.total_cmp(&a.2));
+            all.into_iter().take(10).map(|x| (x.0, x.1)).collect()
+        })
+        .collect()
 }
 
 /// Which codes choose the candidates: the same planned lists scanned through the SQ8 codes
