@@ -287,6 +287,17 @@ fn get_varint(buf: &[u8], pos: &mut usize) -> Option<u32> {
     None
 }
 
+/// The next eight bytes of `buf` at `pos` as a little-endian word when at least eight values
+/// remain (`left`) and all eight bytes are whole one-byte varints (high bits clear).
+#[inline]
+fn one_byte_run(buf: &[u8], pos: usize, left: usize) -> Option<u64> {
+    if left < 8 {
+        return None;
+    }
+    let w = u64::from_le_bytes(buf.get(pos..pos + 8)?.try_into().ok()?);
+    (w & 0x8080_8080_8080_8080 == 0).then_some(w)
+}
+
 /// Documents per unit of parallel tokenization in [`build`]: fixed, so the units (and so the
 /// output) do not depend on the thread count.
 const TOKENIZE_RANGE: usize = 1024;
@@ -551,21 +562,47 @@ impl ArchivedPostingsArchive {
         );
         let buf = self.data.get(s..e)?;
         let mut pos = 0usize;
+        // Each id after the first is the previous one + 1 + its gap. Summed in u64: an id past
+        // u32::MAX is caught below instead of wrapping.
         let mut d = if b == b0 {
-            0u32
+            0u64
         } else {
-            self.block_last[b - 1].to_native().checked_add(1)?
+            u64::from(self.block_last[b - 1].to_native()) + 1
         };
-        for (i, slot) in docs.iter_mut().enumerate().take(n) {
-            let gap = get_varint(buf, &mut pos)?;
-            d = d.checked_add(gap)?;
-            *slot = d;
-            if i + 1 < n {
-                d = d.checked_add(1)?;
+        let mut i = 0;
+        while i < n {
+            // Eight one-byte varints at once (gaps and tfs below 128: most postings of the
+            // long lists that dominate query time).
+            if let Some(w) = one_byte_run(buf, pos, n - i) {
+                for (j, slot) in docs[i..i + 8].iter_mut().enumerate() {
+                    d += (w >> (8 * j)) & 0x7f;
+                    *slot = d as u32;
+                    d += 1;
+                }
+                if d > u64::from(u32::MAX) + 1 {
+                    return None;
+                }
+                pos += 8;
+                i += 8;
+                continue;
             }
+            d += u64::from(get_varint(buf, &mut pos)?);
+            docs[i] = u32::try_from(d).ok()?;
+            d += 1;
+            i += 1;
         }
-        for slot in tfs.iter_mut().take(n) {
-            *slot = get_varint(buf, &mut pos)?.checked_add(1)?;
+        let mut i = 0;
+        while i < n {
+            if let Some(w) = one_byte_run(buf, pos, n - i) {
+                for (j, slot) in tfs[i..i + 8].iter_mut().enumerate() {
+                    *slot = ((w >> (8 * j)) & 0x7f) as u32 + 1;
+                }
+                pos += 8;
+                i += 8;
+                continue;
+            }
+            tfs[i] = get_varint(buf, &mut pos)?.checked_add(1)?;
+            i += 1;
         }
         let ends_right = n > 0
             && docs[n - 1] == self.block_last.get(b)?.to_native()
