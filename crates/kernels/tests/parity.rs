@@ -284,17 +284,22 @@ fn gpu_parity(device: DeviceChoice, require: &str) {
 fn cosines_vs_reference(enc: &Encoder, fx: &[Fixture]) -> Vec<f32> {
     let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
     let (vecs, _) = enc.embed(&texts).expect("embed");
-    let dim = enc.dim();
+    cosines_of(&vecs, enc.dim(), fx)
+}
+
+/// The cosine of each fixture's row of `vecs` (`dim` wide) against its numpy reference vector.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn cosines_of(vecs: &[f32], dim: usize, fx: &[Fixture]) -> Vec<f32> {
     fx.iter()
         .enumerate()
         .map(|(i, f)| cosine(&vecs[i * dim..(i + 1) * dim], &f.vector))
         .collect()
 }
 
-/// Min cosine of `enc`'s embeddings of the fixtures against the numpy reference.
+/// Min of [`cosines_of`].
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn min_cosine_vs_reference(enc: &Encoder) -> f32 {
-    cosines_vs_reference(enc, &fixtures())
+fn min_cosine_of(vecs: &[f32], dim: usize, fx: &[Fixture]) -> f32 {
+    cosines_of(vecs, dim, fx)
         .into_iter()
         .fold(f32::MAX, f32::min)
 }
@@ -319,22 +324,26 @@ fn cuda_half_precision_parity_or_clear_refusal() {
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn gpu_half_precision(device: DeviceChoice, require: &str) {
     let dir = model_dir();
-    if Encoder::load_with(&dir, device, Precision::F32).is_err() && !required(require) {
-        eprintln!("SKIPPED {device} half precision: no device");
-        return;
-    }
+    let f32_enc = match Encoder::load_with(&dir, device, Precision::F32) {
+        Ok(e) => e,
+        Err(e) if !required(require) => {
+            eprintln!("SKIPPED {device} half precision: {e}");
+            return;
+        }
+        Err(e) => panic!("{device} f32 encoder: {e}"),
+    };
+    // Each encoder embeds the fixtures once (on lavapipe a pass costs tens of seconds).
+    let fx = fixtures();
+    let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
+    let dim = f32_enc.dim();
+    let (b, _) = f32_enc.embed(&texts).expect("f32 embed");
     for half in [Precision::F16, Precision::Bf16] {
         match Encoder::load_with(&dir, device, half) {
             Ok(enc) => {
                 assert_eq!(enc.precision(), half);
-                let c = min_cosine_vs_reference(&enc);
-                // Half precision really ran: the vectors differ from f32 ones, slightly.
-                let f32_enc =
-                    Encoder::load_with(&dir, device, Precision::F32).expect("f32 on the GPU");
-                let fx = fixtures();
-                let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
                 let (a, _) = enc.embed(&texts).expect("half embed");
-                let (b, _) = f32_enc.embed(&texts).expect("f32 embed");
+                let c = min_cosine_of(&a, dim, &fx);
+                // Half precision really ran: the vectors differ from f32 ones, slightly.
                 let diff = a
                     .iter()
                     .zip(&b)
@@ -362,7 +371,7 @@ fn gpu_half_precision(device: DeviceChoice, require: &str) {
     eprintln!("{device} auto: {desc}");
     assert!(desc.contains("precision"), "{desc}");
     assert_ne!(auto.precision(), Precision::Auto);
-    let c = min_cosine_vs_reference(&auto);
+    let c = min_cosine_of(&auto.embed(&texts).expect("auto embed").0, dim, &fx);
     assert!(
         c >= kernels::HALF_PARITY_MIN_COSINE,
         "auto ({}): {c}",
