@@ -254,16 +254,24 @@ fn required(var: &str) -> bool {
     std::env::var(var).as_deref() == Ok("1")
 }
 
+/// An f32 encoder on `device`; `None` (the `test` reported as skipped) when the device is
+/// missing and `require` is not set, a failure when it is.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn f32_encoder_or_skip(device: DeviceChoice, require: &str, test: &str) -> Option<Encoder> {
+    match Encoder::load_with(&model_dir(), device, Precision::F32) {
+        Ok(e) => Some(e),
+        Err(e) if !required(require) => {
+            eprintln!("SKIPPED {device} {test}: {e}");
+            None
+        }
+        Err(e) => panic!("{device} f32 encoder: {e}"),
+    }
+}
+
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn gpu_parity(device: DeviceChoice, require: &str) {
-    let dir = model_dir();
-    let enc = match Encoder::load_with(&dir, device, Precision::F32) {
-        Ok(e) => e,
-        Err(e) if !required(require) => {
-            eprintln!("SKIPPED {device} parity: {e}");
-            return;
-        }
-        Err(e) => panic!("{device} encoder: {e}"),
+    let Some(enc) = f32_encoder_or_skip(device, require, "parity") else {
+        return;
     };
     eprintln!("{device} device: {}", enc.device_description());
     let fx = fixtures();
@@ -323,15 +331,10 @@ fn cuda_half_precision_parity_or_clear_refusal() {
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn gpu_half_precision(device: DeviceChoice, require: &str) {
-    let dir = model_dir();
-    let f32_enc = match Encoder::load_with(&dir, device, Precision::F32) {
-        Ok(e) => e,
-        Err(e) if !required(require) => {
-            eprintln!("SKIPPED {device} half precision: {e}");
-            return;
-        }
-        Err(e) => panic!("{device} f32 encoder: {e}"),
+    let Some(f32_enc) = f32_encoder_or_skip(device, require, "half precision") else {
+        return;
     };
+    let dir = model_dir();
     // Each encoder embeds the fixtures once (on lavapipe a pass costs tens of seconds).
     let fx = fixtures();
     let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
