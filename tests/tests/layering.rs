@@ -75,6 +75,10 @@ const LAYERS: &[(&str, u32)] = &[
     ("cix-queryd", 4),
 ];
 
+/// Workspace packages that hold no code, only feature pins (`workspace-hack/`: see its
+/// manifest); any crate may depend on them. [`feature_pin_crates_hold_no_code`] keeps them so.
+const FEATURE_PINS: &[(&str, &str)] = &[("cix-workspace-hack", "workspace-hack")];
+
 /// Crates below the server that must not depend (directly) on the server stack.
 const NO_SERVER_STACK: &[&str] = &["cix-code", "cix-memory", "cix-engine"];
 
@@ -1278,6 +1282,7 @@ fn dependency_problems(manifests: &[Manifest]) -> (String, Vec<String>) {
             .deps
             .iter()
             .filter(|d| d.local || ours.contains(d.package.as_str()))
+            .filter(|d| !FEATURE_PINS.iter().any(|(p, _)| *p == d.package))
             .collect();
         let mut names: Vec<&str> = internal.iter().map(|d| d.package.as_str()).collect();
         names.sort();
@@ -1338,6 +1343,39 @@ fn dependency_problems(manifests: &[Manifest]) -> (String, Vec<String>) {
 
 // ---------------------------------------------------------------------------------------------
 // Check 3: long files say why.
+
+/// A feature-pin package may be depended on from any layer only because it has no code: its
+/// sources are `src/lib.rs` of inner doc comments and an empty `build.rs`.
+#[test]
+fn feature_pin_crates_hold_no_code() {
+    for (package, dir) in FEATURE_PINS {
+        let dir = workspace_root().join(dir);
+        assert_eq!(
+            package_name(&read_toml(&dir.join("Cargo.toml"))),
+            *package,
+            "{}",
+            dir.display()
+        );
+        let files: Vec<String> = rust_files(&dir).iter().map(|f| rel(f, &dir)).collect();
+        assert_eq!(
+            files,
+            ["build.rs", "src/lib.rs"],
+            "{package}: only these two files"
+        );
+        let lib = fs::read_to_string(dir.join("src/lib.rs")).unwrap();
+        let code: Vec<&str> = lib
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//!"))
+            .collect();
+        assert!(code.is_empty(), "{package}/src/lib.rs holds code: {code:?}");
+        let build = fs::read_to_string(dir.join("build.rs")).unwrap();
+        assert_eq!(
+            build.trim(),
+            "fn main() {}",
+            "{package}/build.rs does something"
+        );
+    }
+}
 
 #[test]
 fn long_files_state_a_reason() {
