@@ -123,6 +123,10 @@ struct Args {
     /// Session weights `session,neighbour` for the lever rows.
     #[arg(long)]
     session: Option<String>,
+    /// IVF lists probed by the code styles (default: the search's own,
+    /// `code::search::default_nprobe` of the index), e.g. to compare with an older table.
+    #[arg(long)]
+    nprobe: Option<usize>,
 }
 
 /// One query: its text, the relevant items (each a set of equivalent keys), its half.
@@ -748,6 +752,7 @@ struct Config {
     weights: Option<(f32, f32)>,
     expand: bool,
     adapt: code::search::Adapt,
+    nprobe: Option<usize>,
 }
 
 fn configs(args: &Args) -> anyhow::Result<Vec<Config>> {
@@ -765,6 +770,7 @@ fn configs(args: &Args) -> anyhow::Result<Vec<Config>> {
         weights: None,
         expand: !args.no_expand,
         adapt,
+        nprobe: args.nprobe,
     };
     let mut out = vec![
         Config {
@@ -810,6 +816,13 @@ fn run_code(
     dump: &mut Vec<serde_json::Value>,
     decision_us: &mut Vec<f64>,
 ) -> anyhow::Result<()> {
+    match cfgs.first().and_then(|c| c.nprobe) {
+        Some(n) => println!("code index: nprobe {n} (--nprobe)"),
+        None => println!(
+            "code index: nprobe {} (the search's default for it)",
+            code::search::default_nprobe(index)?
+        ),
+    }
     for (i, q) in qs.iter().enumerate() {
         if !keep(q) {
             continue;
@@ -824,6 +837,7 @@ fn run_code(
                 limit: 10,
                 expand: c.expand,
                 adapt: c.adapt,
+                nprobe: c.nprobe,
                 ..SearchOptions::default()
             };
             let (hits, tm) = search(index, &q.text, Some(v), &o)?;
