@@ -488,7 +488,7 @@ fn chunk_boundaries_symbol_ids_kinds_and_parents() {
             c.start_byte.to_native() as usize,
             c.end_byte.to_native() as usize,
         );
-        assert_eq!(&src[sb..eb], c.text.as_str(), "text of {what}");
+        assert_eq!(&src[sb..eb], c.text.as_str().unwrap(), "text of {what}");
         let lines: Vec<&str> = src.lines().collect();
         let expected_text = lines[e.start as usize - 1..e.end as usize].join("\n");
         // A C++ class chunk is the class specifier: the `;` of its declaration stays outside.
@@ -496,7 +496,7 @@ fn chunk_boundaries_symbol_ids_kinds_and_parents() {
             Some(head) if e.kind == "class" && e.id.starts_with("cpp ") => format!("{head}}}"),
             _ => expected_text,
         };
-        assert_eq!(c.text.as_str(), expected_text, "text of {what}");
+        assert_eq!(c.text.as_str().unwrap(), expected_text, "text of {what}");
         let parent = c.parent.to_native();
         match &e.parent {
             None => assert_eq!(parent, format::records::NO_PARENT, "parent of {what}"),
@@ -510,7 +510,12 @@ fn chunk_boundaries_symbol_ids_kinds_and_parents() {
             }
         }
         // The vector stored for the chunk is the model's embedding of its embed text.
-        let et = indexer::build::embed_text(file.path.as_str(), &c.kind, &c.qualified, &c.text);
+        let et = indexer::build::embed_text(
+            file.path.as_str(),
+            &c.kind,
+            &c.qualified,
+            c.text.as_str().unwrap(),
+        );
         assert_eq!(
             c.content_hash,
             *blake3::hash(et.as_bytes()).as_bytes(),
@@ -525,6 +530,8 @@ fn chunk_boundaries_symbol_ids_kinds_and_parents() {
     let c = &ix.segments[si].segment.table().chunks[ci as usize];
     assert!(c
         .text
+        .as_str()
+        .unwrap()
         .starts_with("/// Computes the edit distance between two strings"));
 }
 
@@ -751,7 +758,12 @@ fn reopened_index_answers_bm25_vector_and_hybrid_queries() {
     );
     // The stored vector of a chunk is the model's embedding of its embed text.
     let c = &seg.table().chunks[lev as usize];
-    let et = indexer::build::embed_text("src/lib.rs", &c.kind, &c.qualified, &c.text);
+    let et = indexer::build::embed_text(
+        "src/lib.rs",
+        &c.kind,
+        &c.qualified,
+        c.text.as_str().unwrap(),
+    );
     let fresh = embed_one(&et);
     let stored = seg.vector(lev).unwrap();
     let cos: f32 = fresh.iter().zip(stored).map(|(a, b)| a * b).sum();

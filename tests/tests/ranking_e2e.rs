@@ -57,7 +57,7 @@ fn derived_queries(ix: &Index) -> Vec<String> {
             if !c.name.is_empty() && c.name.len() > 2 {
                 names.insert(c.name.to_string());
             }
-            for l in c.text.lines() {
+            for l in c.text.as_str().unwrap().lines() {
                 let l = l.trim_start();
                 let Some(rest) = l.strip_prefix("///").or_else(|| l.strip_prefix("//!")) else {
                     continue;

@@ -164,7 +164,7 @@ fn doc_sentence(text: &str) -> Option<String> {
 }
 
 /// (style, query) pairs: identifiers, then natural-language questions.
-fn queries(index: &Index, per_style: usize) -> (Vec<String>, Vec<String>) {
+fn queries(index: &Index, per_style: usize) -> anyhow::Result<(Vec<String>, Vec<String>)> {
     let mut idents = Vec::new();
     let mut docs = Vec::new();
     for ls in &index.segments {
@@ -180,7 +180,7 @@ fn queries(index: &Index, per_style: usize) -> (Vec<String>, Vec<String>) {
             if c.name.len() >= 5 {
                 idents.push(c.name.to_string());
             }
-            if let Some(s) = doc_sentence(c.text.as_str()) {
+            if let Some(s) = doc_sentence(c.text.as_str()?) {
                 docs.push(s);
             }
         }
@@ -194,7 +194,7 @@ fn queries(index: &Index, per_style: usize) -> (Vec<String>, Vec<String>) {
             .take(per_style)
             .collect::<Vec<_>>()
     };
-    (pick(idents), pick(docs))
+    Ok((pick(idents), pick(docs)))
 }
 
 /// A warm queryd on `index` (its query-vector cache on, no file watcher).
@@ -279,7 +279,7 @@ fn main() -> anyhow::Result<()> {
     }
 
     let ix = Index::open(&index)?;
-    let (idents, docs) = queries(&ix, a.queries);
+    let (idents, docs) = queries(&ix, a.queries)?;
     println!(
         "\nindex: {} live chunks in {} segment(s); queries: {} identifiers, {} doc-comment sentences",
         ix.live_chunks(),

@@ -1114,6 +1114,7 @@ fn main() -> anyhow::Result<()> {
             c.name,
             p.query,
             c.text
+                .as_str()?
                 .lines()
                 .take(8)
                 .map(|l| format!("    {l}"))

@@ -641,9 +641,13 @@ fn header_sim(
         .map(|&c| {
             let ch = &t.chunks[c as usize];
             let f = &t.files[ch.file.to_native() as usize];
-            header_text(f.path.as_str(), ch.qualified.as_str(), ch.text.as_str())
+            Ok(header_text(
+                f.path.as_str(),
+                ch.qualified.as_str(),
+                ch.text.as_str()?,
+            ))
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     for x in texts.iter().take(3) {
         eprintln!("header: {x}");
     }

@@ -914,10 +914,11 @@ pub fn search(
         .map(|g| {
             let (si, c) = rank::shown(index, g.node);
             let (score, vr, lr) = ranked[g.rank].1;
-            let t = index.segments[si].segment.table();
+            let seg = &index.segments[si].segment;
+            let t = seg.table();
             let ch = &t.chunks[c as usize];
             let f = &t.files[ch.file.to_native() as usize];
-            Hit {
+            Ok(Hit {
                 score,
                 path: f.path.to_string(),
                 repo: f.repo.to_string(),
@@ -929,12 +930,12 @@ pub fn search(
                 end_line: g.end_line,
                 vector_rank: vr,
                 lexical_rank: lr,
-                text: ch.text.to_string(),
+                text: seg.chunk_text(c)?.to_string(),
                 segment: si,
                 chunk: c,
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_, format::FormatError>>()?;
     tm.fusion = t.elapsed();
     Ok((hits, tm))
 }

@@ -68,6 +68,12 @@ impl CodeView {
         &self.index.segments[s].segment.table().chunks[n as usize]
     }
 
+    /// A chunk's text, checked to be UTF-8 when read ([`format::lazy_text`]): a damaged text
+    /// is a corruption error naming the segment's file, never a panic or altered text.
+    pub fn text(&self, (s, n): NodeRef) -> Result<&str, FormatError> {
+        self.index.segments[s].segment.chunk_text(n)
+    }
+
     /// The file of a chunk node, or the file a file node stands for.
     pub fn file(&self, (s, n): NodeRef) -> &ArchivedFileRecord {
         let t = self.index.segments[s].segment.table();

@@ -39,9 +39,22 @@ impl Engine {
     }
 
     /// [`Engine::sanitize_text`] for a tool error's texts.
+    /// A [`ToolError::Damaged`] is reported like replaced text (the file changed or was
+    /// damaged after it was opened) and asks for a full re-verify.
     pub(crate) fn sanitize_error(&self, tool: &str, mut e: ToolError) -> ToolError {
+        if let ToolError::Damaged(m) = &e {
+            eprintln!("queryd: `{tool}` read a damaged index file: {m}; re-verifying the index");
+            self.integrity.report(
+                "text",
+                None,
+                format!("`{tool}` read a damaged index file: {m}"),
+            );
+            self.integrity.reverify_all();
+        }
         let n = match &mut e {
-            ToolError::InvalidInput(m) | ToolError::Internal(m) => usize::from(fix_str(m)),
+            ToolError::InvalidInput(m) | ToolError::Internal(m) | ToolError::Damaged(m) => {
+                usize::from(fix_str(m))
+            }
             ToolError::NotFound {
                 message,
                 suggestions,

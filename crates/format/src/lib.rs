@@ -11,6 +11,7 @@ pub mod fsio;
 pub mod graph;
 pub mod header;
 pub mod ivf_map;
+pub mod lazy_text;
 pub mod manifest;
 pub mod memory;
 pub mod merge;

@@ -115,7 +115,7 @@ pub fn merge(parts: &[&LiveSegment]) -> Result<(SegmentBuilder, MergeStats)> {
                     new_first + (parent - first)
                 },
                 content_hash: r.content_hash,
-                text: r.text.to_string(),
+                text: seg.chunk_text(c)?.to_string(),
             });
             let v = seg.vector(c).ok_or_else(|| {
                 FormatError::InvalidInput(format!("segment {} lacks vector {c}", seg.id()))

@@ -8,7 +8,8 @@
 //!
 //! Opening checks, in order: `segment.json` parses and has our version and model; every listed
 //! file exists with its recorded size; each file's header; rkyv validation (bytecheck) of each
-//! archive; cross-file structure (postings and graph refer to existing chunks, vector count).
+//! archive (chunk texts' bounds only: their UTF-8 is checked when read, [`crate::lazy_text`],
+//! and all of it by `verify`); cross-file structure (postings and graph refer to existing chunks, vector count).
 //! After that, reads go straight to the memory maps. Full checksums run in [`Segment::verify`]
 //! (and always before FAISS parses `ivf.faiss`, which is not hardened against corrupt input).
 
@@ -646,6 +647,22 @@ impl Segment {
         unsafe { rkyv::access_unchecked::<ArchivedChunkTable>(&self.chunks[HEADER_LEN..]) }
     }
 
+    /// Chunk `c`'s text, checked to be UTF-8 ([`crate::lazy_text`]); a damaged text is a
+    /// corruption error naming `chunks.rkyv`, and a chunk past the end is invalid input.
+    pub fn chunk_text(&self, c: u32) -> Result<&str> {
+        let t = self.table();
+        let r = t.chunks.get(c as usize).ok_or_else(|| {
+            FormatError::InvalidInput(format!(
+                "chunk {c} is past the end of segment {} ({} chunks)",
+                self.id,
+                t.chunks.len()
+            ))
+        })?;
+        r.text
+            .as_str()
+            .map_err(|e| corrupt(&self.path_of(Component::Chunks), format!("chunk {c}: {e}")))
+    }
+
     pub fn postings(&self) -> &ArchivedPostingsArchive {
         // SAFETY: validated in `open`, see `table`.
         unsafe { rkyv::access_unchecked::<ArchivedPostingsArchive>(&self.postings[HEADER_LEN..]) }
@@ -893,6 +910,20 @@ impl Segment {
                 Ok(_) => problems.push(corrupt(&p, "checksum does not match segment.json")),
                 Err(e) => problems.push(FormatError::Io { path: p, source: e }),
             }
+        }
+        // Open checks the texts' bounds; their UTF-8 only when read, and all of it here.
+        let bad: Vec<(usize, crate::lazy_text::TextError)> = (self.table().chunks.iter())
+            .enumerate()
+            .filter_map(|(c, r)| r.text.as_str().err().map(|e| (c, e)))
+            .collect();
+        if let Some((first, e)) = bad.first() {
+            problems.push(corrupt(
+                &self.path_of(Component::Chunks),
+                format!(
+                    "{} chunk text(s) are not UTF-8; the first, chunk {first}: {e}",
+                    bad.len()
+                ),
+            ));
         }
         if problems.is_empty() {
             if let Err(e) = self.ivf() {

@@ -350,3 +350,39 @@ fn corruption_of_every_file_is_detected() {
     }
     assert!(Index::open(dir.path()).is_ok());
 }
+
+/// A chunk text that is not UTF-8 does not stop the segment from opening (texts are checked
+/// when read, so opening does not read them all): reading that text is an error naming
+/// `chunks.rkyv` and the chunk, other chunks and searches still work, and `verify` reports it.
+#[test]
+fn a_damaged_chunk_text_fails_its_read_and_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (id, _) = builder(2, 3, 8).write(dir.path(), MODEL, 8).unwrap();
+    commit(dir.path(), &id, 6, 8, None);
+    let p = dir.path().join(format!("seg-{id}")).join("chunks.rkyv");
+    let mut bytes = std::fs::read(&p).unwrap();
+    let text = b"fn func_1_2() { parse_config(); render_page(2); }";
+    let at = bytes.windows(text.len()).position(|w| w == text).unwrap();
+    bytes[at + 3] = 0xFF;
+    std::fs::write(&p, &bytes).unwrap();
+
+    let index = Index::open(dir.path()).unwrap();
+    let seg = &index.segments[0].segment;
+    let e = seg.chunk_text(5).unwrap_err().to_string();
+    assert!(
+        e.contains("chunks.rkyv")
+            && e.contains("chunk 5")
+            && e.contains("not valid UTF-8 at byte 3"),
+        "{e}"
+    );
+    assert!(seg.chunk_text(4).unwrap().starts_with("fn func_1_1()"));
+    assert!(seg.chunk_text(6).is_err(), "past the end");
+    assert_eq!(seg.search_bm25("func_0_1", 1, None, None)[0].0, 1);
+    let problems: Vec<String> = seg.verify().iter().map(|e| e.to_string()).collect();
+    assert!(
+        problems
+            .iter()
+            .any(|m| m.contains("1 chunk text(s) are not UTF-8; the first, chunk 5")),
+        "{problems:?}"
+    );
+}

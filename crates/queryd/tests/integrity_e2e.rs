@@ -86,12 +86,14 @@ async fn text_changed_under_a_served_segment_never_breaks_the_client() {
     f.write_all(&[0xFF]).unwrap();
     f.sync_all().unwrap();
     drop(f);
-    // The answer arrives as valid JSON (the client would stop reading otherwise) ...
+    // The answer arrives as valid JSON (the client would stop reading otherwise): an error
+    // that names the damaged file and chunk (chunk texts are checked when read) ...
     let r = call_tool(&c, "get_symbol", json!({"symbol": id})).await;
-    let v = match r {
-        Ok(v) | Err(v) => v,
-    };
-    assert!(v.to_string().contains('\u{FFFD}'), "{v}");
+    let e = err_text(r.expect_err("a damaged text is an error, not altered code"));
+    assert!(
+        e.contains("chunks.rkyv is corrupt") && e.contains("not valid UTF-8"),
+        "{e}"
+    );
     // ... the next call still works, and the server says something is wrong.
     let st = call_tool(&c, "index_status", json!({})).await.unwrap();
     assert_eq!(st["health"], "degraded", "{st}");

@@ -324,12 +324,16 @@ impl Cascade<'_> {
     /// Callers the graph did not resolve: functions and methods of the targets' language that
     /// call the name (`name(`, `.name(`, `::name(`) on a line that does not define it, and
     /// whose calls of that name the graph did not resolve to another symbol.
-    fn text_callers(&mut self, seen: &mut HashSet<NodeRef>, room: usize) -> Vec<CallSite> {
+    fn text_callers(
+        &mut self,
+        seen: &mut HashSet<NodeRef>,
+        room: usize,
+    ) -> ToolResult<Vec<CallSite>> {
         let t = Instant::now();
         let ident = self.ident.clone();
         let mut results = Vec::new();
         if ident.is_empty() || room == 0 {
-            return results;
+            return Ok(results);
         }
         let own = self.target_ids();
         let families = self.target_families();
@@ -345,7 +349,7 @@ impl Cascade<'_> {
             if !families.is_empty() && !families.contains(family(code.file(n).language.as_str())) {
                 continue;
             }
-            let Some((off, text)) = call_lines(&c.text, &ident).into_iter().next() else {
+            let Some((off, text)) = call_lines(code.text(n)?, &ident).into_iter().next() else {
                 continue;
             };
             // Explained: the graph resolved this chunk's call of that name elsewhere.
@@ -367,12 +371,12 @@ impl Cascade<'_> {
             }
         }
         self.dbg.other_ms = ms(t.elapsed());
-        results
+        Ok(results)
     }
 
     /// Last resort for callers of an unknown name: chunks that mention it as a whole word (not
     /// defining another symbol of that name).
-    fn text_mentions(&mut self) -> Vec<CallSite> {
+    fn text_mentions(&mut self) -> ToolResult<Vec<CallSite>> {
         let t = Instant::now();
         let ident = self.ident.clone();
         let mut results = Vec::new();
@@ -389,7 +393,7 @@ impl Cascade<'_> {
                 if !families.is_empty() && !families.contains(family(lang)) {
                     continue;
                 }
-                let hits = whole_word_lines(&c.text, &ident);
+                let hits = whole_word_lines(self.snap.code.text(n)?, &ident);
                 let Some((off, text)) = hits.into_iter().find(|(_, l)| !defines(l, &ident)) else {
                     continue;
                 };
@@ -404,17 +408,17 @@ impl Cascade<'_> {
             }
         }
         self.dbg.other_ms = ms(t.elapsed());
-        results
+        Ok(results)
     }
 
     /// Stage 2 for callees: indexed symbols called by name in the targets' code.
-    fn text_calls(&mut self, seen: &mut HashSet<NodeRef>) -> Vec<CallSite> {
+    fn text_calls(&mut self, seen: &mut HashSet<NodeRef>) -> ToolResult<Vec<CallSite>> {
         let t = Instant::now();
         let mut results = Vec::new();
         let fams = self.target_families();
         for &n in &self.targets {
             let own = self.snap.code.chunk(n).name.to_string();
-            for w in called_identifiers(&Engine::code_of(&self.snap, n)) {
+            for w in called_identifiers(&Engine::code_of(&self.snap, n)?) {
                 if w == own {
                     continue;
                 }
@@ -432,7 +436,7 @@ impl Cascade<'_> {
             }
         }
         self.dbg.other_ms = ms(t.elapsed());
-        results
+        Ok(results)
     }
 
     /// Stage 3: code semantically close to the name's words. Returns the words searched.
@@ -534,14 +538,14 @@ impl Engine {
         let mut seen = HashSet::new();
         let mut results = c.graph(|v, n| v.in_edges(n, EdgeKind::Calls), &mut seen);
         let room = c.limit.saturating_sub(results.len());
-        let text = c.text_callers(&mut seen, room);
+        let text = c.text_callers(&mut seen, room)?;
         let graph_n = results.len();
         results.extend(text);
         if !results.is_empty() {
             let (stage, note) = merged_note(&results, graph_n, &c.ident, "callers");
             return Ok(c.answer(stage, note, results));
         }
-        let results = c.text_mentions();
+        let results = c.text_mentions()?;
         if !results.is_empty() {
             let note = format!("no calls of `{}` found; these chunks mention it as a whole word (name_only: unconfirmed, e.g. passed as a value)", c.ident);
             return Ok(c.answer(Stage::Text, note, results));
@@ -565,7 +569,7 @@ impl Engine {
             let (stage, note) = merged_note(&results, n, &c.ident, "callees");
             return Ok(c.answer(stage, note, results));
         }
-        let results = c.text_calls(&mut seen);
+        let results = c.text_calls(&mut seen)?;
         if !results.is_empty() {
             let note = "no CALLS edges; these indexed symbols of its language are called by name in its code (name_only: unconfirmed)".to_string();
             return Ok(c.answer(Stage::Text, note, results));

@@ -31,6 +31,9 @@ pub enum ToolError {
         suggestions: Vec<String>,
     },
     Internal(String),
+    /// An index file found damaged while answering (a chunk text that is not UTF-8): the
+    /// engine reports it in `index_status` and re-verifies the index.
+    Damaged(String),
 }
 
 /// Longest error text an agent reads; longer ones (an echoed 100 KB argument) are cut.
@@ -51,7 +54,9 @@ fn bounded(m: &str) -> std::borrow::Cow<'_, str> {
 impl std::fmt::Display for ToolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ToolError::InvalidInput(m) | ToolError::Internal(m) => f.write_str(&bounded(m)),
+            ToolError::InvalidInput(m) | ToolError::Internal(m) | ToolError::Damaged(m) => {
+                f.write_str(&bounded(m))
+            }
             ToolError::NotFound {
                 message,
                 suggestions,
@@ -82,12 +87,25 @@ impl ToolError {
         match self {
             ToolError::InvalidInput(_) => "invalid_input",
             ToolError::NotFound { .. } => "not_found",
-            ToolError::Internal(_) => "error",
+            ToolError::Internal(_) | ToolError::Damaged(_) => "error",
         }
     }
 }
 
 pub type ToolResult<T> = Result<T, ToolError>;
+
+/// A format error met while answering: a damaged file (a chunk text that is not UTF-8) is
+/// [`ToolError::Damaged`], naming the file; anything else is internal.
+impl From<format::FormatError> for ToolError {
+    fn from(e: format::FormatError) -> ToolError {
+        match e {
+            format::FormatError::Corrupt { .. } => ToolError::Damaged(format!(
+                "{e}; the index is being verified again and a segment whose checksum fails is left out (`index_status` lists it); `indexer verify` checks it by hand"
+            )),
+            e => ToolError::Internal(e.to_string()),
+        }
+    }
+}
 
 pub(crate) fn check_text(what: &str, q: &str) -> ToolResult<()> {
     if q.trim().is_empty() {

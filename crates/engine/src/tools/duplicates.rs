@@ -130,16 +130,18 @@ impl Engine {
                 }
             })
             .take(limit)
-            .map(|(s, n)| Duplicate {
-                similarity: (s * 1e4).round() / 1e4,
-                symbol: symbol_ref(&snap.code, n),
-                snippet: if lines == 0 {
-                    String::new()
-                } else {
-                    snippet(&snap.code.chunk(n).text, lines, 600).0
-                },
+            .map(|(s, n)| {
+                Ok(Duplicate {
+                    similarity: (s * 1e4).round() / 1e4,
+                    symbol: symbol_ref(&snap.code, n),
+                    snippet: if lines == 0 {
+                        String::new()
+                    } else {
+                        snippet(snap.code.text(n)?, lines, 600).0
+                    },
+                })
             })
-            .collect();
+            .collect::<ToolResult<_>>()?;
         dbg.format_ms = ms(t.elapsed());
         dbg.total_ms = ms(t0.elapsed());
         Ok(DuplicatesAnswer {

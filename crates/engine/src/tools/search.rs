@@ -244,14 +244,14 @@ impl Engine {
                 let (snip, truncated) = if lines == 0 {
                     (String::new(), false)
                 } else {
-                    snippet(&snap.code.chunk(n).text, lines, max_chars)
+                    snippet(snap.code.text(n)?, lines, max_chars)
                 };
                 let mut symbol = symbol_ref(&snap.code, n);
                 if let Some((start, end)) = span {
                     symbol.start_line = start;
                     symbol.end_line = end;
                 }
-                CodeHit {
+                Ok(CodeHit {
                     score: (score * 1e4).round() / 1e4,
                     symbol,
                     repo: snap.code.file(n).repo.to_string(),
@@ -261,9 +261,9 @@ impl Engine {
                     lexical_rank: lr,
                     snippet: snip,
                     truncated,
-                }
+                })
             })
-            .collect();
+            .collect::<ToolResult<_>>()?;
         dbg.format_ms = ms(t.elapsed());
         dbg.total_ms = ms(t0.elapsed());
         Ok(SearchCodeAnswer {

@@ -79,21 +79,21 @@ impl Engine {
     }
 
     /// The full code of a symbol: its pieces (long bodies are split) joined in order.
-    pub(crate) fn code_of(snap: &Snapshot, n: NodeRef) -> String {
-        let c = snap.code.chunk(n);
-        let id = c.symbol_id.as_str();
-        if id.is_empty() {
-            return c.text.to_string();
-        }
-        let pieces = snap.code.by_symbol_id(id);
+    pub(crate) fn code_of(snap: &Snapshot, n: NodeRef) -> ToolResult<String> {
+        let id = snap.code.chunk(n).symbol_id.as_str();
+        let pieces = if id.is_empty() {
+            Vec::new()
+        } else {
+            snap.code.by_symbol_id(id)
+        };
         if pieces.len() <= 1 {
-            return c.text.to_string();
+            return Ok(snap.code.text(n)?.to_string());
         }
-        pieces
+        Ok(pieces
             .iter()
-            .map(|&p| snap.code.chunk(p).text.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
+            .map(|&p| snap.code.text(p))
+            .collect::<Result<Vec<_>, _>>()?
+            .join("\n"))
     }
 
     fn parents(snap: &Snapshot, n: NodeRef) -> Vec<SymbolRef> {
@@ -156,7 +156,7 @@ impl Engine {
         let lookup = t0.elapsed();
         let t = Instant::now();
         let (code, truncated) = snippet(
-            &Self::code_of(&snap, n),
+            &Self::code_of(&snap, n)?,
             usize::MAX,
             a.max_chars.unwrap_or(4000),
         );
