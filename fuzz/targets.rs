@@ -28,6 +28,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("graph", graph::target),
     ("vectors", vectors::target),
     ("memories", memories::target),
+    ("texts", texts::target),
+    ("chunks_v3", chunks_v3::target),
 ];
 
 /// Model id and dimension of the template segments (from the code template).
@@ -154,6 +156,8 @@ file_target!(postings, "code", "postings.rkyv");
 file_target!(graph, "code", "graph.rkyv");
 file_target!(vectors, "code", "vectors.f32");
 file_target!(memories, "memory", "memories.rkyv");
+file_target!(texts, "code", "texts.bin");
+file_target!(chunks_v3, "v3-code", "chunks.rkyv");
 
 /// A template segment, read from `fuzz/template/<kind>/`.
 pub struct Template {
@@ -163,14 +167,19 @@ pub struct Template {
     pub dim: u32,
 }
 
-/// The template segment `kind` (`code` or `memory`).
+/// The template segment `kind`: `code` or `memory` (`fuzz/template/<kind>/`, written by
+/// `write_seeds`), or `v3-code` (`fuzz/compat/v3-code/`: a format 3 code segment, texts inside
+/// the records, kept as that build wrote it).
 pub fn template(kind: &str) -> &'static Template {
     static T: OnceLock<Vec<(String, Template)>> = OnceLock::new();
     let all = T.get_or_init(|| {
-        ["code", "memory"]
+        ["code", "memory", "v3-code"]
             .iter()
             .map(|k| {
-                let d = fuzz_dir().join("template").join(k);
+                let d = match *k {
+                    "v3-code" => fuzz_dir().join("compat").join(k),
+                    k => fuzz_dir().join("template").join(k),
+                };
                 let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&d)
                     .unwrap_or_else(|e| panic!("{}: {e}", d.display()))
                     .map(|e| {
@@ -238,6 +247,7 @@ fn exercise(seg: &format::Segment) {
     let t = seg.table();
     for i in 0..n.min(64) {
         let _ = seg.vector(i);
+        let _ = (seg.chunk_text(i), seg.chunk_text_len(i));
         for k in format::records::EdgeKind::ALL {
             for dir in [format::graph::Direction::Out, format::graph::Direction::In] {
                 let _ = seg.graph().neighbors(i, k, dir).count();
@@ -245,6 +255,7 @@ fn exercise(seg: &format::Segment) {
             let _ = seg.graph().external_from(i, k).len();
         }
     }
+    let _ = (seg.chunk_text(n), seg.chunk_text_len(n + 1));
     let _ = seg
         .graph()
         .neighbors(

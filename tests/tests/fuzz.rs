@@ -258,6 +258,7 @@ fn write_seeds() {
                 "graph.rkyv" => "graph",
                 "vectors.f32" => "vectors",
                 "memories.rkyv" => "memories",
+                "texts.bin" => "texts",
                 _ => continue,
             };
             put(target, &format!("{kind}-{n}"), &std::fs::read(&p).unwrap());
@@ -270,6 +271,12 @@ fn write_seeds() {
             );
         }
     }
+    // The format 3 template (`fuzz/compat/v3-code/`, kept) seeds the format 3 chunk decoder.
+    put(
+        "chunks_v3",
+        "v3-code-chunks.rkyv",
+        &std::fs::read(fuzz.join("compat/v3-code/chunks.rkyv")).unwrap(),
+    );
     // The manifest target's index holds the templates: a manifest naming exactly them.
     let mut mm = m.clone();
     for list in [&mut mm.segments, &mut mm.memory_segments] {

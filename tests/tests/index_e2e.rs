@@ -473,9 +473,10 @@ fn chunk_boundaries_symbol_ids_kinds_and_parents() {
         let (si, ci) = find_symbol(&ix, &e.id);
         let t = ix.segments[si].segment.table();
         let c = &t.chunks[ci as usize];
+        let text = ix.segments[si].segment.chunk_text(ci).unwrap();
         let what = format!(
-            "{} (chunk {ci}: {}-{}, kind {}, text {:?})",
-            e.id, c.start_line, c.end_line, c.kind, c.text
+            "{} (chunk {ci}: {}-{}, kind {}, text {text:?})",
+            e.id, c.start_line, c.end_line, c.kind
         );
         assert_eq!(c.kind.as_str(), e.kind, "kind of {what}");
         assert_eq!(c.name.as_str(), e.name, "name of {what}");
@@ -488,7 +489,7 @@ fn chunk_boundaries_symbol_ids_kinds_and_parents() {
             c.start_byte.to_native() as usize,
             c.end_byte.to_native() as usize,
         );
-        assert_eq!(&src[sb..eb], c.text.as_str().unwrap(), "text of {what}");
+        assert_eq!(&src[sb..eb], text, "text of {what}");
         let lines: Vec<&str> = src.lines().collect();
         let expected_text = lines[e.start as usize - 1..e.end as usize].join("\n");
         // A C++ class chunk is the class specifier: the `;` of its declaration stays outside.
@@ -496,7 +497,7 @@ fn chunk_boundaries_symbol_ids_kinds_and_parents() {
             Some(head) if e.kind == "class" && e.id.starts_with("cpp ") => format!("{head}}}"),
             _ => expected_text,
         };
-        assert_eq!(c.text.as_str().unwrap(), expected_text, "text of {what}");
+        assert_eq!(text, expected_text, "text of {what}");
         let parent = c.parent.to_native();
         match &e.parent {
             None => assert_eq!(parent, format::records::NO_PARENT, "parent of {what}"),
@@ -510,12 +511,7 @@ fn chunk_boundaries_symbol_ids_kinds_and_parents() {
             }
         }
         // The vector stored for the chunk is the model's embedding of its embed text.
-        let et = indexer::build::embed_text(
-            file.path.as_str(),
-            &c.kind,
-            &c.qualified,
-            c.text.as_str().unwrap(),
-        );
+        let et = indexer::build::embed_text(file.path.as_str(), &c.kind, &c.qualified, text);
         assert_eq!(
             c.content_hash,
             *blake3::hash(et.as_bytes()).as_bytes(),
@@ -527,10 +523,9 @@ fn chunk_boundaries_symbol_ids_kinds_and_parents() {
         &ix,
         &sym("rust", "src/lib.rs", "levenshtein_distance", "()."),
     );
-    let c = &ix.segments[si].segment.table().chunks[ci as usize];
-    assert!(c
-        .text
-        .as_str()
+    assert!(ix.segments[si]
+        .segment
+        .chunk_text(ci)
         .unwrap()
         .starts_with("/// Computes the edit distance between two strings"));
 }
@@ -762,7 +757,7 @@ fn reopened_index_answers_bm25_vector_and_hybrid_queries() {
         "src/lib.rs",
         &c.kind,
         &c.qualified,
-        c.text.as_str().unwrap(),
+        seg.chunk_text(lev).unwrap(),
     );
     let fresh = embed_one(&et);
     let stored = seg.vector(lev).unwrap();
@@ -837,6 +832,7 @@ fn same_input_gives_the_same_segment_id() {
     let b = open(&out2);
     for name in [
         "chunks.rkyv",
+        "texts.bin",
         "postings.rkyv",
         "graph.rkyv",
         "vectors.f32",
@@ -1066,7 +1062,7 @@ fn corrupt_chunks_header_is_refused_by_the_next_build() {
     assert_build_refuses(&out, "chunks.rkyv", "a flipped magic byte in chunks.rkyv");
 }
 
-/// A flipped byte in the middle of chunks.rkyv (inside a chunk's text): `verify` sees it, and
+/// A flipped byte in the middle of chunks.rkyv (inside the records): `verify` sees it, and
 /// the next build must not carry on as if the index were sound (it would keep the corrupt
 /// records and reuse their vectors).
 #[test]
@@ -1077,6 +1073,17 @@ fn corrupt_chunks_payload_is_refused_by_the_next_build() {
         .len() as i64;
     let out = corrupted_copy(tmp.path(), "payload", "chunks.rkyv", len / 2);
     assert_build_refuses(&out, "chunks.rkyv", "a flipped payload byte in chunks.rkyv");
+}
+
+/// The same for a byte inside a chunk's text (`texts.bin`, which opening does not read).
+#[test]
+fn corrupt_texts_payload_is_refused_by_the_next_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let len = std::fs::metadata(segment_file(&shared().out, "texts.bin"))
+        .unwrap()
+        .len() as i64;
+    let out = corrupted_copy(tmp.path(), "texts", "texts.bin", len - 200);
+    assert_build_refuses(&out, "texts.bin", "a flipped text byte in texts.bin");
 }
 
 #[test]

@@ -53,11 +53,11 @@ fn derived_queries(ix: &Index) -> Vec<String> {
     let mut names = BTreeSet::new();
     let mut docs = BTreeSet::new();
     for ls in &ix.segments {
-        for c in ls.segment.table().chunks.iter() {
+        for (i, c) in ls.segment.table().chunks.iter().enumerate() {
             if !c.name.is_empty() && c.name.len() > 2 {
                 names.insert(c.name.to_string());
             }
-            for l in c.text.as_str().unwrap().lines() {
+            for l in ls.segment.chunk_text(i as u32).unwrap().lines() {
                 let l = l.trim_start();
                 let Some(rest) = l.strip_prefix("///").or_else(|| l.strip_prefix("//!")) else {
                     continue;

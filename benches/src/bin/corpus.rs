@@ -180,7 +180,7 @@ fn queries(index: &Index, per_style: usize) -> anyhow::Result<(Vec<String>, Vec<
             if c.name.len() >= 5 {
                 idents.push(c.name.to_string());
             }
-            if let Some(s) = doc_sentence(c.text.as_str()?) {
+            if let Some(s) = doc_sentence(ls.segment.chunk_text(i as u32)?) {
                 docs.push(s);
             }
         }

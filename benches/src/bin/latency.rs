@@ -411,9 +411,9 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     let mut r = Rng(0xFACE);
     let mut qtexts = Vec::with_capacity(nq);
     for _ in 0..nq {
-        let t = segs[r.below(segs.len())].table();
-        let c = &t.chunks[r.below(t.chunks.len())];
-        let toks = format::text::tokenize(c.text.as_str()?);
+        let s = segs[r.below(segs.len())];
+        let c = r.below(s.table().chunks.len()) as u32;
+        let toks = format::text::tokenize(s.chunk_text(c)?);
         let words: Vec<&String> = toks.iter().filter(|w| w.len() >= 3).collect();
         let k = 2 + r.below(3);
         let mut q = Vec::new();

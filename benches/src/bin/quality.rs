@@ -1113,8 +1113,7 @@ fn main() -> anyhow::Result<()> {
             p.path,
             c.name,
             p.query,
-            c.text
-                .as_str()?
+            seg.chunk_text(p.targets[0])?
                 .lines()
                 .take(8)
                 .map(|l| format!("    {l}"))

@@ -644,7 +644,7 @@ fn header_sim(
             Ok(header_text(
                 f.path.as_str(),
                 ch.qualified.as_str(),
-                ch.text.as_str()?,
+                seg.chunk_text(c)?,
             ))
         })
         .collect::<anyhow::Result<_>>()?;

@@ -33,6 +33,8 @@ pub enum Component {
     Memories = 6,
     /// `ivf.rbq`: one-bit codes of the IVF lists ([`crate::rabitq`]).
     Rabitq = 7,
+    /// `texts.bin`: the chunk texts ([`crate::texts`], format 4).
+    Texts = 8,
 }
 
 impl Component {
@@ -45,6 +47,7 @@ impl Component {
             Component::Tombstones => "tombstones.del",
             Component::Memories => "memories.rkyv",
             Component::Rabitq => "ivf.rbq",
+            Component::Texts => "texts.bin",
         }
     }
 }
@@ -105,7 +108,7 @@ pub fn check<'a>(
         return Err(corrupt(path, "bad magic (not a segment file)"));
     }
     let version = u32_at(bytes, 8);
-    if version != FORMAT_VERSION {
+    if !crate::reads_version(version) {
         return Err(FormatError::Version {
             path: path.to_path_buf(),
             found: version,

@@ -38,8 +38,9 @@ pub struct TextError {
 }
 
 impl ArchivedText {
-    /// The text, checked to be UTF-8 (a few nanoseconds per hundred bytes).
-    pub fn as_str(&self) -> Result<&str, TextError> {
+    /// The text, checked to be UTF-8 (a few nanoseconds per hundred bytes). Crate-private:
+    /// format 4 records hold no text, so readers go through [`crate::Segment::chunk_text`].
+    pub(crate) fn as_str(&self) -> Result<&str, TextError> {
         let b = self.repr.as_bytes();
         std::str::from_utf8(b).map_err(|e| TextError {
             len: b.len(),
@@ -48,16 +49,8 @@ impl ArchivedText {
     }
 
     /// The raw bytes (UTF-8 unless the file is damaged).
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         self.repr.as_bytes()
-    }
-
-    pub fn len(&self) -> usize {
-        self.repr.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.repr.is_empty()
     }
 }
 

@@ -22,6 +22,7 @@ pub mod roots;
 pub mod segment;
 pub mod staging;
 pub mod text;
+pub mod texts;
 pub mod tombstones;
 pub mod vectors;
 
@@ -31,8 +32,19 @@ pub use manifest::{DamagedSegment, Index, IndexManifest, OpenOptions, SegmentEnt
 pub use records::{ChunkInput, EdgeInput, FileInput};
 pub use segment::{Segment, SegmentBuilder, SegmentMeta};
 
-/// Version of the on-disk format. Bumped on any incompatible change; readers refuse others.
-pub const FORMAT_VERSION: u32 = 3;
+/// Version of the on-disk format this build writes. Bumped on any incompatible change.
+/// 4: chunk texts in `texts.bin` ([`texts`]) instead of inside the records of `chunks.rkyv`.
+pub const FORMAT_VERSION: u32 = 4;
+
+/// The oldest format this build reads: format 3 segments (texts inside the records) open and
+/// serve as before, so an index and its memories carry over an upgrade; new segments and
+/// manifests are written as [`FORMAT_VERSION`]. Older and newer versions are refused.
+pub const MIN_READ_VERSION: u32 = 3;
+
+/// Whether this build reads format `version`.
+pub fn reads_version(version: u32) -> bool {
+    (MIN_READ_VERSION..=FORMAT_VERSION).contains(&version)
+}
 
 /// Errors of the format layer. Every variant names the file it is about.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +58,7 @@ pub enum FormatError {
     /// A damaged file. No advice here: callers add the repair that fits ([`repair_hint`]).
     #[error("{path} is corrupt ({detail})")]
     Corrupt { path: PathBuf, detail: String },
-    #[error("{path} has format version {found}, this build reads version {expected}")]
+    #[error("{path} has format version {found}, this build reads versions {MIN_READ_VERSION} to {expected}")]
     Version {
         path: PathBuf,
         found: u32,

@@ -159,7 +159,7 @@ impl IndexManifest {
         };
         let m: IndexManifest =
             serde_json::from_slice(&bytes).map_err(|e| corrupt(&p, crate::json_detail(&e)))?;
-        if m.format_version != FORMAT_VERSION {
+        if !crate::reads_version(m.format_version) {
             return Err(FormatError::Version {
                 path: p,
                 found: m.format_version,
@@ -179,9 +179,16 @@ impl IndexManifest {
     }
 
     /// Atomically replaces `dir/MANIFEST` with `self`.
+    /// Writes the manifest atomically, as [`FORMAT_VERSION`] whatever version it was read as
+    /// (a build that reads format 3 and adds format 4 segments says so, and an older build
+    /// refuses the index instead of meeting the new segments).
     pub fn commit(&self, dir: &Path) -> Result<()> {
         let tmp = dir.join("MANIFEST.tmp");
-        let json = serde_json::to_vec_pretty(self)
+        let current = IndexManifest {
+            format_version: FORMAT_VERSION,
+            ..self.clone()
+        };
+        let json = serde_json::to_vec_pretty(&current)
             .map_err(|e| FormatError::InvalidInput(e.to_string()))?;
         write_synced(&tmp, &json)?;
         let dest = dir.join(MANIFEST);

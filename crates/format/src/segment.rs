@@ -30,6 +30,7 @@ use crate::rabitq::MappedRbq;
 use crate::records::{
     ArchivedChunkTable, ChunkInput, ChunkTable, EdgeInput, ExternalEdge, FileInput, NO_PARENT,
 };
+use crate::texts::MappedTexts;
 use crate::vectors::{self, Ivf, IVF_FILE};
 use crate::{corrupt, io_err, sync_dir, write_synced, FormatError, Result, FORMAT_VERSION};
 
@@ -301,6 +302,16 @@ fn write_components(
     drop(fields);
     let graph = graph::build(n, n + nf, &edges, external_edges);
     drop(edges);
+    // The texts go to `texts.bin`; the records keep none (format 4).
+    let mut chunks = chunks;
+    let texts: Vec<String> = chunks
+        .iter_mut()
+        .map(|c| std::mem::take(&mut c.text))
+        .collect();
+    let payload = crate::texts::encode(&texts);
+    drop(texts);
+    files.push(put_framed(tmp, Component::Texts, d, model_id, &payload)?);
+    drop(payload);
     {
         let table = ChunkTable::with_lookups(file_inputs, chunks);
         let bytes = archived("chunks", rkyv::to_bytes(&table))?;
@@ -424,6 +435,8 @@ pub struct Segment {
     vectors: Mmap,
     /// `memories.rkyv`, in memory segments only.
     memories: Option<Mmap>,
+    /// `texts.bin` (format 4); `None` in a format 3 segment, whose texts are in the records.
+    texts: Option<MappedTexts>,
     ivf: OnceLock<std::result::Result<Ivf, String>>,
     ivf_map: OnceLock<std::result::Result<MappedIvf, String>>,
     /// `ivf.rbq`, opened beside `ivf_map` on first use (`None`: the segment has none).
@@ -457,7 +470,7 @@ impl Segment {
         }
         let meta: SegmentMeta = serde_json::from_slice(&json)
             .map_err(|e| corrupt(&meta_path, crate::json_detail(&e)))?;
-        if meta.format_version != FORMAT_VERSION {
+        if !crate::reads_version(meta.format_version) {
             return Err(FormatError::Version {
                 path: meta_path,
                 found: meta.format_version,
@@ -486,12 +499,17 @@ impl Segment {
                 ));
             }
         }
+        // Format 4 keeps the texts in `texts.bin`; format 3 inside the records.
+        let texts_file = meta.format_version >= 4;
         for c in [
             Component::Chunks,
             Component::Postings,
             Component::Graph,
             Component::Vectors,
-        ] {
+        ]
+        .into_iter()
+        .chain(texts_file.then_some(Component::Texts))
+        {
             if !meta.files.iter().any(|f| f.name == c.file_name()) {
                 return Err(corrupt(
                     &meta_path,
@@ -505,7 +523,20 @@ impl Segment {
             header::check(&p, &m, c, Some(dim), model_id)?;
             Ok(m)
         };
+        let texts = if texts_file {
+            let p = dir.join(Component::Texts.file_name());
+            Some(MappedTexts::open(
+                &p,
+                map(&p)?,
+                dim,
+                model_id,
+                meta.chunk_count,
+            )?)
+        } else {
+            None
+        };
         let seg = Segment {
+            texts,
             chunks: open(Component::Chunks)?,
             postings: open(Component::Postings)?,
             graph: open(Component::Graph)?,
@@ -647,9 +678,14 @@ impl Segment {
         unsafe { rkyv::access_unchecked::<ArchivedChunkTable>(&self.chunks[HEADER_LEN..]) }
     }
 
-    /// Chunk `c`'s text, checked to be UTF-8 ([`crate::lazy_text`]); a damaged text is a
-    /// corruption error naming `chunks.rkyv`, and a chunk past the end is invalid input.
+    /// Chunk `c`'s text, checked when read: from `texts.bin` ([`crate::texts`]), or from the
+    /// records in a format 3 segment ([`crate::lazy_text`]). A damaged text is a corruption
+    /// error naming the file and the chunk; a chunk past the end is invalid input. This is the
+    /// only way to a text: format 4 records hold none.
     pub fn chunk_text(&self, c: u32) -> Result<&str> {
+        if let Some(texts) = &self.texts {
+            return texts.get(c);
+        }
         let t = self.table();
         let r = t.chunks.get(c as usize).ok_or_else(|| {
             FormatError::InvalidInput(format!(
@@ -661,6 +697,19 @@ impl Segment {
         r.text
             .as_str()
             .map_err(|e| corrupt(&self.path_of(Component::Chunks), format!("chunk {c}: {e}")))
+    }
+
+    /// The byte length of chunk `c`'s text, unchecked (0 past the end or for offsets out of
+    /// order): for sizes and statistics, not for reading.
+    pub fn chunk_text_len(&self, c: u32) -> usize {
+        match &self.texts {
+            Some(texts) => texts.len_of(c),
+            None => self
+                .table()
+                .chunks
+                .get(c as usize)
+                .map_or(0, |r| r.text.as_bytes().len()),
+        }
     }
 
     pub fn postings(&self) -> &ArchivedPostingsArchive {
@@ -912,6 +961,11 @@ impl Segment {
             }
         }
         // Open checks the texts' bounds; their UTF-8 only when read, and all of it here.
+        if let Some(texts) = &self.texts {
+            if let Err(e) = texts.check_all() {
+                problems.push(e);
+            }
+        }
         let bad: Vec<(usize, crate::lazy_text::TextError)> = (self.table().chunks.iter())
             .enumerate()
             .filter_map(|(c, r)| r.text.as_str().err().map(|e| (c, e)))

@@ -353,13 +353,13 @@ fn corruption_of_every_file_is_detected() {
 
 /// A chunk text that is not UTF-8 does not stop the segment from opening (texts are checked
 /// when read, so opening does not read them all): reading that text is an error naming
-/// `chunks.rkyv` and the chunk, other chunks and searches still work, and `verify` reports it.
+/// `texts.bin` and the chunk, other chunks and searches still work, and `verify` reports it.
 #[test]
 fn a_damaged_chunk_text_fails_its_read_and_verify() {
     let dir = tempfile::tempdir().unwrap();
     let (id, _) = builder(2, 3, 8).write(dir.path(), MODEL, 8).unwrap();
     commit(dir.path(), &id, 6, 8, None);
-    let p = dir.path().join(format!("seg-{id}")).join("chunks.rkyv");
+    let p = dir.path().join(format!("seg-{id}")).join("texts.bin");
     let mut bytes = std::fs::read(&p).unwrap();
     let text = b"fn func_1_2() { parse_config(); render_page(2); }";
     let at = bytes.windows(text.len()).position(|w| w == text).unwrap();
@@ -370,9 +370,7 @@ fn a_damaged_chunk_text_fails_its_read_and_verify() {
     let seg = &index.segments[0].segment;
     let e = seg.chunk_text(5).unwrap_err().to_string();
     assert!(
-        e.contains("chunks.rkyv")
-            && e.contains("chunk 5")
-            && e.contains("not valid UTF-8 at byte 3"),
+        e.contains("texts.bin") && e.contains("chunk 5") && e.contains("not valid UTF-8 at byte 3"),
         "{e}"
     );
     assert!(seg.chunk_text(4).unwrap().starts_with("fn func_1_1()"));
@@ -380,9 +378,117 @@ fn a_damaged_chunk_text_fails_its_read_and_verify() {
     assert_eq!(seg.search_bm25("func_0_1", 1, None, None)[0].0, 1);
     let problems: Vec<String> = seg.verify().iter().map(|e| e.to_string()).collect();
     assert!(
-        problems
-            .iter()
-            .any(|m| m.contains("1 chunk text(s) are not UTF-8; the first, chunk 5")),
+        problems.iter().any(|m| m.contains("texts.bin")
+            && m.contains("1 text(s) cannot be read; the first: chunk 5")),
         "{problems:?}"
     );
+}
+
+/// A format 3 index (texts inside the records; `fuzz/compat/v3-code/` is a code segment as
+/// that build wrote it) opens and reads under format 4: every text, searches, `verify`. A merge
+/// rewrites it as format 4 with the same texts, and the next MANIFEST commit says format 4.
+#[test]
+fn format_3_segments_open_read_and_merge_into_format_4() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/compat/v3-code");
+    let json = std::fs::read(src.join("segment.json")).unwrap();
+    let meta: format::SegmentMeta = serde_json::from_slice(&json).unwrap();
+    assert_eq!(meta.format_version, 3);
+    assert!(!meta.files.iter().any(|f| f.name == "texts.bin"));
+    let id = format::segment::segment_id(&json);
+    let dir = tempfile::tempdir().unwrap();
+    let seg_dir = dir.path().join(format::segment::dir_name(&id));
+    std::fs::create_dir_all(&seg_dir).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, seg_dir.join(p.file_name().unwrap())).unwrap();
+    }
+    // A MANIFEST as format 3 wrote it.
+    let mut m = IndexManifest::empty(&meta.model_id, meta.dim);
+    m.format_version = 3;
+    m.generation = 1;
+    m.segments.push(SegmentEntry {
+        id: id.clone(),
+        chunks: meta.chunk_count,
+        tombstones: None,
+    });
+    std::fs::write(
+        dir.path().join("MANIFEST"),
+        serde_json::to_vec_pretty(&m).unwrap(),
+    )
+    .unwrap();
+
+    let index = Index::open(dir.path()).unwrap();
+    assert_eq!(index.manifest.format_version, 3);
+    let old = &index.segments[0].segment;
+    let n = old.meta().chunk_count;
+    let texts: Vec<String> = (0..n)
+        .map(|c| old.chunk_text(c).unwrap().to_string())
+        .collect();
+    assert!(texts.iter().all(|t| !t.is_empty()), "format 3 texts read");
+    assert_eq!(old.chunk_text_len(0), texts[0].len());
+    assert!(old.verify().is_empty(), "{:?}", old.verify());
+    assert!(!old.search_bm25("hash table", 5, None, None).is_empty());
+
+    let (b, _) = format::merge::merge(&[&index.segments[0]]).unwrap();
+    let (new_id, new_meta) = b
+        .write(dir.path(), &meta.model_id, meta.dim as usize)
+        .unwrap();
+    assert_eq!(new_meta.format_version, format::FORMAT_VERSION);
+    assert!(new_meta.files.iter().any(|f| f.name == "texts.bin"));
+    let new = Segment::open(dir.path(), &new_id, &meta.model_id, meta.dim).unwrap();
+    let mut a: Vec<(String, u32, String)> = Vec::new();
+    let mut b: Vec<(String, u32, String)> = Vec::new();
+    for (seg, out) in [(old.as_ref(), &mut a), (&new, &mut b)] {
+        let t = seg.table();
+        for c in 0..t.chunks.len() as u32 {
+            let r = &t.chunks[c as usize];
+            let path = t.files[r.file.to_native() as usize].path.to_string();
+            out.push((
+                path,
+                r.start_byte.to_native(),
+                seg.chunk_text(c).unwrap().into(),
+            ));
+        }
+        out.sort();
+    }
+    assert_eq!(a, b, "the merge kept every text");
+    assert!(new.verify().is_empty(), "{:?}", new.verify());
+
+    let mut m2 = index.manifest.clone();
+    m2.generation += 1;
+    m2.segments = vec![SegmentEntry {
+        id: new_id,
+        chunks: new_meta.chunk_count,
+        tombstones: None,
+    }];
+    m2.commit(dir.path()).unwrap();
+    assert_eq!(
+        IndexManifest::read(dir.path()).unwrap().format_version,
+        format::FORMAT_VERSION
+    );
+}
+
+/// Format versions this build does not read are refused with one that it does named.
+#[test]
+fn unknown_format_versions_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = IndexManifest::empty(MODEL, 8);
+    m.format_version = 2;
+    std::fs::write(
+        dir.path().join("MANIFEST"),
+        serde_json::to_vec_pretty(&m).unwrap(),
+    )
+    .unwrap();
+    let e = IndexManifest::read(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("format version 2") && e.contains("reads versions 3 to 4"),
+        "{e}"
+    );
+    m.format_version = format::FORMAT_VERSION + 1;
+    std::fs::write(
+        dir.path().join("MANIFEST"),
+        serde_json::to_vec_pretty(&m).unwrap(),
+    )
+    .unwrap();
+    assert!(IndexManifest::read(dir.path()).is_err());
 }

@@ -76,7 +76,8 @@ pub fn inspect(dir: &Path) -> Result<InspectReport, format::FormatError> {
             let lang = t.files[c.file.to_native() as usize].language.to_string();
             *r.chunks_by_language.entry(lang).or_insert(0) += 1;
             *r.chunks_by_kind.entry(c.kind.to_string()).or_insert(0) += 1;
-            r.raw_vector_and_text_bytes += u64::from(meta.dim) * 4 + c.text.len() as u64;
+            r.raw_vector_and_text_bytes +=
+                u64::from(meta.dim) * 4 + seg.chunk_text_len(i as u32) as u64;
         }
         let g = seg.graph();
         for k in EdgeKind::ALL {

@@ -72,12 +72,12 @@ async fn text_changed_under_a_served_segment_never_breaks_the_client() {
         .as_str()
         .unwrap()
         .to_string();
-    let chunks = first_code_segment(&ix.index).join("chunks.rkyv");
+    let chunks = first_code_segment(&ix.index).join("texts.bin");
     let at = std::fs::read(&chunks)
         .unwrap()
         .windows(30)
         .position(|w| w == b"strips surrounding punctuation")
-        .expect("the doc comment is in chunks.rkyv");
+        .expect("the doc comment is in texts.bin");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .open(&chunks)
@@ -91,7 +91,7 @@ async fn text_changed_under_a_served_segment_never_breaks_the_client() {
     let r = call_tool(&c, "get_symbol", json!({"symbol": id})).await;
     let e = err_text(r.expect_err("a damaged text is an error, not altered code"));
     assert!(
-        e.contains("chunks.rkyv is corrupt") && e.contains("not valid UTF-8"),
+        e.contains("texts.bin is corrupt") && e.contains("not valid UTF-8"),
         "{e}"
     );
     // ... the next call still works, and the server says something is wrong.

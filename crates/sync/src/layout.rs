@@ -88,10 +88,11 @@ impl RemoteManifest {
                 m.remote_format
             )));
         }
-        if m.index.format_version != format::FORMAT_VERSION {
+        if !format::reads_version(m.index.format_version) {
             return Err(corrupt(format!(
-                "segment format version {} (this build reads {})",
+                "segment format version {} (this build reads {} to {})",
                 m.index.format_version,
+                format::MIN_READ_VERSION,
                 format::FORMAT_VERSION
             )));
         }

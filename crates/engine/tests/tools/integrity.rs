@@ -129,12 +129,12 @@ fn a_segment_changed_under_the_live_map_never_panics_and_is_quarantined() {
     };
     patch(&graph, at, &0xFFFF_FFF0u32.to_le_bytes().repeat(n));
     // Text: a byte of the chunk text becomes invalid UTF-8.
-    let chunks = seg_dir.join("chunks.rkyv");
+    let chunks = seg_dir.join("texts.bin");
     let at = find(
         &std::fs::read(&chunks).unwrap(),
         b"strips surrounding punctuation",
     )
-    .expect("the doc comment is stored in chunks.rkyv");
+    .expect("the doc comment is stored in texts.bin");
     patch(&chunks, at, &[0xFF]);
 
     // Every graph and symbol tool answers (an answer or a tool error), never a panic, and
