@@ -142,10 +142,21 @@ fn a_small_budget_cuts_segments_that_answer_like_one() {
     assert_eq!(r1.live_chunks, r2.live_chunks);
     assert_eq!(r1.edges, r2.edges);
     let m = format::IndexManifest::read(&cut).unwrap();
-    assert_eq!(
-        m.segments.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
-        r2.segment_ids
-    );
+    let ids: Vec<String> = m.segments.iter().map(|s| s.id.clone()).collect();
+    if ids != r2.segment_ids {
+        // The merge after the build may combine the smallest cut segments (a crowded tier
+        // whose smallest parts fit in half the budget, e.g. a few chunks left for the last
+        // cut); it says so, and the other segments are the build's.
+        assert!(
+            r2.notes.iter().any(|n| n.starts_with("merged ")),
+            "{ids:?} vs {:?}: {:?}",
+            r2.segment_ids,
+            r2.notes
+        );
+        let merged = ids.iter().filter(|id| !r2.segment_ids.contains(id)).count();
+        assert!(merged >= 1 && ids.len() < r2.segment_ids.len(), "{ids:?}");
+    }
+    assert!(ids.len() >= 3, "{ids:?}");
     // No staging directory is left behind.
     for e in std::fs::read_dir(&cut).unwrap() {
         let name = e.unwrap().file_name().to_string_lossy().to_string();

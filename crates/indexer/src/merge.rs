@@ -157,9 +157,10 @@ pub fn plan(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(Vec<usize>, 
     None
 }
 
-/// Estimated bytes a segment adds to a merge while it is in memory: its chunk records three
-/// times (the copied records, their texts in the postings build, the archive written), its
-/// vectors twice (rows and the bytes written), its graph once.
+/// Estimated bytes a segment adds to a merge while it is in memory: its chunk records and
+/// texts three times (the copied records, their texts in the postings build, the archive and
+/// `texts.bin` written; format 3 kept the texts inside `chunks.rkyv`), its vectors twice (rows
+/// and the bytes written), its graph once.
 pub fn merge_cost(meta: &format::SegmentMeta) -> u64 {
     let size = |name: &str| {
         meta.files
@@ -167,7 +168,10 @@ pub fn merge_cost(meta: &format::SegmentMeta) -> u64 {
             .find(|f| f.name == name)
             .map_or(0, |f| f.size)
     };
-    3 * size("chunks.rkyv") + 2 * size("vectors.f32") + size("graph.rkyv") + size("postings.rkyv")
+    3 * (size("chunks.rkyv") + size("texts.bin"))
+        + 2 * size("vectors.f32")
+        + size("graph.rkyv")
+        + size("postings.rkyv")
 }
 
 /// Whether a rewrite would give the segment one-bit IVF codes it lacks: it has an IVF index
