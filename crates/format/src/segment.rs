@@ -961,24 +961,11 @@ impl Segment {
             }
         }
         // Open checks the texts' bounds; their UTF-8 only when read, and all of it here.
-        if let Some(texts) = &self.texts {
-            if let Err(e) = texts.check_all() {
-                problems.push(e);
-            }
-        }
-        let bad: Vec<(usize, crate::lazy_text::TextError)> = (self.table().chunks.iter())
-            .enumerate()
-            .filter_map(|(c, r)| r.text.as_str().err().map(|e| (c, e)))
-            .collect();
-        if let Some((first, e)) = bad.first() {
-            problems.push(corrupt(
-                &self.path_of(Component::Chunks),
-                format!(
-                    "{} chunk text(s) are not UTF-8; the first, chunk {first}: {e}",
-                    bad.len()
-                ),
-            ));
-        }
+        let texts = match &self.texts {
+            Some(texts) => texts.check_all(),
+            None => crate::lazy_text::check_records(&self.path_of(Component::Chunks), self.table()),
+        };
+        problems.extend(texts.err());
         if problems.is_empty() {
             if let Err(e) = self.ivf() {
                 problems.push(e);

@@ -466,6 +466,26 @@ fn format_3_segments_open_read_and_merge_into_format_4() {
         IndexManifest::read(dir.path()).unwrap().format_version,
         format::FORMAT_VERSION
     );
+
+    // A format 3 text that is not UTF-8: the segment opens, that read fails, verify says so.
+    let p = seg_dir.join("chunks.rkyv");
+    let mut bytes = std::fs::read(&p).unwrap();
+    let at = bytes
+        .windows(texts[3].len())
+        .position(|w| w == texts[3].as_bytes())
+        .unwrap();
+    bytes[at + 1] = 0xFF;
+    std::fs::write(&p, &bytes).unwrap();
+    let damaged = Segment::open(dir.path(), &id, &meta.model_id, meta.dim).unwrap();
+    let e = damaged.chunk_text(3).unwrap_err().to_string();
+    assert!(e.contains("chunks.rkyv") && e.contains("chunk 3"), "{e}");
+    let problems: Vec<String> = damaged.verify().iter().map(|e| e.to_string()).collect();
+    assert!(
+        problems
+            .iter()
+            .any(|m| m.contains("1 chunk text(s) are not UTF-8; the first, chunk 3")),
+        "{problems:?}"
+    );
 }
 
 /// Format versions this build does not read are refused with one that it does named.
