@@ -91,25 +91,6 @@ where
     }
 }
 
-/// Every text of format 3 records checked for UTF-8 (`verify`): the first failure and how many.
-pub(crate) fn check_records(
-    path: &std::path::Path,
-    table: &crate::records::ArchivedChunkTable,
-) -> crate::Result<()> {
-    let mut bad = (table.chunks.iter().enumerate())
-        .filter_map(|(c, r)| r.text.as_str().err().map(|e| (c, e)));
-    let Some((first, e)) = bad.next() else {
-        return Ok(());
-    };
-    Err(crate::corrupt(
-        path,
-        format!(
-            "{} chunk text(s) are not UTF-8; the first, chunk {first}: {e}",
-            bad.count() + 1
-        ),
-    ))
-}
-
 /// `#[rkyv(with = LazyUtf8)]` on a `String` field: archived as [`ArchivedText`].
 pub struct LazyUtf8;
 

@@ -54,6 +54,25 @@ pub struct ChunkRecord {
     pub text: String,
 }
 
+impl ArchivedChunkTable {
+    /// Every text of format 3 records checked for UTF-8 (`verify`; format 4 records hold no
+    /// text): the first failure and how many.
+    pub(crate) fn check_texts(&self, path: &std::path::Path) -> crate::Result<()> {
+        let mut bad = (self.chunks.iter().enumerate())
+            .filter_map(|(c, r)| r.text.as_str().err().map(|e| (c, e)));
+        let Some((first, e)) = bad.next() else {
+            return Ok(());
+        };
+        Err(crate::corrupt(
+            path,
+            format!(
+                "{} chunk text(s) are not UTF-8; the first, chunk {first}: {e}",
+                bad.count() + 1
+            ),
+        ))
+    }
+}
+
 impl ArchivedChunkRecord {
     /// Whether this is a header chunk ([`HEADER_KIND`]).
     pub fn is_header(&self) -> bool {

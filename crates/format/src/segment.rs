@@ -963,7 +963,7 @@ impl Segment {
         // Open checks the texts' bounds; their UTF-8 only when read, and all of it here.
         let texts = match &self.texts {
             Some(texts) => texts.check_all(),
-            None => crate::lazy_text::check_records(&self.path_of(Component::Chunks), self.table()),
+            None => self.table().check_texts(&self.path_of(Component::Chunks)),
         };
         problems.extend(texts.err());
         if problems.is_empty() {
