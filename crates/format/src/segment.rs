@@ -1,15 +1,17 @@
 //! One immutable segment: writer ([`SegmentBuilder`]) and zero-copy reader ([`Segment`]).
 //!
-//! A segment is a directory `seg-<id>/` holding `chunks.rkyv`, `postings.rkyv`, `graph.rkyv`,
-//! `vectors.f32`, optionally `ivf.faiss` and `ivf.rbq` (its lists' one-bit codes,
+//! A segment is a directory `seg-<id>/` holding `chunks.rkyv`, `texts.bin` (format 4,
+//! [`crate::texts`]), `postings.rkyv`, `graph.rkyv`, `vectors.f32`, optionally `ivf.faiss` and `ivf.rbq` (its lists' one-bit codes,
 //! [`crate::rabitq`]), and `segment.json` (its manifest: format version, model, dimension,
 //! counts and the size and blake3 of every other file). The id is the blake3 of
 //! `segment.json`, so a segment is content-addressed: same inputs, same bytes, same id.
 //!
-//! Opening checks, in order: `segment.json` parses and has our version and model; every listed
+//! Opening checks, in order: `segment.json` parses and has a version we read and our model; every listed
 //! file exists with its recorded size; each file's header; rkyv validation (bytecheck) of each
-//! archive (chunk texts' bounds only: their UTF-8 is checked when read, [`crate::lazy_text`],
-//! and all of it by `verify`); cross-file structure (postings and graph refer to existing chunks, vector count).
+//! archive; `texts.bin`'s header, count and last offset (format 4; a format 3 segment's texts
+//! are in the records, whose bounds bytecheck checks); cross-file structure (postings and
+//! graph refer to existing chunks, vector count). No chunk text is read: each text's offsets
+//! and UTF-8 are checked when it is read ([`Segment::chunk_text`]), all of them by `verify`.
 //! After that, reads go straight to the memory maps. Full checksums run in [`Segment::verify`]
 //! (and always before FAISS parses `ivf.faiss`, which is not hardened against corrupt input).
 
