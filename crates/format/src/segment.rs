@@ -6,9 +6,9 @@
 //! counts and the size and blake3 of every other file). The id is the blake3 of
 //! `segment.json`, so a segment is content-addressed: same inputs, same bytes, same id.
 //!
-//! Opening checks, in order: `segment.json` parses and has a version we read and our model; every listed
-//! file exists with its recorded size; each file's header; rkyv validation (bytecheck) of each
-//! archive; `texts.bin`'s header, count and last offset (format 4; a format 3 segment's texts
+//! Opening checks, in order: `segment.json` parses, with a version this build reads and our
+//! model; every listed file exists with its recorded size; each file's header; rkyv
+//! validation (bytecheck) of each archive; `texts.bin`'s header, count and last offset (format 4; a format 3 segment's texts
 //! are in the records, whose bounds bytecheck checks); cross-file structure (postings and
 //! graph refer to existing chunks, vector count). No chunk text is read: each text's offsets
 //! and UTF-8 are checked when it is read ([`Segment::chunk_text`]), all of them by `verify`.
