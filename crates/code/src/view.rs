@@ -68,8 +68,8 @@ impl CodeView {
         &self.index.segments[s].segment.table().chunks[n as usize]
     }
 
-    /// A chunk's text, checked to be UTF-8 when read ([`format::lazy_text`]): a damaged text
-    /// is a corruption error naming the segment's file, never a panic or altered text.
+    /// A chunk's text, checked when read ([`format::Segment::chunk_text`]): a damaged text is a
+    /// corruption error naming the segment's file, never a panic or altered text.
     pub fn text(&self, (s, n): NodeRef) -> Result<&str, FormatError> {
         self.index.segments[s].segment.chunk_text(n)
     }

@@ -43,13 +43,10 @@ impl Engine {
     /// damaged after it was opened) and asks for a full re-verify.
     pub(crate) fn sanitize_error(&self, tool: &str, mut e: ToolError) -> ToolError {
         if let ToolError::Damaged(m) = &e {
-            eprintln!("queryd: `{tool}` read a damaged index file: {m}; re-verifying the index");
-            self.integrity.report(
-                "text",
-                None,
+            self.text_problem(
+                format!("queryd: `{tool}` read a damaged index file: {m}; re-verifying the index"),
                 format!("`{tool}` read a damaged index file: {m}"),
             );
-            self.integrity.reverify_all();
         }
         let n = match &mut e {
             ToolError::InvalidInput(m) | ToolError::Internal(m) | ToolError::Damaged(m) => {
@@ -72,16 +69,19 @@ impl Engine {
 
     fn text_replaced(&self, tool: &str, n: usize) {
         if n > 0 {
-            eprintln!(
-                "queryd: `{tool}` read {n} invalid UTF-8 strings from the index; re-verifying it"
-            );
-            self.integrity.report(
-                "text",
-                None,
+            self.text_problem(
+                format!("queryd: `{tool}` read {n} invalid UTF-8 strings from the index; re-verifying it"),
                 format!("`{tool}` read text that is not valid UTF-8 from the index (replaced with U+FFFD); the index files changed after they were opened"),
             );
-            self.integrity.reverify_all();
         }
+    }
+
+    /// Logs `log`, reports `problem` (kind `text`) in `index_status` and asks for a full
+    /// re-verify: what bad text read from the index sets off.
+    fn text_problem(&self, log: String, problem: String) {
+        eprintln!("{log}");
+        self.integrity.report("text", None, problem);
+        self.integrity.reverify_all();
     }
 
     /// One verifier pass over the current snapshot: checksums each segment not verified yet

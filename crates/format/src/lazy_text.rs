@@ -1,7 +1,9 @@
-//! Chunk text whose UTF-8 is checked when it is read, not when the segment is opened.
+//! Chunk text whose UTF-8 is checked when it is read, not when the segment is opened: how
+//! format 3 records hold their text (format 4 keeps texts in `texts.bin`, [`crate::texts`],
+//! and its records hold none).
 //!
-//! `chunks.rkyv` holds every chunk's text, about 1 KB a chunk: a million chunks carry about a
-//! gigabyte of it. rkyv's `ArchivedString` checks the UTF-8 of every string when the archive is
+//! Format 3's `chunks.rkyv` holds every chunk's text, about 1 KB a chunk: a million chunks
+//! carry about a gigabyte of it. rkyv's `ArchivedString` checks the UTF-8 of every string when the archive is
 //! validated, so opening such an index read all of that text from the page cache and checked it
 //! (about 100-400 ms and 1 GB of resident pages at 1M chunks on the 2-core VM) before the first
 //! query, which reads about ten texts.
@@ -37,15 +39,20 @@ pub struct TextError {
     pub at: usize,
 }
 
+/// `b` as text, or where it stops being UTF-8: the one check of a chunk text read from a
+/// segment, in either format (`texts.bin` too, [`crate::texts`]).
+pub(crate) fn utf8(b: &[u8]) -> Result<&str, TextError> {
+    std::str::from_utf8(b).map_err(|e| TextError {
+        len: b.len(),
+        at: e.valid_up_to(),
+    })
+}
+
 impl ArchivedText {
     /// The text, checked to be UTF-8 (a few nanoseconds per hundred bytes). Crate-private:
     /// format 4 records hold no text, so readers go through [`crate::Segment::chunk_text`].
     pub(crate) fn as_str(&self) -> Result<&str, TextError> {
-        let b = self.repr.as_bytes();
-        std::str::from_utf8(b).map_err(|e| TextError {
-            len: b.len(),
-            at: e.valid_up_to(),
-        })
+        utf8(self.repr.as_bytes())
     }
 
     /// The raw bytes (UTF-8 unless the file is damaged).

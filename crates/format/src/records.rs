@@ -48,8 +48,9 @@ pub struct ChunkRecord {
     pub parent: u32,
     /// blake3 of exactly the text that was embedded; the key for reusing vectors.
     pub content_hash: [u8; 32],
-    /// Archived as [`crate::lazy_text::ArchivedText`] (the bytes of an `ArchivedString`): its
-    /// UTF-8 is checked when it is read, so opening a segment does not read every text.
+    /// Format 3 keeps the text here, archived as [`crate::lazy_text::ArchivedText`] (the bytes
+    /// of an `ArchivedString`, UTF-8 checked when read); format 4 writes it to `texts.bin` and
+    /// leaves this empty. Read it with [`crate::Segment::chunk_text`].
     #[rkyv(with = crate::lazy_text::LazyUtf8)]
     pub text: String,
 }

@@ -128,16 +128,7 @@ impl MappedTexts {
             ));
         }
         let b = &self.map[self.base + start as usize..self.base + end as usize];
-        std::str::from_utf8(b).map_err(|e| {
-            corrupt(
-                &self.path,
-                format!(
-                    "chunk {c}: a chunk text of {} bytes is not valid UTF-8 at byte {}",
-                    b.len(),
-                    e.valid_up_to()
-                ),
-            )
-        })
+        crate::lazy_text::utf8(b).map_err(|e| corrupt(&self.path, format!("chunk {c}: {e}")))
     }
 
     /// The byte length of text `c`, unchecked (0 past the end or for offsets out of order).
