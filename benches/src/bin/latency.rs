@@ -78,6 +78,10 @@ struct Args {
     /// print the open line and stop.
     #[arg(long, hide = true)]
     open_only: bool,
+    /// With --measure: only the per-mode latency table (no recall, no exact scan, no
+    /// per-segment breakdown), for quick comparisons and profiling.
+    #[arg(long, hide = true)]
+    modes_only: bool,
 }
 
 /// splitmix64.
@@ -452,7 +456,10 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
         mode: Mode::Hybrid,
         ..SearchOptions::default()
     };
-    search(&index, &qtexts[0], Some(&qv[..DIM]), &o)?;
+    let (_, tm0) = search(&index, &qtexts[0], Some(&qv[..DIM]), &o)?;
+    if args.open_only {
+        eprintln!("first query phases: {tm0:?}");
+    }
     let cold_ms = t0.elapsed().as_secs_f64() * 1e3;
     let rss_ivf = rss_kib();
     if args.open_only {
@@ -534,6 +541,9 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
             phases[2],
             phases[3]
         );
+    }
+    if args.modes_only {
+        return Ok(());
     }
     let rss_q = rss_kib();
 

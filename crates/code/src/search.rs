@@ -533,12 +533,14 @@ pub fn vector_list(
     allows: &[Option<RoaringBitmap>],
 ) -> Result<Vec<(usize, u32, f32)>, format::FormatError> {
     let allow = |si: usize| allows.get(si).and_then(|a| a.as_ref());
-    let ivfs = index
-        .segments
-        .iter()
-        .enumerate()
-        .map(|(si, ls)| ls.segment.probe_plan(allow(si)))
-        .collect::<Result<Vec<_>, _>>()?;
+    // The first search of an index opens every segment's IVF map (its centroids parsed and
+    // quantised): on all cores when it fans out.
+    let first = index.segments.iter().any(|ls| !ls.segment.ivf_opened());
+    let ivfs = per_segment(index.segments.len(), first && fans_out(index), |si| {
+        index.segments[si].segment.probe_plan(allow(si))
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
     let plan = format::ivf_map::plan_probes(&ivfs, q, nprobe);
     // The deepest any segment asks for (one-bit codes ask for more than SQ8 ones).
     // (Segments scanned exactly, `None` in `ivfs`, re-rank nothing.)

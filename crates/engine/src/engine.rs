@@ -131,11 +131,15 @@ impl Engine {
                 d.id, d.error
             );
         }
-        let encoder = kernels::Encoder::load_with(model_dir, device, kernels::Precision::F32)
-            .map_err(|source| OpenError::Model {
-                dir: model_dir.to_path_buf(),
-                source,
-            })?;
+        // The IVF maps open beside the model load, so the first query does not open them.
+        let encoder = std::thread::scope(|s| {
+            s.spawn(|| index.open_vector_maps());
+            kernels::Encoder::load_with(model_dir, device, kernels::Precision::F32)
+        })
+        .map_err(|source| OpenError::Model {
+            dir: model_dir.to_path_buf(),
+            source,
+        })?;
         if encoder.model_id() != index.manifest.model_id {
             return Err(OpenError::ModelMismatch {
                 index: index_dir.to_path_buf(),
@@ -442,7 +446,10 @@ impl Engine {
             {
                 return Ok(None); // the same generation (touched, or restored after a failure)
             }
-            Index::open_reusing(&self.dir, Some(&cur.code.index)).map(Some)
+            let index = Index::open_reusing(&self.dir, Some(&cur.code.index))?;
+            // Before the swap, so the first query of the new generation does not pay it.
+            index.open_vector_maps();
+            Ok(Some(index))
         });
         let out = match result {
             Ok(Some(index)) => {

@@ -768,6 +768,12 @@ impl Segment {
         }
     }
 
+    /// Whether [`Segment::ivf_map`] has been tried already (opened, failed, or flat): its next
+    /// call costs nothing.
+    pub fn ivf_opened(&self) -> bool {
+        self.meta.vector_index == "flat" || self.ivf_map.get().is_some()
+    }
+
     /// The IVF index read in place from its memory map ([`MappedIvf`]: headers parsed and
     /// bounds-checked, centroids copied, lists left in the map), opened on first use; `None`
     /// for flat segments. What queries use. Unlike [`Segment::ivf`] it does not hash the file

@@ -238,6 +238,22 @@ fn one_bit_codes_search_and_verify() {
     assert!(recall >= 0.95, "recall@10 {recall}");
     assert!(seg.verify().is_empty(), "{:?}", seg.verify());
     drop(seg);
+
+    // A server opens the maps ahead of the first query: after that, nothing is left to open.
+    commit(dir.path(), &id, 5000, dim as u32, None);
+    let index = format::Index::open(dir.path()).unwrap();
+    let seg = &index.segments[0].segment;
+    assert!(!seg.ivf_opened());
+    index.open_vector_maps();
+    assert!(seg.ivf_opened());
+    let q = &queries[..dim];
+    let opened_first = seg.search_vectors(q, 10, nlist, None, None).unwrap();
+    let fresh = Segment::open(dir.path(), &id, MODEL, dim as u32).unwrap();
+    assert_eq!(
+        opened_first,
+        fresh.search_vectors(q, 10, nlist, None, None).unwrap()
+    );
+    drop((index, fresh));
     let p = dir.path().join(format!("seg-{id}")).join("ivf.rbq");
     let mut bytes = std::fs::read(&p).unwrap();
     let at = bytes.len() - 100;

@@ -220,3 +220,21 @@ fn damaged_files_are_errors_not_crashes() {
         }
     }
 }
+
+#[test]
+fn routing_levels_round_like_round() {
+    let old = |v: f32| v.round().clamp(0.0, 255.0) as u8;
+    let mut vals: Vec<f32> = vec![0.0, 0.5, 1.5, 2.5, 254.5, 255.0, 255.4, 300.0, f32::NAN];
+    for k in 0..=256u32 {
+        let h = k as f32 + 0.5;
+        vals.extend([h, h.next_down(), h.next_up(), k as f32]);
+    }
+    let mut x = 0.123_f32;
+    for _ in 0..100_000 {
+        x = (x * 7.31 + 0.377).fract();
+        vals.push(x * 256.0);
+    }
+    for v in vals {
+        assert_eq!(round_level(v), old(v), "{v}");
+    }
+}
