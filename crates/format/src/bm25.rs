@@ -13,7 +13,10 @@
 //! query: `tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl))`; a term's score is `idf · qtf · factor`.
 //! The maxima per term and per block are upper bounds that let [`ArchivedPostingsArchive::search`]
 //! skip whole blocks and lists that cannot reach the current top `k` (MaxScore, Turtle & Flood
-//! 1995, with block-max windows as in Lucene's `MaxScoreBulkScorer`). The results are exactly
+//! 1995, with block-max windows as in Lucene's `MaxScoreBulkScorer`: windows of 1,024 to 2,048
+//! documents ending at a block end of an essential list, the essential lists scored a list at a
+//! time into the window's buffers, the others read only for documents that may still enter the
+//! top `k`). The results are exactly
 //! those of exhaustive scoring ([`ArchivedPostingsArchive::search_exhaustive`]), scores bit for
 //! bit: a test checks it.
 //!

@@ -80,6 +80,21 @@ impl ArchivedPostingsArchive {
         floor: f32,
         stats: Option<&TermStats>,
     ) -> Vec<(u32, f32)> {
+        self.maxscore(query, k, allow, deny, floor, stats, MIN_WINDOW)
+    }
+
+    /// Block-max MaxScore in windows of at least `min_window` documents (see [`MIN_WINDOW`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn maxscore(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+        stats: Option<&TermStats>,
+        min_window: u32,
+    ) -> Vec<(u32, f32)> {
         if self.doc_count() == 0 || k == 0 {
             return Vec::new();
         }
@@ -92,26 +107,40 @@ impl ArchivedPostingsArchive {
             .collect();
         let mut heap = TopK::new(k, floor);
         let mut contrib = vec![0f32; qt.len()];
+        // Per essential list, its contributions to each document of the window (0: absent);
+        // and which documents of the window any essential list holds. Both are all zero
+        // between windows.
+        let mut acc: Vec<f32> = Vec::new();
+        let mut bits = [0u64; BULK_USIZE / 64];
+        let filtered = allow.is_some() || deny.is_some_and(|d| !d.is_empty());
         // Cursor indices by ascending window maximum, and the prefix sums of those maxima.
         let mut order: Vec<usize> = Vec::with_capacity(cursors.len());
         let mut wmax: Vec<f32> = vec![0.0; cursors.len()];
         let mut prefix: Vec<f32> = Vec::with_capacity(cursors.len());
+        // The lists whose blocks end the windows: the previous window's essential ones (at
+        // first all). A list that is not essential does not cut windows: a term in nearly
+        // every document would otherwise end a window every block (~128 documents), and the
+        // per-window work (bounds, partition) cost more than the documents scored.
+        let mut lead: Vec<usize> = (0..cursors.len()).collect();
         let mut start = 0u32;
         loop {
-            // Window: from `start` to the nearest block end of any list.
-            let mut end = NO_DOC;
             for c in cursors.iter_mut() {
                 c.shallow(start);
-                if let Some(last) = c.block_last() {
-                    end = end.min(last);
-                }
             }
-            if end == NO_DOC {
+            let nearest = |ids: &mut dyn Iterator<Item = usize>| {
+                ids.filter_map(|i| cursors[i].block_last()).min()
+            };
+            let Some(end) =
+                nearest(&mut lead.iter().copied()).or_else(|| nearest(&mut (0..cursors.len())))
+            else {
                 break;
-            }
+            };
+            let end = end
+                .max(start.saturating_add(min_window.max(1) - 1))
+                .min(start.saturating_add(BULK - 1));
             order.clear();
             for (i, c) in cursors.iter().enumerate() {
-                wmax[i] = c.block_max();
+                wmax[i] = c.window_max(end);
                 if !c.exhausted() {
                     order.push(i);
                 }
@@ -127,54 +156,79 @@ impl ArchivedPostingsArchive {
             // only add to documents that an essential list brings.
             let theta = heap.threshold();
             let m = prefix.iter().take_while(|&&s| bound(s) <= theta).count();
-            if m < order.len() {
-                let (non_essential, essential) = order.split_at(m);
-                let mut d = NO_DOC;
-                for &i in essential {
-                    d = d.min(cursors[i].seek(start));
+            let (non_essential, essential) = order.split_at(m);
+            lead.clear();
+            // With no essential list, the one of the highest maximum ends the next window.
+            lead.extend_from_slice(if essential.is_empty() {
+                &order[order.len().saturating_sub(1)..]
+            } else {
+                essential
+            });
+            if !essential.is_empty() {
+                let ne_max = m.checked_sub(1).map_or(0.0, |j| prefix[j]);
+                // Essential lists are scored a list at a time into the window's buffers (their
+                // postings in tight loops), then each document they bring is checked against
+                // the threshold and, if it may enter, completed from the non-essential lists.
+                let rows = essential.len();
+                if acc.len() < rows * BULK_USIZE {
+                    acc.resize(rows * BULK_USIZE, 0.0);
                 }
-                while d <= end {
-                    if crate::admitted(d, allow, deny) {
+                for (j, &i) in essential.iter().enumerate() {
+                    let row = &mut acc[j * BULK_USIZE..(j + 1) * BULK_USIZE];
+                    let c = &mut cursors[i];
+                    let mut d = c.seek(start);
+                    while d <= end {
+                        let off = (d - start) as usize;
                         let dl = self.doc_lens[d as usize].to_native();
+                        row[off] = c.w * params.factor(c.tfs[c.pos], dl);
+                        bits[off >> 6] |= 1u64 << (off & 63);
+                        c.next();
+                        d = c.doc;
+                    }
+                }
+                let words = ((end - start) as usize >> 6) + 1;
+                for (wi, slot) in bits[..words].iter_mut().enumerate() {
+                    let mut word = std::mem::take(slot);
+                    while word != 0 {
+                        let off = (wi << 6) + word.trailing_zeros() as usize;
+                        word &= word - 1;
+                        let d = start + off as u32;
                         let mut s = 0f32;
-                        for &i in essential {
-                            let c = &cursors[i];
-                            if c.doc == d {
-                                let x = c.w * params.factor(c.tfs[c.pos], dl);
-                                contrib[c.qi] = x;
-                                s += x;
-                            }
+                        for j in 0..rows {
+                            s += acc[j * BULK_USIZE + off];
                         }
                         let theta = heap.threshold();
-                        let mut alive = true;
-                        for (j, &i) in non_essential.iter().enumerate().rev() {
-                            if bound(s + prefix[j]) <= theta {
-                                alive = false;
-                                break;
+                        if bound(s + ne_max) > theta
+                            && (!filtered || crate::admitted(d, allow, deny))
+                        {
+                            for (j, &i) in essential.iter().enumerate() {
+                                contrib[cursors[i].qi] = acc[j * BULK_USIZE + off];
                             }
-                            let c = &mut cursors[i];
-                            if c.seek(d) == d {
-                                let x = c.w * params.factor(c.tfs[c.pos], dl);
-                                contrib[c.qi] = x;
-                                s += x;
+                            let dl = self.doc_lens[d as usize].to_native();
+                            let mut alive = true;
+                            for (j, &i) in non_essential.iter().enumerate().rev() {
+                                if bound(s + prefix[j]) <= theta {
+                                    alive = false;
+                                    break;
+                                }
+                                let c = &mut cursors[i];
+                                if c.seek(d) == d {
+                                    let x = c.w * params.factor(c.tfs[c.pos], dl);
+                                    contrib[c.qi] = x;
+                                    s += x;
+                                }
                             }
+                            if alive {
+                                // Sum in query-term order, as exhaustive scoring does.
+                                let score = contrib.iter().fold(0f32, |a, &x| a + x);
+                                heap.offer(d, score);
+                            }
+                            contrib.iter_mut().for_each(|x| *x = 0.0);
                         }
-                        if alive {
-                            // Sum in query-term order, as exhaustive scoring does.
-                            let score = contrib.iter().fold(0f32, |a, &x| a + x);
-                            heap.offer(d, score);
+                        for j in 0..rows {
+                            acc[j * BULK_USIZE + off] = 0.0;
                         }
-                        contrib.iter_mut().for_each(|x| *x = 0.0);
                     }
-                    let mut next = NO_DOC;
-                    for &i in essential {
-                        let c = &mut cursors[i];
-                        if c.doc == d {
-                            c.next();
-                        }
-                        next = next.min(c.doc);
-                    }
-                    d = next;
                 }
             }
             match end.checked_add(1) {
@@ -238,6 +292,15 @@ impl ArchivedPostingsArchive {
 
 /// No (more) documents.
 const NO_DOC: u32 = u32::MAX;
+
+/// The fewest documents a MaxScore window spans (Lucene's `MaxScoreBulkScorer` scores inner
+/// windows of 4,096). Windows end at a block end of an essential list, or here when that is
+/// sooner: short windows bound more tightly but cost a partition each.
+pub(super) const MIN_WINDOW: u32 = 1024;
+
+/// The most documents a window spans: the width of its scoring buffers.
+const BULK: u32 = 2048;
+const BULK_USIZE: usize = BULK as usize;
 
 /// An upper bound made safe against the rounding of summing maxima in another order than the
 /// scores are summed in.
@@ -329,13 +392,17 @@ impl<'a> Cursor<'a> {
         (!self.exhausted()).then(|| self.p.block_last[self.block].to_native())
     }
 
-    /// Weighted maximum of the current block (0 once exhausted).
-    fn block_max(&self) -> f32 {
-        if self.exhausted() {
-            0.0
-        } else {
-            self.wb * self.p.block_max[self.block].to_native()
+    /// Weighted maximum over the blocks from the current one to the first that ends at or
+    /// after `end` (0 once exhausted): a bound on every posting up to `end`.
+    fn window_max(&self, end: u32) -> f32 {
+        let mut m = 0f32;
+        for b in self.block..self.b1 {
+            m = m.max(self.p.block_max[b].to_native());
+            if self.p.block_last[b].to_native() >= end {
+                break;
+            }
         }
+        self.wb * m
     }
 
     /// Advances to the first document ≥ `target` and returns it ([`NO_DOC`] when none).

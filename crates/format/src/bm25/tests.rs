@@ -149,6 +149,12 @@ fn maxscore_equals_exhaustive() {
                 let fast = a.search(&query, k, al, de);
                 let slow = a.search_exhaustive(&query, k, al, de);
                 assert_eq!(fast, slow, "query {query:?} k {k}");
+                // Windows cut at every block end (1) and at a few blocks.
+                for w in [1, 200] {
+                    let f = f32::NEG_INFINITY;
+                    let got = a.maxscore(&query, k, al, de, f, None, w);
+                    assert_eq!(got, slow, "query {query:?} k {k} window {w}");
+                }
                 checked += fast.len();
                 // With a floor: exactly the hits strictly above it.
                 if let Some(&(_, f)) = slow.get(slow.len() / 2) {
