@@ -559,9 +559,17 @@ pub fn vector_list(
     for (si, hits) in lists.into_iter().enumerate() {
         approx.extend(hits?.into_iter().map(|(c, s)| (si, c, s)));
     }
-    approx.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
-    approx.truncate(fetch);
-    approx.sort_by_key(|&(si, c, _)| (si, c));
+    // The best `fetch` (a selection: the order is total, so the same set as a sort's prefix),
+    // then in row order for the re-rank.
+    if fetch == 0 {
+        approx.clear();
+    } else if approx.len() > fetch {
+        approx.select_nth_unstable_by(fetch - 1, |a, b| {
+            b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1)))
+        });
+        approx.truncate(fetch);
+    }
+    approx.sort_unstable_by_key(|&(si, c, _)| (si, c));
     let mut list: Vec<(usize, u32, f32)> = Vec::with_capacity(approx.len());
     for group in approx.chunk_by(|a, b| a.0 == b.0) {
         let si = group[0].0;

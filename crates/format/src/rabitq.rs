@@ -521,7 +521,7 @@ impl MappedRbq {
         let mut scores = [0f32; BLOCK];
         for (i, &(at, coarse)) in todo.iter().enumerate() {
             if let Some(&(next, _)) = todo.get(i + AHEAD) {
-                prefetch(&self.map[next..next + bb]);
+                crate::prefetch(&self.map[next..next + bb]);
             }
             let block = &self.map[at..at + bb];
             let (codes, tail) = block.split_at(packed);
@@ -563,23 +563,6 @@ fn block_scores(
     for v in 0..BLOCK {
         out[v] = (coarse + q.lo * g[v]) + (f[v] * q.delta) * (2.0 * sums[v] as f32 - q.level_sum);
     }
-}
-
-/// Asks for `bytes` to be brought into the cache (a hint; nothing elsewhere).
-#[inline]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: SSE is part of x86_64; a prefetch of a valid address has no effect on
-        // program state.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                line.as_ptr().cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// [`block_sums_scalar`], with AVX2 where the CPU has it.
