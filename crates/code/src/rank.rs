@@ -12,7 +12,7 @@
 //!   counts as the symbol itself (its lines, its group), and a result is never shown as a
 //!   header: [`shown`] maps it to its symbol.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use format::records::{name_key, qualified_key, NO_PARENT};
 use format::Index;
@@ -152,9 +152,9 @@ pub const MERGE_GAP_LINES: u32 = 1;
 /// afterwards.
 pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
     let mut out: Vec<Group> = Vec::new();
-    let mut seen: HashSet<(&str, &str, u32, u32)> = HashSet::new();
+    let mut seen: FxHashSet<(&str, &str, u32, u32)> = FxHashSet::default();
     // Symbol root → indices into `out`.
-    let mut by_root: HashMap<Node, Vec<usize>> = HashMap::new();
+    let mut by_root: FxHashMap<Node, Vec<usize>> = FxHashMap::default();
     for (rank, &(si, c)) in ranked.iter().enumerate() {
         let t = index.segments[si].segment.table();
         let ch = &t.chunks[c as usize];

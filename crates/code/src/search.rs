@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use format::manifest::LiveSegment;
 use format::Index;
 use roaring::RoaringBitmap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
 use crate::rank;
@@ -747,11 +748,11 @@ fn fuse_all(
     extra: &[ChunkRef],
 ) -> (Vec<(ChunkRef, Fused)>, Option<FusionChoice>) {
     let mut choice = None;
-    let mut fused: std::collections::HashMap<ChunkRef, Fused> = std::collections::HashMap::new();
+    let mut fused: FxHashMap<ChunkRef, Fused> = FxHashMap::default();
     for k in extra {
         fused.entry(*k).or_insert((0.0, None, None));
     }
-    let mut tie: std::collections::HashMap<ChunkRef, f32> = std::collections::HashMap::new();
+    let mut tie: FxHashMap<ChunkRef, f32> = FxHashMap::default();
     match o.fusion {
         Fusion::Rrf { k } => {
             // Identifier-like queries lean lexical.
@@ -871,7 +872,7 @@ pub fn search(
         Vec::new()
     } else {
         let found = rank::name_matches(index, query, &allows);
-        let listed: std::collections::HashSet<ChunkRef> = if found.is_empty() {
+        let listed: FxHashSet<ChunkRef> = if found.is_empty() {
             Default::default()
         } else {
             vec_list
