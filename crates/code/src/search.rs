@@ -297,7 +297,8 @@ pub struct Hit {
     pub chunk: u32,
 }
 
-/// Timings per phase.
+/// Timings per phase. In a hybrid search that fans out ([`fans_out`]) the vector and BM25
+/// phases run side by side, so their times overlap.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Timings {
     pub filter: Duration,
@@ -844,25 +845,38 @@ pub fn search(
         .collect();
     tm.filter = t.elapsed();
 
-    let mut vec_list: Vec<(usize, u32, f32)> = Vec::new();
-    if o.mode != Mode::Lexical {
+    type Ranked = Vec<(usize, u32, f32)>;
+    let vector = || -> Result<(Ranked, Duration), format::FormatError> {
         let t = Instant::now();
-        if let Some(q) = query_vec {
-            vec_list = vector_list(index, q, depth, o.nprobe, &allows)?;
+        let list = match query_vec {
+            Some(q) if o.mode != Mode::Lexical => vector_list(index, q, depth, o.nprobe, &allows)?,
+            _ => Vec::new(),
+        };
+        Ok((list, t.elapsed()))
+    };
+    let lexical = || -> (Ranked, Duration) {
+        if o.mode == Mode::Vector {
+            return (Vec::new(), Duration::ZERO);
         }
-        tm.vector = t.elapsed();
-    }
-    let mut lex_list: Vec<(usize, u32, f32)> = Vec::new();
-    if o.mode != Mode::Vector {
         let t = Instant::now();
         let q = if o.expand {
             expand_in(index, query)
         } else {
             query.to_string()
         };
-        lex_list = lexical_list(index, &q, depth, &allows);
-        tm.bm25 = t.elapsed();
-    }
+        (lexical_list(index, &q, depth, &allows), t.elapsed())
+    };
+    // With cores to spare, the two rankings run side by side (each also fans out over the
+    // segments): one ranking per thread wastes less than splitting each over the segments.
+    let (vec_res, (lex_list, bm25_time)) = if o.mode == Mode::Hybrid && fans_out(index) {
+        rayon::join(vector, lexical)
+    } else {
+        let v = vector();
+        (v, lexical())
+    };
+    let (vec_list, vector_time) = vec_res?;
+    tm.vector = vector_time;
+    tm.bm25 = bm25_time;
 
     let t = Instant::now();
     // The exact-name tier (hybrid and lexical modes): chunks the query names rank above the
