@@ -1,0 +1,146 @@
+//! The query side of [`Segment`]: vector search (IVF planning, one-bit or SQ8 candidates,
+//! exact re-rank on the raw rows) and BM25. Split from `segment.rs`, which holds the writer,
+//! opening and validation.
+
+use roaring::RoaringBitmap;
+
+use super::{rerank_depth, rerank_depth_one_bit, Segment};
+use crate::ivf_map::MappedIvf;
+use crate::{vectors, FormatError, Result};
+
+impl Segment {
+    /// Vector top-`k` by inner product. Small or heavily filtered candidate sets are scanned
+    /// exactly; otherwise IVF candidates (over-fetched) are re-ranked exactly on the raw rows.
+    pub fn search_vectors(
+        &self,
+        query: &[f32],
+        k: usize,
+        nprobe: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Result<Vec<(u32, f32)>> {
+        match self.probe_plan(allow)? {
+            Some(ivf) => self.search_vectors_in(query, k, &ivf.probes(query, nprobe), allow, deny),
+            // Exact scores already: no re-rank.
+            None => self.vector_candidates(query, k, &[], allow, deny),
+        }
+    }
+
+    /// The IVF index a vector search under `allow` goes through, or `None` when it scans the
+    /// rows exactly (a flat segment, or an allow-list smaller than an IVF segment can be).
+    pub fn probe_plan(&self, allow: Option<&RoaringBitmap>) -> Result<Option<&MappedIvf>> {
+        if allow.is_some_and(|a| a.len() < vectors::IVF_THRESHOLD as u64) {
+            return Ok(None);
+        }
+        self.ivf_map()
+    }
+
+    /// Vector top-`k` through the IVF lists `probes` ((list, query · centroid), chosen by the
+    /// caller, e.g. across segments): SQ8 candidates, filtered inside the scan and
+    /// over-fetched ([`rerank_depth`]), re-ranked exactly on the raw rows. A flat segment is
+    /// scanned exactly.
+    pub fn search_vectors_in(
+        &self,
+        query: &[f32],
+        k: usize,
+        probes: &[(u32, f32)],
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Result<Vec<(u32, f32)>> {
+        let cands = self.vector_candidates(query, self.rerank_depth(k)?, probes, allow, deny)?;
+        Ok(crate::top_k(self.rerank(query, &cands).into_iter(), k))
+    }
+
+    /// How many approximate candidates a top-`k` search re-ranks exactly here:
+    /// [`rerank_depth_one_bit`] when the scan goes through one-bit codes, else
+    /// [`rerank_depth`].
+    pub fn rerank_depth(&self, k: usize) -> Result<usize> {
+        Ok(if self.rbq()?.is_some() {
+            rerank_depth_one_bit(k)
+        } else {
+            rerank_depth(k)
+        })
+    }
+
+    /// The best `fetch` (chunk, score) candidates for `query`, best first: approximate scores
+    /// through the IVF lists `probes` (the one-bit codes of `ivf.rbq`, or the SQ8 codes of a
+    /// segment without them; filters applied inside the scan), or exact
+    /// scores from a scan of the rows for a flat segment or a small allow-list. Callers that
+    /// search several segments merge these and re-rank only the best ([`Segment::rerank`]).
+    pub fn vector_candidates(
+        &self,
+        query: &[f32],
+        fetch: usize,
+        probes: &[(u32, f32)],
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Result<Vec<(u32, f32)>> {
+        let d = self.meta.dim as usize;
+        if query.len() != d {
+            return Err(FormatError::InvalidInput(format!(
+                "query has dimension {}, the segment {d}",
+                query.len()
+            )));
+        }
+        match self.probe_plan(allow)? {
+            Some(ivf) => match self.rbq()? {
+                Some(codes) => codes.scan(query, probes, fetch, allow, deny),
+                None => ivf.scan(query, probes, fetch, allow, deny),
+            },
+            None => Ok(vectors::exact_search(
+                self.vectors(),
+                d,
+                query,
+                fetch,
+                allow,
+                deny,
+            )),
+        }
+    }
+
+    /// Exact inner products of `query` with the rows of `candidates` (chunk ids; scores
+    /// ignored), in the same order; ids beyond the segment are dropped.
+    pub fn rerank(&self, query: &[f32], candidates: &[(u32, f32)]) -> Vec<(u32, f32)> {
+        // Rows a few candidates ahead are asked for while this one is scored: hundreds of
+        // rows at scattered offsets, each a few cache lines the hardware prefetcher does not
+        // foresee.
+        const AHEAD: usize = 4;
+        let mut out = Vec::with_capacity(candidates.len());
+        for (n, &(i, _)) in candidates.iter().enumerate() {
+            if let Some(row) = candidates.get(n + AHEAD).and_then(|c| self.vector(c.0)) {
+                crate::prefetch(row);
+            }
+            if let Some(row) = self.vector(i) {
+                out.push((i, vectors::dot(row, query)));
+            }
+        }
+        out
+    }
+
+    /// BM25 top-`k`.
+    pub fn search_bm25(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+    ) -> Vec<(u32, f32)> {
+        self.postings().search(query, k, allow, deny)
+    }
+
+    /// BM25 top-`k` among scores strictly above `floor` (see
+    /// [`ArchivedPostingsArchive::search_above`]).
+    /// With `stats`, IDF comes from index-wide counts ([`crate::bm25::TermStats`]).
+    pub fn search_bm25_above(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+        stats: Option<&crate::bm25::TermStats>,
+    ) -> Vec<(u32, f32)> {
+        self.postings()
+            .search_above_with(query, k, allow, deny, floor, stats)
+    }
+}
