@@ -350,38 +350,53 @@ fn search_cmd(a: SearchArgs) -> anyhow::Result<()> {
     if query.trim().is_empty() {
         anyhow::bail!("the query is empty; pass some words or an identifier");
     }
+    // The model loads on another thread while the index opens and its IVF maps open (the
+    // longest steps of a one-shot search, so they overlap); errors keep their order: the
+    // index's first.
     let t = Instant::now();
-    let ix = format::Index::open_lenient(&index)
-        .with_context(|| format!("opening the index at {}", index.display()))?;
+    let dir = kernels::resolve_model_dir(model);
+    let (ix, loaded, open) = std::thread::scope(|s| {
+        let loading = (mode != Mode::Lexical).then(|| {
+            s.spawn(|| kernels::Encoder::load_with(&dir, device, kernels::Precision::F32))
+        });
+        let ix = format::Index::open_lenient(&index);
+        let open = t.elapsed();
+        if let Ok(ix) = &ix {
+            if loading.is_some() {
+                ix.open_vector_maps();
+            }
+        }
+        let loaded = loading.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        (ix, loaded, open)
+    });
+    let ix = ix.with_context(|| format!("opening the index at {}", index.display()))?;
     for d in &ix.damaged {
         eprintln!(
             "queryd: warning: code segment {} is damaged and left out of these results: {}",
             d.id, d.error
         );
     }
-    let open = t.elapsed();
     let mut embed_time = std::time::Duration::ZERO;
-    let qv = if mode == Mode::Lexical {
-        None
-    } else {
-        let dir = kernels::resolve_model_dir(model);
-        let enc = kernels::Encoder::load_with(&dir, device, kernels::Precision::F32)
-            .with_context(|| format!("loading the model from {}", dir.display()))?;
-        if debug {
-            eprintln!("encoder: {}", enc.device_description());
+    let qv = match loaded {
+        None => None,
+        Some(enc) => {
+            let enc = enc.with_context(|| format!("loading the model from {}", dir.display()))?;
+            if debug {
+                eprintln!("encoder: {}", enc.device_description());
+            }
+            if enc.model_id() != ix.manifest.model_id {
+                anyhow::bail!(
+                    "the index was built with model `{}` but {} holds `{}`; pass the same --model",
+                    ix.manifest.model_id,
+                    dir.display(),
+                    enc.model_id()
+                );
+            }
+            let t = Instant::now();
+            let (v, _) = enc.embed(&[query.as_str()])?;
+            embed_time = t.elapsed();
+            Some(v)
         }
-        if enc.model_id() != ix.manifest.model_id {
-            anyhow::bail!(
-                "the index was built with model `{}` but {} holds `{}`; pass the same --model",
-                ix.manifest.model_id,
-                dir.display(),
-                enc.model_id()
-            );
-        }
-        let t = Instant::now();
-        let (v, _) = enc.embed(&[query.as_str()])?;
-        embed_time = t.elapsed();
-        Some(v)
     };
     format::vectors::set_faiss_threads(1);
     let opts = SearchOptions {
