@@ -467,18 +467,15 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
         ..SearchOptions::default()
     };
     let (_, tm0) = search(&index, &qtexts[0], Some(&qv[..DIM]), &o)?;
+    let cold_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let rss_ivf = rss_kib();
     if args.open_only {
         eprintln!("first query phases: {tm0:?}");
         if let Some(ms) = premap_ms {
             println!(
-                "open {open_ms:.1} ms, IVF maps {ms:.1} ms, then the first hybrid query {:.1} ms",
-                t0.elapsed().as_secs_f64() * 1e3
+                "open {open_ms:.1} ms, IVF maps {ms:.1} ms, then the first hybrid query {cold_ms:.1} ms"
             );
         }
-    }
-    let cold_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let rss_ivf = rss_kib();
-    if args.open_only {
         println!(
             "open {open_ms:.1} ms, open + first hybrid query {:.1} ms; RSS after open {:.0} MB, after the query {:.0} MB",
             open_ms + cold_ms,

@@ -177,7 +177,6 @@ pub(crate) fn sync_dir(path: &Path) -> Result<()> {
     fsio::sync_dir(path).map_err(io_err(path))
 }
 
-/// Hex of the blake3 hash of `bytes`.
 /// Asks for the memory of `items` to be brought into the cache (a hint; nothing elsewhere).
 #[inline]
 pub(crate) fn prefetch<T>(items: &[T]) {
@@ -198,6 +197,7 @@ pub(crate) fn prefetch<T>(items: &[T]) {
     let _ = items;
 }
 
+/// Hex of the blake3 hash of `bytes`.
 pub fn blake3_hex(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
 }

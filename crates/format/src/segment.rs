@@ -32,10 +32,10 @@ use crate::records::{
     ArchivedChunkTable, ChunkInput, ChunkTable, EdgeInput, ExternalEdge, FileInput, NO_PARENT,
 };
 use crate::texts::MappedTexts;
-
-mod search;
 use crate::vectors::{self, Ivf, IVF_FILE};
 use crate::{corrupt, io_err, sync_dir, write_synced, FormatError, Result, FORMAT_VERSION};
+
+mod search;
 
 pub const SEGMENT_JSON: &str = "segment.json";
 
