@@ -44,9 +44,10 @@ struct Args {
 static GLOBAL: indexer::alloc::MiMalloc = indexer::alloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    // As `indexer` does: mimalloc for Rust's heap and tree-sitter's (`--system-alloc` not).
+    // As `indexer` does: mimalloc for Rust's heap and tree-sitter's, no transparent huge pages.
     let args = Args::parse();
     indexer::alloc::use_mimalloc_for_tree_sitter();
+    indexer::alloc::disable_transparent_huge_pages();
     let emb = HashEmbedder { dim: args.dim };
     rayon::ThreadPoolBuilder::new().build_global().ok();
     println!(

@@ -102,13 +102,34 @@ type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// Every token [`build`] indexes for one document, in order: its text, its path, then its name
 /// and qualified name `NAME_BOOST` times.
-fn for_each_doc_token(d: &DocFields<'_>, mut emit: impl FnMut(&str)) {
+/// `names` is scratch space: the name's and qualified name's tokens are made once and
+/// replayed.
+fn for_each_doc_token(d: &DocFields<'_>, names: &mut NameTokens, mut emit: impl FnMut(&str)) {
     text::for_each_token(d.text, &mut emit);
     text::for_each_token(d.path, &mut emit);
+    names.text.clear();
+    names.ends.clear();
+    let mut keep = |t: &str| {
+        names.text.push_str(t);
+        names.ends.push(names.text.len());
+    };
+    text::for_each_token(d.name, &mut keep);
+    text::for_each_token(d.qualified, &mut keep);
     for _ in 0..NAME_BOOST {
-        text::for_each_token(d.name, &mut emit);
-        text::for_each_token(d.qualified, &mut emit);
+        let mut at = 0;
+        for &end in &names.ends {
+            emit(&names.text[at..end]);
+            at = end;
+        }
     }
+}
+
+/// The tokens of a document's name and qualified name, in order: their text back to back and
+/// where each ends.
+#[derive(Default)]
+struct NameTokens {
+    text: String,
+    ends: Vec<usize>,
 }
 
 /// Terms of one document with their frequencies, and the document length.
@@ -124,7 +145,7 @@ fn doc_terms(d: &DocFields<'_>) -> (Vec<(String, u32)>, u32) {
             }
         }
     };
-    for_each_doc_token(d, &mut add);
+    for_each_doc_token(d, &mut NameTokens::default(), &mut add);
     (counts.into_iter().collect(), len)
 }
 
@@ -322,6 +343,7 @@ fn range_postings(first: u32, docs: &[DocFields<'_>]) -> RangePostings {
         lists: Vec::new(),
         doc_lens: Vec::with_capacity(docs.len()),
     };
+    let mut names = NameTokens::default();
     for (i, d) in docs.iter().enumerate() {
         let doc = first + i as u32;
         let mut len = 0u32;
@@ -342,7 +364,7 @@ fn range_postings(first: u32, docs: &[DocFields<'_>]) -> RangePostings {
                 _ => list.push((doc, 1)),
             }
         };
-        for_each_doc_token(d, &mut add);
+        for_each_doc_token(d, &mut names, &mut add);
         r.doc_lens.push(len);
     }
     r

@@ -15,20 +15,57 @@ const STOP: &[&str] = &[
 const MAX_TOKEN: usize = 64;
 
 /// Calls `emit` for each token of `text`, in order (duplicates included).
+///
+/// Words are runs of alphanumeric characters and `_`. An all-ASCII word (nearly every word of
+/// code) is split byte by byte ([`split_ascii`]); any other goes through the `char` path
+/// ([`split_identifier`]). Both give the same parts for ASCII input (a test checks it).
 pub fn for_each_token(text: &str, mut emit: impl FnMut(&str)) {
     let mut buf = String::new();
     let mut parts: Vec<(usize, usize)> = Vec::new();
-    for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-        if word.is_empty() {
-            continue;
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        let mut ascii = true;
+        // The word: ASCII bytes are classified directly, other characters decoded.
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b < 0x80 {
+                if b.is_ascii_alphanumeric() || b == b'_' {
+                    i += 1;
+                    continue;
+                }
+                break;
+            }
+            let c = text[i..].chars().next().unwrap_or(' ');
+            if !c.is_alphanumeric() {
+                break;
+            }
+            ascii = false;
+            i += c.len_utf8();
         }
-        parts.clear();
-        split_identifier(word, &mut parts);
-        if parts.len() > 1 {
-            push(&mut buf, word.trim_matches('_'), &mut emit);
+        if i > start {
+            let word = &text[start..i];
+            parts.clear();
+            if ascii {
+                split_ascii(word.as_bytes(), &mut parts);
+            } else {
+                split_identifier(word, &mut parts);
+            }
+            if parts.len() > 1 {
+                push(&mut buf, word.trim_matches('_'), &mut emit);
+            }
+            for &(a, b) in &parts {
+                push(&mut buf, &word[a..b], &mut emit);
+            }
         }
-        for &(a, b) in &parts {
-            push(&mut buf, &word[a..b], &mut emit);
+        // The separator after it (one character).
+        if i < bytes.len() {
+            i += if bytes[i] < 0x80 {
+                1
+            } else {
+                text[i..].chars().next().map_or(1, char::len_utf8)
+            };
         }
     }
 }
@@ -134,6 +171,57 @@ pub fn variants(word: &str) -> Vec<String> {
     out
 }
 
+/// [`split_identifier`] for a word of ASCII letters, digits and `_` (what [`for_each_token`]
+/// passes it), a byte at a time.
+fn split_ascii(word: &[u8], out: &mut Vec<(usize, usize)>) {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Class {
+        Lower,
+        Upper,
+        Digit,
+        Other,
+    }
+    fn class(b: u8) -> Class {
+        match b {
+            b'0'..=b'9' => Class::Digit,
+            b'A'..=b'Z' => Class::Upper,
+            b'a'..=b'z' => Class::Lower,
+            _ => Class::Other,
+        }
+    }
+    let mut start = None::<usize>;
+    let mut prev: Option<Class> = None;
+    for (pos, &b) in word.iter().enumerate() {
+        if b == b'_' {
+            if let Some(s) = start.take() {
+                out.push((s, pos));
+            }
+            prev = None;
+            continue;
+        }
+        let cl = class(b);
+        if let (Some(s), Some(p)) = (start, prev) {
+            let next_lower = word.get(pos + 1).is_some_and(|&n| class(n) == Class::Lower);
+            let alpha = |x: Class| matches!(x, Class::Lower | Class::Upper | Class::Other);
+            let boundary = (p == Class::Lower && cl == Class::Upper)
+                || (p == Class::Upper && cl == Class::Upper && next_lower)
+                || (alpha(p) && cl == Class::Digit)
+                || (p == Class::Digit && alpha(cl));
+            if boundary {
+                out.push((s, pos));
+                start = Some(pos);
+            }
+        }
+        if start.is_none() {
+            start = Some(pos);
+        }
+        prev = Some(cl);
+    }
+    if let Some(s) = start {
+        out.push((s, word.len()));
+    }
+}
+
 /// Splits an identifier at `_`, lower→upper, acronym→word (`HTTPServer` → `HTTP`, `Server`) and
 /// letter↔digit boundaries; pushes byte ranges of the parts into `out`.
 fn split_identifier(word: &str, out: &mut Vec<(usize, usize)>) {
@@ -193,6 +281,61 @@ fn split_identifier(word: &str, out: &mut Vec<(usize, usize)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tokenizer as it was before the ASCII path: `str::split` and `split_identifier` on
+    /// every word. The fast path must give exactly its tokens.
+    fn reference_tokens(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut buf = String::new();
+        let mut parts = Vec::new();
+        let mut emit = |t: &str| out.push(t.to_string());
+        for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if word.is_empty() {
+                continue;
+            }
+            parts.clear();
+            split_identifier(word, &mut parts);
+            if parts.len() > 1 {
+                push(&mut buf, word.trim_matches('_'), &mut emit);
+            }
+            for &(a, b) in &parts {
+                push(&mut buf, &word[a..b], &mut emit);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn ascii_path_equals_char_path() {
+        // Random strings over an alphabet with every class boundary: letters of both cases,
+        // digits, `_`, punctuation, whitespace, and non-ASCII letters, digits, marks and
+        // separators (`ß`, `É`, `٣`, `\u{301}`, `\u{a0}`, `—`, `中`).
+        let alphabet: Vec<char> = "aZbYcX09_ _./:-(){}\n\tßÉ٣\u{301}\u{a0}—中HTTPsRv"
+            .chars()
+            .collect();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 40) as usize;
+            let text: String = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            assert_eq!(tokenize(&text), reference_tokens(&text), "{text:?}");
+        }
+        for text in [
+            "parseHTTPRequest",
+            "__init__ self.x_1y2Z",
+            "HTTPServer2Go _A_ a__b",
+            "x\u{301}y ÉtéX",
+        ] {
+            assert_eq!(tokenize(text), reference_tokens(text), "{text:?}");
+        }
+    }
 
     #[test]
     fn splits_code_identifiers_and_keeps_whole() {

@@ -121,12 +121,14 @@ pub fn ivf_training_sample(vectors: &[f32], dim: usize) -> Vec<f32> {
     let n = vectors.len() / dim.max(1);
     let want = (40 * nlist_for(n)).min(n);
     if want < n {
-        (0..want)
-            .flat_map(|i| {
-                let row = i * n / want;
-                vectors[row * dim..(row + 1) * dim].iter().copied()
-            })
-            .collect()
+        // Sized up front: a collect over `flat_map` cannot know the length, and growing a
+        // vector of tens of MB by doubling copied it and faulted in fresh pages each time.
+        let mut sample = Vec::with_capacity(want * dim);
+        for i in 0..want {
+            let row = i * n / want;
+            sample.extend_from_slice(&vectors[row * dim..(row + 1) * dim]);
+        }
+        sample
     } else {
         vectors.to_vec()
     }

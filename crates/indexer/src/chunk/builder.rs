@@ -3,7 +3,7 @@
 //! members), out-of-line methods pointed at their type, top-level leftovers as windows, and
 //! one walk over the tree for imports and calls.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use tree_sitter::Node;
 
@@ -54,8 +54,8 @@ pub(super) fn extract_code(
         ),
         chunks: Vec::new(),
         depth: Vec::new(),
-        node_chunk: HashMap::new(),
-        ids: HashMap::new(),
+        node_chunk: HashMap::default(),
+        ids: HashMap::default(),
         covered: Vec::new(),
         pending_owner: Vec::new(),
     };
@@ -502,7 +502,7 @@ impl<'s> Builder<'s> {
         if self.pending_owner.is_empty() {
             return;
         }
-        let mut types: HashMap<&str, usize> = HashMap::new();
+        let mut types: HashMap<&str, usize> = HashMap::default();
         for (i, c) in self.chunks.iter().enumerate() {
             if c.kind.is_type() && c.kind != ChunkKind::Impl {
                 types.entry(c.qualified.as_str()).or_insert(i);
@@ -582,7 +582,7 @@ impl<'s> Builder<'s> {
         let src = self.src;
         let mut imports = Vec::new();
         let mut calls = Vec::new();
-        let mut bindings: HashMap<(usize, String), String> = HashMap::new();
+        let mut bindings: HashMap<(usize, String), String> = HashMap::default();
         let mut found: Vec<(String, Option<String>)> = Vec::new();
         let mut bound: Vec<(String, String)> = Vec::new();
         let mut cursor = root.walk();

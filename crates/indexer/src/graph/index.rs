@@ -1,7 +1,7 @@
 //! The lookup tables of one build ([`Index`]: paths, modules, directories, crates, symbols by
 //! name) and import resolution per language on top of them.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::paths::{dir_of, file_name, join, normalize, rust_crate_src, rust_mod_dir};
 use super::FileFacts;
@@ -331,21 +331,21 @@ impl<'a> Index<'a> {
     pub(super) fn build(files: &[FileFacts<'a>]) -> Self {
         let mut idx = Index {
             paths: Vec::with_capacity(files.len()),
-            by_path: HashMap::new(),
-            by_name: HashMap::new(),
-            py_modules: HashMap::new(),
-            dir_suffix: HashMap::new(),
-            dir_files: HashMap::new(),
-            crates: HashMap::new(),
-            free: HashMap::new(),
-            members: HashMap::new(),
-            methods: HashMap::new(),
-            types: HashMap::new(),
-            bases: HashMap::new(),
-            returns: HashMap::new(),
+            by_path: HashMap::default(),
+            by_name: HashMap::default(),
+            py_modules: HashMap::default(),
+            dir_suffix: HashMap::default(),
+            dir_files: HashMap::default(),
+            crates: HashMap::default(),
+            free: HashMap::default(),
+            members: HashMap::default(),
+            methods: HashMap::default(),
+            types: HashMap::default(),
+            bases: HashMap::default(),
+            returns: HashMap::default(),
             per_file: Vec::with_capacity(files.len()),
         };
-        let mut dirs: HashSet<&'a str> = HashSet::new();
+        let mut dirs: HashSet<&'a str> = HashSet::default();
         for (fi, f) in files.iter().enumerate() {
             let path = f.path.trim_start_matches("./");
             idx.paths.push(path);
@@ -401,7 +401,7 @@ impl<'a> Index<'a> {
                 }
             }
             let fam = family(f.language);
-            let mut local: HashMap<&'a str, Vec<usize>> = HashMap::new();
+            let mut local: HashMap<&'a str, Vec<usize>> = HashMap::default();
             for (ci, c) in f.extract.chunks.iter().enumerate() {
                 if c.symbol_id.is_empty() || !callable_target(c.kind) || c.name.is_empty() {
                     continue;
