@@ -274,7 +274,8 @@ fn put_framed(
     })
 }
 
-/// Every component but the IVF index, each encoded, written and dropped in turn.
+/// Every component but the IVF index: the vectors on a thread of their own, the others
+/// ([`write_records`]) each encoded, written and dropped in turn.
 #[allow(clippy::too_many_arguments)]
 fn write_components(
     tmp: &Path,
@@ -283,6 +284,43 @@ fn write_components(
     file_inputs: Vec<FileInput>,
     chunks: Vec<ChunkInput>,
     vectors: &[f32],
+    edges: Vec<EdgeInput>,
+    external_edges: Vec<ExternalEdge>,
+    memories: Vec<MemoryRecord>,
+) -> Result<Vec<FileEntry>> {
+    std::thread::scope(|scope| {
+        // The vectors are final already: their write, hash and fsync (most of it waiting on
+        // the disk) run beside the encoding of the rest.
+        let vectors = scope
+            .spawn(|| put_framed(tmp, Component::Vectors, d, model_id, &f32_le_bytes(vectors)));
+        let mut files = write_records(
+            tmp,
+            model_id,
+            d,
+            file_inputs,
+            chunks,
+            edges,
+            external_edges,
+            memories,
+        )?;
+        files.push(vectors.join().unwrap_or_else(|_| {
+            Err(FormatError::InvalidInput(
+                "the vectors writer thread panicked".into(),
+            ))
+        })?);
+        Ok(files)
+    })
+}
+
+/// The components but the vectors and the IVF index, each encoded, written and dropped in
+/// turn.
+#[allow(clippy::too_many_arguments)]
+fn write_records(
+    tmp: &Path,
+    model_id: &str,
+    d: u32,
+    file_inputs: Vec<FileInput>,
+    chunks: Vec<ChunkInput>,
     edges: Vec<EdgeInput>,
     external_edges: Vec<ExternalEdge>,
     memories: Vec<MemoryRecord>,
@@ -329,13 +367,6 @@ fn write_components(
     drop(graph);
     files.push(put_framed(tmp, Component::Graph, d, model_id, &bytes)?);
     drop(bytes);
-    files.push(put_framed(
-        tmp,
-        Component::Vectors,
-        d,
-        model_id,
-        &f32_le_bytes(vectors),
-    )?);
     if !memories.is_empty() {
         let m = MemoryTable::new(memories);
         let bytes = archived("memories", rkyv::to_bytes(&m))?;

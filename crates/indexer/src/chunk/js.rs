@@ -225,7 +225,8 @@ impl Spec for JsSpec {
     }
 
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
-        let line = node.start_position().row as u32 + 1;
+        // Read only for an import: `start_position` costs a call per node otherwise.
+        let line = || node.start_position().row as u32 + 1;
         match node.kind_str() {
             "import_statement" => {
                 let source = node.child_by_field_name("source").or_else(|| {
@@ -272,7 +273,7 @@ impl Spec for JsSpec {
                     out.push(Import {
                         module: unquote(node_text(s, src)),
                         names,
-                        line,
+                        line: line(),
                         aliases,
                     });
                 }
@@ -295,7 +296,7 @@ impl Spec for JsSpec {
                 out.push(Import {
                     module: unquote(node_text(s, src)),
                     names,
-                    line,
+                    line: line(),
                     ..Default::default()
                 });
                 true
@@ -347,7 +348,7 @@ impl Spec for JsSpec {
                 out.push(Import {
                     module: unquote(node_text(arg, src)),
                     names,
-                    line,
+                    line: line(),
                     aliases,
                 });
                 true

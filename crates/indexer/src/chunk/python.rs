@@ -101,7 +101,8 @@ impl Spec for PythonSpec {
     }
 
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
-        let line = node.start_position().row as u32 + 1;
+        // Read only for an import: `start_position` costs a call per node otherwise.
+        let line = || node.start_position().row as u32 + 1;
         match node.kind_str() {
             "import_statement" => {
                 let mut c = node.walk();
@@ -119,7 +120,7 @@ impl Spec for PythonSpec {
                         out.push(Import {
                             module,
                             names: Vec::new(),
-                            line,
+                            line: line(),
                             aliases: vec![(local, MODULE_ALIAS.to_string())],
                         });
                     }
@@ -152,7 +153,7 @@ impl Spec for PythonSpec {
                     out.push(Import {
                         module,
                         names,
-                        line,
+                        line: line(),
                         aliases,
                     });
                 }

@@ -46,11 +46,12 @@ impl Spec for RustSpec {
     }
 
     fn import(&self, node: Node, src: &str, out: &mut Vec<Import>) -> bool {
-        let line = node.start_position().row as u32 + 1;
+        // Read only for an import: `start_position` costs a call per node otherwise.
+        let line = || node.start_position().row as u32 + 1;
         match node.kind_str() {
             "use_declaration" => {
                 if let Some(arg) = node.child_by_field_name("argument") {
-                    flatten_use(arg, "", src, line, out);
+                    flatten_use(arg, "", src, line(), out);
                 }
                 true
             }
@@ -59,7 +60,7 @@ impl Spec for RustSpec {
                     out.push(Import {
                         module: n.to_string(),
                         names: Vec::new(),
-                        line,
+                        line: line(),
                         ..Default::default()
                     });
                 }
@@ -70,7 +71,7 @@ impl Spec for RustSpec {
                     out.push(Import {
                         module: n.to_string(),
                         names: Vec::new(),
-                        line,
+                        line: line(),
                         ..Default::default()
                     });
                 }
