@@ -34,6 +34,7 @@ use calls::{resolve_call, CallCtx, Confidence, Scope};
 use index::Index;
 
 use crate::chunk::{Language, MODULE_ALIAS};
+use rayon::prelude::*;
 
 /// Whether resolution reads the text of `c`, a chunk of the file at `path`: the declarations
 /// of symbols (return types, base types, callback parameter types: `index.rs`, `calls.rs`)
@@ -89,76 +90,13 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
 
     // IMPORTS, and what each file sees through them (each imported name resolved on its own,
     // so `use a::{b, f}` links `b` to `a/b.rs` and `f` to `a.rs`).
+    // Each file's scope and import targets are found on their own (in parallel, in file
+    // order), as are its calls below; the edges are sorted at the end.
+    let per_file: Vec<(Scope, Vec<usize>)> = (files.par_iter().enumerate())
+        .map(|(fi, f)| file_scope(&idx, fi, f))
+        .collect();
     let mut scopes: Vec<Scope> = Vec::with_capacity(files.len());
-    for (fi, f) in files.iter().enumerate() {
-        let mut targets: Vec<usize> = Vec::new();
-        let mut sc = Scope::default();
-        for imp in &f.extract.imports {
-            let mut whole = idx.resolve_import(fi, f, &imp.module, &[]);
-            whole.retain(|&t| t != fi);
-            for n in &imp.names {
-                let mut found = idx.resolve_import(fi, f, &imp.module, std::slice::from_ref(n));
-                found.retain(|&t| t != fi);
-                let local = imp
-                    .aliases
-                    .iter()
-                    .find(|(_, orig)| orig == n)
-                    .map_or(n.as_str(), |(l, _)| l.as_str());
-                for &t in &found {
-                    // `use crate::graph;` / `from pkg import mod` bind a module; a file named
-                    // like the item it defines (`arrRemove.ts`) is also searched for the item.
-                    if f.language != Language::TypeScript
-                        && f.language != Language::Tsx
-                        && f.language != Language::JavaScript
-                        && is_module_file(idx.path_of(t), n)
-                    {
-                        sc.modules.entry(local).or_default().push(t);
-                    }
-                    sc.named.entry(local).or_default().push((t, n.as_str()));
-                }
-                targets.extend(found);
-            }
-            for (local, orig) in &imp.aliases {
-                if orig == MODULE_ALIAS {
-                    sc.modules
-                        .entry(local.as_str())
-                        .or_default()
-                        .extend(whole.iter().copied());
-                }
-            }
-            let module_alias = imp.aliases.iter().any(|(_, o)| o == MODULE_ALIAS);
-            if imp.names.is_empty() && !module_alias {
-                match f.language {
-                    // `mod foo;` / `extern crate foo;` bind a module name; `use a::b::*` (a
-                    // path) makes its items visible. Elsewhere a whole-module import without
-                    // names is a glob: `from x import *`, `#include`, JS `export * from` (a
-                    // barrel's re-exports; a bare `import "x"` defines nothing callers use).
-                    Language::Rust
-                        if !imp.module.contains("::")
-                            && !matches!(imp.module.as_str(), "super" | "self" | "crate") =>
-                    {
-                        sc.modules
-                            .entry(imp.module.as_str())
-                            .or_default()
-                            .extend(whole.iter().copied());
-                    }
-                    _ => sc.globs.extend(whole.iter().copied()),
-                }
-            }
-            targets.extend(whole);
-        }
-        sc.globs.sort_unstable();
-        sc.globs.dedup();
-        for v in sc.modules.values_mut() {
-            v.sort_unstable();
-            v.dedup();
-        }
-        for v in sc.named.values_mut() {
-            v.sort_unstable();
-            v.dedup();
-        }
-        targets.sort_unstable();
-        targets.dedup();
+    for (fi, (sc, targets)) in per_file.into_iter().enumerate() {
         for &t in &targets {
             edges.push(ResolvedEdge {
                 kind: EdgeKind::Imports,
@@ -171,41 +109,10 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
     }
 
     // CALLS.
-    for (fi, f) in files.iter().enumerate() {
-        let chunks = &f.extract.chunks;
-        for call in &f.extract.calls {
-            if call.from >= chunks.len() || call.callee.is_empty() {
-                continue;
-            }
-            let ctx = CallCtx {
-                files,
-                scopes: &scopes,
-                caller_file: fi,
-                caller: &chunks[call.from].qualified,
-            };
-            let hit = resolve_call(
-                &idx,
-                &ctx,
-                &call.callee,
-                call.qualifier.as_deref(),
-                call.receiver.as_deref(),
-            );
-            if let Some((dst, confidence)) = hit {
-                edges.push(ResolvedEdge {
-                    kind: EdgeKind::Calls,
-                    src: NodeRef::Chunk {
-                        file: fi,
-                        chunk: call.from,
-                    },
-                    dst: NodeRef::Chunk {
-                        file: dst.0,
-                        chunk: dst.1,
-                    },
-                    resolved: confidence == Confidence::Exact,
-                });
-            }
-        }
-    }
+    let calls: Vec<Vec<ResolvedEdge>> = (files.par_iter().enumerate())
+        .map(|(fi, f)| file_calls(&idx, files, &scopes, fi, f))
+        .collect();
+    edges.extend(calls.into_iter().flatten());
 
     edges.sort();
     edges.dedup_by(|later, kept| {
@@ -215,6 +122,124 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
         }
         same
     });
+    edges
+}
+
+/// What file `fi` sees through its imports, and the files it imports.
+fn file_scope<'a>(idx: &Index<'a>, fi: usize, f: &FileFacts<'a>) -> (Scope<'a>, Vec<usize>) {
+    let mut targets: Vec<usize> = Vec::new();
+    let mut sc = Scope::default();
+    for imp in &f.extract.imports {
+        let mut whole = idx.resolve_import(fi, f, &imp.module, &[]);
+        whole.retain(|&t| t != fi);
+        for n in &imp.names {
+            let mut found = idx.resolve_import(fi, f, &imp.module, std::slice::from_ref(n));
+            found.retain(|&t| t != fi);
+            let local = imp
+                .aliases
+                .iter()
+                .find(|(_, orig)| orig == n)
+                .map_or(n.as_str(), |(l, _)| l.as_str());
+            for &t in &found {
+                // `use crate::graph;` / `from pkg import mod` bind a module; a file named
+                // like the item it defines (`arrRemove.ts`) is also searched for the item.
+                if f.language != Language::TypeScript
+                    && f.language != Language::Tsx
+                    && f.language != Language::JavaScript
+                    && is_module_file(idx.path_of(t), n)
+                {
+                    sc.modules.entry(local).or_default().push(t);
+                }
+                sc.named.entry(local).or_default().push((t, n.as_str()));
+            }
+            targets.extend(found);
+        }
+        for (local, orig) in &imp.aliases {
+            if orig == MODULE_ALIAS {
+                sc.modules
+                    .entry(local.as_str())
+                    .or_default()
+                    .extend(whole.iter().copied());
+            }
+        }
+        let module_alias = imp.aliases.iter().any(|(_, o)| o == MODULE_ALIAS);
+        if imp.names.is_empty() && !module_alias {
+            match f.language {
+                // `mod foo;` / `extern crate foo;` bind a module name; `use a::b::*` (a
+                // path) makes its items visible. Elsewhere a whole-module import without
+                // names is a glob: `from x import *`, `#include`, JS `export * from` (a
+                // barrel's re-exports; a bare `import "x"` defines nothing callers use).
+                Language::Rust
+                    if !imp.module.contains("::")
+                        && !matches!(imp.module.as_str(), "super" | "self" | "crate") =>
+                {
+                    sc.modules
+                        .entry(imp.module.as_str())
+                        .or_default()
+                        .extend(whole.iter().copied());
+                }
+                _ => sc.globs.extend(whole.iter().copied()),
+            }
+        }
+        targets.extend(whole);
+    }
+    sc.globs.sort_unstable();
+    sc.globs.dedup();
+    for v in sc.modules.values_mut() {
+        v.sort_unstable();
+        v.dedup();
+    }
+    for v in sc.named.values_mut() {
+        v.sort_unstable();
+        v.dedup();
+    }
+    targets.sort_unstable();
+    targets.dedup();
+    (sc, targets)
+}
+
+/// The resolved calls made from file `fi`'s chunks.
+fn file_calls<'a>(
+    idx: &Index<'a>,
+    files: &[FileFacts<'a>],
+    scopes: &[Scope<'a>],
+    fi: usize,
+    f: &FileFacts<'a>,
+) -> Vec<ResolvedEdge> {
+    let mut edges = Vec::new();
+    let chunks = &f.extract.chunks;
+    for call in &f.extract.calls {
+        if call.from >= chunks.len() || call.callee.is_empty() {
+            continue;
+        }
+        let ctx = CallCtx {
+            files,
+            scopes,
+            caller_file: fi,
+            caller: &chunks[call.from].qualified,
+        };
+        let hit = resolve_call(
+            idx,
+            &ctx,
+            &call.callee,
+            call.qualifier.as_deref(),
+            call.receiver.as_deref(),
+        );
+        if let Some((dst, confidence)) = hit {
+            edges.push(ResolvedEdge {
+                kind: EdgeKind::Calls,
+                src: NodeRef::Chunk {
+                    file: fi,
+                    chunk: call.from,
+                },
+                dst: NodeRef::Chunk {
+                    file: dst.0,
+                    chunk: dst.1,
+                },
+                resolved: confidence == Confidence::Exact,
+            });
+        }
+    }
     edges
 }
 
