@@ -99,11 +99,12 @@ fn main() -> anyhow::Result<()> {
             phases.join(", ")
         );
         println!(
-            "  peak RSS {} MB (before the run {} MB); {} segments; {} files read again",
+            "  peak RSS {} MB (before the run {} MB); {} segments; {} files read again ({} chunked again)",
             peak / 1_000_000,
             base_rss / 1_000_000,
             r.segment_ids.len(),
-            r.files_reread
+            r.files_reread,
+            r.files_rechunked
         );
         println!("  segments {}", r.segment_ids.join(","));
         let ins = indexer::inspect::inspect(&dir.path().join("index"))?;

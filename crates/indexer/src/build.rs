@@ -37,6 +37,7 @@ use crate::IndexerError;
 
 mod commit;
 mod embedder;
+mod shed;
 mod types;
 mod vectors;
 
@@ -46,6 +47,7 @@ pub use types::{
 };
 
 use commit::write_and_commit;
+use shed::{drop_texts, restore_texts, shed_texts, Shed};
 use vectors::{embed_vectors, gpu_ivf_centroids, known_vectors};
 
 /// A file after reading and chunking.
@@ -57,7 +59,7 @@ struct Parsed {
     cost: u64,
     /// Its chunk texts were dropped after parsing ([`shed_texts`]); they are read again when
     /// its segment is written.
-    shed: bool,
+    shed: Option<Shed>,
 }
 
 /// How [`BuildOptions::memory_budget`] is spent.
@@ -99,16 +101,6 @@ impl Budget {
             })
             .sum();
         256 + 2 * p + chunks
-    }
-}
-
-/// Drops the parsed text of the chunks of a file that graph resolution does not read
-/// ([`graph::reads_text`]: symbol declarations and `Cargo.toml` are kept).
-fn shed_texts(ex: &mut FileExtract, path: &str) {
-    for c in &mut ex.chunks {
-        if !c.text.is_empty() && !graph::reads_text(path, c) {
-            c.text = String::new();
-        }
     }
 }
 
@@ -154,7 +146,7 @@ pub fn build(
     }
     // Unchanged files are not written: from here on only the graph reads them.
     for (f, _) in files.iter_mut().zip(&plan.changed).filter(|(_, c)| !**c) {
-        shed_texts(&mut f.extract, &f.cand.rel_path);
+        drop_texts(&mut f.extract, &f.cand.rel_path);
     }
     let resolved = resolve_all(&files, &mut report);
     let cuts = plan_cuts(&files, &plan.changed, &budget);
@@ -385,14 +377,14 @@ fn parse_files(
                     &text,
                     &opts.chunk,
                 );
-                drop(text);
                 let cost = budget.file_cost(&cand.rel_path, &extract);
                 let bytes: u64 = extract.chunks.iter().map(|c| c.text.len() as u64).sum();
-                let shed = kept.fetch_add(bytes, Ordering::Relaxed) + bytes > budget.text;
-                if shed {
+                let mut shed = None;
+                if kept.fetch_add(bytes, Ordering::Relaxed) + bytes > budget.text {
                     kept.fetch_sub(bytes, Ordering::Relaxed);
-                    shed_texts(&mut extract, &cand.rel_path);
+                    shed = Some(shed_texts(&mut extract, &cand.rel_path, &text));
                 }
+                drop(text);
                 Parsed {
                     cand,
                     hash,
@@ -628,8 +620,9 @@ fn plan_cuts(files: &[Parsed], changed: &[bool], budget: &Budget) -> Vec<Vec<usi
     cuts
 }
 
-/// Reads the shed files of `cut` again and chunks them (in parallel): the same bytes give the
-/// same chunks. A file whose bytes changed since it was parsed fails the build
+/// Reads the shed files of `cut` again (in parallel) and restores their texts: sliced from
+/// the bytes, or by chunking the file again when a composed text was dropped ([`Shed`]); the
+/// same bytes give the same texts. A file whose bytes changed since it was parsed fails the build
 /// ([`IndexerError::ChangedDuringBuild`]); nothing is committed.
 fn reread(
     files: &mut [Parsed],
@@ -637,16 +630,25 @@ fn reread(
     opts: &BuildOptions,
     report: &mut BuildReport,
 ) -> Result<(), IndexerError> {
-    let need: Vec<usize> = cut.iter().copied().filter(|&i| files[i].shed).collect();
+    let need: Vec<usize> = cut
+        .iter()
+        .copied()
+        .filter(|&i| files[i].shed.is_some())
+        .collect();
     if need.is_empty() {
         return Ok(());
     }
     let t = Instant::now();
-    let fresh: Vec<Result<FileExtract, IndexerError>> = need
-        .par_iter()
+    let mut todo: Vec<&mut Parsed> = files
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, f)| f.shed.is_some() && cut.binary_search(i).is_ok())
+        .map(|(_, f)| f)
+        .collect();
+    let fresh: Vec<Result<bool, IndexerError>> = todo
+        .par_iter_mut()
         .with_max_len(1) // as in `parse_files`
-        .map(|&i| {
-            let f = &files[i];
+        .map(|f| {
             let changed = || IndexerError::ChangedDuringBuild {
                 path: f.cand.abs_path.clone(),
             };
@@ -654,18 +656,14 @@ fn reread(
             if hash != f.hash {
                 return Err(changed());
             }
-            Ok(chunk::extract(
-                f.cand.language,
-                &f.cand.repo,
-                &f.cand.rel_path,
-                &text,
-                &opts.chunk,
-            ))
+            let shed = f.shed.take().unwrap_or_default();
+            let (lang, repo, path) = (f.cand.language, &f.cand.repo, &f.cand.rel_path);
+            restore_texts(&mut f.extract, shed, &text, (lang, repo, path), &opts.chunk)
+                .ok_or_else(changed)
         })
         .collect();
-    for (&i, r) in need.iter().zip(fresh) {
-        files[i].extract = r?;
-        files[i].shed = false;
+    for r in fresh {
+        report.files_rechunked += usize::from(r?);
     }
     report.files_reread += need.len();
     report.timings.push(("reread", t.elapsed()));

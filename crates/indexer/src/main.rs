@@ -501,6 +501,7 @@ fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value
         "segment_id": r.segment_id,
         "segment_ids": r.segment_ids,
         "files_reread": r.files_reread,
+        "files_rechunked": r.files_rechunked,
         "generation": r.generation,
         "live_chunks": r.live_chunks,
         "seconds": r.phase_times().iter().map(|(k, d)| (k.to_string(), d.as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),
@@ -547,8 +548,8 @@ fn print_summary(r: &BuildReport, out: &Path, total: std::time::Duration) {
     println!("time: {:.2?} total ({})", total, phases.join(", "));
     if r.files_reread > 0 {
         println!(
-            "memory budget: {} files read again when written",
-            r.files_reread
+            "memory budget: {} files read again when written ({} of them chunked again)",
+            r.files_reread, r.files_rechunked
         );
     }
     match &r.segment_id {

@@ -123,6 +123,9 @@ pub struct BuildReport {
     /// Files whose text was dropped after parsing to stay within the budget and read again
     /// when their segment was written.
     pub files_reread: usize,
+    /// Of [`BuildReport::files_reread`], those chunked again (a long body's part was among
+    /// the dropped texts); the others had their texts sliced from the bytes.
+    pub files_rechunked: usize,
     pub generation: u64,
     pub live_chunks: u64,
     pub timings: Vec<(&'static str, Duration)>,
