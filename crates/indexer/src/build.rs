@@ -67,6 +67,9 @@ struct Parsed {
 struct Budget {
     /// Parsed chunk text kept after parsing, all files together.
     text: u64,
+    /// Of the shed files' texts, the prefixes and short composed texts kept so that they come
+    /// back without a parse ([`shed_texts`]), all files together.
+    composed: u64,
     /// Estimated in-memory size at which a segment is cut.
     segment: u64,
     dim: u64,
@@ -82,6 +85,7 @@ impl Budget {
         }
         Ok(Budget {
             text: bytes / 4,
+            composed: bytes / 16,
             segment: bytes / 2,
             dim: dim as u64,
         })
@@ -362,6 +366,14 @@ fn parse_files(
     let t = Instant::now();
     let bar = progress.bar(cands.len() as u64, "parse");
     let kept = AtomicU64::new(0);
+    let composed = AtomicU64::new(0);
+    let reserve = |n: u64| {
+        let fits = composed.fetch_add(n, Ordering::Relaxed) + n <= budget.composed;
+        if !fits {
+            composed.fetch_sub(n, Ordering::Relaxed);
+        }
+        fits
+    };
     let results: Vec<Result<Parsed, (SkipReason, String)>> = cands
         .into_par_iter()
         // One file per job: rayon otherwise cuts the list into 2 × threads runs up front and
@@ -382,7 +394,7 @@ fn parse_files(
                 let mut shed = None;
                 if kept.fetch_add(bytes, Ordering::Relaxed) + bytes > budget.text {
                     kept.fetch_sub(bytes, Ordering::Relaxed);
-                    shed = Some(shed_texts(&mut extract, &cand.rel_path, &text));
+                    shed = Some(shed_texts(&mut extract, &cand.rel_path, &text, &reserve));
                 }
                 drop(text);
                 Parsed {

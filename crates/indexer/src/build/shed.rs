@@ -15,8 +15,9 @@ pub(super) struct Shed {
     extract_again: bool,
 }
 
-/// Composed texts (a header line) and prefixes up to this size stay in memory when a file's
-/// texts are shed, so that the file can come back by slicing instead of a parse.
+/// Composed texts (a header line) and prefixes up to this size may stay in memory when a
+/// file's texts are shed (within [`super::Budget`]'s `composed` share), so that the file can
+/// come back by slicing instead of a parse.
 const KEEP_COMPOSED: usize = 512;
 
 /// Drops the parsed text of the chunks of a file that graph resolution does not read
@@ -30,26 +31,54 @@ pub(super) fn drop_texts(ex: &mut FileExtract, path: &str) {
 }
 
 /// [`drop_texts`] for a file that will be written: `source` is the text it was chunked from,
-/// and the result says how [`super::reread`] gets the dropped texts back.
-pub(super) fn shed_texts(ex: &mut FileExtract, path: &str, source: &str) -> Shed {
-    let mut shed = Shed::default();
-    for (i, c) in ex.chunks.iter_mut().enumerate() {
+/// and the result says how [`super::reread`] gets the dropped texts back. What stays in memory
+/// for that (prefixes, short composed texts) is asked of `reserve` in one amount; when it is
+/// refused, or a long composed text is dropped, every text goes and the file is chunked again.
+pub(super) fn shed_texts(
+    ex: &mut FileExtract,
+    path: &str,
+    source: &str,
+    reserve: &dyn Fn(u64) -> bool,
+) -> Shed {
+    // Per droppable chunk: the length of the prefix before its byte range, or none (a composed
+    // text, kept whole when short).
+    let mut plan: Vec<(usize, Option<usize>)> = Vec::new();
+    let mut keep = 0u64;
+    let mut again = false;
+    for (i, c) in ex.chunks.iter().enumerate() {
         if c.text.is_empty() || graph::reads_text(path, c) {
             continue;
         }
         let range = c.start_byte as usize..c.end_byte as usize;
         let prefix = (source.get(range))
             .filter(|tail| c.text.ends_with(*tail))
-            .and_then(|tail| c.text.get(..c.text.len() - tail.len()))
-            .filter(|p| p.len() <= KEEP_COMPOSED);
-        if let Some(p) = prefix {
-            shed.sliced.push((i as u32, p.to_string()));
-        } else if c.text.len() <= KEEP_COMPOSED {
-            continue;
-        } else {
-            shed.extract_again = true;
+            .map(|tail| c.text.len() - tail.len())
+            .filter(|&p| p <= KEEP_COMPOSED && c.text.is_char_boundary(p));
+        match prefix {
+            Some(p) => keep += p as u64,
+            None if c.text.len() <= KEEP_COMPOSED => keep += c.text.len() as u64,
+            None => again = true,
         }
-        c.text = String::new();
+        plan.push((i, prefix));
+    }
+    if !again && keep > 0 && !reserve(keep) {
+        again = true;
+    }
+    let mut shed = Shed {
+        extract_again: again,
+        ..Shed::default()
+    };
+    for (i, prefix) in plan {
+        let c = &mut ex.chunks[i];
+        match prefix {
+            _ if again => c.text = String::new(),
+            Some(p) => {
+                let mut text = std::mem::take(&mut c.text);
+                text.truncate(p);
+                shed.sliced.push((i as u32, text));
+            }
+            None => {} // short composed text: stays
+        }
     }
     shed
 }
@@ -120,7 +149,7 @@ mod tests {
         let opts = ChunkOptions::default();
         let whole = chunk::extract(AT.0, AT.1, AT.2, &src, &opts);
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, AT.2, &src);
+        let shed = shed_texts(&mut ex, AT.2, &src, &|_| true);
         assert!(!shed.extract_again, "{shed:?}");
         assert!(
             shed.sliced.iter().any(|(_, p)| !p.is_empty()),
@@ -135,9 +164,16 @@ mod tests {
         assert_eq!(restore_texts(&mut ex, shed, &src, AT, &opts), Some(false));
         assert_eq!(texts(&ex), texts(&whole));
 
+        // Nothing may stay in memory: the file is chunked again.
+        let mut ex = whole.clone();
+        let shed = shed_texts(&mut ex, AT.2, &src, &|_| false);
+        assert!(shed.extract_again && shed.sliced.is_empty(), "{shed:?}");
+        assert_eq!(restore_texts(&mut ex, shed, &src, AT, &opts), Some(true));
+        assert_eq!(texts(&ex), texts(&whole));
+
         // Bytes that no longer hold a range are refused, not guessed.
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, AT.2, &src);
+        let shed = shed_texts(&mut ex, AT.2, &src, &|_| true);
         assert_eq!(restore_texts(&mut ex, shed, &src[..10], AT, &opts), None);
     }
 
@@ -147,8 +183,8 @@ mod tests {
         let opts = ChunkOptions::default();
         let whole = chunk::extract(AT.0, AT.1, AT.2, &src, &opts);
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, AT.2, &src);
-        assert!(shed.extract_again, "{shed:?}");
+        let shed = shed_texts(&mut ex, AT.2, &src, &|_| true);
+        assert!(shed.extract_again && shed.sliced.is_empty(), "{shed:?}");
         assert_ne!(texts(&ex), texts(&whole));
         assert_eq!(restore_texts(&mut ex, shed, &src, AT, &opts), Some(true));
         assert_eq!(texts(&ex), texts(&whole));
