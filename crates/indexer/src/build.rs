@@ -151,6 +151,7 @@ pub fn build(
     // Unchanged files are not written: from here on only the graph reads them.
     for (f, _) in files.iter_mut().zip(&plan.changed).filter(|(_, c)| !**c) {
         drop_texts(&mut f.extract, &f.cand.rel_path);
+        f.shed = None;
     }
     let resolved = resolve_all(&files, &mut report);
     let cuts = plan_cuts(&files, &plan.changed, &budget);

@@ -40,9 +40,9 @@ pub(super) fn shed_texts(
     source: &str,
     reserve: &dyn Fn(u64) -> bool,
 ) -> Shed {
-    // Per droppable chunk: the length of the prefix before its byte range, or none (a composed
-    // text, kept whole when short).
-    let mut plan: Vec<(usize, Option<usize>)> = Vec::new();
+    // Per droppable chunk: its text's prefix before its byte range, or none (a composed text,
+    // kept whole when short). A prefix's entry in `Shed::sliced` is counted too.
+    let mut plan: Vec<(usize, Option<String>)> = Vec::new();
     let mut keep = 0u64;
     let mut again = false;
     for (i, c) in ex.chunks.iter().enumerate() {
@@ -52,10 +52,12 @@ pub(super) fn shed_texts(
         let range = c.start_byte as usize..c.end_byte as usize;
         let prefix = (source.get(range))
             .filter(|tail| c.text.ends_with(*tail))
-            .map(|tail| c.text.len() - tail.len())
-            .filter(|&p| p <= KEEP_COMPOSED && c.text.is_char_boundary(p));
-        match prefix {
-            Some(p) => keep += p as u64,
+            .and_then(|tail| c.text.get(..c.text.len() - tail.len()))
+            .filter(|p| p.len() <= KEEP_COMPOSED)
+            // A copy (empty for most): the text's own buffer is freed below.
+            .map(str::to_string);
+        match &prefix {
+            Some(p) => keep += (p.len() + std::mem::size_of::<(u32, String)>()) as u64,
             None if c.text.len() <= KEEP_COMPOSED => keep += c.text.len() as u64,
             None => again = true,
         }
@@ -73,9 +75,8 @@ pub(super) fn shed_texts(
         match prefix {
             _ if again => c.text = String::new(),
             Some(p) => {
-                let mut text = std::mem::take(&mut c.text);
-                text.truncate(p);
-                shed.sliced.push((i as u32, text));
+                c.text = String::new();
+                shed.sliced.push((i as u32, p));
             }
             None => {} // short composed text: stays
         }
