@@ -174,35 +174,71 @@ pub fn variants(word: &str) -> Vec<String> {
 /// [`split_identifier`] for a word of ASCII letters, digits and `_` (what [`for_each_token`]
 /// passes it), a byte at a time.
 fn split_ascii(word: &[u8], out: &mut Vec<(usize, usize)>) {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Class {
-        Lower,
-        Upper,
-        Digit,
-        Other,
-    }
-    fn class(b: u8) -> Class {
-        match b {
-            b'0'..=b'9' => Class::Digit,
-            b'A'..=b'Z' => Class::Upper,
-            b'a'..=b'z' => Class::Lower,
-            _ => Class::Other,
+    let class = |b: u8| match b {
+        b'_' => Class::Underscore,
+        b'0'..=b'9' => Class::Digit,
+        b'A'..=b'Z' => Class::Upper,
+        b'a'..=b'z' => Class::Lower,
+        _ => Class::Other,
+    };
+    split_classes(word.iter().map(|&b| class(b)).enumerate(), word.len(), out);
+}
+
+/// Splits an identifier at `_`, lower→upper, acronym→word (`HTTPServer` → `HTTP`, `Server`) and
+/// letter↔digit boundaries; pushes byte ranges of the parts into `out`.
+fn split_identifier(word: &str, out: &mut Vec<(usize, usize)>) {
+    let class = |c: char| {
+        if c == '_' {
+            Class::Underscore
+        } else if c.is_ascii_digit() {
+            Class::Digit
+        } else if c.is_uppercase() {
+            Class::Upper
+        } else if c.is_lowercase() {
+            Class::Lower
+        } else {
+            Class::Other
         }
-    }
+    };
+    split_classes(
+        word.char_indices().map(|(pos, c)| (pos, class(c))),
+        word.len(),
+        out,
+    );
+}
+
+/// What [`split_classes`] needs to know of a character.
+#[derive(Clone, Copy, PartialEq)]
+enum Class {
+    Lower,
+    Upper,
+    Digit,
+    Underscore,
+    Other,
+}
+
+/// The splitting of [`split_identifier`] over the (byte offset, class) of each character of a
+/// word of `len` bytes.
+fn split_classes(
+    classes: impl Iterator<Item = (usize, Class)>,
+    len: usize,
+    out: &mut Vec<(usize, usize)>,
+) {
+    let alpha = |x: Class| matches!(x, Class::Lower | Class::Upper | Class::Other);
     let mut start = None::<usize>;
+    // The class of the previous character (none at the start and after `_`).
     let mut prev: Option<Class> = None;
-    for (pos, &b) in word.iter().enumerate() {
-        if b == b'_' {
+    let mut iter = classes.peekable();
+    while let Some((pos, cl)) = iter.next() {
+        if cl == Class::Underscore {
             if let Some(s) = start.take() {
                 out.push((s, pos));
             }
             prev = None;
             continue;
         }
-        let cl = class(b);
         if let (Some(s), Some(p)) = (start, prev) {
-            let next_lower = word.get(pos + 1).is_some_and(|&n| class(n) == Class::Lower);
-            let alpha = |x: Class| matches!(x, Class::Lower | Class::Upper | Class::Other);
+            let next_lower = iter.peek().is_some_and(|&(_, n)| n == Class::Lower);
             let boundary = (p == Class::Lower && cl == Class::Upper)
                 || (p == Class::Upper && cl == Class::Upper && next_lower)
                 || (alpha(p) && cl == Class::Digit)
@@ -218,63 +254,7 @@ fn split_ascii(word: &[u8], out: &mut Vec<(usize, usize)>) {
         prev = Some(cl);
     }
     if let Some(s) = start {
-        out.push((s, word.len()));
-    }
-}
-
-/// Splits an identifier at `_`, lower→upper, acronym→word (`HTTPServer` → `HTTP`, `Server`) and
-/// letter↔digit boundaries; pushes byte ranges of the parts into `out`.
-fn split_identifier(word: &str, out: &mut Vec<(usize, usize)>) {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Class {
-        Lower,
-        Upper,
-        Digit,
-        Other,
-    }
-    fn class(c: char) -> Class {
-        if c.is_ascii_digit() {
-            Class::Digit
-        } else if c.is_uppercase() {
-            Class::Upper
-        } else if c.is_lowercase() {
-            Class::Lower
-        } else {
-            Class::Other
-        }
-    }
-    let mut start = None::<usize>;
-    // (byte offset, class) of the previous char and of the one before the current.
-    let mut prev: Option<(usize, Class)> = None;
-    let mut iter = word.char_indices().peekable();
-    while let Some((pos, c)) = iter.next() {
-        if c == '_' {
-            if let Some(s) = start.take() {
-                out.push((s, pos));
-            }
-            prev = None;
-            continue;
-        }
-        let cl = class(c);
-        if let (Some(s), Some((_, p))) = (start, prev) {
-            let next_lower = iter.peek().is_some_and(|&(_, n)| class(n) == Class::Lower);
-            let alpha = |x: Class| matches!(x, Class::Lower | Class::Upper | Class::Other);
-            let boundary = (p == Class::Lower && cl == Class::Upper)
-                || (p == Class::Upper && cl == Class::Upper && next_lower)
-                || (alpha(p) && cl == Class::Digit)
-                || (p == Class::Digit && alpha(cl));
-            if boundary {
-                out.push((s, pos));
-                start = Some(pos);
-            }
-        }
-        if start.is_none() {
-            start = Some(pos);
-        }
-        prev = Some((pos, cl));
-    }
-    if let Some(s) = start {
-        out.push((s, word.len()));
+        out.push((s, len));
     }
 }
 

@@ -643,21 +643,18 @@ fn reread(
     opts: &BuildOptions,
     report: &mut BuildReport,
 ) -> Result<(), IndexerError> {
-    let need: Vec<usize> = cut
-        .iter()
-        .copied()
-        .filter(|&i| files[i].shed.is_some())
-        .collect();
-    if need.is_empty() {
-        return Ok(());
-    }
     let t = Instant::now();
+    // `cut` is ascending ([`plan_cuts`]).
     let mut todo: Vec<&mut Parsed> = files
         .iter_mut()
         .enumerate()
         .filter(|(i, f)| f.shed.is_some() && cut.binary_search(i).is_ok())
         .map(|(_, f)| f)
         .collect();
+    if todo.is_empty() {
+        return Ok(());
+    }
+    let need = todo.len();
     let fresh: Vec<Result<bool, IndexerError>> = todo
         .par_iter_mut()
         .with_max_len(1) // as in `parse_files`
@@ -678,7 +675,7 @@ fn reread(
     for r in fresh {
         report.files_rechunked += usize::from(r?);
     }
-    report.files_reread += need.len();
+    report.files_reread += need;
     report.timings.push(("reread", t.elapsed()));
     Ok(())
 }

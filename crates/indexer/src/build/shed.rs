@@ -20,13 +20,16 @@ pub(super) struct Shed {
 /// come back by slicing instead of a parse.
 const KEEP_COMPOSED: usize = 512;
 
-/// Drops the parsed text of the chunks of a file that graph resolution does not read
+/// Whether chunk `c` of the file at `path` holds text that graph resolution does not read
 /// ([`graph::reads_text`]: symbol declarations and `Cargo.toml` are kept).
+fn droppable(path: &str, c: &chunk::Chunk) -> bool {
+    !c.text.is_empty() && !graph::reads_text(path, c)
+}
+
+/// Drops the parsed text of the chunks of a file that are [`droppable`].
 pub(super) fn drop_texts(ex: &mut FileExtract, path: &str) {
-    for c in &mut ex.chunks {
-        if !c.text.is_empty() && !graph::reads_text(path, c) {
-            c.text = String::new();
-        }
+    for c in ex.chunks.iter_mut().filter(|c| droppable(path, c)) {
+        c.text = String::new();
     }
 }
 
@@ -46,7 +49,7 @@ pub(super) fn shed_texts(
     let mut keep = 0u64;
     let mut again = false;
     for (i, c) in ex.chunks.iter().enumerate() {
-        if c.text.is_empty() || graph::reads_text(path, c) {
+        if !droppable(path, c) {
             continue;
         }
         let range = c.start_byte as usize..c.end_byte as usize;
