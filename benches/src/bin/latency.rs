@@ -82,6 +82,11 @@ struct Args {
     /// its model load (`Index::open_vector_maps`), and time them apart from the first query.
     #[arg(long, hide = true)]
     premap: bool,
+    /// With --measure: open the index this many times (each dropped before the next) and
+    /// print the min / median / max of `Index::open` alone, then stop: for A/B runs of the
+    /// open path with the pages already cached.
+    #[arg(long, hide = true)]
+    open_repeat: Option<usize>,
     /// With --measure: only the per-mode latency table (no recall, no exact scan, no
     /// per-segment breakdown), for quick comparisons and profiling.
     #[arg(long, hide = true)]
@@ -403,6 +408,22 @@ fn pct(v: &mut [Duration], p: f64) -> f64 {
 /// Measures one cached index (run in a fresh process so RSS reflects only the open index).
 fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     set_faiss_threads(1);
+    if let Some(n) = args.open_repeat.filter(|&n| n > 0) {
+        let mut ms = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            drop(Index::open(dir)?);
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(f64::total_cmp);
+        println!(
+            "Index::open x{n}: min {:.1} ms, median {:.1} ms, max {:.1} ms",
+            ms[0],
+            ms[n / 2],
+            ms[n - 1]
+        );
+        return Ok(());
+    }
     let rss0 = rss_kib();
     let t = Instant::now();
     let index = Index::open(dir)?;

@@ -621,12 +621,17 @@ impl Segment {
             if next > n {
                 return Err(corrupt(&chunks_path, "file chunk range past the end"));
             }
+            // One pass over the records checks both what a record says about its file and
+            // its parent (the ranges cover every chunk: checked below).
             let range = f.first_chunk.to_native() as usize..next as usize;
-            if table.chunks[range]
-                .iter()
-                .any(|c| c.file.to_native() != fi as u32)
-            {
-                return Err(corrupt(&chunks_path, "chunk and file tables disagree"));
+            for c in table.chunks[range].iter() {
+                if c.file.to_native() != fi as u32 {
+                    return Err(corrupt(&chunks_path, "chunk and file tables disagree"));
+                }
+                let parent = c.parent.to_native();
+                if parent != NO_PARENT && parent >= n {
+                    return Err(corrupt(&chunks_path, "a chunk's parent is past the end"));
+                }
             }
         }
         if next != n {
@@ -634,13 +639,6 @@ impl Segment {
                 &chunks_path,
                 "file chunk ranges do not cover all chunks",
             ));
-        }
-        if table
-            .chunks
-            .iter()
-            .any(|c| c.parent.to_native() != NO_PARENT && c.parent.to_native() >= n)
-        {
-            return Err(corrupt(&chunks_path, "a chunk's parent is past the end"));
         }
         table
             .validate_lookups()

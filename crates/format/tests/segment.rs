@@ -2,8 +2,11 @@
 
 use std::path::Path;
 
+use format::header::HEADER_LEN;
 use format::manifest::{IndexManifest, SegmentEntry, TombstoneRef};
-use format::records::{ChunkRecord, EdgeInput, EdgeKind, FileRecord, NO_PARENT};
+use format::records::{
+    ArchivedChunkTable, ChunkRecord, EdgeInput, EdgeKind, FileRecord, NO_PARENT,
+};
 use format::{tombstones, Index, Segment, SegmentBuilder};
 use roaring::RoaringBitmap;
 
@@ -527,4 +530,45 @@ fn unknown_format_versions_are_refused() {
     )
     .unwrap();
     assert!(IndexManifest::read(dir.path()).is_err());
+}
+
+/// A chunk record that names another file than the one whose range holds it, or a parent past
+/// the last chunk, fails the open with a corruption error naming `chunks.rkyv` (the bytes
+/// still validate as an archive: only the structural checks of `Segment::open` catch these).
+#[test]
+fn a_chunk_naming_a_wrong_file_or_parent_fails_the_open() {
+    for (field, value, expect) in [
+        ("file", 1u32, "chunk and file tables disagree"),
+        ("parent", 6u32, "a chunk's parent is past the end"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (id, _) = builder(2, 3, 8).write(dir.path(), MODEL, 8).unwrap();
+        commit(dir.path(), &id, 6, 8, None);
+        assert!(Index::open(dir.path()).is_ok());
+        let p = dir.path().join(format!("seg-{id}")).join("chunks.rkyv");
+        let mut bytes = std::fs::read(&p).unwrap();
+        let at = {
+            let mut body = rkyv::util::AlignedVec::<16>::new();
+            body.extend_from_slice(&bytes[HEADER_LEN..]);
+            let t = rkyv::access::<ArchivedChunkTable, rkyv::rancor::Error>(&body).unwrap();
+            // Chunk 1 lies in file 0's range (chunks 0..3) and has no parent.
+            let r = &t.chunks[1];
+            let f = if field == "file" {
+                &r.file as *const _ as usize
+            } else {
+                &r.parent as *const _ as usize
+            };
+            HEADER_LEN + f - body.as_ptr() as usize
+        };
+        bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        std::fs::write(&p, &bytes).unwrap();
+        let Err(err) = Index::open(dir.path()) else {
+            panic!("a chunk with a bad {field} opened");
+        };
+        let err = err.to_string();
+        assert!(
+            err.contains(expect) && err.contains("chunks.rkyv"),
+            "{field}: {err}"
+        );
+    }
 }
