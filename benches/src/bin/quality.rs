@@ -729,7 +729,7 @@ fn process_file(root: &Root, path: &Path, args: &Args, opts: &ChunkOptions) -> O
         lang: root.lang,
         hash: *blake3::hash(stripped.as_bytes()).as_bytes(),
         size: meta.len(),
-        imports: fx2.imports.iter().map(|i| i.module.clone()).collect(),
+        imports: fx2.imports.iter().map(|i| i.module.to_string()).collect(),
         chunks: fx2.chunks,
         pairs,
     })
@@ -812,8 +812,8 @@ fn build(args: &Args, dir: &Path, enc: &kernels::Encoder) -> anyhow::Result<Vec<
             builder.chunks.push(ChunkRecord {
                 file: fi as u32,
                 kind: c.kind.name().to_string(),
-                name: c.name.clone(),
-                qualified: c.qualified.clone(),
+                name: c.name.to_string(),
+                qualified: c.qualified.to_string(),
                 symbol_id: c.symbol_id.clone(),
                 start_line: c.start_line.max(1),
                 end_line: c.end_line.max(c.start_line.max(1)),

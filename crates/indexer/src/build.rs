@@ -777,7 +777,7 @@ fn segment_records(
                 .extract
                 .imports
                 .iter()
-                .map(|im| im.module.clone())
+                .map(|im| im.module.to_string())
                 .collect(),
         });
         for c in &f.extract.chunks {
@@ -785,8 +785,8 @@ fn segment_records(
             builder.chunks.push(ChunkRecord {
                 file: lf,
                 kind: c.kind.name().to_string(),
-                name: c.name.clone(),
-                qualified: c.qualified.clone(),
+                name: c.name.to_string(),
+                qualified: c.qualified.to_string(),
                 symbol_id: c.symbol_id.clone(),
                 start_line: c.start_line.max(1),
                 end_line: c.end_line.max(c.start_line.max(1)),

@@ -197,8 +197,8 @@ impl<'s> Builder<'s> {
         let (start_line, end_line) = self.lines.range(start, end);
         let chunk = Chunk {
             kind,
-            name: name.clone(),
-            qualified: qualified.clone(),
+            name: name.as_str().into(),
+            qualified: qualified.as_str().into(),
             symbol_id,
             start_line,
             end_line,
@@ -681,9 +681,9 @@ impl<'s> Builder<'s> {
                 .and_then(|q| self.binding_of(bindings, from, q));
             calls.push(Call {
                 from,
-                callee,
-                qualifier,
-                receiver,
+                callee: callee.into(),
+                qualifier: qualifier.map(Into::into),
+                receiver: receiver.map(Into::into),
                 line,
             });
         }
@@ -702,7 +702,7 @@ impl<'s> Builder<'s> {
                     .chunks
                     .iter()
                     .position(|c| {
-                        (c.kind.is_type() || c.kind == ChunkKind::Impl) && &c.name == name
+                        (c.kind.is_type() || c.kind == ChunkKind::Impl) && c.name == *name
                     })
                     .unwrap_or(at);
             }

@@ -161,7 +161,7 @@ impl Spec for CSpec {
                 .to_string();
             if !module.is_empty() {
                 out.push(Import {
-                    module,
+                    module: module.into(),
                     names: Vec::new(),
                     line: node.start_position().row as u32 + 1,
                     ..Default::default()

@@ -4,6 +4,7 @@
 use tree_sitter::Node;
 
 use super::syntax::KindStr;
+use super::types::compact_pairs;
 use super::types::{MODULE_ALIAS, RETURNED_BY};
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
@@ -126,10 +127,10 @@ impl Spec for GoSpec {
                         vec![(local, MODULE_ALIAS.to_string())]
                     };
                     out.push(Import {
-                        module,
+                        module: module.into(),
                         names: Vec::new(),
                         line: s.start_position().row as u32 + 1,
-                        aliases,
+                        aliases: compact_pairs(aliases),
                     });
                 }
             }

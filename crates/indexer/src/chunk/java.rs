@@ -4,6 +4,7 @@
 use tree_sitter::Node;
 
 use super::syntax::KindStr;
+use super::types::compact_all;
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
 };
@@ -69,8 +70,8 @@ impl Spec for JavaSpec {
             (path, vec![last])
         };
         out.push(Import {
-            module,
-            names,
+            module: module.into(),
+            names: compact_all(names),
             line,
             ..Default::default()
         });

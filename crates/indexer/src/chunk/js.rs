@@ -6,6 +6,7 @@
 use tree_sitter::Node;
 
 use super::syntax::KindStr;
+use super::types::{compact_all, compact_pairs};
 use super::types::{CALLBACK_PARAM, MODULE_ALIAS, RETURNED_BY};
 use super::{
     base_type_name, compact, field_text, named_kids, node_text, split_top, ChunkKind, Class, Def,
@@ -271,10 +272,10 @@ impl Spec for JsSpec {
                 }
                 if let Some(s) = source {
                     out.push(Import {
-                        module: unquote(node_text(s, src)),
-                        names,
+                        module: unquote(node_text(s, src)).into(),
+                        names: compact_all(names),
                         line: line(),
-                        aliases,
+                        aliases: compact_pairs(aliases),
                     });
                 }
                 true
@@ -294,8 +295,8 @@ impl Spec for JsSpec {
                     }
                 }
                 out.push(Import {
-                    module: unquote(node_text(s, src)),
-                    names,
+                    module: unquote(node_text(s, src)).into(),
+                    names: compact_all(names),
                     line: line(),
                     ..Default::default()
                 });
@@ -346,10 +347,10 @@ impl Spec for JsSpec {
                     }
                 }
                 out.push(Import {
-                    module: unquote(node_text(arg, src)),
-                    names,
+                    module: unquote(node_text(arg, src)).into(),
+                    names: compact_all(names),
                     line: line(),
-                    aliases,
+                    aliases: compact_pairs(aliases),
                 });
                 true
             }

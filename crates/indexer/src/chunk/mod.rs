@@ -36,8 +36,8 @@ pub(crate) use lines::{floor_boundary, trim_end, LineIndex};
 pub(crate) use spec::{Class, Def, Spec};
 pub(crate) use syntax::{base_type_name, compact, field_text, named_kids, node_text, split_top};
 pub use types::{
-    Call, Chunk, ChunkKind, ChunkOptions, FileExtract, Import, Language, CALLBACK_PARAM,
-    MODULE_ALIAS, RETURNED_BY,
+    Call, Chunk, ChunkKind, ChunkOptions, CompactString, FileExtract, Import, Language,
+    CALLBACK_PARAM, MODULE_ALIAS, RETURNED_BY,
 };
 
 /// Files larger than this are not parsed (line windows only).

@@ -3,6 +3,7 @@
 use tree_sitter::Node;
 
 use super::syntax::KindStr;
+use super::types::{compact_all, compact_pairs};
 use super::types::{LOCAL_FUNCTION, MODULE_ALIAS, RETURNED_BY};
 use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
 
@@ -118,10 +119,10 @@ impl Spec for PythonSpec {
                         let module = compact(m);
                         let local = alias.map(compact).unwrap_or_else(|| module.clone());
                         out.push(Import {
-                            module,
+                            module: module.into(),
                             names: Vec::new(),
                             line: line(),
-                            aliases: vec![(local, MODULE_ALIAS.to_string())],
+                            aliases: vec![(local.into(), MODULE_ALIAS.into())],
                         });
                     }
                 }
@@ -151,10 +152,10 @@ impl Spec for PythonSpec {
                 }
                 if !module.is_empty() {
                     out.push(Import {
-                        module,
-                        names,
+                        module: module.into(),
+                        names: compact_all(names),
                         line: line(),
-                        aliases,
+                        aliases: compact_pairs(aliases),
                     });
                 }
                 true

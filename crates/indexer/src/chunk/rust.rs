@@ -4,6 +4,7 @@
 use tree_sitter::Node;
 
 use super::syntax::KindStr;
+use super::types::{compact_all, compact_pairs};
 use super::types::{LOCAL_FUNCTION, RETURNED_BY};
 use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
 
@@ -58,7 +59,7 @@ impl Spec for RustSpec {
             "mod_item" if node.child_by_field_name("body").is_none() => {
                 if let Some(n) = field_text(node, "name", src) {
                     out.push(Import {
-                        module: n.to_string(),
+                        module: n.into(),
                         names: Vec::new(),
                         line: line(),
                         ..Default::default()
@@ -69,7 +70,7 @@ impl Spec for RustSpec {
             "extern_crate_declaration" => {
                 if let Some(n) = field_text(node, "name", src) {
                     out.push(Import {
-                        module: n.to_string(),
+                        module: n.into(),
                         names: Vec::new(),
                         line: line(),
                         ..Default::default()
@@ -299,7 +300,7 @@ fn flatten_use(node: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Imp
                 let alias = field_text(node, "alias", src).unwrap_or("");
                 if let Some(imp) = out[before..].last_mut() {
                     if let (false, Some(orig)) = (alias.is_empty(), imp.names.last().cloned()) {
-                        imp.aliases.push((alias.to_string(), orig));
+                        imp.aliases.push((alias.into(), orig));
                     }
                 }
             }
@@ -349,7 +350,7 @@ fn flatten_list(list: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Im
     if !names.is_empty() {
         push(out, prefix.to_string(), names, line);
         if let Some(last) = out.last_mut() {
-            last.aliases = aliases;
+            last.aliases = compact_pairs(aliases);
         }
     } else if whole {
         push(out, prefix.to_string(), Vec::new(), line);
@@ -361,8 +362,8 @@ fn push(out: &mut Vec<Import>, module: String, names: Vec<String>, line: u32) {
         return;
     }
     out.push(Import {
-        module,
-        names,
+        module: module.into(),
+        names: compact_all(names),
         line,
         aliases: Vec::new(),
     });

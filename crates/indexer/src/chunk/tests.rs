@@ -549,7 +549,7 @@ fn markdown_windows_split_at_headings() {
     let w: Vec<(String, u32, u32)> = fx
         .chunks
         .iter()
-        .map(|c| (c.name.clone(), c.start_line, c.end_line))
+        .map(|c| (c.name.to_string(), c.start_line, c.end_line))
         .collect();
     assert!(fx.chunks.iter().all(|c| c.kind == ChunkKind::Window));
     assert_eq!(w[0], ("Title".to_string(), 1, 3));

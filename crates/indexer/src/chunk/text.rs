@@ -1,7 +1,9 @@
 //! Line windows for non-code files (Markdown split at headings) and for top-level leftovers of
 //! code files.
 
-use super::{floor_boundary, trim_end, Chunk, ChunkKind, ChunkOptions, Language, LineIndex};
+use super::{
+    floor_boundary, trim_end, Chunk, ChunkKind, ChunkOptions, CompactString, Language, LineIndex,
+};
 
 /// Line windows over a whole non-code file (`window_lines` with `window_overlap`); Markdown
 /// windows prefer to start at headings and are named after the heading of their section.
@@ -201,8 +203,8 @@ fn push_window(
     let (a, b) = lines.range(bs, be);
     out.push(Chunk {
         kind,
-        name: name.to_string(),
-        qualified: String::new(),
+        name: name.into(),
+        qualified: CompactString::default(),
         symbol_id: String::new(),
         start_line: a,
         end_line: b,

@@ -3,6 +3,21 @@
 
 use std::path::Path;
 
+/// The strings of the graph facts that every file keeps until the build resolves the graph:
+/// names of 24 bytes or less (nearly all callees, qualifiers and receivers) live inside the
+/// value, not in a heap allocation of their own.
+pub use compact_str::CompactString;
+
+/// `v` as [`CompactString`]s.
+pub(crate) fn compact_all(v: Vec<String>) -> Vec<CompactString> {
+    v.into_iter().map(Into::into).collect()
+}
+
+/// `v`'s pairs as [`CompactString`]s.
+pub(crate) fn compact_pairs(v: Vec<(String, String)>) -> Vec<(CompactString, CompactString)> {
+    v.into_iter().map(|(a, b)| (a.into(), b.into())).collect()
+}
+
 /// A language the indexer recognises. Code languages are parsed with tree-sitter; the rest are
 /// cut into line windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -54,9 +69,9 @@ pub enum ChunkKind {
 pub struct Chunk {
     pub kind: ChunkKind,
     /// Simple name of the symbol (`parse`), empty for TopLevel/Window.
-    pub name: String,
+    pub name: CompactString,
     /// Qualified name inside the file (`Parser#parse`, `mod_a/Parser#parse`), empty if none.
-    pub qualified: String,
+    pub qualified: CompactString,
     /// SCIP-like symbol id `<lang> <repo> <path>/<Qualified#name>().`; empty for chunks that are not symbols.
     pub symbol_id: String,
     /// 1-based inclusive line range in the file.
@@ -75,15 +90,15 @@ pub struct Chunk {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Import {
     /// The module/path imported, as written (`crate::graph`, `./util`, `os.path`, `fmt`, `"util.h"`).
-    pub module: String,
+    pub module: CompactString,
     /// Names brought into scope by it (`HashMap`, `join`), as defined in the imported module;
     /// empty when the whole module is imported.
-    pub names: Vec<String>,
+    pub names: Vec<CompactString>,
     pub line: u32,
     /// Local names that differ from what they stand for: `(local, original)`, where `original`
     /// is one of `names`, or [`MODULE_ALIAS`] when `local` names the imported module itself
     /// (`import a.b as m`, `import * as m from`, Go's package name, `import os.path`).
-    pub aliases: Vec<(String, String)>,
+    pub aliases: Vec<(CompactString, CompactString)>,
 }
 
 /// The stated "type" of a local bound to a closure or lambda: calls of it are not calls of a
@@ -108,13 +123,13 @@ pub struct Call {
     /// Index of the innermost symbol chunk containing the call.
     pub from: usize,
     /// The called name (`parse` for `self.parser.parse(x)` or `Parser::parse(x)`).
-    pub callee: String,
+    pub callee: CompactString,
     /// Qualifier as written, if any (`Parser`, `self.parser`, `os.path`).
-    pub qualifier: Option<String>,
+    pub qualifier: Option<CompactString>,
     /// The type of the qualifier when the code states it: a parameter or local annotated with a
     /// type, a local or `self.x` assigned a constructor (`Foo()`, `Foo::new()`, `new Foo()`,
     /// `Foo { .. }`, `&Foo{}`), a Go method receiver. Simple type name (`Parser`).
-    pub receiver: Option<String>,
+    pub receiver: Option<CompactString>,
     pub line: u32,
 }
 

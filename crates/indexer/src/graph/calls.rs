@@ -558,7 +558,7 @@ fn unique(files: &[FileFacts], cands: &[Sym]) -> Option<Sym> {
     let fq = &files[first.0].extract.chunks[first.1].qualified;
     let all_same = cands
         .iter()
-        .all(|s| s.0 == first.0 && &files[s.0].extract.chunks[s.1].qualified == fq);
+        .all(|s| s.0 == first.0 && files[s.0].extract.chunks[s.1].qualified == *fq);
     if all_same {
         cands.iter().copied().min()
     } else {

@@ -482,7 +482,7 @@ pub fn compare(
         let sites: BTreeSet<String> = fxs[pair.0 .0]
             .calls
             .iter()
-            .filter(|c| c.from == pair.0 .1 && &c.callee == callee)
+            .filter(|c| c.from == pair.0 .1 && c.callee == *callee)
             .map(|c| call_text(c.qualifier.as_deref(), &c.callee, c.line))
             .collect();
         s.false_positives.push(format!(

@@ -5,7 +5,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::paths::{dir_of, file_name, join, normalize, rust_crate_src, rust_mod_dir};
 use super::FileFacts;
-use crate::chunk::{base_type_name, split_top, ChunkKind, Language};
+use crate::chunk::{base_type_name, split_top, ChunkKind, CompactString, Language};
 
 /// Most files an import of a whole directory (Go package, Java wildcard) links to.
 const MAX_DIR_IMPORT_FILES: usize = 64;
@@ -519,7 +519,7 @@ impl<'a> Index<'a> {
         fi: usize,
         f: &FileFacts,
         module: &str,
-        names: &[String],
+        names: &[CompactString],
     ) -> Vec<usize> {
         let path = f.path.trim_start_matches("./");
         match f.language {
@@ -583,7 +583,7 @@ impl<'a> Index<'a> {
             .or_else(|| self.file(&join(module_path, "__init__.py")))
     }
 
-    fn py_import(&self, path: &str, module: &str, names: &[String]) -> Vec<usize> {
+    fn py_import(&self, path: &str, module: &str, names: &[CompactString]) -> Vec<usize> {
         let mut out = Vec::new();
         let dots = module.chars().take_while(|c| *c == '.').count();
         let rest = module[dots..].replace('.', "/");
@@ -649,7 +649,7 @@ impl<'a> Index<'a> {
             .or_else(|| self.file(&join(&p, "mod.rs")))
     }
 
-    fn rust_import(&self, path: &str, module: &str, names: &[String]) -> Vec<usize> {
+    fn rust_import(&self, path: &str, module: &str, names: &[CompactString]) -> Vec<usize> {
         let segs: Vec<&str> = module.split("::").filter(|s| !s.is_empty()).collect();
         if segs.is_empty() {
             return Vec::new();
@@ -776,7 +776,7 @@ impl<'a> Index<'a> {
         Vec::new()
     }
 
-    fn java_import(&self, module: &str, names: &[String], fi: usize) -> Vec<usize> {
+    fn java_import(&self, module: &str, names: &[CompactString], fi: usize) -> Vec<usize> {
         let segs: Vec<&str> = module.split('.').filter(|s| !s.is_empty()).collect();
         // Class import (or static import of a class member): the class file by path suffix;
         // nested classes fall back to their outer class.
