@@ -91,8 +91,10 @@ impl Budget {
         })
     }
 
-    /// What a file costs while its segment is built: per chunk its text three times (parsed,
-    /// in the record, in the embedded text with its header), its names twice, its vector twice
+    /// What a file costs while its segment is built: per chunk its text three times (in the
+    /// record and in the embedded text with its header; the third, the parsed copy, now moves
+    /// into the record, and stays in the estimate as headroom, which keeps the cut points and
+    /// so the segment ids of earlier builds), its names twice, its vector twice
     /// (the rows and the bytes written) and a fixed share for records, postings and the graph.
     fn file_cost(&self, path: &str, ex: &FileExtract) -> u64 {
         let p = path.len() as u64;
@@ -182,7 +184,7 @@ pub fn build(
         }
         reread(&mut files, cut, opts, &mut report)?;
         let graph = segment_graph(&files, cut, &resolved, &edges_of[k], &mut report);
-        let (mut builder, texts) = segment_records(&files, cut, &graph.numbering);
+        let (mut builder, texts) = segment_records(&mut files, cut, &graph.numbering);
         builder.edges = graph.edges;
         builder.external_edges = graph.external;
         let vectors = embed_vectors(
@@ -215,12 +217,6 @@ pub fn build(
             chunks: meta.chunk_count,
             tombstones: None,
         });
-        // Written: the file's text is not needed again.
-        for &i in cut {
-            for c in &mut files[i].extract.chunks {
-                c.text = String::new();
-            }
-        }
     }
     drop(files);
     write_and_commit(
@@ -753,9 +749,12 @@ fn segment_graph(
 }
 
 /// The file and chunk records of the changed files, in segment order, and the text
-/// to embed for each chunk ([`embed_text`]; its blake3 is the chunk's content hash).
+/// to embed for each chunk ([`embed_text`]; its blake3 is the chunk's content hash). Each
+/// chunk's text moves from the parsed file into its record: the segment is the last reader of
+/// a changed file's texts (the graph was resolved before any segment), and a clone held every
+/// text of the segment twice while it was embedded and written.
 fn segment_records(
-    files: &[Parsed],
+    files: &mut [Parsed],
     cut: &[usize],
     numbering: &Numbering,
 ) -> (SegmentBuilder, Vec<String>) {
@@ -763,7 +762,7 @@ fn segment_records(
     let mut builder = SegmentBuilder::default();
     let mut texts: Vec<String> = Vec::new();
     for &i in cut {
-        let f = &files[i];
+        let f = &mut files[i];
         let lf = local_file[i];
         builder.files.push(FileRecord {
             repo: f.cand.repo.clone(),
@@ -780,7 +779,7 @@ fn segment_records(
                 .map(|im| im.module.to_string())
                 .collect(),
         });
-        for c in &f.extract.chunks {
+        for c in &mut f.extract.chunks {
             let et = embed_text(&f.cand.rel_path, c.kind.name(), &c.qualified, &c.text);
             builder.chunks.push(ChunkRecord {
                 file: lf,
@@ -794,7 +793,7 @@ fn segment_records(
                 end_byte: c.end_byte.max(c.start_byte),
                 parent: c.parent.map_or(NO_PARENT, |p| first_chunk[i] + p as u32),
                 content_hash: *blake3::hash(et.as_bytes()).as_bytes(),
-                text: c.text.clone(),
+                text: std::mem::take(&mut c.text),
             });
             texts.push(et);
         }
