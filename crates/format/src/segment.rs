@@ -262,14 +262,33 @@ fn put_framed(
     model_id: &str,
     payload: &[u8],
 ) -> Result<FileEntry> {
-    let head = header::header(c, dim, model_id, payload.len() as u64);
-    crate::write_synced_parts(&tmp.join(c.file_name()), &[&head, payload])?;
+    put_framed_parts(tmp, c, dim, model_id, &[payload])
+}
+
+/// [`put_framed`] of the payload `parts` joined, without joining them: the header, then the
+/// parts in one vectored write (`fsio::write_all_parts`), fsynced.
+fn put_framed_parts(
+    tmp: &Path,
+    c: Component,
+    dim: u32,
+    model_id: &str,
+    parts: &[&[u8]],
+) -> Result<FileEntry> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let head = header::header(c, dim, model_id, len as u64);
+    let path = tmp.join(c.file_name());
+    let mut f = crate::fsio::create(&path).map_err(io_err(&path))?;
+    crate::fsio::write_all(&mut f, &path, &head).map_err(io_err(&path))?;
+    crate::fsio::write_all_parts(&mut f, &path, parts).map_err(io_err(&path))?;
+    crate::fsio::sync_all(&f, &path).map_err(io_err(&path))?;
     let mut h = blake3::Hasher::new();
     h.update(&head);
-    h.update(payload);
+    for p in parts {
+        h.update(p);
+    }
     Ok(FileEntry {
         name: c.file_name().to_string(),
-        size: (HEADER_LEN + payload.len()) as u64,
+        size: (HEADER_LEN + len) as u64,
         blake3: h.finalize().to_hex().to_string(),
     })
 }
@@ -349,10 +368,21 @@ fn write_records(
         .iter_mut()
         .map(|c| std::mem::take(&mut c.text))
         .collect();
-    let payload = crate::texts::encode(&texts);
+    // `texts::encode`'s bytes, written from the texts where they are: joining them first
+    // held every text of the segment twice at the writer's peak.
+    let table = crate::texts::table(&texts);
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(texts.len() + 1);
+    parts.push(&table);
+    parts.extend(texts.iter().map(|t| t.as_bytes()));
+    files.push(put_framed_parts(
+        tmp,
+        Component::Texts,
+        d,
+        model_id,
+        &parts,
+    )?);
+    drop(parts);
     drop(texts);
-    files.push(put_framed(tmp, Component::Texts, d, model_id, &payload)?);
-    drop(payload);
     {
         let table = ChunkTable::with_lookups(file_inputs, chunks);
         let bytes = archived("chunks", rkyv::to_bytes(&table))?;

@@ -22,18 +22,25 @@ use crate::{corrupt, FormatError, Result};
 
 /// The payload of `texts.bin` for `texts`, in chunk order.
 pub fn encode<S: AsRef<str>>(texts: &[S]) -> Vec<u8> {
+    let mut out = table(texts);
+    out.reserve(texts.iter().map(|t| t.as_ref().len()).sum());
+    for t in texts {
+        out.extend_from_slice(t.as_ref().as_bytes());
+    }
+    out
+}
+
+/// The part of [`encode`]'s bytes before the texts: the count and the offsets. The segment
+/// writer writes it and then the texts themselves, without joining them in memory.
+pub fn table<S: AsRef<str>>(texts: &[S]) -> Vec<u8> {
     let n = texts.len();
-    let total: usize = texts.iter().map(|t| t.as_ref().len()).sum();
-    let mut out = Vec::with_capacity(8 * (n + 2) + total);
+    let mut out = Vec::with_capacity(8 * (n + 2));
     out.extend_from_slice(&(n as u64).to_le_bytes());
     let mut end = 0u64;
     out.extend_from_slice(&end.to_le_bytes());
     for t in texts {
         end += t.as_ref().len() as u64;
         out.extend_from_slice(&end.to_le_bytes());
-    }
-    for t in texts {
-        out.extend_from_slice(t.as_ref().as_bytes());
     }
     out
 }
