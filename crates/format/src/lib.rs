@@ -159,15 +159,8 @@ pub(crate) fn corrupt(path: &Path, detail: impl Into<String>) -> FormatError {
 /// Writes `bytes` to `path` and fsyncs the file (no rename: segment files are written into a
 /// fresh directory that only becomes visible through the manifest).
 pub(crate) fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    write_synced_parts(path, &[bytes])
-}
-
-/// [`write_synced`] of the concatenation of `parts`, without building it in memory.
-pub(crate) fn write_synced_parts(path: &Path, parts: &[&[u8]]) -> Result<()> {
     let mut f = fsio::create(path).map_err(io_err(path))?;
-    for bytes in parts {
-        fsio::write_all(&mut f, path, bytes).map_err(io_err(path))?;
-    }
+    fsio::write_all(&mut f, path, bytes).map_err(io_err(path))?;
     fsio::sync_all(&f, path).map_err(io_err(path))?;
     Ok(())
 }

@@ -175,13 +175,13 @@ impl<'s> Builder<'s> {
         if kind == ChunkKind::Function && (parent_is_type || !def.scope.is_empty()) {
             kind = ChunkKind::Method;
         }
-        let name = def.name.clone();
+        let name = def.name.as_str();
         let mut owner = String::new();
         let qualified = if !def.scope.is_empty() {
             owner = join_path(prefix, &def.scope.join("/"));
             format!("{owner}#{name}")
         } else if prefix.is_empty() {
-            name.clone()
+            name.to_string()
         } else if parent_is_type && kind.is_callable() {
             format!("{prefix}#{name}")
         } else {
@@ -197,7 +197,7 @@ impl<'s> Builder<'s> {
         let (start_line, end_line) = self.lines.range(start, end);
         let chunk = Chunk {
             kind,
-            name: name.as_str().into(),
+            name: name.into(),
             qualified: qualified.as_str().into(),
             symbol_id,
             start_line,
