@@ -8,7 +8,7 @@
 #                                # together with the model into pieces of 55 MiB in
 #                                # target/gpu-carry/ (the device tool carries at most 64 MiB per
 #                                # call: carry one or two pieces per call, in quick succession)
-#   scripts/gpu-bench.sh run [tests] [cuda] [wgpu] [f32] [ivf] [cache] [corpus]
+#   scripts/gpu-bench.sh run [tests] [cuda] [group] [wgpu] [f32] [ivf] [cache] [corpus]
 #                                # on the GPU machine (no cargo needed), each step under its own
 #                                # time limit, everything also written to $OUT/gpu-bench.log:
 #                                # (all parts when none is named):
@@ -19,6 +19,8 @@
 #        auto precision (f16 after its parity check) beside sentence-transformers fp16 at batch
 #        sizes CIX_ST_BATCHES (default 256,512: the best two of 32-512 on an H100), the ratio to its best; then f32 on 10,000
 #     4. query embedding latency, one question at a time, GPU vs CPU (queryd --device)
+#     4b. (group) the build's grouping: groups of 256 in chunk order vs longest first (`embed
+#        --group 256`: tokens/s, padding, forward passes of each)
 #     5. IVF k-means 1M x 384 on CUDA vs FAISS on the CPU
 #     6. (cache) the GPU kernel cache: the same CUDA throughput and query-latency run twice, each
 #        in a new process, over one fresh CIX_GPU_CACHE: the first compiles every kernel, the
@@ -105,6 +107,11 @@ run)
   want cuda && step 300 "cuda auto vs sentence-transformers" "$out/embed" "$corpus" --chunks "$n" \
     --runs "$runs" --device cuda --precision auto --st-peer \
     --st-batches "${CIX_ST_BATCHES:-256,512}" --query-latency 200
+  # The build's way of embedding (groups of 256 texts, each read back before the next): chunk
+  # order against the build's longest-first order, on the first 20,000 chunks in walk order.
+  want group && step 150 "cuda auto, groups of 256: chunk order vs longest first" "$out/embed" \
+    "$corpus" --chunks "${CIX_GROUP_CHUNKS:-20000}" --runs 2 --device cuda --precision auto \
+    --no-st-peer --group 256
   want ivf && step 120 "ivf k-means on cuda vs faiss" "$out/ivf_train" --device cuda --n 1000000
   want wgpu && step 150 "wgpu auto" "$out/embed" "$corpus" --chunks "$n" --runs "$runs" \
     --device wgpu --precision auto --no-st-peer --query-latency 200

@@ -69,6 +69,12 @@ struct Args {
     /// Also time N single-query embeddings (web-search questions) on `--device` and on the CPU.
     #[arg(long, default_value_t = 0)]
     query_latency: usize,
+    /// Embed the first `--chunks` chunks in walk order (a build's order) in groups of this many
+    /// texts, as `indexer build` does (`--embed-group`), once in chunk order and once in the
+    /// build's order (`indexer::build::embed_order`, longest first), instead of one call over
+    /// an evenly spread sample; prints tokens/s, padding and forward passes of each.
+    #[arg(long)]
+    group: Option<usize>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -132,11 +138,14 @@ fn main() -> anyhow::Result<()> {
     if texts.is_empty() {
         bail!("no code chunks under {}", args.path.display());
     }
-    // A deterministic, evenly spread sample.
     let n = args.chunks.min(texts.len());
+    let enc = kernels::Encoder::load_with(&model, args.device, args.precision)?;
+    if let Some(group) = args.group {
+        return grouped(&enc, &texts[..n], group.max(1), args.runs);
+    }
+    // A deterministic, evenly spread sample.
     let sample: Vec<String> = (0..n).map(|i| texts[i * texts.len() / n].clone()).collect();
     let refs: Vec<&str> = sample.iter().map(String::as_str).collect();
-    let enc = kernels::Encoder::load_with(&model, args.device, args.precision)?;
     println!(
         "encoder: {} on {}; {} chunks sampled from {} in {}",
         enc.model_id(),
@@ -264,6 +273,74 @@ fn main() -> anyhow::Result<()> {
     if args.query_latency > 0 {
         query_latency(&enc, &model, args.query_latency)?;
     }
+    Ok(())
+}
+
+/// `texts` (a build's chunks, in its order) embedded in groups of `group` the way `indexer
+/// build` embeds a segment (`Encoder::embed_pipelined`), in chunk order and in the build's
+/// order ([`indexer::build::embed_order`]), `runs` times each, interleaved; and the largest
+/// cosine distance between the two orders' vectors of one text (batching must not change them).
+fn grouped(
+    enc: &kernels::Encoder,
+    texts: &[String],
+    group: usize,
+    runs: usize,
+) -> anyhow::Result<()> {
+    let chunk_order: Vec<usize> = (0..texts.len()).collect();
+    let build_order = indexer::build::embed_order(chunk_order.clone(), |i| texts[i].len());
+    println!(
+        "encoder: {} on {}; the first {} chunks in walk order, groups of {group}",
+        enc.model_id(),
+        enc.device_description(),
+        texts.len()
+    );
+    enc.embed(&[texts[0].as_str()])?; // warm-up
+    let dim = enc.dim();
+    let mut rows: [Vec<f32>; 2] = [Vec::new(), Vec::new()];
+    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for run in 0..runs {
+        for (k, (name, order)) in [
+            ("chunk order", &chunk_order),
+            ("longest first", &build_order),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let groups: Vec<Vec<&str>> = order
+                .chunks(group)
+                .map(|g| g.iter().map(|&i| texts[i].as_str()).collect())
+                .collect();
+            let mut out = vec![0f32; texts.len() * dim];
+            let (mut tokens, mut padded, mut batches, mut next) = (0usize, 0usize, 0usize, 0usize);
+            let t = Instant::now();
+            enc.embed_pipelined(groups, 2, |v, s| -> Result<(), kernels::ModelError> {
+                let ids = &order[next * group..(next * group + s.texts)];
+                for (j, &i) in ids.iter().enumerate() {
+                    out[i * dim..(i + 1) * dim].copy_from_slice(&v[j * dim..(j + 1) * dim]);
+                }
+                next += 1;
+                tokens += s.tokens;
+                padded += s.padded_tokens;
+                batches += s.batches;
+                Ok(())
+            })?;
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "{name:<13} run {run}: {:.1} chunks/s, {:.0} tokens/s, padding {:.3}, {batches} forward passes, {tokens} tokens, {secs:.2}s",
+                texts.len() as f64 / secs,
+                tokens as f64 / secs,
+                1.0 - tokens as f64 / padded.max(1) as f64,
+            );
+            rates[k].push(tokens as f64 / secs);
+            rows[k] = out;
+        }
+    }
+    let min_cos = min_cosine(&rows[0], &rows[1], dim)?;
+    let (a, b) = (median(&mut rates[0]), median(&mut rates[1]));
+    println!(
+        "median tokens/s: chunk order {a:.0}, longest first {b:.0}; ratio {:.2}; min cosine between the orders' vectors {min_cos:.6}",
+        b / a
+    );
     Ok(())
 }
 
