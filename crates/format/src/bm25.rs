@@ -5,9 +5,15 @@
 //! postings; per block of [`BLOCK`] postings the last document id, the byte offset of its
 //! encoding and the largest score factor inside it; the encoded blocks; per-document lengths.
 //!
-//! A block is encoded as LEB128 varints: the gap of each document id to the previous one (the
-//! first relative to the previous block's last document + 1, or 0), minus one for all but the
-//! first; then each term frequency minus one. A posting costs about 2-3 bytes instead of 8.
+//! A block's document ids are stored as gaps: each id's distance to the previous one (the
+//! first's to the previous block's last document + 1, or to 0), minus one for all but the
+//! first; its term frequencies as frequency minus one. A full block ([`BLOCK`] postings) is
+//! bit-packed: a byte with the gaps' bit width, a byte with the frequencies', then the gaps and
+//! the frequencies each packed at their width, four lanes interleaved (`bm25/pack.rs`), decoded
+//! four at a time. A term's last, partial block is LEB128 varints: the gaps, then the
+//! frequencies. The data begins with the byte [`PACKED`] (the first block at offset 1); postings
+//! written before packing (format 4 and older) begin their first block at offset 0 and encode
+//! every block as varints, and still read. A posting costs about 1-2 bytes instead of 8.
 //!
 //! The *score factor* of a posting is the part of its BM25 score that does not depend on the
 //! query: `tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl))`; a term's score is `idf · qtf · factor`.
@@ -36,7 +42,11 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::{corrupt, text, Result};
 
+mod pack;
 mod search;
+
+/// The first byte of the data of postings whose full blocks are bit-packed (format 5).
+pub const PACKED: u8 = 1;
 
 /// BM25 parameters.
 pub const K1: f32 = 1.2;
@@ -374,6 +384,12 @@ fn range_postings(first: u32, docs: &[DocFields<'_>]) -> RangePostings {
 /// fixed ranges of documents; the ranges' lists are appended in document order, so the output
 /// does not depend on thread timing (and is the same as one range's).
 pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
+    build_as(docs, true)
+}
+
+/// [`build`], with full blocks bit-packed or (`packed` false: the encoding of format 4 and
+/// older, which readers still decode) as varints.
+pub(crate) fn build_as(docs: &[DocFields<'_>], packed: bool) -> PostingsArchive {
     use rayon::prelude::*;
     let ranges: Vec<RangePostings> = docs
         .par_chunks(TOKENIZE_RANGE)
@@ -409,7 +425,11 @@ pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
         ..Default::default()
     };
     out.term_blocks.push(0);
-    out.block_offsets.push(0);
+    if packed {
+        out.data.push(PACKED);
+    }
+    out.block_offsets.push(out.data.len() as u64);
+    let (mut gaps, mut tfs) = (Vec::with_capacity(BLOCK), Vec::with_capacity(BLOCK));
     for (term, id) in dict {
         let list = std::mem::take(&mut lists[id as usize]);
         let mut term_max = 0f32;
@@ -417,19 +437,26 @@ pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
         for block in list.chunks(BLOCK) {
             let mut bmax = 0f32;
             let mut prev = None;
+            gaps.clear();
+            tfs.clear();
             for &(d, tf) in block {
-                put_varint(
-                    &mut out.data,
-                    match prev {
-                        None => d - prev_end,
-                        Some(p) => d - p - 1,
-                    },
-                );
+                gaps.push(match prev {
+                    None => d - prev_end,
+                    Some(p) => d - p - 1,
+                });
+                tfs.push(tf - 1);
                 prev = Some(d);
                 bmax = bmax.max(params.factor(tf, doc_lens[d as usize]));
             }
-            for &(_, tf) in block {
-                put_varint(&mut out.data, tf - 1);
+            if packed && block.len() == BLOCK {
+                let (bg, bt) = (pack::width(&gaps), pack::width(&tfs));
+                out.data.extend_from_slice(&[bg as u8, bt as u8]);
+                pack::pack(&gaps, bg, &mut out.data);
+                pack::pack(&tfs, bt, &mut out.data);
+            } else {
+                for &g in gaps.iter().chain(&tfs) {
+                    put_varint(&mut out.data, g);
+                }
             }
             let last = block[block.len() - 1].0;
             prev_end = last + 1;
@@ -470,7 +497,12 @@ pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Res
     if p.term_blocks[0] != 0 || p.term_blocks[nt].to_native() as usize != nb {
         return bad("term blocks do not cover the blocks");
     }
-    if p.block_offsets[0] != 0 || p.block_offsets[nb].to_native() != p.data.len() as u64 {
+    // Packed postings begin with their tag byte (see the module docs); older ones at once.
+    let first = match p.data.first() {
+        Some(&PACKED) if p.block_offsets[0] == 1 => 1,
+        _ => 0,
+    };
+    if p.block_offsets[0] != first || p.block_offsets[nb].to_native() != p.data.len() as u64 {
         return bad("block offsets do not cover the data");
     }
     if p.terms.windows(2).any(|w| w[0].as_str() >= w[1].as_str()) {
@@ -594,6 +626,9 @@ impl ArchivedPostingsArchive {
         } else {
             u64::from(self.block_last[b - 1].to_native()) + 1
         };
+        if n == BLOCK && self.packed() {
+            return self.decode_packed(buf, b, d, docs, tfs);
+        }
         let mut i = 0;
         while i < n {
             // Eight one-byte varints at once (gaps and tfs below 128: most postings of the
@@ -633,6 +668,42 @@ impl ArchivedPostingsArchive {
             && docs[n - 1] == self.block_last.get(b)?.to_native()
             && docs[n - 1] < self.doc_count();
         (pos == buf.len() && ends_right).then_some(n)
+    }
+
+    /// Whether full blocks are bit-packed: the data begins with [`PACKED`] and the first block
+    /// after it ([`validate`] allows no other start).
+    #[inline]
+    fn packed(&self) -> bool {
+        self.block_offsets.first().is_some_and(|&o| o == 1)
+    }
+
+    /// [`Self::decode`] of a full, bit-packed block `b` (its bytes `buf`) whose first id is
+    /// `d` plus its first gap.
+    fn decode_packed(
+        &self,
+        buf: &[u8],
+        b: usize,
+        d: u64,
+        docs: &mut [u32; BLOCK],
+        tfs: &mut [u32; BLOCK],
+    ) -> Option<usize> {
+        let (&bg, &bt) = (buf.first()?, buf.get(1)?);
+        let (bg, bt) = (u32::from(bg), u32::from(bt));
+        if bg > 32 || bt > 32 || buf.len() != 2 + pack::packed_len(bg) + pack::packed_len(bt) {
+            return None;
+        }
+        let split = 2 + pack::packed_len(bg);
+        pack::unpack(&buf[2..split], bg, docs);
+        pack::unpack(&buf[split..], bt, tfs);
+        pack::gaps_to_docs(docs, d, bg)?;
+        if bt == 32 && tfs.contains(&u32::MAX) {
+            return None; // a frequency of 2^32
+        }
+        for tf in tfs.iter_mut() {
+            *tf += 1;
+        }
+        let last = docs[BLOCK - 1];
+        (last == self.block_last.get(b)?.to_native() && last < self.doc_count()).then_some(BLOCK)
     }
 }
 

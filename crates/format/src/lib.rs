@@ -34,7 +34,8 @@ pub use segment::{Segment, SegmentBuilder, SegmentMeta};
 
 /// Version of the on-disk format this build writes. Bumped on any incompatible change.
 /// 4: chunk texts in `texts.bin` ([`texts`]) instead of inside the records of `chunks.rkyv`.
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: full blocks of the BM25 postings bit-packed ([`bm25`]; format 4 postings still read).
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The oldest format this build reads: format 3 segments (texts inside the records) open and
 /// serve as before, so an index and its memories carry over an upgrade; new segments and

@@ -42,6 +42,11 @@ fn finds_identifier_parts_and_ranks_names_higher() {
 
 /// The postings of `texts` (text only, no path or names), archived.
 fn archive_of(texts: &[String]) -> rkyv::util::AlignedVec {
+    archive_as(texts, true)
+}
+
+/// [`archive_of`] with full blocks bit-packed (format 5) or as varints (format 4 and older).
+fn archive_as(texts: &[String], packed: bool) -> rkyv::util::AlignedVec {
     let fields: Vec<DocFields> = texts
         .iter()
         .map(|t| DocFields {
@@ -51,7 +56,7 @@ fn archive_of(texts: &[String]) -> rkyv::util::AlignedVec {
             qualified: "",
         })
         .collect();
-    rkyv::to_bytes::<rkyv::rancor::Error>(&build(&fields)).unwrap()
+    rkyv::to_bytes::<rkyv::rancor::Error>(&build_as(&fields, packed)).unwrap()
 }
 
 /// With index-wide statistics, a one-document segment scores a document like the same
@@ -131,9 +136,28 @@ fn maxscore_equals_exhaustive() {
         let t: Vec<&str> = (0..len).map(|_| vocab[pick(rnd())].as_str()).collect();
         texts.push(t.join(" "));
     }
-    let bytes = archive_of(&texts);
+    for packed in [true, false] {
+        maxscore_equals_exhaustive_on(&texts, &vocab, &pick, packed);
+    }
+}
+
+fn maxscore_equals_exhaustive_on(
+    texts: &[String],
+    vocab: &[String],
+    pick: &dyn Fn(u64) -> usize,
+    packed: bool,
+) {
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let bytes = archive_as(texts, packed);
     let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
     validate(Path::new("p"), a, texts.len() as u32).unwrap();
+    assert_eq!(a.packed(), packed);
     let deny: RoaringBitmap = (0..3000u32).filter(|d| d % 7 == 3).collect();
     let allow: RoaringBitmap = (0..3000u32).filter(|d| d % 3 != 0).collect();
     let mut checked = 0;
@@ -286,8 +310,15 @@ fn corrupt_blocks_are_refused() {
     let mut p = good.clone();
     p.term_df[0] += BLOCK as u32;
     assert!(!check(&p));
-    let mut p = good;
+    let mut p = good.clone();
     p.data.pop();
+    assert!(!check(&p));
+    // A packed block's widths: past 32 bits, or not matching its byte length.
+    let mut p = good.clone();
+    p.data[1] = 33;
+    assert!(!check(&p));
+    let mut p = good;
+    p.data[1] += 1;
     assert!(!check(&p));
 }
 
@@ -381,9 +412,85 @@ fn varint_runs_decode_exactly() {
             texts.push("pad".to_string());
         }
     }
-    let bytes = archive_of(&texts);
+    // Format 4's varint blocks (still read) and format 5's packed full blocks (widths from 0
+    // in the dense runs to 8+ bits in the sparse stretches and the large tfs).
+    for packed in [false, true] {
+        let bytes = archive_as(&texts, packed);
+        let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
+        validate_blocks(Path::new("p"), a, n).unwrap();
+        assert_eq!(a.packed(), packed);
+        assert!(want.len() > BLOCK * 10);
+        assert_eq!(a.postings("zeta"), want, "packed {packed}");
+    }
+}
+
+/// Packed and varint postings of the same documents hold the same lists and maxima, and the
+/// packed ones are no larger; the tag byte that marks them packed is checked at open.
+#[test]
+fn packed_postings_read_like_varint_ones() {
+    let texts: Vec<String> = (0..5000)
+        .map(|i| {
+            format!(
+                "fn f{}() {{ common_{} rare_{} {} }}",
+                i % 13,
+                i % 2,
+                i / 700,
+                "dense ".repeat(1 + i % 5)
+            )
+        })
+        .collect();
+    let (pb, vb) = (archive_as(&texts, true), archive_as(&texts, false));
+    let p = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&pb).unwrap();
+    let v = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&vb).unwrap();
+    for a in [p, v] {
+        validate_blocks(Path::new("p"), a, texts.len() as u32).unwrap();
+    }
+    assert_eq!(p.terms.len(), v.terms.len());
+    for t in v.terms.iter() {
+        assert_eq!(
+            p.postings(t.as_str()),
+            v.postings(t.as_str()),
+            "{}",
+            t.as_str()
+        );
+    }
+    assert_eq!(p.block_max.as_slice(), v.block_max.as_slice());
+    assert_eq!(p.block_last.as_slice(), v.block_last.as_slice());
+    assert!(
+        p.data.len() < v.data.len(),
+        "{} vs {}",
+        p.data.len(),
+        v.data.len()
+    );
+    for q in ["dense common_1", "f3 rare_2", "common_0 dense f12"] {
+        assert_eq!(p.search(q, 20, None, None), v.search(q, 20, None, None));
+    }
+    // Without its tag byte (or with the tag and the first block at 0) the data is refused.
+    let fields: Vec<DocFields> = texts
+        .iter()
+        .map(|t| DocFields {
+            text: t,
+            path: "",
+            name: "",
+            qualified: "",
+        })
+        .collect();
+    let good = build(&fields);
+    assert_eq!((good.data[0], good.block_offsets[0]), (PACKED, 1));
+    let refused = |p: &PostingsArchive| {
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(p).unwrap();
+        let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
+        validate(Path::new("p"), a, texts.len() as u32).is_err()
+    };
+    let mut bad = good.clone();
+    bad.data[0] = 0;
+    assert!(refused(&bad));
+    // The first block at 0 reads as varint postings (whose first byte may well be 1): the
+    // open-time check lets it through, decoding the blocks does not.
+    let mut bad = good.clone();
+    bad.block_offsets[0] = 0;
+    let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&bad).unwrap();
     let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
-    validate_blocks(Path::new("p"), a, n).unwrap();
-    assert!(want.len() > BLOCK * 10);
-    assert_eq!(a.postings("zeta"), want);
+    assert!(validate_blocks(Path::new("p"), a, texts.len() as u32).is_err());
+    assert!(!refused(&good));
 }
