@@ -30,6 +30,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("memories", memories::target),
     ("texts", texts::target),
     ("chunks_v3", chunks_v3::target),
+    ("postings_blocks", postings_blocks::target),
 ];
 
 /// Model id and dimension of the template segments (from the code template).
@@ -138,6 +139,63 @@ pub mod segment_json {
     /// `segment.json` of the code template replaced by the input.
     pub fn target(data: &[u8]) {
         super::open_with("code", "segment.json", data);
+    }
+}
+
+pub mod postings_blocks {
+    /// A BM25 postings archive on its own (`PostingsArchive` bytes, no header), its document
+    /// count taken from its own lengths: the structural check, then every block decoded
+    /// (`validate_blocks`), then searches. The template segments hold fewer than 128 chunks,
+    /// so no term there fills a block and only this target reaches the bit-packed decoder
+    /// (format 5) with full blocks. When every block decodes, block-max MaxScore must return
+    /// exactly what exhaustive scoring returns, and every hit is a document of the archive.
+    pub fn target(data: &[u8]) {
+        format::bm25::with_archive(data, check);
+    }
+
+    fn check(p: &format::bm25::ArchivedPostingsArchive) {
+        use format::bm25::{validate, validate_blocks};
+        let n = p.doc_count();
+        let path = std::path::Path::new("postings.rkyv");
+        if validate(path, p, n).is_err() {
+            return;
+        }
+        let deep = validate_blocks(path, p, n).is_ok();
+        let terms: Vec<String> = p.terms.iter().take(4).map(|t| t.to_string()).collect();
+        for q in [terms.join(" "), terms.first().cloned().unwrap_or_default()] {
+            let hits = p.search(&q, 10, None, None);
+            assert!(hits.iter().all(|h| h.0 < n), "a hit past the documents");
+            if deep {
+                assert_eq!(hits, p.search_exhaustive(&q, 10, None, None), "{q}");
+            }
+        }
+    }
+
+    /// Seed inputs: a packed archive whose terms fill several blocks at gap and frequency
+    /// widths from 0 to 9 bits, and the same documents in format 4's varint blocks.
+    pub fn seeds() -> Vec<(String, Vec<u8>)> {
+        let texts: Vec<String> = (0..700)
+            .map(|i| {
+                format!(
+                    "alpha {} beta_{} {} {}",
+                    "gamma ".repeat(1 + i % 3),
+                    i % 2,
+                    if i % 5 == 0 { "rare" } else { "" },
+                    if i % 300 == 0 {
+                        "sparse ".repeat(300)
+                    } else {
+                        String::new()
+                    }
+                )
+            })
+            .collect();
+        [("packed", true), ("varint", false)]
+            .into_iter()
+            .map(|(name, packed)| {
+                let a = format::bm25::build_for_tests(&texts, packed);
+                (name.to_string(), format::bm25::archive_bytes(&a))
+            })
+            .collect()
     }
 }
 

@@ -108,7 +108,7 @@ run)
     --runs "$runs" --device cuda --precision auto --st-peer \
     --st-batches "${CIX_ST_BATCHES:-256,512}" --query-latency 200
   # The build's way of embedding (groups of 256 texts, each read back before the next): chunk
-  # order against the build's longest-first order, on the first 20,000 chunks in walk order.
+  # order (what the build does) against longest first, on the first 20,000 chunks in walk order.
   want group && step 150 "cuda auto, groups of 256: chunk order vs longest first" "$out/embed" \
     "$corpus" --chunks "${CIX_GROUP_CHUNKS:-20000}" --runs 2 --device cuda --precision auto \
     --no-st-peer --group 256

@@ -105,9 +105,16 @@ fn hits(dir: &Path, q: &str) -> Vec<(f32, String, u32)> {
 
 /// Equal lists up to ties: the same scores rank by rank, and the same hits within each run
 /// of equal scores.
+///
+/// Scores are equal up to 1e-3 of their size. A text's vector depends on the batch it was
+/// embedded in by rounding only (the test above allows a cosine of 0.9999), and the two builds
+/// batch differently (the cut build embeds each segment on its own). Fusion divides each
+/// ranking's scores by its spread (z-scores), which turns a difference of 1e-5 in a vector
+/// score into about 1e-4 of a fused one: the sources of this workspace, which the fixture
+/// includes, once gave 1.1e-4 (0.48668337 against 0.48662978).
 fn assert_equal_up_to_ties(q: &str, a: &[(f32, String, u32)], b: &[(f32, String, u32)]) {
     assert_eq!(a.len(), b.len(), "{q}: {a:?} vs {b:?}");
-    let close = |x: f32, y: f32| (x - y).abs() <= 1e-4 * x.abs().max(y.abs()).max(1e-3);
+    let close = |x: f32, y: f32| (x - y).abs() <= 1e-3 * x.abs().max(y.abs()).max(1e-3);
     for (x, y) in a.iter().zip(b) {
         assert!(close(x.0, y.0), "{q}: scores differ: {a:?} vs {b:?}");
     }

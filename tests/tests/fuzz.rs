@@ -141,6 +141,18 @@ fn decoders_never_panic_on_seeds_and_mutations() {
     assert!(failures.is_empty(), "panics:\n{}", failures.join("\n"));
 }
 
+/// Regenerates `fuzz/corpus/postings_blocks/` (no model needed; `write_seeds` calls it too).
+#[test]
+#[ignore = "writes into fuzz/; run by hand after a change of the postings encoding"]
+fn write_postings_block_seeds() {
+    let d = targets::fuzz_dir().join("corpus").join("postings_blocks");
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    for (name, bytes) in targets::postings_blocks::seeds() {
+        std::fs::write(d.join(name), bytes).unwrap();
+    }
+}
+
 /// Regenerates `fuzz/template/{code,memory}/` and `fuzz/corpus/*/` from the polyglot fixture.
 #[test]
 #[ignore = "writes into fuzz/; run by hand after a format change"]
@@ -271,6 +283,7 @@ fn write_seeds() {
             );
         }
     }
+    write_postings_block_seeds();
     // The format 3 template (`fuzz/compat/v3-code/`, kept) seeds the format 3 chunk decoder.
     put(
         "chunks_v3",

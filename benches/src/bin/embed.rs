@@ -70,9 +70,10 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     query_latency: usize,
     /// Embed the first `--chunks` chunks in walk order (a build's order) in groups of this many
-    /// texts, as `indexer build` does (`--embed-group`), once in chunk order and once in the
-    /// build's order (`indexer::build::embed_order`, longest first), instead of one call over
-    /// an evenly spread sample; prints tokens/s, padding and forward passes of each.
+    /// texts, as `indexer build` does (`BuildOptions::embed_group`, 256), once in chunk order
+    /// (what the build does) and once longest first (the candidate order, [`longest_first`]),
+    /// instead of one call over an evenly spread sample; prints tokens/s, padding and forward
+    /// passes of each, and how far the two orders' vectors of one text differ.
     #[arg(long)]
     group: Option<usize>,
 }
@@ -276,10 +277,19 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The candidate order for a build's embedding groups: longest text first (bytes; ties in
+/// chunk order), so that each group holds texts of about one length and the encoder, which
+/// sorts and pads only within a group, pads less and runs fuller batches.
+fn longest_first(texts: &[String]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..texts.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(texts[i].len()), i));
+    order
+}
+
 /// `texts` (a build's chunks, in its order) embedded in groups of `group` the way `indexer
-/// build` embeds a segment (`Encoder::embed_pipelined`), in chunk order and in the build's
-/// order ([`indexer::build::embed_order`]), `runs` times each, interleaved; and the largest
-/// cosine distance between the two orders' vectors of one text (batching must not change them).
+/// build` embeds a segment (`Encoder::embed_pipelined`), in chunk order and [`longest_first`],
+/// `runs` times each, interleaved; and the smallest cosine between the two orders' vectors of
+/// one text (batching changes them only by rounding).
 fn grouped(
     enc: &kernels::Encoder,
     texts: &[String],
@@ -287,7 +297,7 @@ fn grouped(
     runs: usize,
 ) -> anyhow::Result<()> {
     let chunk_order: Vec<usize> = (0..texts.len()).collect();
-    let build_order = indexer::build::embed_order(chunk_order.clone(), |i| texts[i].len());
+    let build_order = longest_first(texts);
     println!(
         "encoder: {} on {}; the first {} chunks in walk order, groups of {group}",
         enc.model_id(),

@@ -54,7 +54,7 @@ pub const B: f32 = 0.75;
 /// How many times a chunk's symbol name counts.
 pub const NAME_BOOST: usize = 3;
 /// Postings per block: the unit of skipping and decoding.
-pub const BLOCK: usize = 128;
+pub const BLOCK: usize = pack::BLOCK;
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct PostingsArchive {
@@ -385,6 +385,41 @@ fn range_postings(first: u32, docs: &[DocFields<'_>]) -> RangePostings {
 /// does not depend on thread timing (and is the same as one range's).
 pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
     build_as(docs, true)
+}
+
+/// The postings of documents that are just `texts`, with full blocks bit-packed or as format
+/// 4's varints: fixtures for tests and fuzz seeds.
+#[doc(hidden)]
+pub fn build_for_tests(texts: &[String], packed: bool) -> PostingsArchive {
+    let fields: Vec<DocFields> = texts
+        .iter()
+        .map(|t| DocFields {
+            text: t,
+            path: "",
+            name: "",
+            qualified: "",
+        })
+        .collect();
+    build_as(&fields, packed)
+}
+
+/// `p` archived: the bytes of `postings.rkyv` after its header.
+#[doc(hidden)]
+pub fn archive_bytes(p: &PostingsArchive) -> Vec<u8> {
+    rkyv::to_bytes::<rkyv::rancor::Error>(p)
+        .map(|b| b.to_vec())
+        .unwrap_or_default()
+}
+
+/// `f` over the archive in `data` (the bytes of `postings.rkyv` after its header, copied to an
+/// aligned buffer), when rkyv's validation accepts it: for fuzzing.
+#[doc(hidden)]
+pub fn with_archive<R>(data: &[u8], f: impl FnOnce(&ArchivedPostingsArchive) -> R) -> Option<R> {
+    let mut bytes = rkyv::util::AlignedVec::<16>::new();
+    bytes.extend_from_slice(data);
+    rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes)
+        .ok()
+        .map(f)
 }
 
 /// [`build`], with full blocks bit-packed or (`packed` false: the encoding of format 4 and

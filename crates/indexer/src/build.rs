@@ -45,7 +45,6 @@ pub use embedder::{EmbedError, Embedder, HashEmbedder};
 pub use types::{
     parse_budget, BuildOptions, BuildReport, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET,
 };
-pub use vectors::embed_order;
 
 use commit::write_and_commit;
 use shed::{drop_texts, restore_texts, shed_texts, Shed};

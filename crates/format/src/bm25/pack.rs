@@ -1,14 +1,15 @@
 //! Bit-packed posting blocks: a full block's [`BLOCK`] values at one bit width, four lanes
 //! interleaved (value `4·s + j` is the `s`-th value of lane `j`), so that decoding works on four
-//! values at once with the same shifts (the layout of tantivy's `BitPacker4x`; LLVM turns the
-//! four-lane loops below into SSE2, part of every x86_64).
+//! values at once with the same shifts (the layout of tantivy's `BitPacker4x`): SSE2 intrinsics
+//! on x86_64 (part of its baseline, [`sse2`]), one lane at a time elsewhere.
 //!
 //! A packed block of `BLOCK` values at width `b` (0 to 32) is `16·b` bytes: `b` little-endian
 //! `u32` words per lane, word `w` of lane `j` at index `4·w + j`. Lane `j`'s words hold its 32
 //! values back to back from the lowest bit up, a value that crosses a word boundary continuing
 //! at bit 0 of the next word.
 
-use super::BLOCK;
+/// Values in a packed block (the postings block size, `bm25::BLOCK`, is defined as this).
+pub(super) const BLOCK: usize = 128;
 
 /// Values per lane.
 const STEPS: usize = BLOCK / 4;
@@ -24,7 +25,9 @@ pub(super) fn pack(values: &[u32], b: u32, out: &mut Vec<u8>) {
     if b == 0 {
         return; // every value is 0: nothing to store
     }
-    let mut words = vec![0u32; 4 * b as usize];
+    // At most 4 lanes × 32 words.
+    let mut words = [0u32; 4 * 32];
+    let words = &mut words[..4 * b as usize];
     for (i, &v) in values.iter().enumerate() {
         debug_assert!(b == 32 || v >> b == 0);
         let (s, j) = (i / 4, i % 4);
@@ -35,7 +38,7 @@ pub(super) fn pack(values: &[u32], b: u32, out: &mut Vec<u8>) {
             words[4 * (w + 1) + j] |= v >> (32 - off);
         }
     }
-    for w in words {
+    for w in words.iter() {
         out.extend_from_slice(&w.to_le_bytes());
     }
 }
@@ -97,7 +100,8 @@ pub(super) fn unpack_scalar(bytes: &[u8], b: u32, out: &mut [u32; BLOCK]) {
 /// (each id the previous one + 1 + its gap, the first `base` + its gap). `None` when an id
 /// would pass `u32::MAX`.
 pub(super) fn gaps_to_docs(gaps: &mut [u32; BLOCK], base: u64, width: u32) -> Option<()> {
-    // Every id fits when even gaps all at the width's maximum would keep the last one in u32.
+    // No id can pass u32::MAX when even gaps all at the width's maximum would keep the last
+    // one (at most `most - 1`) below it.
     let most = base + ((BLOCK as u64) << width.min(32));
     if most <= u64::from(u32::MAX) {
         #[cfg(target_arch = "x86_64")]
@@ -137,8 +141,9 @@ mod sse2 {
     use super::{BLOCK, STEPS};
 
     /// [`super::unpack`]: lane `j` of each 128-bit word is lane `j` of the layout. One
-    /// function per width ([`unpack_width`]), so that every shift and word load is fixed at
-    /// compile time and the 32 steps unroll.
+    /// function per width ([`unpack_width`]), so that the compiler knows where each step's
+    /// word boundaries fall (which steps load a word, which carry bits over) and can unroll
+    /// the 32 steps.
     ///
     /// # Safety
     /// `bytes` holds exactly `b` 16-byte words, `b <= 32`.
@@ -292,6 +297,14 @@ mod tests {
                 assert_eq!(got.as_slice(), want.as_slice(), "scalar");
             }
         }
+        // The fast path's limit: gaps at the width's maximum from the largest base it takes
+        // end at u32::MAX - 1, summed as the checked loop sums them.
+        let width = 10;
+        let base = u64::from(u32::MAX) - (BLOCK as u64) * (1 << width);
+        let mut g = [(1u32 << width) - 1; BLOCK];
+        gaps_to_docs(&mut g, base, width).unwrap();
+        assert_eq!(u64::from(g[BLOCK - 1]), u64::from(u32::MAX) - 1);
+        assert!(g.windows(2).all(|w| w[1] == w[0] + (1 << width)));
         // The last id lands exactly on u32::MAX: accepted; one more: refused.
         let mut gaps = [0u32; BLOCK];
         gaps[BLOCK - 1] = 1000;

@@ -72,24 +72,8 @@ fn reuse_vectors(
     }
 }
 
-/// The order in which the chunks `todo` are embedded: longest text first (bytes; ties in
-/// chunk order), so that each group of [`BuildOptions::embed_group`] texts holds texts of
-/// about one length.
-///
-/// The encoder sorts a group by token length and pads every batch to its longest member, but
-/// only within the group: in chunk order a group mixes a file's one-line headers with its
-/// 256-token windows, and the short ones were padded to the long ones' length or ran in small
-/// batches of their own. A text's byte length is a close proxy for its token count (texts past
-/// the encoder's token cap all count as the cap), and costs no tokenisation. The order depends
-/// only on the texts, so the build stays deterministic.
-pub fn embed_order(mut todo: Vec<usize>, len: impl Fn(usize) -> usize) -> Vec<usize> {
-    todo.sort_by_key(|&i| (std::cmp::Reverse(len(i)), i));
-    todo
-}
-
 /// The vectors of a new segment (`chunks.len() × dim`): reused by content hash
-/// ([`reuse_vectors`]), the rest embedded in groups of `opts.embed_group` texts, longest first
-/// ([`embed_order`]).
+/// ([`reuse_vectors`]), the rest embedded in groups of `opts.embed_group` texts, in chunk order.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn embed_vectors(
     opts: &BuildOptions,
@@ -108,7 +92,6 @@ pub(super) fn embed_vectors(
         todo,
         copies,
     } = reuse_vectors(existing, known, chunks, dim);
-    let todo = embed_order(todo, |i| texts[i].len());
     let bar = progress.bar(todo.len() as u64, "embed");
     let index_groups: Vec<&[usize]> = todo.chunks(opts.embed_group.max(1)).collect();
     let text_groups: Vec<Vec<&str>> = index_groups
@@ -172,19 +155,4 @@ pub(super) fn gpu_ivf_centroids(
         }
     }
     Ok(None)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::embed_order;
-
-    #[test]
-    fn embeds_longest_first_with_ties_in_chunk_order() {
-        let lens = [3usize, 10, 3, 0, 10, 7];
-        let order = embed_order(vec![5, 0, 1, 2, 3, 4], |i| lens[i]);
-        assert_eq!(order, [1, 4, 5, 0, 2, 3]);
-        // Only the chunks asked for, each once, whatever order they come in.
-        assert_eq!(embed_order(vec![2, 0], |i| lens[i]), [0, 2]);
-        assert!(embed_order(vec![], |i| lens[i]).is_empty());
-    }
 }
