@@ -420,9 +420,9 @@ impl<'a> Cursor<'a> {
                 self.load(self.block);
                 continue;
             }
-            while self.pos < self.n && self.docs[self.pos] < target {
-                self.pos += 1;
-            }
+            // Ids ascend: a binary search over the rest of the block (a seek from the
+            // non-essential lists often skips tens of postings).
+            self.pos += self.docs[self.pos..self.n].partition_point(|&d| d < target);
             if self.pos < self.n {
                 self.doc = self.docs[self.pos];
                 return self.doc;
