@@ -171,24 +171,11 @@ pub mod postings_blocks {
         }
     }
 
-    /// Seed inputs: a packed archive whose terms fill several blocks at gap and frequency
-    /// widths from 0 to 9 bits, and the same documents in format 4's varint blocks.
+    /// Seed inputs: the postings of `format::bm25::block_fixture_texts` (terms that fill
+    /// several blocks at gap and frequency widths from 0 to 9 bits), packed and in format 4's
+    /// varint blocks.
     pub fn seeds() -> Vec<(String, Vec<u8>)> {
-        let texts: Vec<String> = (0..700)
-            .map(|i| {
-                format!(
-                    "alpha {} beta_{} {} {}",
-                    "gamma ".repeat(1 + i % 3),
-                    i % 2,
-                    if i % 5 == 0 { "rare" } else { "" },
-                    if i % 300 == 0 {
-                        "sparse ".repeat(300)
-                    } else {
-                        String::new()
-                    }
-                )
-            })
-            .collect();
+        let texts = format::bm25::block_fixture_texts();
         [("packed", true), ("varint", false)]
             .into_iter()
             .map(|(name, packed)| {

@@ -403,6 +403,28 @@ pub fn build_for_tests(texts: &[String], packed: bool) -> PostingsArchive {
     build_as(&fields, packed)
 }
 
+/// 700 documents whose terms fill several blocks at gap and frequency widths from 0 to 9 bits
+/// (dense terms, one in five, and a term repeated 300 times in every 300th): the fixture of
+/// the block tests and the fuzz seeds.
+#[doc(hidden)]
+pub fn block_fixture_texts() -> Vec<String> {
+    (0..700)
+        .map(|i| {
+            format!(
+                "alpha {} beta_{} {} {}",
+                "gamma ".repeat(1 + i % 3),
+                i % 2,
+                if i % 5 == 0 { "rare" } else { "" },
+                if i % 300 == 0 {
+                    "sparse ".repeat(300)
+                } else {
+                    String::new()
+                }
+            )
+        })
+        .collect()
+}
+
 /// `p` archived: the bytes of `postings.rkyv` after its header.
 #[doc(hidden)]
 pub fn archive_bytes(p: &PostingsArchive) -> Vec<u8> {

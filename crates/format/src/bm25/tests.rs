@@ -41,6 +41,16 @@ fn finds_identifier_parts_and_ranks_names_higher() {
 }
 
 /// The postings of `texts` (text only, no path or names), archived.
+/// A xorshift64 generator from `seed` (not 0).
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 fn archive_of(texts: &[String]) -> rkyv::util::AlignedVec {
     archive_as(texts, true)
 }
@@ -96,13 +106,7 @@ fn index_wide_idf_makes_segments_comparable() {
 /// for bit, for common and rare terms, filters, tombstones, ties and every k.
 #[test]
 fn maxscore_equals_exhaustive() {
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rnd = xorshift(0x9E37_79B9_7F4A_7C15u64);
     // Zipf-like vocabulary: word i drawn with probability ~ 1/(i+1).
     let vocab: Vec<String> = (0..400).map(|i| format!("w{i}")).collect();
     let harmonic: Vec<f64> = (0..vocab.len())
@@ -138,13 +142,7 @@ fn maxscore_equals_exhaustive_on(
     pick: &dyn Fn(u64) -> usize,
     packed: bool,
 ) {
-    let mut seed = 0x2545_F491_4F6C_DD1Du64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rnd = xorshift(0x2545_F491_4F6C_DD1Du64);
     let bytes = archive_as(texts, packed);
     let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
     validate(Path::new("p"), a, texts.len() as u32).unwrap();
@@ -196,13 +194,7 @@ fn maxscore_equals_exhaustive_on(
 /// scaled block maxima still returns exactly what exhaustive scoring returns.
 #[test]
 fn index_wide_length_scores_segments_like_one() {
-    let mut seed = 0x2545_F491_4F6C_DD1Du64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rnd = xorshift(0x2545_F491_4F6C_DD1Du64);
     let vocab: Vec<String> = (0..60).map(|i| format!("v{i}")).collect();
     // Short documents first, long ones last: the three segments' averages differ widely.
     let mut texts: Vec<String> = (0..1500)
@@ -457,16 +449,7 @@ fn packed_postings_read_like_varint_ones() {
         assert_eq!(p.search(q, 20, None, None), v.search(q, 20, None, None));
     }
     // Without its tag byte (or with the tag and the first block at 0) the data is refused.
-    let fields: Vec<DocFields> = texts
-        .iter()
-        .map(|t| DocFields {
-            text: t,
-            path: "",
-            name: "",
-            qualified: "",
-        })
-        .collect();
-    let good = build(&fields);
+    let good = build_for_tests(&texts, true);
     assert_eq!((good.data[0], good.block_offsets[0]), (PACKED, 1));
     let refused = |p: &PostingsArchive| {
         let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(p).unwrap();
@@ -492,21 +475,7 @@ fn packed_postings_read_like_varint_ones() {
 /// changes are caught by decoding the blocks (`validate_blocks`).
 #[test]
 fn every_byte_change_of_the_blocks_is_caught_or_harmless() {
-    let texts: Vec<String> = (0..700)
-        .map(|i| {
-            format!(
-                "alpha {} beta_{} {} {}",
-                "gamma ".repeat(1 + i % 3),
-                i % 2,
-                if i % 5 == 0 { "rare" } else { "" },
-                if i % 300 == 0 {
-                    "sparse ".repeat(300)
-                } else {
-                    String::new()
-                }
-            )
-        })
-        .collect();
+    let texts = block_fixture_texts();
     for packed in [true, false] {
         let good = build_for_tests(&texts, packed);
         let (mut caught, mut total) = (0usize, 0usize);
