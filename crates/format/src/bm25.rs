@@ -59,6 +59,7 @@ pub const BLOCK: usize = pack::BLOCK;
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct PostingsArchive {
     /// Sorted, unique.
+    #[rkyv(with = rkyv::with::Map<crate::short_str::ShortStr>)]
     pub terms: Vec<String>,
     /// Documents containing each term.
     pub term_df: Vec<u32>,

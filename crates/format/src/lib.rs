@@ -20,6 +20,7 @@ pub mod records;
 pub mod recover;
 pub mod roots;
 pub mod segment;
+pub mod short_str;
 pub mod staging;
 pub mod text;
 pub mod texts;

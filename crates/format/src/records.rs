@@ -5,7 +5,10 @@
 //! postings, the graph and the vectors. Graph node ids are chunk ordinals first, then
 //! `chunk_count + file ordinal` for file nodes.
 
+use rkyv::with::Map;
 use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::short_str::ShortStr;
 
 /// Marker for "no parent chunk".
 pub const NO_PARENT: u32 = u32::MAX;
@@ -18,9 +21,12 @@ pub const HEADER_KIND: &str = "header";
 /// One indexed file.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct FileRecord {
+    #[rkyv(with = ShortStr)]
     pub repo: String,
     /// Repository-relative path with `/` separators.
+    #[rkyv(with = ShortStr)]
     pub path: String,
+    #[rkyv(with = ShortStr)]
     pub language: String,
     /// blake3 of the file's bytes.
     pub content_hash: [u8; 32],
@@ -28,6 +34,7 @@ pub struct FileRecord {
     pub first_chunk: u32,
     pub chunk_count: u32,
     /// Imports of the file as written (resolved ones also appear as IMPORTS edges).
+    #[rkyv(with = Map<ShortStr>)]
     pub imports: Vec<String>,
 }
 
@@ -35,10 +42,14 @@ pub struct FileRecord {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ChunkRecord {
     pub file: u32,
+    #[rkyv(with = ShortStr)]
     pub kind: String,
+    #[rkyv(with = ShortStr)]
     pub name: String,
+    #[rkyv(with = ShortStr)]
     pub qualified: String,
     /// SCIP-like id, empty for chunks that are not symbols.
+    #[rkyv(with = ShortStr)]
     pub symbol_id: String,
     pub start_line: u32,
     pub end_line: u32,
@@ -101,6 +112,7 @@ pub struct ChunkTable {
     /// Ordinals of the chunks that have a symbol id, sorted by (symbol id, ordinal).
     pub by_symbol: Vec<u32>,
     /// Sorted, unique lookup keys: every chunk's [`name_key`] and [`qualified_key`].
+    #[rkyv(with = Map<ShortStr>)]
     pub name_keys: Vec<String>,
     /// Key `i`'s chunks are `name_chunks[name_offsets[i]..name_offsets[i + 1]]`, ascending.
     pub name_offsets: Vec<u32>,
