@@ -38,7 +38,23 @@ impl ArchivedShortStr {
     pub fn as_str(&self) -> &str {
         // SAFETY: `ArchivedShortStr` is only reachable through a validated archive, and its
         // validation checked that these bytes are UTF-8 (`check_bytes` below).
-        unsafe { std::str::from_utf8_unchecked(self.repr.as_bytes()) }
+        unsafe { std::str::from_utf8_unchecked(self.as_bytes()) }
+    }
+
+    /// The string's bytes: `ArchivedStringRepr::as_bytes`, with an inline string's length
+    /// (the position of its first `0xFF`) found in one word instead of a byte loop: dictionary
+    /// and name lookups compare many short keys.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        if !self.repr.is_inline() {
+            return self.repr.as_bytes();
+        }
+        // SAFETY: every representation is `INLINE_CAPACITY` readable bytes.
+        let w = u64::from_le_bytes(unsafe { repr_bytes(&self.repr) });
+        let len = (first_ff(w).trailing_zeros() / 8) as usize;
+        // SAFETY: an inline string's bytes are the first `len` (at most `INLINE_CAPACITY`) of
+        // the representation, which lies at the start of `self` (`repr(transparent)`).
+        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), len) }
     }
 }
 
@@ -144,29 +160,37 @@ const HIGH: u64 = 0x8080_8080_8080_8080;
 #[inline]
 pub(crate) fn inline_ascii(bytes: [u8; INLINE_CAPACITY]) -> bool {
     let w = u64::from_le_bytes(bytes);
-    // The first 0xFF byte: the lowest zero byte of `!w` (the classic test may also flag bytes
-    // above the first zero one, never below it). Branch-free: short and full-length names mix.
-    let x = !w;
-    let zero = x.wrapping_sub(0x0101_0101_0101_0101) & !x & HIGH;
+    // Branch-free: short and full-length names mix.
     let below = 1u64
-        .checked_shl(zero.trailing_zeros())
+        .checked_shl(first_ff(w).trailing_zeros())
         .unwrap_or(0)
         .wrapping_sub(1);
     w & HIGH & below == 0
 }
 
-/// Whether `b` is ASCII: eight bytes at a time (the strings here are a few dozen bytes, too
-/// short for `is_ascii`'s alignment set-up to pay).
+/// The top bit of the first `0xFF` byte of `w` (little-endian order) is the lowest bit set in
+/// the result, which is 0 when there is none: the zero-byte test on `!w`, which may also flag
+/// bytes above the first zero byte, never below it.
+#[inline]
+fn first_ff(w: u64) -> u64 {
+    let x = !w;
+    x.wrapping_sub(0x0101_0101_0101_0101) & !x & HIGH
+}
+
+/// Whether `b` is ASCII: eight bytes at a time, the last word overlapping the one before
+/// (the strings here are a few dozen bytes, too short for `is_ascii`'s alignment set-up to
+/// pay; an out-of-line string is longer than eight bytes).
 #[inline]
 pub(crate) fn bytes_ascii(b: &[u8]) -> bool {
-    let words = b.chunks_exact(8);
-    let tail = words.remainder();
-    let mut acc = 0u64;
-    for w in words {
-        acc |= u64::from_le_bytes(w.try_into().expect("eight bytes"));
+    let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"));
+    if b.len() < 8 {
+        return b.iter().all(u8::is_ascii);
     }
-    for &x in tail {
-        acc |= u64::from(x);
+    let mut acc = word(b.len() - 8);
+    let mut at = 0;
+    while at + 8 < b.len() {
+        acc |= word(at);
+        at += 8;
     }
     acc & HIGH == 0
 }
