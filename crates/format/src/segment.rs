@@ -629,7 +629,39 @@ impl Segment {
         self.dir.join(c.file_name())
     }
 
+    /// The structural checks of every archive: the records, the postings and the graph are
+    /// independent (both of the latter take the counts from `segment.json`, which the records
+    /// are checked against) and run side by side on rayon's pool; a segment is a few
+    /// milliseconds of checks, and an index of a few large segments otherwise opened on fewer
+    /// cores than it has segments' worth of work. Errors are reported in the same order as
+    /// one after the other: records, postings, graph.
     fn validate_structure(&self) -> Result<()> {
+        let (n, nf) = (self.meta.chunk_count, self.meta.file_count);
+        let (table, (postings, graph)) = rayon::join(
+            || self.validate_records(),
+            || rayon::join(|| self.validate_postings(n), || self.validate_graph(n, nf)),
+        );
+        let table = table?;
+        postings?;
+        graph?;
+        self.validate_memories(table, n)?;
+        let vp = self.path_of(Component::Vectors);
+        let expect = n as usize * self.meta.dim as usize * 4;
+        if self.vectors.len() - HEADER_LEN != expect {
+            return Err(corrupt(
+                &vp,
+                format!(
+                    "{} vector bytes, expected {expect}",
+                    self.vectors.len() - HEADER_LEN
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `chunks.rkyv`: the archive, its counts against `segment.json`, the file ranges, each
+    /// record's file and parent, the lookup tables.
+    fn validate_records(&self) -> Result<&ArchivedChunkTable> {
         let chunks_path = self.path_of(Component::Chunks);
         let table =
             rkyv::access::<ArchivedChunkTable, rancor::Error>(&self.chunks[HEADER_LEN..])
@@ -673,15 +705,28 @@ impl Segment {
         table
             .validate_lookups()
             .map_err(|e| corrupt(&chunks_path, e))?;
+        Ok(table)
+    }
+
+    /// `postings.rkyv` for `n` chunks.
+    fn validate_postings(&self, n: u32) -> Result<()> {
         let pp = self.path_of(Component::Postings);
         let postings =
             rkyv::access::<ArchivedPostingsArchive, rancor::Error>(&self.postings[HEADER_LEN..])
                 .map_err(|_| corrupt(&pp, "its archive structure does not validate"))?;
-        bm25::validate(&pp, postings, n)?;
+        bm25::validate(&pp, postings, n)
+    }
+
+    /// `graph.rkyv` for `n` chunks and `nf` files.
+    fn validate_graph(&self, n: u32, nf: u32) -> Result<()> {
         let gp = self.path_of(Component::Graph);
         let g = rkyv::access::<ArchivedGraphArchive, rancor::Error>(&self.graph[HEADER_LEN..])
             .map_err(|_| corrupt(&gp, "its archive structure does not validate"))?;
-        graph::validate(&gp, g, n, nf)?;
+        graph::validate(&gp, g, n, nf)
+    }
+
+    /// `memories.rkyv`, when the segment has one, against the records `table` (`n` chunks).
+    fn validate_memories(&self, table: &ArchivedChunkTable, n: u32) -> Result<()> {
         if let Some(m) = &self.memories {
             let mp = self.path_of(Component::Memories);
             let mt = rkyv::access::<ArchivedMemoryTable, rancor::Error>(&m[HEADER_LEN..])
@@ -697,17 +742,6 @@ impl Segment {
             }
             mt.check_similar()
                 .map_err(|e| corrupt(&mp, e.to_string()))?;
-        }
-        let vp = self.path_of(Component::Vectors);
-        let expect = n as usize * self.meta.dim as usize * 4;
-        if self.vectors.len() - HEADER_LEN != expect {
-            return Err(corrupt(
-                &vp,
-                format!(
-                    "{} vector bytes, expected {expect}",
-                    self.vectors.len() - HEADER_LEN
-                ),
-            ));
         }
         Ok(())
     }
