@@ -155,7 +155,21 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
     let mut seen: FxHashSet<(&str, &str, u32, u32)> = FxHashSet::default();
     // Symbol root → indices into `out`.
     let mut by_root: FxHashMap<Node, Vec<usize>> = FxHashMap::default();
+    // The records of the candidates a few ranks on are asked for while this one is grouped:
+    // they lie at scattered places in tables of megabytes, and waiting for each in turn was
+    // most of the collapse.
+    const AHEAD: usize = 4;
+    let record = |&(si, c): &Node| {
+        let chunks = &index.segments[si].segment.table().chunks;
+        chunks.get(c as usize..c as usize + 1)
+    };
+    for n in ranked.iter().take(AHEAD).filter_map(record) {
+        format::prefetch(n);
+    }
     for (rank, &(si, c)) in ranked.iter().enumerate() {
+        if let Some(n) = ranked.get(rank + AHEAD).and_then(record) {
+            format::prefetch(n);
+        }
         let t = index.segments[si].segment.table();
         let ch = &t.chunks[c as usize];
         let f = &t.files[ch.file.to_native() as usize];

@@ -173,8 +173,10 @@ pub(crate) fn sync_dir(path: &Path) -> Result<()> {
 }
 
 /// Asks for the memory of `items` to be brought into the cache (a hint; nothing elsewhere).
+/// Public for readers that walk records of a mapped segment in an order the hardware cannot
+/// foresee (`code::rank::collapse`).
 #[inline]
-pub(crate) fn prefetch<T>(items: &[T]) {
+pub fn prefetch<T>(items: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         let base = items.as_ptr().cast::<u8>();
