@@ -526,7 +526,8 @@ pub fn default_nprobe(index: &Index) -> Result<usize, format::FormatError> {
 /// approximate candidates of every segment are merged and only the best
 /// `rerank_depth(depth)` of the whole index (twice that when a segment scans one-bit codes)
 /// are re-ranked exactly on the raw rows (that many per segment was most of a many-segment
-/// search).
+/// search). On one thread each segment keeps only candidates at or above the best so far
+/// (`Segment::vector_candidates_above`); the merged candidates are the same.
 pub fn vector_list(
     index: &Index,
     q: &[f32],
@@ -553,13 +554,38 @@ pub fn vector_list(
         }
     }
     let mut approx: Vec<(usize, u32, f32)> = Vec::new();
-    let lists = per_segment(index.segments.len(), fans_out(index), |si| {
-        let ls = &index.segments[si];
-        ls.segment
-            .vector_candidates(q, fetch, &plan[si], allow(si), Some(&ls.tombstones))
-    });
-    for (si, hits) in lists.into_iter().enumerate() {
-        approx.extend(hits?.into_iter().map(|(c, s)| (si, c, s)));
+    if fans_out(index) {
+        let lists = per_segment(index.segments.len(), true, |si| {
+            let ls = &index.segments[si];
+            ls.segment
+                .vector_candidates(q, fetch, &plan[si], allow(si), Some(&ls.tombstones))
+        });
+        for (si, hits) in lists.into_iter().enumerate() {
+            approx.extend(hits?.into_iter().map(|(c, s)| (si, c, s)));
+        }
+    } else {
+        // One segment after another, each keeping only estimates at or above the `fetch`-th
+        // best of those before it: such a candidate cannot be among the best `fetch` below,
+        // and later segments push and select fewer. The merged best `fetch` are the same.
+        let mut floor = f32::NEG_INFINITY;
+        let mut scores: Vec<f32> = Vec::new();
+        for (si, ls) in index.segments.iter().enumerate() {
+            let hits = ls.segment.vector_candidates_above(
+                q,
+                fetch,
+                &plan[si],
+                allow(si),
+                Some(&ls.tombstones),
+                floor,
+            )?;
+            scores.extend(hits.iter().map(|h| h.1));
+            approx.extend(hits.into_iter().map(|(c, s)| (si, c, s)));
+            if fetch > 0 && scores.len() >= fetch {
+                let (_, nth, _) = scores.select_nth_unstable_by(fetch - 1, |a, b| b.total_cmp(a));
+                floor = *nth;
+                scores.truncate(fetch);
+            }
+        }
     }
     // The best `fetch` (a selection: the order is total, so the same set as a sort's prefix),
     // then in row order for the re-rank.

@@ -290,6 +290,20 @@ impl MappedIvf {
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
     ) -> Result<Vec<(u32, f32)>> {
+        self.scan_above(query, lists, k, allow, deny, f32::NEG_INFINITY)
+    }
+
+    /// [`MappedIvf::scan`] among the scores at or above `floor` (a caller merging several
+    /// segments' candidates passes the `k`-th best found so far).
+    pub fn scan_above(
+        &self,
+        query: &[f32],
+        lists: &[(u32, f32)],
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Result<Vec<(u32, f32)>> {
         if query.len() != self.dim {
             return Err(FormatError::InvalidInput(format!(
                 "query has dimension {}, the IVF index {}",
@@ -303,7 +317,7 @@ impl MappedIvf {
         let q: Vec<f32> = query.iter().zip(&self.scale).map(|(a, s)| a * s).collect();
         let base = crate::vectors::dot(query, &self.bias);
         let d = self.dim;
-        let mut best = Best::new(k);
+        let mut best = Best::above(k, floor);
         for &(l, coarse) in lists {
             let Some(&(at, len)) = self.lists.get(l as usize) else {
                 continue;
@@ -655,11 +669,13 @@ fn better(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
 }
 
 impl Best {
-    pub(crate) fn new(k: usize) -> Best {
+    /// The best `k`, keeping only scores at or above `floor` from the start
+    /// (`f32::NEG_INFINITY`: all).
+    pub(crate) fn above(k: usize, floor: f32) -> Best {
         Best {
             k,
             buf: Vec::with_capacity(2 * k),
-            floor: f32::NEG_INFINITY,
+            floor,
         }
     }
     /// Whether `s` may enter (a score equal to the floor may, for the id tie-break).

@@ -489,6 +489,20 @@ impl MappedRbq {
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
     ) -> Result<Vec<(u32, f32)>> {
+        self.scan_above(query, lists, k, allow, deny, f32::NEG_INFINITY)
+    }
+
+    /// [`MappedRbq::scan`] among the estimates at or above `floor` (a caller merging several
+    /// segments' candidates passes the `k`-th best found so far).
+    pub fn scan_above(
+        &self,
+        query: &[f32],
+        lists: &[(u32, f32)],
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Result<Vec<(u32, f32)>> {
         if query.len() != self.dim {
             return Err(FormatError::InvalidInput(format!(
                 "query has dimension {}, the codes {}",
@@ -500,7 +514,7 @@ impl MappedRbq {
             return Ok(Vec::new());
         }
         let q = Prepared::new(&self.rot, query);
-        let mut best = Best::new(k);
+        let mut best = Best::above(k, floor);
         let bb = block_bytes(self.dim);
         let packed = 16 * groups(self.dim);
         // Every block to scan, in order, so that the one `AHEAD` blocks on (often in the

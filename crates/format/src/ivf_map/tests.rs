@@ -34,7 +34,7 @@ fn best_keeps_the_top_k_with_ties() {
         })
         .collect();
     for k in [1, 7, 64, 400] {
-        let mut b = Best::new(k);
+        let mut b = Best::above(k, f32::NEG_INFINITY);
         for &(sc, id) in &items {
             if b.admits(sc) {
                 b.push(sc, id);
@@ -236,5 +236,36 @@ fn routing_levels_round_like_round() {
     }
     for v in vals {
         assert_eq!(round_level(v), old(v), "{v}");
+    }
+}
+
+/// A scan above a floor returns exactly the plain scan's candidates at or above it, for
+/// floors below, inside and above the scores found (how `code::search` merges segments).
+#[test]
+fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
+    let (n, dim) = (5000, 16);
+    let v = clustered(n, dim, 40, 5);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join(crate::vectors::IVF_FILE);
+    write_ivf(&p, &v, dim).unwrap();
+    let ivf = MappedIvf::open(&p, dim, n).unwrap();
+    for q in v.chunks_exact(dim).step_by(499) {
+        let lists = ivf.probes(q, 8);
+        let all = ivf.scan(q, &lists, 200, None, None).unwrap();
+        assert!(all.len() > 50);
+        let last = all[all.len() - 1].1;
+        for floor in [
+            f32::NEG_INFINITY,
+            all[0].1 + 1.0,
+            all[10].1,
+            all[49].1,
+            last,
+        ] {
+            let want: Vec<(u32, f32)> = all.iter().copied().filter(|x| x.1 >= floor).collect();
+            assert_eq!(
+                ivf.scan_above(q, &lists, 200, None, None, floor).unwrap(),
+                want
+            );
+        }
     }
 }

@@ -268,3 +268,30 @@ fn damaged_or_mismatched_files_are_errors() {
     // Wrong dimension of the query.
     assert!(r.scan(&q[..dim - 1], &[], 5, None, None).is_err());
 }
+
+/// A scan above a floor returns exactly the plain scan's candidates at or above it.
+#[test]
+fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
+    let (n, dim) = (3000, 128);
+    let v = clustered(n, dim, 20, 7, 0.3);
+    let tmp = tempfile::tempdir().unwrap();
+    let (ivf, rbq) = build(tmp.path(), &v, dim);
+    for q in v.chunks_exact(dim).step_by(701) {
+        let lists = all_lists(&ivf, q);
+        let all = rbq.scan(q, &lists, 300, None, None).unwrap();
+        assert_eq!(all.len(), 300);
+        for floor in [
+            f32::NEG_INFINITY,
+            all[0].1 + 1.0,
+            all[10].1,
+            all[150].1,
+            all[299].1,
+        ] {
+            let want: Vec<(u32, f32)> = all.iter().copied().filter(|x| x.1 >= floor).collect();
+            assert_eq!(
+                rbq.scan_above(q, &lists, 300, None, None, floor).unwrap(),
+                want
+            );
+        }
+    }
+}

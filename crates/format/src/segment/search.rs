@@ -75,6 +75,23 @@ impl Segment {
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
     ) -> Result<Vec<(u32, f32)>> {
+        self.vector_candidates_above(query, fetch, probes, allow, deny, f32::NEG_INFINITY)
+    }
+
+    /// [`Segment::vector_candidates`] among the approximate scores at or above `floor`: a
+    /// caller that merges several segments' candidates passes the `fetch`-th best found so
+    /// far, so later segments keep fewer. A candidate below it cannot be among the best
+    /// `fetch` of the merge; one equal to it is kept (ties are decided by the merge). Exact
+    /// scans (a flat segment, a small allow-list) ignore it.
+    pub fn vector_candidates_above(
+        &self,
+        query: &[f32],
+        fetch: usize,
+        probes: &[(u32, f32)],
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Result<Vec<(u32, f32)>> {
         let d = self.meta.dim as usize;
         if query.len() != d {
             return Err(FormatError::InvalidInput(format!(
@@ -84,8 +101,8 @@ impl Segment {
         }
         match self.probe_plan(allow)? {
             Some(ivf) => match self.rbq()? {
-                Some(codes) => codes.scan(query, probes, fetch, allow, deny),
-                None => ivf.scan(query, probes, fetch, allow, deny),
+                Some(codes) => codes.scan_above(query, probes, fetch, allow, deny, floor),
+                None => ivf.scan_above(query, probes, fetch, allow, deny, floor),
             },
             None => Ok(vectors::exact_search(
                 self.vectors(),
