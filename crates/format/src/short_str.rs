@@ -356,12 +356,16 @@ mod tests {
                     if pos < len {
                         bytes[pos] = v;
                     }
-                    // Bytes after the first 0xFF are not part of the string, whatever they are.
-                    if len + 1 < INLINE_CAPACITY {
-                        bytes[len + 1] = 0x80;
-                    }
-                    let s = &bytes[..len];
+                    let s = bytes[..len].to_vec();
                     assert_eq!(inline_ascii(bytes), s.is_ascii(), "{bytes:?}");
+                    // Bytes after the first 0xFF are not part of the string, whatever they are.
+                    for after in len + 1..INLINE_CAPACITY {
+                        for junk in [0x00u8, 0x41, 0x80, 0xC3] {
+                            let mut b = bytes;
+                            b[after] = junk;
+                            assert_eq!(inline_ascii(b), s.is_ascii(), "{b:?}");
+                        }
+                    }
                 }
             }
         }
