@@ -67,33 +67,54 @@ impl std::fmt::Debug for ArchivedText {
     }
 }
 
-// SAFETY: the checks below are `ArchivedString`'s (rkyv 0.8, `string/mod.rs`, `verify`) without
-// the UTF-8 check: the representation is checked (an out-of-line string is longer than the
-// inline capacity) and an out-of-line string's bytes are claimed as a subtree of the archive,
-// which checks that they lie inside the buffer and do not overlap another claimed range. Every
-// bit pattern of those bytes is a valid `[u8]`, which is all `ArchivedText` ever exposes without
-// the UTF-8 check of `as_str`.
+/// The checks rkyv 0.8's `ArchivedString` validation (`string/mod.rs`, `verify`) makes of a
+/// string's representation, less its UTF-8 check: the representation itself (an out-of-line
+/// string is longer than the inline capacity) and, for an out-of-line string, its bytes
+/// claimed as a subtree of the archive (inside the buffer, overlapping no other claimed
+/// range), on which `out_of_line` then runs. Returns the representation. Shared by
+/// [`ArchivedText`] (no more checks) and [`crate::short_str::ArchivedShortStr`] (UTF-8).
+///
+/// # Safety
+/// As for `CheckBytes::check_bytes`: `value` is aligned and points to enough bytes.
+pub(crate) unsafe fn check_string_repr<'a, C>(
+    value: *const ArchivedStringRepr,
+    context: &mut C,
+    out_of_line: impl FnOnce(&[u8]) -> Result<(), C::Error>,
+) -> Result<&'a ArchivedStringRepr, C::Error>
+where
+    C: Fallible + ArchiveContext + ?Sized,
+    C::Error: Source,
+{
+    // SAFETY: the caller's guarantee.
+    unsafe { <ArchivedStringRepr as rkyv::bytecheck::CheckBytes<C>>::check_bytes(value, context)? };
+    // SAFETY: every bit pattern of the representation's fields is valid (rkyv's own check
+    // relies on the same).
+    let repr = unsafe { &*value };
+    if !repr.is_inline() {
+        let base = value.cast::<u8>();
+        // SAFETY: the representation is out of line (checked just above).
+        let offset = unsafe { repr.out_of_line_offset() };
+        let bytes: *const [u8] =
+            std::ptr::slice_from_raw_parts(base.wrapping_offset(offset), repr.len());
+        // SAFETY (of the dereference): `in_subtree` checked that the range lies inside the
+        // archive before it runs the closure.
+        context.in_subtree(bytes, |_| out_of_line(unsafe { &*bytes }))?;
+    }
+    Ok(repr)
+}
+
+// SAFETY: `check_string_repr` makes `ArchivedString`'s checks without the UTF-8 check. Every
+// bit pattern of the claimed bytes is a valid `[u8]`, which is all `ArchivedText` ever exposes
+// without the UTF-8 check of `as_str`.
 unsafe impl<C> rkyv::bytecheck::CheckBytes<C> for ArchivedText
 where
     C: Fallible + ArchiveContext + ?Sized,
     C::Error: Source,
 {
     unsafe fn check_bytes(value: *const Self, context: &mut C) -> Result<(), C::Error> {
-        let repr = value.cast::<ArchivedStringRepr>();
-        // SAFETY: the caller guarantees `value` is aligned and points to enough bytes; the
-        // representation is `repr(transparent)` over `ArchivedStringRepr`.
-        unsafe { ArchivedStringRepr::check_bytes(repr, context)? };
-        // SAFETY: every bit pattern of the representation's fields is valid (rkyv's own check
-        // relies on the same).
-        let repr = unsafe { &*repr };
-        if !repr.is_inline() {
-            let base = (repr as *const ArchivedStringRepr).cast::<u8>();
-            // SAFETY: the representation is out of line (checked just above).
-            let offset = unsafe { repr.out_of_line_offset() };
-            let bytes: *const [u8] =
-                std::ptr::slice_from_raw_parts(base.wrapping_offset(offset), repr.len());
-            context.in_subtree(bytes, |_| Ok(()))?;
-        }
+        // SAFETY: the caller's guarantee; the type is `repr(transparent)` over
+        // `ArchivedStringRepr`.
+        unsafe { check_string_repr(value.cast(), context, |_| Ok(()))? };
         Ok(())
     }
 }

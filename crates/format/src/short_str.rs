@@ -21,9 +21,11 @@ use rkyv::rancor::{Fallible, Source};
 use rkyv::ser::{Allocator, Writer};
 use rkyv::string::repr::{ArchivedStringRepr, INLINE_CAPACITY};
 use rkyv::string::{ArchivedString, StringResolver};
-use rkyv::validation::{ArchiveContext, ArchiveContextExt};
+use rkyv::validation::ArchiveContext;
 use rkyv::with::{ArchiveWith, DeserializeWith, SerializeWith};
 use rkyv::{Place, Portable};
+
+use crate::lazy_text::check_string_repr;
 
 /// A record string validated (UTF-8 included) when its archive is.
 #[derive(Portable)]
@@ -206,25 +208,28 @@ impl std::fmt::Display for NotUtf8 {
 
 impl std::error::Error for NotUtf8 {}
 
-// SAFETY: the checks below are `ArchivedString`'s (rkyv 0.8, `string/mod.rs`, `verify`, and
-// bytecheck's `str` check): the representation is checked (an out-of-line string is longer
-// than the inline capacity), an out-of-line string's bytes are claimed as a subtree of the
-// archive (inside the buffer, not overlapping another claimed range), and the bytes of either
-// kind are checked to be UTF-8: ASCII by the word tests, else by `from_utf8`. `as_str` relies
-// on exactly that.
+// SAFETY: the checks are `ArchivedString`'s (rkyv 0.8, `string/mod.rs`, `verify`, and
+// bytecheck's `str` check): `check_string_repr` checks the representation (an out-of-line
+// string is longer than the inline capacity) and claims an out-of-line string's bytes as a
+// subtree of the archive (inside the buffer, not overlapping another claimed range), and the
+// bytes of either kind are checked to be UTF-8 here: ASCII by the word tests, else by
+// `from_utf8`. `as_str` relies on exactly that.
 unsafe impl<C> rkyv::bytecheck::CheckBytes<C> for ArchivedShortStr
 where
     C: Fallible + ArchiveContext + ?Sized,
     C::Error: Source,
 {
     unsafe fn check_bytes(value: *const Self, context: &mut C) -> Result<(), C::Error> {
-        let repr = value.cast::<ArchivedStringRepr>();
-        // SAFETY: the caller guarantees `value` is aligned and points to enough bytes; the
-        // representation is `repr(transparent)` over `ArchivedStringRepr`.
-        unsafe { ArchivedStringRepr::check_bytes(repr, context)? };
-        // SAFETY: every bit pattern of the representation's fields is valid (rkyv's own check
-        // relies on the same).
-        let repr = unsafe { &*repr };
+        let utf8 = |b: &[u8]| {
+            if bytes_ascii(b) || std::str::from_utf8(b).is_ok() {
+                Ok(())
+            } else {
+                Err(<C::Error as Source>::new(NotUtf8))
+            }
+        };
+        // SAFETY: the caller's guarantee; the type is `repr(transparent)` over
+        // `ArchivedStringRepr`.
+        let repr = unsafe { check_string_repr(value.cast(), context, utf8)? };
         if repr.is_inline() {
             // SAFETY: the representation is `INLINE_CAPACITY` bytes (`ArchivedStringRepr` is a
             // union of the inline bytes and the out-of-line fields, both that size), readable
@@ -233,21 +238,6 @@ where
             if !inline_ascii(bytes) && std::str::from_utf8(repr.as_bytes()).is_err() {
                 return Err(<C::Error as Source>::new(NotUtf8));
             }
-        } else {
-            let base = (repr as *const ArchivedStringRepr).cast::<u8>();
-            // SAFETY: the representation is out of line (checked just above).
-            let offset = unsafe { repr.out_of_line_offset() };
-            let bytes: *const [u8] =
-                std::ptr::slice_from_raw_parts(base.wrapping_offset(offset), repr.len());
-            context.in_subtree(bytes, |_| {
-                // SAFETY: `in_subtree` checked that the range lies inside the archive.
-                let b = unsafe { &*bytes };
-                if bytes_ascii(b) || std::str::from_utf8(b).is_ok() {
-                    Ok(())
-                } else {
-                    Err(<C::Error as Source>::new(NotUtf8))
-                }
-            })?;
         }
         Ok(())
     }
