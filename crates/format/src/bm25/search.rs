@@ -420,9 +420,10 @@ impl<'a> Cursor<'a> {
                 self.load(self.block);
                 continue;
             }
-            // Ids ascend: a binary search over the rest of the block (a seek from the
-            // non-essential lists often skips tens of postings).
-            self.pos += self.docs[self.pos..self.n].partition_point(|&d| d < target);
+            // Ids ascend: a galloping search over the rest of the block. A seek from the
+            // non-essential lists moves one or two postings when the essential lists are as
+            // dense as they are (checked first), and often tens when they are sparse.
+            self.pos += gallop(&self.docs[self.pos..self.n], target);
             if self.pos < self.n {
                 self.doc = self.docs[self.pos];
                 return self.doc;
@@ -440,6 +441,25 @@ impl<'a> Cursor<'a> {
             self.load(self.decoded + 1);
         }
     }
+}
+
+/// The number of leading ids of `docs` (ascending) below `target`: probes at 1, 2, 4, …
+/// then a binary search between the last two probes, so a target a few postings on costs a
+/// few comparisons instead of a whole binary search's dependent steps.
+#[inline]
+fn gallop(docs: &[u32], target: u32) -> usize {
+    let mut lo = 0;
+    let mut step = 1;
+    while lo < docs.len() && docs[lo] < target {
+        let next = lo + step;
+        if next >= docs.len() || docs[next] >= target {
+            let hi = next.min(docs.len());
+            return lo + 1 + docs[lo + 1..hi].partition_point(|&d| d < target);
+        }
+        lo = next;
+        step *= 2;
+    }
+    lo
 }
 
 /// The best `k` (doc, score) seen, documents arriving in ascending order.
@@ -497,5 +517,29 @@ impl TopK {
         let mut v: Vec<(u32, f32)> = self.heap.into_iter().map(|w| (w.1, w.0)).collect();
         v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gallop;
+
+    /// The galloping search finds exactly what a binary search finds, at every target and
+    /// every length, with gaps of 1 (dense lists) and larger.
+    #[test]
+    fn gallop_equals_partition_point() {
+        for gap in [1u32, 2, 7] {
+            for len in 0..=130usize {
+                let docs: Vec<u32> = (0..len as u32).map(|i| 5 + i * gap).collect();
+                for target in 0..(10 + len as u32 * gap) {
+                    let want = docs.partition_point(|&d| d < target);
+                    assert_eq!(
+                        gallop(&docs, target),
+                        want,
+                        "gap {gap} len {len} target {target}"
+                    );
+                }
+            }
+        }
     }
 }
