@@ -253,7 +253,7 @@ pub fn encode(ivf: &MappedIvf, vectors: &[f32], dim: usize) -> Result<Vec<u8>> {
         .into_par_iter()
         .with_max_len(1)
         .map(|l| {
-            let centroid = &ivf.centroids()[l * dim..(l + 1) * dim];
+            let centroid = &ivf.centroid(l)[..];
             let mut codes = Vec::with_capacity(ivf.list_len(l));
             for id in ivf.list_ids(l) {
                 let row = usize::try_from(id).ok().filter(|&i| i < n).ok_or_else(|| {

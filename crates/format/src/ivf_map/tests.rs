@@ -23,6 +23,88 @@ fn f32_dot_matches_the_exact_one() {
     }
 }
 
+/// The dot product over centroid bytes in the map (any alignment) is bit for bit the one
+/// over the decoded floats, on the AVX2 path and the scalar one alike.
+#[test]
+fn dot_over_little_endian_bytes_matches_the_floats() {
+    let a: Vec<f32> = (0..389).map(|i| (i as f32 * 0.37).sin()).collect();
+    let b: Vec<f32> = (0..389).map(|i| (i as f32 * 0.11).cos()).collect();
+    for shift in 0..4 {
+        let mut raw = vec![0xA5u8; shift];
+        raw.extend(b.iter().flat_map(|x| x.to_le_bytes()));
+        let bytes = &raw[shift..];
+        for len in [0, 7, 31, 32, 64, 384, 389] {
+            let le = dot_f32_le(&a[..len], &bytes[..4 * len]);
+            assert_eq!(
+                le.to_bits(),
+                dot_f32(&a[..len], &b[..len]).to_bits(),
+                "{len}"
+            );
+            let exact = crate::vectors::dot(&a[..len], &b[..len]);
+            assert!((le - exact).abs() <= 1e-4 * exact.abs().max(1.0));
+        }
+    }
+}
+
+/// Routing codes read from the bytes in the map are exactly those of the plain fold over the
+/// decoded floats (the code before the codes were read in place), whatever the dimension
+/// (multiples of the 8 lanes or not), for constant centroids and with NaNs.
+#[test]
+fn routing_codes_from_bytes_equal_the_plain_fold() {
+    fn reference(centroids: &[f32], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
+        let mut codes = Vec::new();
+        let mut scales = Vec::new();
+        for c in centroids.chunks_exact(dim) {
+            let min = c.iter().copied().fold(f32::INFINITY, f32::min);
+            let max = c.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let step = if max > min { (max - min) / 255.0 } else { 0.0 };
+            codes.extend(c.iter().map(|&x| {
+                if step > 0.0 {
+                    round_level((x - min) / step)
+                } else {
+                    0
+                }
+            }));
+            scales.push((min, step));
+        }
+        (codes, scales)
+    }
+    for dim in [1, 5, 8, 13, 384] {
+        let mut c = clustered(40, dim, 4, 7 + dim as u64);
+        c[..dim].fill(0.25);
+        if dim > 2 {
+            c[dim + 1] = f32::NAN;
+            c[2 * dim + 2] = f32::INFINITY;
+            c[3 * dim] = f32::NEG_INFINITY;
+        }
+        if dim > 8 {
+            // Values exactly between two levels: (x − min) / step lands on k + 0.5.
+            let (min, max) = (
+                c[4 * dim..5 * dim]
+                    .iter()
+                    .copied()
+                    .fold(f32::INFINITY, f32::min),
+                c[4 * dim..5 * dim]
+                    .iter()
+                    .copied()
+                    .fold(f32::NEG_INFINITY, f32::max),
+            );
+            let step = (max - min) / 255.0;
+            c[4 * dim + 3] = min + 100.5 * step;
+        }
+        let bytes: Vec<u8> = c.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let (want_codes, want_scales) = reference(&c, dim);
+        let bits = |v: &[(f32, f32)]| -> Vec<(u32, u32)> {
+            v.iter().map(|(a, b)| (a.to_bits(), b.to_bits())).collect()
+        };
+        // What opening uses (AVX2 where the CPU has it), and the portable code.
+        for (codes, scales) in [routing_codes(&bytes, dim), routing_codes_any(&bytes, dim)] {
+            assert_eq!(codes, want_codes, "dim {dim}");
+            assert_eq!(bits(&scales), bits(&want_scales), "dim {dim}");
+        }
+    }
+}
+
 /// The bounded selection keeps exactly the best k by (score, then smaller id), ties included.
 #[test]
 fn best_keeps_the_top_k_with_ties() {
