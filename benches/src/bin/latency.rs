@@ -91,6 +91,10 @@ struct Args {
     /// per-segment breakdown), for quick comparisons and profiling.
     #[arg(long, hide = true)]
     modes_only: bool,
+    /// With --measure, for profiling: print the N slowest BM25-only queries with each term's
+    /// document frequency over the index.
+    #[arg(long, hide = true)]
+    slowest: Option<usize>,
 }
 
 /// splitmix64.
@@ -564,6 +568,24 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
                 *p += d.as_secs_f64() * 1e3 / nq as f64;
             }
             std::hint::black_box(h);
+        }
+        if let (Some(worst), Mode::Lexical) = (args.slowest, mode) {
+            let mut idx: Vec<usize> = (0..nq).collect();
+            idx.sort_by(|&a, &b| ds[b].cmp(&ds[a]));
+            for &i in idx.iter().take(worst) {
+                let terms: Vec<String> = format::text::tokenize(&qtexts[i])
+                    .into_iter()
+                    .map(|t| {
+                        let df: u32 = segs.iter().map(|s| s.postings().df(&t)).sum();
+                        format!("{t}:{df}")
+                    })
+                    .collect();
+                eprintln!(
+                    "slow {:.3} ms: {}",
+                    ds[i].as_secs_f64() * 1e3,
+                    terms.join(" ")
+                );
+            }
         }
         let mean = ds.iter().map(|d| d.as_secs_f64()).sum::<f64>() / ds.len() as f64 * 1e3;
         println!(
