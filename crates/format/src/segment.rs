@@ -869,10 +869,11 @@ impl Segment {
     }
 
     /// The IVF index read in place from its memory map ([`MappedIvf`]: headers parsed and
-    /// bounds-checked, centroids copied, lists left in the map), opened on first use; `None`
-    /// for flat segments. What queries use. Unlike [`Segment::ivf`] it does not hash the file
-    /// first (our reader checks every offset; FAISS's parser is not hardened against damage):
-    /// the file's checksum is the verifier's job ([`Segment::verify`]).
+    /// bounds-checked, centroids quantised for routing, centroids and lists left in the map),
+    /// opened on first use; `None` for flat segments. What queries use. Unlike
+    /// [`Segment::ivf`] it does not hash the file first (our reader checks every offset;
+    /// FAISS's parser is not hardened against damage): the file's checksum is the verifier's
+    /// job ([`Segment::verify`]).
     pub fn ivf_map(&self) -> Result<Option<&MappedIvf>> {
         if self.meta.vector_index == "flat" {
             return Ok(None);
