@@ -80,10 +80,12 @@ impl ArchivedPostingsArchive {
         floor: f32,
         stats: Option<&TermStats>,
     ) -> Vec<(u32, f32)> {
-        self.maxscore(query, k, allow, deny, floor, stats, MIN_WINDOW)
+        self.maxscore(query, k, allow, deny, floor, stats, MIN_WINDOW, DENSE_SEEKS)
     }
 
-    /// Block-max MaxScore in windows of at least `min_window` documents (see [`MIN_WINDOW`]).
+    /// Block-max MaxScore in windows of at least `min_window` documents (see [`MIN_WINDOW`]),
+    /// non-essential lists scored a list at a time in windows where they hold at most
+    /// `dense_seeks` postings per seek (see [`DENSE_SEEKS`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn maxscore(
         &self,
@@ -94,6 +96,7 @@ impl ArchivedPostingsArchive {
         floor: f32,
         stats: Option<&TermStats>,
         min_window: u32,
+        dense_seeks: f32,
     ) -> Vec<(u32, f32)> {
         if self.doc_count() == 0 || k == 0 {
             return Vec::new();
@@ -187,6 +190,62 @@ impl ArchivedPostingsArchive {
                     }
                 }
                 let words = ((end - start) as usize >> 6) + 1;
+                // The documents the essential lists bring that may enter under the threshold
+                // now (it only rises, so the others never can); the rest are cleared.
+                let theta0 = heap.threshold();
+                let mut passing = 0usize;
+                for (wi, slot) in bits[..words].iter_mut().enumerate() {
+                    let mut word = *slot;
+                    while word != 0 {
+                        let off = (wi << 6) + word.trailing_zeros() as usize;
+                        word &= word - 1;
+                        let mut s = 0f32;
+                        for j in 0..rows {
+                            s += acc[j * BULK_USIZE + off];
+                        }
+                        if bound(s + ne_max) > theta0
+                            && (!filtered || crate::admitted(start + off as u32, allow, deny))
+                        {
+                            passing += 1;
+                        } else {
+                            *slot &= !(1u64 << (off & 63));
+                            for j in 0..rows {
+                                acc[j * BULK_USIZE + off] = 0.0;
+                            }
+                        }
+                    }
+                }
+                // Completing a document costs a seek in each non-essential list. When those
+                // lists hold not many more postings in the window than the seeks would be
+                // (terms in most documents: every list dense, scores close together, so most
+                // documents brought pass), they are scored a list at a time too, like the
+                // essential ones, and no document seeks.
+                let dense = !non_essential.is_empty() && {
+                    let span = (end - start + 1) as f32 / self.doc_count() as f32;
+                    let postings: f32 = non_essential
+                        .iter()
+                        .map(|&i| cursors[i].df as f32 * span)
+                        .sum();
+                    postings <= dense_seeks * (passing * non_essential.len()) as f32
+                };
+                if dense {
+                    let all = rows + non_essential.len();
+                    if acc.len() < all * BULK_USIZE {
+                        acc.resize(all * BULK_USIZE, 0.0);
+                    }
+                    for (j, &i) in non_essential.iter().enumerate() {
+                        let row = &mut acc[(rows + j) * BULK_USIZE..(rows + j + 1) * BULK_USIZE];
+                        let c = &mut cursors[i];
+                        let mut d = c.seek(start);
+                        while d <= end {
+                            let off = (d - start) as usize;
+                            let dl = self.doc_lens[d as usize].to_native();
+                            row[off] = c.w * params.factor(c.tfs[c.pos], dl);
+                            c.next();
+                            d = c.doc;
+                        }
+                    }
+                }
                 for (wi, slot) in bits[..words].iter_mut().enumerate() {
                     let mut word = std::mem::take(slot);
                     while word != 0 {
@@ -198,24 +257,30 @@ impl ArchivedPostingsArchive {
                             s += acc[j * BULK_USIZE + off];
                         }
                         let theta = heap.threshold();
-                        if bound(s + ne_max) > theta
-                            && (!filtered || crate::admitted(d, allow, deny))
-                        {
+                        if bound(s + ne_max) > theta {
                             for (j, &i) in essential.iter().enumerate() {
                                 contrib[cursors[i].qi] = acc[j * BULK_USIZE + off];
                             }
-                            let dl = self.doc_lens[d as usize].to_native();
                             let mut alive = true;
-                            for (j, &i) in non_essential.iter().enumerate().rev() {
-                                if bound(s + prefix[j]) <= theta {
-                                    alive = false;
-                                    break;
+                            if dense {
+                                // A document under the threshold is offered with its exact
+                                // score and refused; the bound below only saves seeks.
+                                for (j, &i) in non_essential.iter().enumerate() {
+                                    contrib[cursors[i].qi] = acc[(rows + j) * BULK_USIZE + off];
                                 }
-                                let c = &mut cursors[i];
-                                if c.seek(d) == d {
-                                    let x = c.w * params.factor(c.tfs[c.pos], dl);
-                                    contrib[c.qi] = x;
-                                    s += x;
+                            } else {
+                                let dl = self.doc_lens[d as usize].to_native();
+                                for (j, &i) in non_essential.iter().enumerate().rev() {
+                                    if bound(s + prefix[j]) <= theta {
+                                        alive = false;
+                                        break;
+                                    }
+                                    let c = &mut cursors[i];
+                                    if c.seek(d) == d {
+                                        let x = c.w * params.factor(c.tfs[c.pos], dl);
+                                        contrib[c.qi] = x;
+                                        s += x;
+                                    }
                                 }
                             }
                             if alive {
@@ -230,6 +295,12 @@ impl ArchivedPostingsArchive {
                         }
                     }
                 }
+                if dense {
+                    let width = (end - start) as usize + 1;
+                    for j in rows..rows + non_essential.len() {
+                        acc[j * BULK_USIZE..j * BULK_USIZE + width].fill(0.0);
+                    }
+                }
             }
             match end.checked_add(1) {
                 Some(s) => start = s,
@@ -237,6 +308,49 @@ impl ArchivedPostingsArchive {
             }
         }
         heap.into_sorted()
+    }
+
+    /// The BM25 scores of `docs` for `query` under `stats` (0 for an id past the end): bit for
+    /// bit the scores [`Self::search_above_with`] and [`Self::search_exhaustive_with`] give
+    /// them (contributions summed in query-term order). Over ascending ids each term's cursor
+    /// only moves forward, skipping whole blocks between the documents, so a few hundred
+    /// documents cost at most a block decode per term and document; an id below the one
+    /// before starts the cursors again.
+    pub fn score_docs(&self, query: &str, docs: &[u32], stats: Option<&TermStats>) -> Vec<f32> {
+        let n = self.doc_count();
+        if n == 0 {
+            return vec![0.0; docs.len()];
+        }
+        let (params, scale) = self.params_under(stats);
+        let qt = self.query_terms(query, stats);
+        let start = || -> Vec<Cursor> {
+            qt.iter()
+                .enumerate()
+                .map(|(qi, &(t, w))| Cursor::new(self, t, qi, w, scale))
+                .collect()
+        };
+        let mut cursors = start();
+        let mut out = Vec::with_capacity(docs.len());
+        let mut last = None;
+        for &d in docs {
+            if d >= n {
+                out.push(0.0);
+                continue;
+            }
+            if last.is_some_and(|l| d < l) {
+                cursors = start();
+            }
+            last = Some(d);
+            let dl = self.doc_lens[d as usize].to_native();
+            let mut score = 0f32;
+            for c in cursors.iter_mut() {
+                if c.seek(d) == d {
+                    score += c.w * params.factor(c.tfs[c.pos], dl);
+                }
+            }
+            out.push(score);
+        }
+        out
     }
 
     /// BM25 top-`k` scoring every posting of every query term: the reference that
@@ -297,6 +411,10 @@ const NO_DOC: u32 = u32::MAX;
 /// windows of 4,096). Windows end at a block end of an essential list, or here when that is
 /// sooner: short windows bound more tightly but cost a partition each.
 pub(super) const MIN_WINDOW: u32 = 1024;
+
+/// A window scores its non-essential lists a list at a time when their estimated postings in
+/// it are at most this many per seek that completing the brought documents would take.
+pub(super) const DENSE_SEEKS: f32 = 2.0;
 
 /// The most documents a window spans: the width of its scoring buffers.
 const BULK: u32 = 2048;

@@ -1,5 +1,6 @@
 use roaring::RoaringBitmap;
 
+use super::search::{DENSE_SEEKS, MIN_WINDOW};
 use super::*;
 
 fn docs() -> Vec<(&'static str, &'static str)> {
@@ -162,13 +163,25 @@ fn maxscore_equals_exhaustive_on(
                 let fast = a.search(&query, k, al, de);
                 let slow = a.search_exhaustive(&query, k, al, de);
                 assert_eq!(fast, slow, "query {query:?} k {k}");
-                // Windows cut at every block end (1) and at a few blocks.
-                for w in [1, 200] {
-                    let f = f32::NEG_INFINITY;
-                    let got = a.maxscore(&query, k, al, de, f, None, w);
-                    assert_eq!(got, slow, "query {query:?} k {k} window {w}");
+                // Windows cut at every block end (1) and at a few blocks; non-essential
+                // lists always looked up per document (0), always scored a list at a time
+                // (∞), or as search decides.
+                for w in [1, 200, MIN_WINDOW] {
+                    for dense in [0.0, DENSE_SEEKS, f32::INFINITY] {
+                        let f = f32::NEG_INFINITY;
+                        let got = a.maxscore(&query, k, al, de, f, None, w, dense);
+                        assert_eq!(got, slow, "query {query:?} k {k} window {w} dense {dense}");
+                    }
                 }
                 checked += fast.len();
+                // Scoring chosen documents gives the very scores search gave them.
+                let mut ids: Vec<u32> = slow.iter().map(|h| h.0).collect();
+                ids.sort_unstable();
+                let scores = a.score_docs(&query, &ids, None);
+                for (&d, &sc) in ids.iter().zip(&scores) {
+                    let want = slow.iter().find(|h| h.0 == d).unwrap().1;
+                    assert_eq!(sc.to_bits(), want.to_bits(), "query {query:?} doc {d}");
+                }
                 // With a floor: exactly the hits strictly above it.
                 if let Some(&(_, f)) = slow.get(slow.len() / 2) {
                     let above: Vec<_> = slow.iter().copied().filter(|h| h.1 > f).collect();
@@ -238,6 +251,11 @@ fn index_wide_length_scores_segments_like_one() {
             let fast = p.search_above_with(&query, 20, None, None, f32::NEG_INFINITY, Some(&st));
             let slow = p.search_exhaustive_with(&query, 20, None, None, Some(&st));
             assert_eq!(fast, slow, "query {query:?}");
+            // In descending score order (not ascending ids): the cursors start again.
+            let ids: Vec<u32> = slow.iter().map(|h| h.0).collect();
+            let scores = p.score_docs(&query, &ids, Some(&st));
+            let want: Vec<f32> = slow.iter().map(|h| h.1).collect();
+            assert_eq!(scores, want, "query {query:?}");
             merged.extend(fast.into_iter().map(|(d, s)| (d + off, s)));
         }
         merged.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
