@@ -626,6 +626,7 @@ fn lexical_list(
         stats.add_segment(ls.segment.postings(), query);
     }
     let n = index.segments.len();
+    let seed = seed_floor(index, query, depth, allows, &stats);
     // In parallel, the segments are dealt into one group per thread; each group is searched in
     // turn with its own floor (a floor shared by all segments saved more than a second core
     // gave when every segment was its own task). The merged top `depth` is the same as one
@@ -641,9 +642,9 @@ fn lexical_list(
         for si in (g..n).step_by(groups) {
             let ls = &index.segments[si];
             let floor = if part.len() >= depth {
-                part[depth - 1].2
+                part[depth - 1].2.max(seed)
             } else {
-                f32::NEG_INFINITY
+                seed
             };
             for (c, s) in ls.segment.search_bm25_above(
                 query,
@@ -666,6 +667,79 @@ fn lexical_list(
     list.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
     list.truncate(depth);
     list
+}
+
+/// How many postings, per result of the candidate depth, the rarest query terms may hold for
+/// [`seed_floor`] to score their documents first.
+const SEED_POSTINGS_PER_DEPTH: usize = 8;
+
+/// A floor for every segment's BM25 search, found before any is searched: the documents of the
+/// query's rarest terms (together at least `depth` postings and at most
+/// [`SEED_POSTINGS_PER_DEPTH`] × `depth`), scored exactly (`score_docs`: the scores search
+/// gives); when `depth` of them are admitted, the `depth`-th best score `f` is reached by at
+/// least `depth` documents, so the global top `depth` all score at least `f` and a search of
+/// scores strictly above the float just below `f` finds every one of them. A query of a rare
+/// identifier and its common parts otherwise searched its first segments with the threshold of
+/// documents that hold only the parts (every list essential), and later segments only after
+/// the rare documents of the first had raised it. `NEG_INFINITY` when no terms qualify.
+fn seed_floor(
+    index: &Index,
+    query: &str,
+    depth: usize,
+    allows: &[Option<RoaringBitmap>],
+    stats: &format::bm25::TermStats,
+) -> f32 {
+    if depth == 0 {
+        return f32::NEG_INFINITY;
+    }
+    let mut terms: Vec<(u64, String)> = Vec::new();
+    format::text::for_each_token(query, |t| {
+        if !terms.iter().any(|(_, u)| u == t) {
+            let df = index
+                .segments
+                .iter()
+                .map(|ls| u64::from(ls.segment.postings().df(t)))
+                .sum();
+            terms.push((df, t.to_string()));
+        }
+    });
+    terms.sort();
+    let cap = (SEED_POSTINGS_PER_DEPTH * depth) as u64;
+    let mut total = 0u64;
+    let mut chosen: Vec<&str> = Vec::new();
+    for (df, t) in terms.iter().filter(|(df, _)| *df > 0) {
+        if total >= depth as u64 {
+            break;
+        }
+        total += df;
+        chosen.push(t);
+    }
+    if total < depth as u64 || total > cap {
+        return f32::NEG_INFINITY;
+    }
+    let mut scores: Vec<f32> = Vec::with_capacity(total as usize);
+    for (si, ls) in index.segments.iter().enumerate() {
+        let p = ls.segment.postings();
+        let allow = allows.get(si).and_then(|a| a.as_ref());
+        let mut docs: Vec<u32> = chosen
+            .iter()
+            .flat_map(|t| p.postings(t))
+            .map(|(d, _)| d)
+            .filter(|&d| format::admitted(d, allow, Some(&ls.tombstones)))
+            .collect();
+        docs.sort_unstable();
+        docs.dedup();
+        scores.extend(p.score_docs(query, &docs, Some(stats)));
+    }
+    if scores.len() < depth {
+        return f32::NEG_INFINITY;
+    }
+    let (_, &mut f, _) = scores.select_nth_unstable_by(depth - 1, |a, b| b.total_cmp(a));
+    if f > 0.0 && f.is_finite() {
+        f.next_down()
+    } else {
+        f32::NEG_INFINITY
+    }
 }
 
 /// Fuses a vector and a lexical list (each by descending score, keyed by (segment, item)) as
@@ -1112,19 +1186,22 @@ mod tests {
             vec![1.0, 0.0, 0.0, 0.0]
         });
         let allows = vec![None, None, None];
+        let mut seeded = 0;
         for q in [
             "alpha",
             "beta tau",
             "sigma omega alpha",
             "tau",
             "gamma delta",
+            "tau sigma",
+            "omega tau alpha beta",
         ] {
             // Brute force with the same index-wide IDF statistics.
             let mut st = format::bm25::TermStats::index_wide();
             for ls in &index.segments {
                 st.add_segment(ls.segment.postings(), q);
             }
-            for depth in [1, 5, 50, 2000] {
+            for depth in [1, 5, 20, 50, 100, 2000] {
                 let mut all: Vec<(usize, u32, f32)> = Vec::new();
                 for (si, ls) in index.segments.iter().enumerate() {
                     for (c, s) in ls.segment.postings().search_exhaustive_with(
@@ -1139,9 +1216,18 @@ mod tests {
                 }
                 all.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
                 all.truncate(depth);
+                // The seed floor is below the depth-th score: strictly above it still finds
+                // every hit of the list.
+                let seed = seed_floor(&index, q, depth, &allows, &st);
+                if seed.is_finite() {
+                    seeded += 1;
+                    assert!(all.len() == depth && seed < all[depth - 1].2, "{q} {depth}");
+                }
                 assert_eq!(lexical_list(&index, q, depth, &allows), all, "{q} {depth}");
             }
         }
+        // Some of these searches started from a seed floor.
+        assert!(seeded >= 3, "{seeded}");
     }
 
     /// A large many-segment index searched on a pool of several threads (segments in
