@@ -502,27 +502,32 @@ fn routing_codes(centroids: &[u8], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn routing_codes_avx2(centroids: &[u8], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
-    let dim = dim.max(1);
-    let mut codes = vec![0u8; centroids.len() / 4];
-    let mut scales = Vec::with_capacity(centroids.len() / 4 / dim);
-    let mut c = vec![0f32; dim];
-    for (bytes, out) in centroids
-        .chunks_exact(dim * 4)
-        .zip(codes.chunks_exact_mut(dim))
-    {
-        decode_le(bytes, &mut c);
-        let (min, max) = simd::min_max_avx2(&c);
-        let step = if max > min { (max - min) / 255.0 } else { 0.0 };
-        if step > 0.0 {
-            simd::levels_avx2(&c, min, step, out);
-        }
-        scales.push((min, step));
-    }
-    (codes, scales)
+    routing_codes_with(
+        centroids,
+        dim,
+        // SAFETY (both): the caller's CPU supports AVX2.
+        |c| unsafe { simd::min_max_avx2(c) },
+        |c, min, step, out| unsafe { simd::levels_avx2(c, min, step, out) },
+    )
 }
 
-#[inline(always)]
 fn routing_codes_any(centroids: &[u8], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
+    routing_codes_with(centroids, dim, min_max, |c, min, step, out| {
+        for (u, &x) in out.iter_mut().zip(c) {
+            *u = round_level((x - min) / step);
+        }
+    })
+}
+
+/// The loop of [`routing_codes`] over the centroids, with the reduction (`min_max`) and the
+/// quantisation of one centroid (`levels`, called when the step is positive).
+#[inline(always)]
+fn routing_codes_with(
+    centroids: &[u8],
+    dim: usize,
+    min_max: impl Fn(&[f32]) -> (f32, f32),
+    levels: impl Fn(&[f32], f32, f32, &mut [u8]),
+) -> (Vec<u8>, Vec<(f32, f32)>) {
     let dim = dim.max(1);
     let mut codes = vec![0u8; centroids.len() / 4];
     let mut scales = Vec::with_capacity(centroids.len() / 4 / dim);
@@ -535,9 +540,7 @@ fn routing_codes_any(centroids: &[u8], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>)
         let (min, max) = min_max(&c);
         let step = if max > min { (max - min) / 255.0 } else { 0.0 };
         if step > 0.0 {
-            for (u, &x) in out.iter_mut().zip(&c) {
-                *u = round_level((x - min) / step);
-            }
+            levels(&c, min, step, out);
         }
         scales.push((min, step));
     }
