@@ -692,22 +692,18 @@ fn seed_floor(
     if depth == 0 {
         return f32::NEG_INFINITY;
     }
-    let mut terms: Vec<(u64, String)> = Vec::new();
-    format::text::for_each_token(query, |t| {
-        if !terms.iter().any(|(_, u)| u == t) {
-            let df = index
-                .segments
-                .iter()
-                .map(|ls| u64::from(ls.segment.postings().df(t)))
-                .sum();
-            terms.push((df, t.to_string()));
-        }
-    });
+    // The index-wide document frequencies `stats` gathered for the query's terms (a
+    // dictionary lookup per term and segment saved).
+    let mut terms: Vec<(u64, &str)> = stats
+        .df
+        .iter()
+        .map(|(t, &df)| (u64::from(df), t.as_str()))
+        .collect();
     terms.sort();
     let cap = (SEED_POSTINGS_PER_DEPTH * depth) as u64;
     let mut total = 0u64;
     let mut chosen: Vec<&str> = Vec::new();
-    for (df, t) in terms.iter().filter(|(df, _)| *df > 0) {
+    for &(df, t) in terms.iter().filter(|(df, _)| *df > 0) {
         if total >= depth as u64 {
             break;
         }
