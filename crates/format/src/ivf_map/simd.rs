@@ -26,40 +26,11 @@ unsafe fn sum_lanes(a0: __m256, a1: __m256, a2: __m256, a3: __m256) -> f32 {
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let blocks = n / 32;
-    let (mut a0, mut a1, mut a2, mut a3) = (
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-    );
-    let (ap, bp) = (a.as_ptr(), b.as_ptr());
-    for k in 0..blocks {
-        let i = k * 32;
-        // SAFETY: i + 32 ≤ n ≤ both lengths; unaligned loads.
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(ap.add(i)), _mm256_loadu_ps(bp.add(i)), a0);
-        a1 = _mm256_fmadd_ps(
-            _mm256_loadu_ps(ap.add(i + 8)),
-            _mm256_loadu_ps(bp.add(i + 8)),
-            a1,
-        );
-        a2 = _mm256_fmadd_ps(
-            _mm256_loadu_ps(ap.add(i + 16)),
-            _mm256_loadu_ps(bp.add(i + 16)),
-            a2,
-        );
-        a3 = _mm256_fmadd_ps(
-            _mm256_loadu_ps(ap.add(i + 24)),
-            _mm256_loadu_ps(bp.add(i + 24)),
-            a3,
-        );
-    }
-    let mut total = sum_lanes(a0, a1, a2, a3);
-    for i in blocks * 32..n {
-        total += a[i] * b[i];
-    }
-    total
+    // SAFETY: `b`'s floats viewed as their `4 · b.len()` bytes (any bit pattern is a valid
+    // `u8`; the crate only builds for little-endian targets, so those bytes are the floats'
+    // little-endian encoding): the same loads, products and sums in the same order.
+    let bytes = std::slice::from_raw_parts(b.as_ptr().cast::<u8>(), std::mem::size_of_val(b));
+    dot_f32_le_avx2(a, bytes)
 }
 
 /// The least and greatest of `c`, NaNs never winning a comparison: `min_ps(v, acc)`
