@@ -95,6 +95,10 @@ struct Args {
     /// document frequency over the index.
     #[arg(long, hide = true)]
     slowest: Option<usize>,
+    /// With --modes-only, for profiling: run only the modes whose row name starts with this
+    /// (`vector`, `BM25`, `hybrid`).
+    #[arg(long, hide = true)]
+    only: Option<String>,
 }
 
 /// splitmix64.
@@ -544,6 +548,13 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
         ("hybrid (query vector given)", Mode::Hybrid, &one),
         (parallel_row.as_str(), Mode::Hybrid, &all),
     ] {
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|p| !name.starts_with(p.as_str()))
+        {
+            continue;
+        }
         let o = SearchOptions {
             mode,
             ..SearchOptions::default()

@@ -621,12 +621,20 @@ fn lexical_list(
     // IDF and the average length from all segments: a small segment (a re-indexed file) must
     // not score its terms as if they were common, and an index cut into segments scores like
     // one segment.
+    // The query is tokenized once and its terms looked up once in each segment's dictionary;
+    // statistics, seed and search all take those ids.
+    let q = format::bm25::QueryTerms::new(query);
+    let ids: Vec<format::bm25::TermIds> = index
+        .segments
+        .iter()
+        .map(|ls| ls.segment.postings().resolve(&q))
+        .collect();
     let mut stats = format::bm25::TermStats::index_wide();
-    for ls in &index.segments {
-        stats.add_segment(ls.segment.postings(), query);
+    for (ls, ids) in index.segments.iter().zip(&ids) {
+        stats.add_resolved(ls.segment.postings(), ids);
     }
     let n = index.segments.len();
-    let seed = seed_floor(index, query, depth, allows, &stats);
+    let seed = seed_floor(index, &ids, depth, allows, &stats);
     // In parallel, the segments are dealt into one group per thread; each group is searched in
     // turn with its own floor (a floor shared by all segments saved more than a second core
     // gave when every segment was its own task). The merged top `depth` is the same as one
@@ -646,8 +654,8 @@ fn lexical_list(
             } else {
                 seed
             };
-            for (c, s) in ls.segment.search_bm25_above(
-                query,
+            for (c, s) in ls.segment.search_bm25_terms(
+                &ids[si],
                 depth,
                 allows[si].as_ref(),
                 Some(&ls.tombstones),
@@ -684,7 +692,7 @@ const SEED_POSTINGS_PER_DEPTH: usize = 8;
 /// the rare documents of the first had raised it. `NEG_INFINITY` when no terms qualify.
 fn seed_floor(
     index: &Index,
-    query: &str,
+    ids: &[format::bm25::TermIds],
     depth: usize,
     allows: &[Option<RoaringBitmap>],
     stats: &format::bm25::TermStats,
@@ -692,23 +700,26 @@ fn seed_floor(
     if depth == 0 {
         return f32::NEG_INFINITY;
     }
-    // The index-wide document frequencies `stats` gathered for the query's terms (a
-    // dictionary lookup per term and segment saved).
-    let mut terms: Vec<(u64, &str)> = stats
-        .df
-        .iter()
-        .map(|(t, &df)| (u64::from(df), t.as_str()))
+    // The index-wide document frequencies `stats` gathered for the query's terms, with each
+    // term's position in the query (its ids in every segment).
+    let Some(q) = ids.first().map(|i| i.query()) else {
+        return f32::NEG_INFINITY;
+    };
+    let mut terms: Vec<(u64, usize)> = q
+        .terms()
+        .enumerate()
+        .map(|(i, t)| (stats.get(t).map_or(0, |(_, df)| u64::from(df)), i))
         .collect();
     terms.sort();
     let cap = (SEED_POSTINGS_PER_DEPTH * depth) as u64;
     let mut total = 0u64;
-    let mut chosen: Vec<&str> = Vec::new();
-    for &(df, t) in terms.iter().filter(|(df, _)| *df > 0) {
+    let mut chosen: Vec<usize> = Vec::new();
+    for &(df, i) in terms.iter().filter(|(df, _)| *df > 0) {
         if total >= depth as u64 {
             break;
         }
         total += df;
-        chosen.push(t);
+        chosen.push(i);
     }
     if total < depth as u64 || total > cap {
         return f32::NEG_INFINITY;
@@ -717,15 +728,16 @@ fn seed_floor(
     for (si, ls) in index.segments.iter().enumerate() {
         let p = ls.segment.postings();
         let allow = allows.get(si).and_then(|a| a.as_ref());
+        let Some(ids) = ids.get(si) else { continue };
         let mut docs: Vec<u32> = chosen
             .iter()
-            .flat_map(|t| p.postings(t))
+            .flat_map(|&i| p.postings_of(ids, i))
             .map(|(d, _)| d)
             .filter(|&d| format::admitted(d, allow, Some(&ls.tombstones)))
             .collect();
         docs.sort_unstable();
         docs.dedup();
-        scores.extend(p.score_docs(query, &docs, Some(stats)));
+        scores.extend(p.score_docs_terms(ids, &docs, Some(stats)));
     }
     if scores.len() < depth {
         return f32::NEG_INFINITY;
@@ -1218,7 +1230,13 @@ mod tests {
                     all.truncate(depth);
                     // The seed floor is below the depth-th score: strictly above it still
                     // finds every hit of the list.
-                    let seed = seed_floor(&index, q, depth, &allows, &st);
+                    let terms = format::bm25::QueryTerms::new(q);
+                    let ids: Vec<_> = index
+                        .segments
+                        .iter()
+                        .map(|ls| ls.segment.postings().resolve(&terms))
+                        .collect();
+                    let seed = seed_floor(&index, &ids, depth, &allows, &st);
                     if seed.is_finite() {
                         seeded += 1;
                         assert!(all.len() == depth && seed < all[depth - 1].2, "{q} {depth}");

@@ -221,6 +221,67 @@ fn avg_len(total_len: u64, n: u32) -> f32 {
     (total_len as f32 / n.max(1) as f32).max(1.0)
 }
 
+/// A query tokenized once ([`text::for_each_token`]): its distinct terms in term order, each
+/// with how often the query holds it. A search over many segments makes one and resolves it
+/// in each ([`ArchivedPostingsArchive::resolve`]) instead of tokenizing and looking terms up
+/// again for every segment and every step (statistics, seed, search).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryTerms {
+    terms: Vec<(String, u32)>,
+}
+
+impl QueryTerms {
+    pub fn new(query: &str) -> QueryTerms {
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        text::for_each_token(query, |t| match counts.get_mut(t) {
+            Some(n) => *n += 1,
+            None => {
+                counts.insert(t.to_string(), 1);
+            }
+        });
+        QueryTerms {
+            terms: counts.into_iter().collect(),
+        }
+    }
+
+    /// The distinct terms, in term order.
+    pub fn terms(&self) -> impl Iterator<Item = &str> {
+        self.terms.iter().map(|(t, _)| t.as_str())
+    }
+
+    pub fn len(&self) -> usize {
+        self.terms.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+}
+
+/// A [`QueryTerms`] resolved in one segment's postings ([`ArchivedPostingsArchive::resolve`]):
+/// each term's dictionary id there, in the query's order (`None`: the segment lacks the term).
+/// Only meaningful for the postings that resolved it: handed to other postings it gives no
+/// terms (so no hits) instead of another dictionary's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TermIds<'q> {
+    query: &'q QueryTerms,
+    ids: Vec<Option<usize>>,
+    /// The address of the postings that resolved them (mapped, so fixed while they live).
+    owner: usize,
+}
+
+impl TermIds<'_> {
+    /// The query these ids resolve.
+    pub fn query(&self) -> &QueryTerms {
+        self.query
+    }
+
+    /// The id of the `i`-th term of the query, when the segment holds it.
+    pub fn get(&self, i: usize) -> Option<usize> {
+        self.ids.get(i).copied().flatten()
+    }
+}
+
 /// Index-wide statistics for IDF: documents in all segments and, per query term, in how many
 /// of them it occurs (tombstoned documents included, as in Lucene: they leave with merges).
 /// With [`TermStats::index_wide_length`], the average document length is index-wide too
@@ -258,16 +319,28 @@ impl TermStats {
 
     /// Adds one segment's counts for the terms of `query`.
     pub fn add_segment(&mut self, p: &ArchivedPostingsArchive, query: &str) {
+        let q = QueryTerms::new(query);
+        self.add_resolved(p, &p.resolve(&q));
+    }
+
+    /// [`TermStats::add_segment`] for a query tokenized once and resolved in `p`
+    /// ([`ArchivedPostingsArchive::resolve`]).
+    pub fn add_resolved(&mut self, p: &ArchivedPostingsArchive, ids: &TermIds) {
         self.n += p.doc_count();
         self.len_docs += p.doc_count();
         self.total_len += p.total_len.to_native();
-        let mut terms = std::collections::BTreeSet::new();
-        text::for_each_token(query, |t| {
-            terms.insert(t.to_string());
-        });
-        for t in terms {
-            let df = p.df(&t);
-            *self.df.entry(t).or_insert(0) += df;
+        let own = p.owned(ids);
+        for (i, t) in ids.query.terms().enumerate() {
+            let df = ids
+                .get(i)
+                .filter(|_| own)
+                .map_or(0, |id| p.term_df[id].to_native());
+            match self.df.get_mut(t) {
+                Some(n) => *n += df,
+                None => {
+                    self.df.insert(t.to_string(), df);
+                }
+            }
         }
     }
 

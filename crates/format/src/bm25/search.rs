@@ -2,19 +2,73 @@
 //! by block-max MaxScore, the exhaustive reference scorer, and the per-term [`Cursor`] and
 //! top-`k` heap they run on.
 
-use std::collections::BTreeMap;
-
 use roaring::RoaringBitmap;
 
-use super::{weight, ArchivedPostingsArchive, TermStats, BLOCK};
-use crate::text;
+use super::{weight, ArchivedPostingsArchive, QueryTerms, TermIds, TermStats, BLOCK};
 
 impl ArchivedPostingsArchive {
     /// (document, term frequency) pairs of `term`, in document order.
     pub fn postings(&self, term: &str) -> Vec<(u32, u32)> {
-        let Some(t) = self.term_id(term) else {
+        self.term_id(term)
+            .map_or_else(Vec::new, |t| self.postings_id(t))
+    }
+
+    /// The dictionary ids of `q`'s terms in this segment (`None`: the term is absent): looked
+    /// up once per query and segment, and handed to [`Self::search_terms`],
+    /// [`Self::score_docs_terms`], [`Self::postings_of`] and [`TermStats::add_resolved`].
+    pub fn resolve<'q>(&self, q: &'q QueryTerms) -> TermIds<'q> {
+        TermIds {
+            query: q,
+            ids: q.terms.iter().map(|(t, _)| self.term_id(t)).collect(),
+            owner: self as *const Self as usize,
+        }
+    }
+
+    /// Whether `ids` were resolved by these postings.
+    pub(super) fn owned(&self, ids: &TermIds) -> bool {
+        ids.owner == self as *const Self as usize
+    }
+
+    /// Query terms present in the dictionary, in term order, with their weights: from this
+    /// segment's statistics, or from `stats` (index-wide) when given.
+    pub(super) fn query_terms(&self, query: &str, stats: Option<&TermStats>) -> Vec<(usize, f32)> {
+        let q = QueryTerms::new(query);
+        self.weights(&self.resolve(&q), stats)
+    }
+
+    /// [`Self::query_terms`] of terms already resolved in this segment; none when `ids` were
+    /// resolved by other postings.
+    fn weights(&self, ids: &TermIds, stats: Option<&TermStats>) -> Vec<(usize, f32)> {
+        if !self.owned(ids) {
             return Vec::new();
-        };
+        }
+        ids.query
+            .terms
+            .iter()
+            .zip(&ids.ids)
+            .filter_map(|((term, qtf), &t)| {
+                let t = t.filter(|&t| t < self.terms.len())?;
+                let local = (self.doc_count(), self.term_df[t].to_native());
+                let (n, df) = stats.map_or(local, |s| s.get(term).unwrap_or(local));
+                Some((t, weight(n, df, *qtf)))
+            })
+            .collect()
+    }
+
+    /// (document, term frequency) pairs of the `i`-th term of a query resolved here
+    /// ([`Self::resolve`]), in document order; none when the segment lacks the term or `ids`
+    /// were resolved by other postings.
+    pub fn postings_of(&self, ids: &TermIds, i: usize) -> Vec<(u32, u32)> {
+        match ids.get(i) {
+            Some(t) if self.owned(ids) => self.postings_id(t),
+            _ => Vec::new(),
+        }
+    }
+
+    fn postings_id(&self, t: usize) -> Vec<(u32, u32)> {
+        if t >= self.terms.len() {
+            return Vec::new();
+        }
         let mut c = Cursor::new(self, t, 0, 0.0, 1.0);
         let mut out = Vec::with_capacity(self.term_df[t].to_native() as usize);
         while c.doc != NO_DOC {
@@ -22,22 +76,6 @@ impl ArchivedPostingsArchive {
             c.next();
         }
         out
-    }
-
-    /// Query terms present in the dictionary, in term order, with their weights: from this
-    /// segment's statistics, or from `stats` (index-wide) when given.
-    fn query_terms(&self, query: &str, stats: Option<&TermStats>) -> Vec<(usize, f32)> {
-        let mut qterms: BTreeMap<String, u32> = BTreeMap::new();
-        text::for_each_token(query, |t| *qterms.entry(t.to_string()).or_insert(0) += 1);
-        qterms
-            .iter()
-            .filter_map(|(term, &qtf)| {
-                let t = self.term_id(term)?;
-                let local = (self.doc_count(), self.term_df[t].to_native());
-                let (n, df) = stats.map_or(local, |s| s.get(term).unwrap_or(local));
-                Some((t, weight(n, df, qtf)))
-            })
-            .collect()
     }
 
     /// BM25 top-`k` for a free-text query, by block-max MaxScore. `allow`, when given,
@@ -80,7 +118,24 @@ impl ArchivedPostingsArchive {
         floor: f32,
         stats: Option<&TermStats>,
     ) -> Vec<(u32, f32)> {
-        self.maxscore(query, k, allow, deny, floor, stats, MIN_WINDOW, DENSE_SEEKS)
+        let qt = self.query_terms(query, stats);
+        self.maxscore(&qt, k, allow, deny, floor, stats, MIN_WINDOW, DENSE_SEEKS)
+    }
+
+    /// [`Self::search_above_with`] for a query tokenized once ([`QueryTerms`]) and resolved
+    /// in this segment ([`Self::resolve`]): what a search over many segments calls, so that
+    /// neither is done again per segment and step. The same results.
+    pub fn search_terms(
+        &self,
+        ids: &TermIds,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+        stats: Option<&TermStats>,
+    ) -> Vec<(u32, f32)> {
+        let qt = self.weights(ids, stats);
+        self.maxscore(&qt, k, allow, deny, floor, stats, MIN_WINDOW, DENSE_SEEKS)
     }
 
     /// Block-max MaxScore in windows of at least `min_window` documents (see [`MIN_WINDOW`]),
@@ -89,7 +144,7 @@ impl ArchivedPostingsArchive {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn maxscore(
         &self,
-        query: &str,
+        qt: &[(usize, f32)],
         k: usize,
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
@@ -102,7 +157,6 @@ impl ArchivedPostingsArchive {
             return Vec::new();
         }
         let (params, scale) = self.params_under(stats);
-        let qt = self.query_terms(query, stats);
         let mut cursors: Vec<Cursor> = qt
             .iter()
             .enumerate()
@@ -317,12 +371,33 @@ impl ArchivedPostingsArchive {
     /// documents cost at most a block decode per term and document; an id below the one
     /// before starts the cursors again.
     pub fn score_docs(&self, query: &str, docs: &[u32], stats: Option<&TermStats>) -> Vec<f32> {
+        let qt = self.query_terms(query, stats);
+        self.score_docs_of(&qt, docs, stats)
+    }
+
+    /// [`Self::score_docs`] for a query tokenized once and resolved in this segment (see
+    /// [`Self::search_terms`]).
+    pub fn score_docs_terms(
+        &self,
+        ids: &TermIds,
+        docs: &[u32],
+        stats: Option<&TermStats>,
+    ) -> Vec<f32> {
+        let qt = self.weights(ids, stats);
+        self.score_docs_of(&qt, docs, stats)
+    }
+
+    fn score_docs_of(
+        &self,
+        qt: &[(usize, f32)],
+        docs: &[u32],
+        stats: Option<&TermStats>,
+    ) -> Vec<f32> {
         let n = self.doc_count();
         if n == 0 {
             return vec![0.0; docs.len()];
         }
         let (params, scale) = self.params_under(stats);
-        let qt = self.query_terms(query, stats);
         let start = || -> Vec<Cursor> {
             qt.iter()
                 .enumerate()

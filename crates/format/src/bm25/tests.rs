@@ -169,7 +169,8 @@ fn maxscore_equals_exhaustive_on(
                 for w in [1, 200, MIN_WINDOW] {
                     for dense in [0.0, DENSE_SEEKS, f32::INFINITY] {
                         let f = f32::NEG_INFINITY;
-                        let got = a.maxscore(&query, k, al, de, f, None, w, dense);
+                        let qt = a.query_terms(&query, None);
+                        let got = a.maxscore(&qt, k, al, de, f, None, w, dense);
                         assert_eq!(got, slow, "query {query:?} k {k} window {w} dense {dense}");
                     }
                 }
@@ -526,4 +527,92 @@ fn every_byte_change_of_the_blocks_is_caught_or_harmless() {
             "packed {packed}: {caught} of {total} caught"
         );
     }
+}
+
+/// A query tokenized once and resolved per segment (what code search does) scores, seeds and
+/// counts exactly as the same query given as a string to every call; ids resolved by one
+/// segment's postings give no terms in another's instead of that dictionary's terms.
+#[test]
+fn resolved_terms_equal_string_queries() {
+    let mut rnd = xorshift(0x9E37_79B9_7F4A_7C15u64);
+    let vocab: Vec<String> = (0..80).map(|i| format!("w{i}")).collect();
+    let texts = |n: usize, rnd: &mut dyn FnMut() -> u64| -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                let len = 2 + (rnd() % 30) as usize;
+                (0..len)
+                    .map(|_| vocab[(rnd() % (1 + rnd() % 80)) as usize].as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    };
+    // The second segment has a smaller vocabulary: some query terms are absent there, and
+    // the same term has another id in each dictionary.
+    let (ta, tb) = (texts(1200, &mut rnd), texts(700, &mut rnd));
+    let tb: Vec<String> = tb
+        .iter()
+        .map(|t| {
+            t.split(' ')
+                .filter(|w| w.len() == 2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let (ba, bb) = (archive_of(&ta), archive_of(&tb));
+    let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&ba).unwrap();
+    let b = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bb).unwrap();
+    let mut checked = 0;
+    for q in 0..150 {
+        // Repeated terms (query term frequency 2), and now and then a term no segment holds.
+        let mut words: Vec<&str> = (0..1 + q % 5)
+            .map(|_| vocab[(rnd() % 80) as usize].as_str())
+            .collect();
+        if q % 3 == 0 {
+            words.push(words[0]);
+        }
+        if q % 7 == 0 {
+            words.push("nowhere");
+        }
+        let query = words.join(" ");
+        let terms = QueryTerms::new(&query);
+        let ids = [a.resolve(&terms), b.resolve(&terms)];
+        let (mut st, mut st_ids) = (TermStats::index_wide(), TermStats::index_wide());
+        for (p, ids) in [a, b].into_iter().zip(&ids) {
+            st.add_segment(p, &query);
+            st_ids.add_resolved(p, ids);
+        }
+        assert_eq!(st, st_ids, "query {query:?}");
+        for (p, ids) in [a, b].into_iter().zip(&ids) {
+            for floor in [f32::NEG_INFINITY, 1.0] {
+                for stats in [None, Some(&st)] {
+                    let want = p.search_above_with(&query, 25, None, None, floor, stats);
+                    let got = p.search_terms(ids, 25, None, None, floor, stats);
+                    assert_eq!(got, want, "query {query:?}");
+                    checked += got.len();
+                }
+            }
+            let docs: Vec<u32> = (0..p.doc_count()).step_by(7).collect();
+            assert_eq!(
+                p.score_docs_terms(ids, &docs, Some(&st)),
+                p.score_docs(&query, &docs, Some(&st))
+            );
+            for (i, t) in terms.terms().enumerate() {
+                assert_eq!(p.postings_of(ids, i), p.postings(t), "term {t}");
+            }
+        }
+        // The other segment's ids: no terms, so no hits, no postings, no counts.
+        assert!(a
+            .search_terms(&ids[1], 25, None, None, f32::NEG_INFINITY, None)
+            .is_empty());
+        assert!(b
+            .score_docs_terms(&ids[0], &[0, 1, 2], None)
+            .iter()
+            .all(|&s| s == 0.0));
+        assert!((0..terms.len()).all(|i| a.postings_of(&ids[1], i).is_empty()));
+        let mut foreign = TermStats::default();
+        foreign.add_resolved(a, &ids[1]);
+        assert!(foreign.df.values().all(|&df| df == 0));
+    }
+    assert!(checked > 2000, "{checked}");
 }

@@ -165,4 +165,19 @@ impl Segment {
         self.postings()
             .search_above_with(query, k, allow, deny, floor, stats)
     }
+
+    /// [`Segment::search_bm25_above`] for a query tokenized once and resolved in this
+    /// segment's postings ([`crate::bm25::ArchivedPostingsArchive::search_terms`]).
+    pub fn search_bm25_terms(
+        &self,
+        ids: &crate::bm25::TermIds,
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+        stats: Option<&crate::bm25::TermStats>,
+    ) -> Vec<(u32, f32)> {
+        self.postings()
+            .search_terms(ids, k, allow, deny, floor, stats)
+    }
 }
