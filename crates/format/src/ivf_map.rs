@@ -807,6 +807,11 @@ impl Best {
             floor,
         }
     }
+    /// The lowest score that may still enter ([`Best::admits`]).
+    #[inline]
+    pub(crate) fn floor(&self) -> f32 {
+        self.floor
+    }
     /// Whether `s` may enter (a score equal to the floor may, for the id tie-break).
     #[inline]
     pub(crate) fn admits(&self, s: f32) -> bool {

@@ -543,7 +543,14 @@ impl MappedRbq {
             let (fs, rest) = tail.split_at(4 * BLOCK);
             let (gs, ids) = rest.split_at(4 * BLOCK);
             block_scores(coarse, &q, fs, gs, &sums, &mut scores);
-            for (v, &s) in scores.iter().enumerate() {
+            // Which of the 32 may enter, found in one pass (the compiler vectorises it): most
+            // codes of a query are below the floor once the first lists have been scanned.
+            let mut may = admitted_mask(&scores, best.floor());
+            while may != 0 {
+                let v = may.trailing_zeros() as usize;
+                may &= may - 1;
+                let s = scores[v];
+                // The floor rises as codes of this block enter.
                 if !best.admits(s) {
                     continue;
                 }
@@ -577,6 +584,17 @@ fn block_scores(
     for v in 0..BLOCK {
         out[v] = (coarse + q.lo * g[v]) + (f[v] * q.delta) * (2.0 * sums[v] as f32 - q.level_sum);
     }
+}
+
+/// Bit `v` set when `scores[v] >= floor` (the test of `Best::admits`; a NaN score is never
+/// admitted).
+#[inline]
+fn admitted_mask(scores: &[f32; BLOCK], floor: f32) -> u32 {
+    let mut mask = 0u32;
+    for (v, &s) in scores.iter().enumerate() {
+        mask |= u32::from(s >= floor) << v;
+    }
+    mask
 }
 
 /// [`block_sums_scalar`], with AVX2 where the CPU has it.

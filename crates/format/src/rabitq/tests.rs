@@ -295,3 +295,23 @@ fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
         }
     }
 }
+
+/// The block mask admits exactly what `Best::admits` does: scores at or above the floor, a
+/// NaN never, and every finite score under a floor of minus infinity.
+#[test]
+fn admitted_mask_is_the_floor_test() {
+    let mut scores = [0f32; BLOCK];
+    for (v, s) in scores.iter_mut().enumerate() {
+        *s = (v as f32 - 16.0) / 4.0;
+    }
+    scores[3] = f32::NAN;
+    scores[7] = f32::INFINITY;
+    scores[9] = f32::NEG_INFINITY;
+    for floor in [f32::NEG_INFINITY, -4.0, -0.25, 0.0, 1.0, 3.75, f32::INFINITY] {
+        let mask = super::admitted_mask(&scores, floor);
+        for (v, &s) in scores.iter().enumerate() {
+            assert_eq!(mask >> v & 1 == 1, s >= floor, "score {s} floor {floor}");
+        }
+    }
+    assert_eq!(super::admitted_mask(&scores, f32::NEG_INFINITY), !(1u32 << 3));
+}
