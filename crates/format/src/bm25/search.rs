@@ -139,8 +139,8 @@ impl ArchivedPostingsArchive {
     }
 
     /// Block-max MaxScore in windows of at least `min_window` documents (see [`MIN_WINDOW`]),
-    /// non-essential lists scored a list at a time in windows where they hold at most
-    /// `dense_seeks` postings per seek (see [`DENSE_SEEKS`]).
+    /// a non-essential list scored a list at a time where it holds at most `dense_seeks`
+    /// postings per document still passing (see [`DENSE_SEEKS`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn maxscore(
         &self,
@@ -269,37 +269,61 @@ impl ArchivedPostingsArchive {
                         }
                     }
                 }
-                // Completing a document costs a seek in each non-essential list. When those
-                // lists hold not many more postings in the window than the seeks would be
-                // (terms in most documents: every list dense, scores close together, so most
-                // documents brought pass), they are scored a list at a time too, like the
-                // essential ones, and no document seeks.
-                let dense = !non_essential.is_empty() && {
-                    let span = (end - start + 1) as f32 / self.doc_count() as f32;
-                    let postings: f32 = non_essential
-                        .iter()
-                        .map(|&i| cursors[i].df as f32 * span)
-                        .sum();
-                    postings <= dense_seeks * (passing * non_essential.len()) as f32
-                };
-                if dense {
-                    let all = rows + non_essential.len();
-                    if acc.len() < all * ROW {
-                        acc.resize(all * ROW, 0.0);
+                // Completing a document costs a seek in each non-essential list not yet
+                // scored. Taking them from the highest maximum down, a list that holds not
+                // many more postings in the window than the documents still passing would
+                // seek in it is scored a list at a time too, like the essential ones, and the
+                // documents that can no longer pass with the lists left are cleared; the
+                // lists after the first that does not qualify are looked up per document.
+                let nne = non_essential.len();
+                let span = (end - start + 1) as f32 / self.doc_count() as f32;
+                // Lists scored a list at a time: `non_essential[nne - dn..]`, the k-th from
+                // the top in row `rows + k`.
+                let mut dn = 0usize;
+                while dn < nne && passing > 0 {
+                    let i = non_essential[nne - 1 - dn];
+                    if cursors[i].df as f32 * span > dense_seeks * passing as f32 {
+                        break;
                     }
-                    for (j, &i) in non_essential.iter().enumerate() {
-                        let row = &mut acc[(rows + j) * ROW..(rows + j) * ROW + BULK_USIZE];
-                        let c = &mut cursors[i];
-                        let mut d = c.seek(start);
-                        while d <= end {
-                            let off = (d - start) as usize;
-                            let dl = self.doc_lens[d as usize].to_native();
-                            row[off] = c.w * params.factor(c.tfs[c.pos], dl);
-                            c.next();
-                            d = c.doc;
+                    let r = rows + dn;
+                    if acc.len() < (r + 1) * ROW {
+                        acc.resize((r + 1) * ROW, 0.0);
+                    }
+                    let row = &mut acc[r * ROW..r * ROW + BULK_USIZE];
+                    let c = &mut cursors[i];
+                    let mut d = c.seek(start);
+                    while d <= end {
+                        let off = (d - start) as usize;
+                        let dl = self.doc_lens[d as usize].to_native();
+                        row[off] = c.w * params.factor(c.tfs[c.pos], dl);
+                        c.next();
+                        d = c.doc;
+                    }
+                    dn += 1;
+                    let rest = (nne - dn).checked_sub(1).map_or(0.0, |j| prefix[j]);
+                    passing = 0;
+                    for (wi, slot) in bits[..words].iter_mut().enumerate() {
+                        let mut word = *slot;
+                        while word != 0 {
+                            let off = (wi << 6) + word.trailing_zeros() as usize;
+                            word &= word - 1;
+                            let mut s = 0f32;
+                            for j in 0..rows + dn {
+                                s += acc[j * ROW + off];
+                            }
+                            if bound(s + rest) > theta0 {
+                                passing += 1;
+                            } else {
+                                *slot &= !(1u64 << (off & 63));
+                                for j in 0..rows {
+                                    acc[j * ROW + off] = 0.0;
+                                }
+                            }
                         }
                     }
                 }
+                let seeks = &non_essential[..nne - dn];
+                let rest = seeks.len().checked_sub(1).map_or(0.0, |j| prefix[j]);
                 for (wi, slot) in bits[..words].iter_mut().enumerate() {
                     let mut word = std::mem::take(slot);
                     while word != 0 {
@@ -307,24 +331,24 @@ impl ArchivedPostingsArchive {
                         word &= word - 1;
                         let d = start + off as u32;
                         let mut s = 0f32;
-                        for j in 0..rows {
+                        for j in 0..rows + dn {
                             s += acc[j * ROW + off];
                         }
                         let theta = heap.threshold();
-                        if bound(s + ne_max) > theta {
+                        if bound(s + rest) > theta {
                             for (j, &i) in essential.iter().enumerate() {
                                 contrib[cursors[i].qi] = acc[j * ROW + off];
                             }
+                            for k in 0..dn {
+                                let i = non_essential[nne - 1 - k];
+                                contrib[cursors[i].qi] = acc[(rows + k) * ROW + off];
+                            }
+                            // A document under the threshold after its last seek is offered
+                            // with its exact score and refused; the bound only saves seeks.
                             let mut alive = true;
-                            if dense {
-                                // A document under the threshold is offered with its exact
-                                // score and refused; the bound below only saves seeks.
-                                for (j, &i) in non_essential.iter().enumerate() {
-                                    contrib[cursors[i].qi] = acc[(rows + j) * ROW + off];
-                                }
-                            } else {
+                            if !seeks.is_empty() {
                                 let dl = self.doc_lens[d as usize].to_native();
-                                for (j, &i) in non_essential.iter().enumerate().rev() {
+                                for (j, &i) in seeks.iter().enumerate().rev() {
                                     if bound(s + prefix[j]) <= theta {
                                         alive = false;
                                         break;
@@ -349,9 +373,9 @@ impl ArchivedPostingsArchive {
                         }
                     }
                 }
-                if dense {
+                if dn > 0 {
                     let width = (end - start) as usize + 1;
-                    for j in rows..rows + non_essential.len() {
+                    for j in rows..rows + dn {
                         acc[j * ROW..j * ROW + width].fill(0.0);
                     }
                 }
@@ -487,8 +511,9 @@ const NO_DOC: u32 = u32::MAX;
 /// sooner: short windows bound more tightly but cost a partition each.
 pub(super) const MIN_WINDOW: u32 = 1024;
 
-/// A window scores its non-essential lists a list at a time when their estimated postings in
-/// it are at most this many per seek that completing the brought documents would take.
+/// A window scores a non-essential list a list at a time (from the highest maximum down, until
+/// one does not qualify) when its estimated postings in the window are at most this many per
+/// document still passing, each of which would otherwise seek in it.
 pub(super) const DENSE_SEEKS: f32 = 2.0;
 
 /// The most documents a window spans: the width of its scoring buffers.

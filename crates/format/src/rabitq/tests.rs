@@ -307,11 +307,22 @@ fn admitted_mask_is_the_floor_test() {
     scores[3] = f32::NAN;
     scores[7] = f32::INFINITY;
     scores[9] = f32::NEG_INFINITY;
-    for floor in [f32::NEG_INFINITY, -4.0, -0.25, 0.0, 1.0, 3.75, f32::INFINITY] {
+    for floor in [
+        f32::NEG_INFINITY,
+        -4.0,
+        -0.25,
+        0.0,
+        1.0,
+        3.75,
+        f32::INFINITY,
+    ] {
         let mask = super::admitted_mask(&scores, floor);
         for (v, &s) in scores.iter().enumerate() {
             assert_eq!(mask >> v & 1 == 1, s >= floor, "score {s} floor {floor}");
         }
     }
-    assert_eq!(super::admitted_mask(&scores, f32::NEG_INFINITY), !(1u32 << 3));
+    assert_eq!(
+        super::admitted_mask(&scores, f32::NEG_INFINITY),
+        !(1u32 << 3)
+    );
 }
