@@ -260,14 +260,22 @@ impl QueryTerms {
 
 /// A [`QueryTerms`] resolved in one segment's postings ([`ArchivedPostingsArchive::resolve`]):
 /// each term's dictionary id there, in the query's order (`None`: the segment lacks the term).
-/// Only meaningful for the postings that resolved it: handed to other postings it gives no
-/// terms (so no hits) instead of another dictionary's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TermIds<'q> {
-    query: &'q QueryTerms,
+/// It borrows the query and the postings, so it cannot outlive either; handed to other
+/// postings, they look the query up again instead of reading another dictionary's ids.
+#[derive(Clone)]
+pub struct TermIds<'a> {
+    query: &'a QueryTerms,
+    postings: &'a ArchivedPostingsArchive,
     ids: Vec<Option<usize>>,
-    /// The address of the postings that resolved them (mapped, so fixed while they live).
-    owner: usize,
+}
+
+impl std::fmt::Debug for TermIds<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TermIds")
+            .field("query", self.query)
+            .field("ids", &self.ids)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TermIds<'_> {
@@ -326,15 +334,15 @@ impl TermStats {
     /// [`TermStats::add_segment`] for a query tokenized once and resolved in `p`
     /// ([`ArchivedPostingsArchive::resolve`]).
     pub fn add_resolved(&mut self, p: &ArchivedPostingsArchive, ids: &TermIds) {
+        let ids = p.own(ids);
         self.n += p.doc_count();
         self.len_docs += p.doc_count();
         self.total_len += p.total_len.to_native();
-        let own = p.owned(ids);
         for (i, t) in ids.query.terms().enumerate() {
             let df = ids
                 .get(i)
-                .filter(|_| own)
-                .map_or(0, |id| p.term_df[id].to_native());
+                .and_then(|id| p.term_df.get(id))
+                .map_or(0, |df| df.to_native());
             match self.df.get_mut(t) {
                 Some(n) => *n += df,
                 None => {

@@ -16,17 +16,22 @@ impl ArchivedPostingsArchive {
     /// The dictionary ids of `q`'s terms in this segment (`None`: the term is absent): looked
     /// up once per query and segment, and handed to [`Self::search_terms`],
     /// [`Self::score_docs_terms`], [`Self::postings_of`] and [`TermStats::add_resolved`].
-    pub fn resolve<'q>(&self, q: &'q QueryTerms) -> TermIds<'q> {
+    pub fn resolve<'a>(&'a self, q: &'a QueryTerms) -> TermIds<'a> {
         TermIds {
             query: q,
+            postings: self,
             ids: q.terms.iter().map(|(t, _)| self.term_id(t)).collect(),
-            owner: self as *const Self as usize,
         }
     }
 
-    /// Whether `ids` were resolved by these postings.
-    pub(super) fn owned(&self, ids: &TermIds) -> bool {
-        ids.owner == self as *const Self as usize
+    /// `ids` when these postings resolved them; otherwise their query resolved here (ids of
+    /// another dictionary are never read).
+    pub(super) fn own<'s>(&'s self, ids: &'s TermIds<'s>) -> std::borrow::Cow<'s, TermIds<'s>> {
+        if std::ptr::eq(ids.postings, self) {
+            std::borrow::Cow::Borrowed(ids)
+        } else {
+            std::borrow::Cow::Owned(self.resolve(ids.query))
+        }
     }
 
     /// Query terms present in the dictionary, in term order, with their weights: from this
@@ -36,12 +41,10 @@ impl ArchivedPostingsArchive {
         self.weights(&self.resolve(&q), stats)
     }
 
-    /// [`Self::query_terms`] of terms already resolved in this segment; none when `ids` were
-    /// resolved by other postings.
+    /// [`Self::query_terms`] of terms resolved by [`Self::resolve`] (looked up again when
+    /// `ids` were resolved by other postings).
     fn weights(&self, ids: &TermIds, stats: Option<&TermStats>) -> Vec<(usize, f32)> {
-        if !self.owned(ids) {
-            return Vec::new();
-        }
+        let ids = self.own(ids);
         ids.query
             .terms
             .iter()
@@ -56,13 +59,12 @@ impl ArchivedPostingsArchive {
     }
 
     /// (document, term frequency) pairs of the `i`-th term of a query resolved here
-    /// ([`Self::resolve`]), in document order; none when the segment lacks the term or `ids`
-    /// were resolved by other postings.
+    /// ([`Self::resolve`]; looked up again when `ids` were resolved by other postings), in
+    /// document order; none when the segment lacks the term.
     pub fn postings_of(&self, ids: &TermIds, i: usize) -> Vec<(u32, u32)> {
-        match ids.get(i) {
-            Some(t) if self.owned(ids) => self.postings_id(t),
-            _ => Vec::new(),
-        }
+        self.own(ids)
+            .get(i)
+            .map_or_else(Vec::new, |t| self.postings_id(t))
     }
 
     fn postings_id(&self, t: usize) -> Vec<(u32, u32)> {
@@ -168,9 +170,10 @@ impl ArchivedPostingsArchive {
             .collect();
         let mut heap = TopK::new(k, floor);
         let mut contrib = vec![0f32; qt.len()];
-        // Per essential list, its contributions to each document of the window (0: absent);
-        // and which documents of the window any essential list holds. Both are all zero
-        // between windows.
+        // Per essential list, and per non-essential list scored a list at a time, its
+        // contributions to each document of the window (0: absent); and which documents of
+        // the window any essential list holds and may still pass. Both are all zero between
+        // windows.
         let mut acc: Vec<f32> = Vec::new();
         let mut bits = [0u64; BULK_USIZE / 64];
         let filtered = allow.is_some() || deny.is_some_and(|d| !d.is_empty());
@@ -318,6 +321,8 @@ impl ArchivedPostingsArchive {
                             if bound(s + rest) > theta0 {
                                 passing += 1;
                             } else {
+                                #[cfg(test)]
+                                REPRUNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                 *slot &= !(1u64 << (off & 63));
                                 for j in 0..rows {
                                     acc[j * ROW + off] = 0.0;
@@ -325,6 +330,10 @@ impl ArchivedPostingsArchive {
                             }
                         }
                     }
+                }
+                #[cfg(test)]
+                if dn > 0 && dn < nne {
+                    SPLIT_WINDOWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 let seeks = &non_essential[..nne - dn];
                 let rest = seeks.len().checked_sub(1).map_or(0.0, |j| prefix[j]);
@@ -506,6 +515,14 @@ impl ArchivedPostingsArchive {
         )
     }
 }
+
+/// Test counters: windows that scored some non-essential lists a list at a time and looked
+/// the others up, and documents cleared after a list scored a list at a time.
+#[cfg(test)]
+pub(super) static SPLIT_WINDOWS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+#[cfg(test)]
+pub(super) static REPRUNED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// No (more) documents.
 const NO_DOC: u32 = u32::MAX;

@@ -297,7 +297,7 @@ fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
 }
 
 /// The block mask admits exactly what `Best::admits` does: scores at or above the floor, a
-/// NaN never, and every finite score under a floor of minus infinity.
+/// NaN never, and every other score (minus infinity too) under a floor of minus infinity.
 #[test]
 fn admitted_mask_is_the_floor_test() {
     let mut scores = [0f32; BLOCK];
