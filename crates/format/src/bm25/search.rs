@@ -120,8 +120,8 @@ impl ArchivedPostingsArchive {
         floor: f32,
         stats: Option<&TermStats>,
     ) -> Vec<(u32, f32)> {
-        let qt = self.query_terms(query, stats);
-        self.maxscore(&qt, k, allow, deny, floor, stats, MIN_WINDOW, DENSE_SEEKS)
+        let q = QueryTerms::new(query);
+        self.search_terms(&self.resolve(&q), k, allow, deny, floor, stats)
     }
 
     /// [`Self::search_above_with`] for a query tokenized once ([`QueryTerms`]) and resolved
@@ -408,8 +408,8 @@ impl ArchivedPostingsArchive {
     /// documents cost at most a block decode per term and document; an id below the one
     /// before starts the cursors again.
     pub fn score_docs(&self, query: &str, docs: &[u32], stats: Option<&TermStats>) -> Vec<f32> {
-        let qt = self.query_terms(query, stats);
-        self.score_docs_of(&qt, docs, stats)
+        let q = QueryTerms::new(query);
+        self.score_docs_terms(&self.resolve(&q), docs, stats)
     }
 
     /// [`Self::score_docs`] for a query tokenized once and resolved in this segment (see
@@ -420,21 +420,12 @@ impl ArchivedPostingsArchive {
         docs: &[u32],
         stats: Option<&TermStats>,
     ) -> Vec<f32> {
-        let qt = self.weights(ids, stats);
-        self.score_docs_of(&qt, docs, stats)
-    }
-
-    fn score_docs_of(
-        &self,
-        qt: &[(usize, f32)],
-        docs: &[u32],
-        stats: Option<&TermStats>,
-    ) -> Vec<f32> {
         let n = self.doc_count();
         if n == 0 {
             return vec![0.0; docs.len()];
         }
         let (params, scale) = self.params_under(stats);
+        let qt = self.weights(ids, stats);
         let start = || -> Vec<Cursor> {
             qt.iter()
                 .enumerate()
