@@ -144,8 +144,9 @@ impl ArchivedPostingsArchive {
     /// a non-essential list scored a list at a time where it holds at most `dense_seeks`
     /// postings per document still passing (see [`DENSE_SEEKS`]).
     ///
-    /// Never inlined: inlined into its two callers it ran slower (1M BM25-only p99 9.3-9.9 ms
-    /// against 6.8-7.5 in interleaved runs of the same code, 2026-11-28).
+    /// Never inlined: inlined into its callers (then `search_terms` and `search_above_with`;
+    /// now only the first calls it) it ran slower (1M BM25-only p99 9.3-9.9 ms against 6.8-7.5
+    /// in interleaved runs of the same code, 2026-11-28).
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     pub(super) fn maxscore(
