@@ -627,7 +627,7 @@ fn lexical_list(
     let ids: Vec<format::bm25::TermIds> = index
         .segments
         .iter()
-        .map(|ls| ls.segment.postings().resolve(&q))
+        .map(|ls| ls.segment.resolve_terms(&q))
         .collect();
     let mut stats = format::bm25::TermStats::index_wide();
     for (ls, ids) in index.segments.iter().zip(&ids) {

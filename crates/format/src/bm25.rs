@@ -262,6 +262,49 @@ impl QueryTerms {
 /// each term's dictionary id there, in the query's order (`None`: the segment lacks the term).
 /// It borrows the query and the postings, so it cannot outlive either; handed to other
 /// postings, they look the query up again instead of reading another dictionary's ids.
+/// Terms per fence: [`TermFences`] keeps the prefix of every `FENCE_STEP`-th term.
+pub const FENCE_STEP: usize = 16;
+
+/// The first 8 bytes of every [`FENCE_STEP`]-th dictionary term (big-endian, zero-padded),
+/// gathered by [`validate`] in the pass that checks the dictionary's order. A lookup
+/// ([`ArchivedPostingsArchive::term_id_fenced`]) searches these few kilobytes, which stay in
+/// cache, and then at most `FENCE_STEP` terms of the dictionary, instead of ~16 probes that
+/// each read a term (and its bytes) from a different cache line of the mapped file: a query of
+/// four terms over nine segments spent about 120 µs in lookups.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TermFences {
+    prefixes: Vec<u64>,
+    /// The dictionary's term count.
+    terms: usize,
+}
+
+impl TermFences {
+    /// The index range of terms that can equal a term with bytes `b`: prefixes are ordered as
+    /// the terms are (zero padding keeps byte order), so a term whose prefix is below `b`'s
+    /// is below `b`, and one whose prefix is above it is above it.
+    fn range(&self, b: &[u8]) -> (usize, usize) {
+        let p = prefix8(b);
+        let below = self.prefixes.partition_point(|&x| x < p);
+        let upto = self.prefixes.partition_point(|&x| x <= p);
+        // Fence `below - 1` is under `b`, so are the terms before it; fence `upto` is over.
+        let lo = if below == 0 {
+            0
+        } else {
+            (below - 1) * FENCE_STEP + 1
+        };
+        let hi = (upto * FENCE_STEP).min(self.terms);
+        (lo, hi.max(lo))
+    }
+}
+
+/// The first 8 bytes of `b` as a big-endian number, zero-padded.
+fn prefix8(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    let n = b.len().min(8);
+    w[..n].copy_from_slice(&b[..n]);
+    u64::from_be_bytes(w)
+}
+
 #[derive(Clone)]
 pub struct TermIds<'a> {
     query: &'a QueryTerms,
@@ -620,7 +663,7 @@ pub(crate) fn build_as(docs: &[DocFields<'_>], packed: bool) -> PostingsArchive 
 /// (a block that fails reads as empty, so searching never indexes out of bounds), and all at
 /// once by [`validate_blocks`] (`Segment::verify`). Decoding every block here cost about half
 /// of opening a large index.
-pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Result<()> {
+pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Result<TermFences> {
     let bad = |what: &str| Err(corrupt(path, format!("postings: {what}")));
     let nt = p.terms.len();
     let nb = p.block_last.len();
@@ -644,12 +687,17 @@ pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Res
     if p.block_offsets[0] != first || p.block_offsets[nb].to_native() != p.data.len() as u64 {
         return bad("block offsets do not cover the data");
     }
-    // Each term read once (a pair window reads each twice).
+    // Each term read once (a pair window reads each twice); every `FENCE_STEP`-th one's
+    // prefix is kept for lookups (`TermFences`).
     let mut prev: Option<&[u8]> = None;
-    for t in p.terms.iter() {
+    let mut fences = Vec::with_capacity(nt.div_ceil(FENCE_STEP));
+    for (i, t) in p.terms.iter().enumerate() {
         let b = t.as_bytes();
         if prev.is_some_and(|p| p >= b) {
             return bad("term dictionary is not sorted");
+        }
+        if i % FENCE_STEP == 0 {
+            fences.push(prefix8(b));
         }
         prev = Some(b);
     }
@@ -681,7 +729,10 @@ pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Res
             return bad("a term maximum disagrees with its blocks");
         }
     }
-    Ok(())
+    Ok(TermFences {
+        prefixes: fences,
+        terms: nt,
+    })
 }
 
 /// [`validate`], then every block decoded: within its byte range, into ascending document ids
@@ -734,6 +785,22 @@ impl ArchivedPostingsArchive {
     /// Index of `term` (already tokenized) in the dictionary.
     pub fn term_id(&self, term: &str) -> Option<usize> {
         self.terms.binary_search_by(|t| t.as_str().cmp(term)).ok()
+    }
+
+    /// [`Self::term_id`], the range searched narrowed first by `fences` (this dictionary's,
+    /// from [`validate`]): the same answer. Fences of another dictionary (another term count)
+    /// are not used.
+    pub fn term_id_fenced(&self, term: &str, fences: &TermFences) -> Option<usize> {
+        let nt = self.terms.len();
+        if fences.terms != nt || fences.prefixes.len() != nt.div_ceil(FENCE_STEP) {
+            return self.term_id(term);
+        }
+        let (lo, hi) = fences.range(term.as_bytes());
+        let within = self.terms.get(lo..hi)?;
+        within
+            .binary_search_by(|t| t.as_bytes().cmp(term.as_bytes()))
+            .ok()
+            .map(|i| lo + i)
     }
 
     /// Documents holding `term` (already tokenized); 0 when the dictionary lacks it.

@@ -505,6 +505,8 @@ pub struct Segment {
     ivf_map: OnceLock<std::result::Result<MappedIvf, String>>,
     /// `ivf.rbq`, opened beside `ivf_map` on first use (`None`: the segment has none).
     rbq: OnceLock<std::result::Result<Option<MappedRbq>, String>>,
+    /// The dictionary's lookup fences, gathered when the postings are validated at open.
+    term_fences: OnceLock<bm25::TermFences>,
 }
 
 impl std::fmt::Debug for Segment {
@@ -620,6 +622,7 @@ impl Segment {
             ivf: OnceLock::new(),
             ivf_map: OnceLock::new(),
             rbq: OnceLock::new(),
+            term_fences: OnceLock::new(),
         };
         seg.validate_structure()?;
         Ok(seg)
@@ -714,7 +717,10 @@ impl Segment {
         let postings =
             rkyv::access::<ArchivedPostingsArchive, rancor::Error>(&self.postings[HEADER_LEN..])
                 .map_err(|_| corrupt(&pp, "its archive structure does not validate"))?;
-        bm25::validate(&pp, postings, n)
+        let fences = bm25::validate(&pp, postings, n)?;
+        // Set once: `validate_structure` runs once, from `open`.
+        let _ = self.term_fences.set(fences);
+        Ok(())
     }
 
     /// `graph.rkyv` for `n` chunks and `nf` files.
@@ -811,6 +817,15 @@ impl Segment {
     pub fn postings(&self) -> &ArchivedPostingsArchive {
         // SAFETY: validated in `open`, see `table`.
         unsafe { rkyv::access_unchecked::<ArchivedPostingsArchive>(&self.postings[HEADER_LEN..]) }
+    }
+
+    /// `q`'s terms looked up in this segment's dictionary
+    /// ([`ArchivedPostingsArchive::resolve`], narrowed by the fences gathered at open).
+    pub fn resolve_terms<'a>(&'a self, q: &'a bm25::QueryTerms) -> bm25::TermIds<'a> {
+        match self.term_fences.get() {
+            Some(f) => self.postings().resolve_fenced(q, f),
+            None => self.postings().resolve(q),
+        }
     }
 
     pub fn graph(&self) -> &ArchivedGraphArchive {

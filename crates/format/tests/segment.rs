@@ -110,6 +110,11 @@ fn round_trip_search_and_graph() {
     assert!((hits[0].1 - 1.0).abs() < 1e-5);
     let bm = seg.search_bm25("func_2_3", 5, None, None);
     assert_eq!(bm[0].0, 11);
+    // The opened segment's fenced lookups give the dictionary's ids.
+    let q = format::bm25::QueryTerms::new("func_2_3 parse_config nowhere render page");
+    let (fenced, plain) = (seg.resolve_terms(&q), seg.postings().resolve(&q));
+    assert!((0..q.len()).all(|i| fenced.get(i) == plain.get(i)));
+    assert!((0..q.len()).any(|i| fenced.get(i).is_some()));
     let g = seg.graph();
     assert_eq!(
         g.neighbors(5, EdgeKind::Calls, format::graph::Direction::In)

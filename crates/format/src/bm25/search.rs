@@ -4,7 +4,7 @@
 
 use roaring::RoaringBitmap;
 
-use super::{weight, ArchivedPostingsArchive, QueryTerms, TermIds, TermStats, BLOCK};
+use super::{weight, ArchivedPostingsArchive, QueryTerms, TermFences, TermIds, TermStats, BLOCK};
 
 impl ArchivedPostingsArchive {
     /// (document, term frequency) pairs of `term`, in document order.
@@ -21,6 +21,19 @@ impl ArchivedPostingsArchive {
             query: q,
             postings: self,
             ids: q.terms.iter().map(|(t, _)| self.term_id(t)).collect(),
+        }
+    }
+
+    /// [`Self::resolve`] through this dictionary's fences ([`super::validate`]): the same ids.
+    pub fn resolve_fenced<'a>(&'a self, q: &'a QueryTerms, fences: &TermFences) -> TermIds<'a> {
+        TermIds {
+            query: q,
+            postings: self,
+            ids: q
+                .terms
+                .iter()
+                .map(|(t, _)| self.term_id_fenced(t, fences))
+                .collect(),
         }
     }
 

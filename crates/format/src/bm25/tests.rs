@@ -626,3 +626,83 @@ fn resolved_terms_equal_string_queries() {
     }
     assert!(checked > 2000, "{checked}");
 }
+
+/// Lookups narrowed by the fences `validate` gathers find exactly what a search of the whole
+/// dictionary finds: every term at its index, and nothing for absent terms next to present
+/// ones (one byte changed, cut short, extended), including runs of terms that share their
+/// first 8 bytes across several fences, terms shorter than 8 bytes and non-ASCII ones. Fences
+/// of another dictionary are not used.
+#[test]
+fn fenced_lookups_equal_plain_ones() {
+    let letters = |mut n: usize, width: usize| -> String {
+        let mut s = vec![b'a'; width];
+        for c in s.iter_mut().rev() {
+            *c = b'a' + (n % 26) as u8;
+            n /= 26;
+        }
+        String::from_utf8(s).unwrap()
+    };
+    let mut words: Vec<String> = Vec::new();
+    // 300 terms with the prefix `abcdefghij` (about 19 fences with equal prefixes).
+    words.extend((0..300).map(|i| format!("abcdefghij{}", letters(i, 2))));
+    words.extend((0..200).map(|i| letters(i * 7, 3)));
+    words.extend(
+        [
+            "a",
+            "ab",
+            "abc",
+            "abcdefgh",
+            "abcdefghi",
+            "zzzzzzzzzz",
+            "é",
+            "naïve",
+            "日本語",
+        ]
+        .map(String::from),
+    );
+    let texts: Vec<String> = words.chunks(5).map(|w| w.join(" ")).collect();
+    let ba = archive_of(&texts);
+    let p = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&ba).unwrap();
+    let fences = validate(std::path::Path::new("postings"), p, p.doc_count()).unwrap();
+    let nt = p.terms.len();
+    assert!(
+        nt > 500 && fences.prefixes.len() == nt.div_ceil(FENCE_STEP),
+        "{nt}"
+    );
+    let dict: Vec<String> = p.terms.iter().map(|t| t.as_str().to_string()).collect();
+    let mut probes: Vec<String> = vec![String::new(), "\u{10FFFF}".into(), "abcdefgh\0".into()];
+    for t in &dict {
+        let b = t.as_bytes();
+        probes.push(t.clone());
+        probes.push(format!("{t}a"));
+        probes.push(format!("{t}\0"));
+        probes.push(String::from_utf8_lossy(&b[..b.len() - 1]).into_owned());
+        for delta in [1i16, -1] {
+            let mut c = b.to_vec();
+            let last = c.len() - 1;
+            c[last] = (c[last] as i16 + delta).clamp(0, 255) as u8;
+            probes.push(String::from_utf8_lossy(&c).into_owned());
+        }
+    }
+    let mut found = 0;
+    for q in &probes {
+        let plain = p.term_id(q);
+        assert_eq!(p.term_id_fenced(q, &fences), plain, "{q:?}");
+        found += usize::from(plain.is_some());
+    }
+    assert!(found >= nt, "{found}");
+    for (i, t) in dict.iter().enumerate() {
+        assert_eq!(p.term_id_fenced(t, &fences), Some(i), "{t}");
+    }
+    // Resolving a query through the fences gives the ids of a plain resolve.
+    let q = QueryTerms::new("abcdefghijab missing naïve zzzzzzzzzz abc");
+    let (x, y) = (p.resolve_fenced(&q, &fences), p.resolve(&q));
+    assert!((0..q.len()).all(|i| x.get(i) == y.get(i)));
+    // Another dictionary's fences (another term count) are not used.
+    let other = archive_of(&texts[..20]);
+    let o = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&other).unwrap();
+    let wrong = validate(std::path::Path::new("postings"), o, o.doc_count()).unwrap();
+    for t in dict.iter().step_by(7) {
+        assert_eq!(p.term_id_fenced(t, &wrong), p.term_id(t), "{t}");
+    }
+}
