@@ -177,17 +177,28 @@ pub(crate) fn sync_dir(path: &Path) -> Result<()> {
 /// foresee (`code::rank::collapse`).
 #[inline]
 pub fn prefetch<T>(items: &[T]) {
+    prefetch_hint::<{ PREFETCH_L1 }, T>(items)
+}
+
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_L1: i32 = std::arch::x86_64::_MM_HINT_T0;
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_L2: i32 = std::arch::x86_64::_MM_HINT_T1;
+#[cfg(not(target_arch = "x86_64"))]
+const PREFETCH_L1: i32 = 0;
+#[cfg(not(target_arch = "x86_64"))]
+const PREFETCH_L2: i32 = 0;
+
+/// Every cache line of `items` asked for with `_mm_prefetch` hint `HINT` (no-op elsewhere).
+#[inline]
+fn prefetch_hint<const HINT: i32, T>(items: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         let base = items.as_ptr().cast::<u8>();
         for at in (0..std::mem::size_of_val(items)).step_by(64) {
             // SAFETY: SSE is part of x86_64; `at` is inside `items`, and a prefetch of a valid
             // address has no effect on program state.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    base.add(at).cast(),
-                )
-            };
+            unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(base.add(at).cast()) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -201,20 +212,7 @@ pub fn prefetch<T>(items: &[T]) {
 /// scan's samples: the L1's miss buffers were full); into L2 the vector phase at 1M chunks
 /// took 27% less time (README, "Search over many segments"). No effect on program state.
 pub fn prefetch_l2<T>(items: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let base = items.as_ptr().cast::<u8>();
-        for at in (0..std::mem::size_of_val(items)).step_by(64) {
-            // SAFETY: as in `prefetch`.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-                    base.add(at).cast(),
-                )
-            };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = items;
+    prefetch_hint::<{ PREFETCH_L2 }, T>(items)
 }
 
 /// Hex of the blake3 hash of `bytes`.

@@ -17,23 +17,24 @@ impl ArchivedPostingsArchive {
     /// up once per query and segment, and handed to [`Self::search_terms`],
     /// [`Self::score_docs_terms`], [`Self::postings_of`] and [`TermStats::add_resolved`].
     pub fn resolve<'a>(&'a self, q: &'a QueryTerms) -> TermIds<'a> {
-        TermIds {
-            query: q,
-            postings: self,
-            ids: q.terms.iter().map(|(t, _)| self.term_id(t)).collect(),
-        }
+        self.resolve_by(q, |t| self.term_id(t))
     }
 
     /// [`Self::resolve`] through this dictionary's fences ([`super::validate`]): the same ids.
     pub fn resolve_fenced<'a>(&'a self, q: &'a QueryTerms, fences: &TermFences) -> TermIds<'a> {
+        self.resolve_by(q, |t| self.term_id_fenced(t, fences))
+    }
+
+    /// `q`'s terms with the ids `id` finds for them in this dictionary.
+    fn resolve_by<'a>(
+        &'a self,
+        q: &'a QueryTerms,
+        id: impl Fn(&str) -> Option<usize>,
+    ) -> TermIds<'a> {
         TermIds {
             query: q,
             postings: self,
-            ids: q
-                .terms
-                .iter()
-                .map(|(t, _)| self.term_id_fenced(t, fences))
-                .collect(),
+            ids: q.terms.iter().map(|(t, _)| id(t)).collect(),
         }
     }
 
