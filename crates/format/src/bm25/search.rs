@@ -151,12 +151,24 @@ impl ArchivedPostingsArchive {
         stats: Option<&TermStats>,
     ) -> Vec<(u32, f32)> {
         let qt = self.weights(ids, stats);
-        self.maxscore(&qt, k, allow, deny, floor, stats, MIN_WINDOW, DENSE_SEEKS)
+        self.maxscore(
+            &qt,
+            k,
+            allow,
+            deny,
+            floor,
+            stats,
+            MIN_WINDOW,
+            DENSE_SEEKS,
+            LANES,
+        )
     }
 
     /// Block-max MaxScore in windows of at least `min_window` documents (see [`MIN_WINDOW`]),
     /// a non-essential list scored a list at a time where it holds at most `dense_seeks`
-    /// postings per document still passing (see [`DENSE_SEEKS`]).
+    /// postings per document still passing (see [`DENSE_SEEKS`]), and the documents of a
+    /// 64-document word of the window checked all at once when it holds at least `lanes`
+    /// of them (see [`LANES`]).
     ///
     /// Never inlined: inlined into its callers (then `search_terms` and `search_above_with`;
     /// now only the first calls it) it ran slower (1M BM25-only p99 9.3-9.9 ms against 6.8-7.5
@@ -173,6 +185,7 @@ impl ArchivedPostingsArchive {
         stats: Option<&TermStats>,
         min_window: u32,
         dense_seeks: f32,
+        lanes: u32,
     ) -> Vec<(u32, f32)> {
         if self.doc_count() == 0 || k == 0 {
             return Vec::new();
@@ -201,6 +214,9 @@ impl ArchivedPostingsArchive {
         // every document would otherwise end a window every block (~128 documents), and the
         // per-window work (bounds, partition) cost more than the documents scored.
         let mut lead: Vec<usize> = (0..cursors.len()).collect();
+        // The rows of the window's buffers in query-term order (the order scores are summed
+        // in), for documents completed a word at a time.
+        let mut by_term: Vec<usize> = Vec::with_capacity(cursors.len());
         let mut start = 0u32;
         loop {
             for c in cursors.iter_mut() {
@@ -278,6 +294,13 @@ impl ArchivedPostingsArchive {
                 let mut passing = 0usize;
                 for (wi, slot) in bits[..words].iter_mut().enumerate() {
                     let mut word = *slot;
+                    if !filtered && word.count_ones() >= lanes {
+                        let keep = word & lanes_above(&acc, 0..rows, wi << 6, ne_max, theta0);
+                        clear_lanes(&mut acc, rows, wi << 6, word & !keep);
+                        *slot = keep;
+                        passing += keep.count_ones() as usize;
+                        continue;
+                    }
                     while word != 0 {
                         let off = (wi << 6) + word.trailing_zeros() as usize;
                         word &= word - 1;
@@ -332,6 +355,19 @@ impl ArchivedPostingsArchive {
                     passing = 0;
                     for (wi, slot) in bits[..words].iter_mut().enumerate() {
                         let mut word = *slot;
+                        if word.count_ones() >= lanes {
+                            let sums = lane_sums(&acc, 0..rows + dn, wi << 6);
+                            let keep = word & above(&sums, rest, theta0);
+                            #[cfg(test)]
+                            REPRUNED.fetch_add(
+                                (word & !keep).count_ones() as usize,
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
+                            clear_lanes(&mut acc, rows, wi << 6, word & !keep);
+                            *slot = keep;
+                            passing += keep.count_ones() as usize;
+                            continue;
+                        }
                         while word != 0 {
                             let off = (wi << 6) + word.trailing_zeros() as usize;
                             word &= word - 1;
@@ -358,8 +394,39 @@ impl ArchivedPostingsArchive {
                 }
                 let seeks = &non_essential[..nne - dn];
                 let rest = seeks.len().checked_sub(1).map_or(0.0, |j| prefix[j]);
+                if seeks.is_empty() {
+                    by_term.clear();
+                    by_term.extend(0..rows + dn);
+                    let qi = |r: usize| {
+                        let i = if r < rows {
+                            essential[r]
+                        } else {
+                            non_essential[nne - 1 - (r - rows)]
+                        };
+                        cursors[i].qi
+                    };
+                    by_term.sort_unstable_by_key(|&r| qi(r));
+                }
                 for (wi, slot) in bits[..words].iter_mut().enumerate() {
                     let mut word = std::mem::take(slot);
+                    if seeks.is_empty() && word.count_ones() >= lanes {
+                        // Every list is in the buffers: each document's exact score is its
+                        // rows summed in query-term order, and the ones above the threshold
+                        // now are offered in document order (the heap checks each against
+                        // the threshold it has then, which only rises).
+                        let base = wi << 6;
+                        let scores = lane_sums_in(&acc, &by_term, base);
+                        let mut offer = word & above(&scores, 0.0, heap.threshold());
+                        while offer != 0 {
+                            let l = offer.trailing_zeros() as usize;
+                            offer &= offer - 1;
+                            heap.offer(start + (base + l) as u32, scores[l]);
+                        }
+                        for j in 0..rows {
+                            acc[j * ROW + base..j * ROW + base + 64].fill(0.0);
+                        }
+                        continue;
+                    }
                     while word != 0 {
                         let off = (wi << 6) + word.trailing_zeros() as usize;
                         word &= word - 1;
@@ -538,6 +605,79 @@ pub(super) static REPRUNED: std::sync::atomic::AtomicUsize = std::sync::atomic::
 
 /// No (more) documents.
 const NO_DOC: u32 = u32::MAX;
+
+/// A 64-document word of a MaxScore window holding at least this many documents is checked
+/// (and, when every list is in the buffers, completed) all at once, its documents' sums
+/// computed in vector registers, instead of one document at a time. The same results: each
+/// lane adds the same numbers in the same order. Common-term queries fill most words (at 1M
+/// chunks BM25-only p99 6.927 → 6.094 ms, mean 2.055 → 2.020 ms per query; 8 and 32 here
+/// measured within the noise of 16); a word of a few documents is checked one at a time.
+pub(super) const LANES: u32 = 16;
+
+/// Per lane `l` of the word at `base`: the sum of `acc[r * ROW + base + l]` over `rows` in
+/// that order, from 0 (as the per-document loops sum).
+#[inline]
+fn lane_sums_in(acc: &[f32], rows: &[usize], base: usize) -> [f32; 64] {
+    let mut s = [0f32; 64];
+    for &r in rows {
+        let row = &acc[r * ROW + base..r * ROW + base + 64];
+        for (x, &y) in s.iter_mut().zip(row) {
+            *x += y;
+        }
+    }
+    s
+}
+
+/// [`lane_sums_in`] over a range of rows.
+#[inline]
+fn lane_sums(acc: &[f32], rows: std::ops::Range<usize>, base: usize) -> [f32; 64] {
+    let mut s = [0f32; 64];
+    for r in rows {
+        let row = &acc[r * ROW + base..r * ROW + base + 64];
+        for (x, &y) in s.iter_mut().zip(row) {
+            *x += y;
+        }
+    }
+    s
+}
+
+/// The lanes whose `bound(sum + add)` is above `theta`: the per-document test, 64 at once.
+#[inline]
+fn above(sums: &[f32; 64], add: f32, theta: f32) -> u64 {
+    let mut m = 0u64;
+    for (q, quad) in sums.chunks_exact(4).enumerate() {
+        let mut bits = 0u64;
+        for (l, &x) in quad.iter().enumerate() {
+            bits |= u64::from(bound(x + add) > theta) << l;
+        }
+        m |= bits << (4 * q);
+    }
+    m
+}
+
+/// [`above`] of [`lane_sums`].
+#[inline]
+fn lanes_above(
+    acc: &[f32],
+    rows: std::ops::Range<usize>,
+    base: usize,
+    add: f32,
+    theta: f32,
+) -> u64 {
+    above(&lane_sums(acc, rows, base), add, theta)
+}
+
+/// Zeroes the first `rows` rows' entries of the documents `gone` of the word at `base`.
+#[inline]
+fn clear_lanes(acc: &mut [f32], rows: usize, base: usize, mut gone: u64) {
+    while gone != 0 {
+        let off = base + gone.trailing_zeros() as usize;
+        gone &= gone - 1;
+        for j in 0..rows {
+            acc[j * ROW + off] = 0.0;
+        }
+    }
+}
 
 /// The fewest documents a MaxScore window spans (Lucene's `MaxScoreBulkScorer` scores inner
 /// windows of 4,096). Windows end at a block end of an essential list, or here when that is

@@ -1,6 +1,6 @@
 use roaring::RoaringBitmap;
 
-use super::search::{DENSE_SEEKS, MIN_WINDOW};
+use super::search::{DENSE_SEEKS, LANES, MIN_WINDOW};
 use super::*;
 
 fn docs() -> Vec<(&'static str, &'static str)> {
@@ -173,10 +173,16 @@ fn maxscore_equals_exhaustive_on(
                 // (∞), or as search decides.
                 for w in [1, 200, MIN_WINDOW] {
                     for dense in [0.0, DENSE_SEEKS, f32::INFINITY] {
-                        let f = f32::NEG_INFINITY;
-                        let qt = a.query_terms(&query, None);
-                        let got = a.maxscore(&qt, k, al, de, f, None, w, dense);
-                        assert_eq!(got, slow, "query {query:?} k {k} window {w} dense {dense}");
+                        // Words checked all at once always, never, or as search decides.
+                        for lanes in [0, 65, LANES] {
+                            let f = f32::NEG_INFINITY;
+                            let qt = a.query_terms(&query, None);
+                            let got = a.maxscore(&qt, k, al, de, f, None, w, dense, lanes);
+                            assert_eq!(
+                                got, slow,
+                                "query {query:?} k {k} window {w} dense {dense} lanes {lanes}"
+                            );
+                        }
                     }
                 }
                 checked += fast.len();
