@@ -295,7 +295,7 @@ impl ArchivedPostingsArchive {
                 for (wi, slot) in bits[..words].iter_mut().enumerate() {
                     let mut word = *slot;
                     if !filtered && word.count_ones() >= lanes {
-                        let keep = word & lanes_above(&acc, 0..rows, wi << 6, ne_max, theta0);
+                        let keep = word & above(&lane_sums(&acc, 0..rows, wi << 6), ne_max, theta0);
                         clear_lanes(&mut acc, rows, wi << 6, word & !keep);
                         *slot = keep;
                         passing += keep.count_ones() as usize;
@@ -415,7 +415,7 @@ impl ArchivedPostingsArchive {
                         // now are offered in document order (the heap checks each against
                         // the threshold it has then, which only rises).
                         let base = wi << 6;
-                        let scores = lane_sums_in(&acc, &by_term, base);
+                        let scores = lane_sums(&acc, by_term.iter().copied(), base);
                         let mut offer = word & above(&scores, 0.0, heap.threshold());
                         while offer != 0 {
                             let l = offer.trailing_zeros() as usize;
@@ -615,22 +615,9 @@ const NO_DOC: u32 = u32::MAX;
 pub(super) const LANES: u32 = 16;
 
 /// Per lane `l` of the word at `base`: the sum of `acc[r * ROW + base + l]` over `rows` in
-/// that order, from 0 (as the per-document loops sum).
+/// the order given, from 0 (as the per-document loops sum).
 #[inline]
-fn lane_sums_in(acc: &[f32], rows: &[usize], base: usize) -> [f32; 64] {
-    let mut s = [0f32; 64];
-    for &r in rows {
-        let row = &acc[r * ROW + base..r * ROW + base + 64];
-        for (x, &y) in s.iter_mut().zip(row) {
-            *x += y;
-        }
-    }
-    s
-}
-
-/// [`lane_sums_in`] over a range of rows.
-#[inline]
-fn lane_sums(acc: &[f32], rows: std::ops::Range<usize>, base: usize) -> [f32; 64] {
+fn lane_sums(acc: &[f32], rows: impl IntoIterator<Item = usize>, base: usize) -> [f32; 64] {
     let mut s = [0f32; 64];
     for r in rows {
         let row = &acc[r * ROW + base..r * ROW + base + 64];
@@ -653,18 +640,6 @@ fn above(sums: &[f32; 64], add: f32, theta: f32) -> u64 {
         m |= bits << (4 * q);
     }
     m
-}
-
-/// [`above`] of [`lane_sums`].
-#[inline]
-fn lanes_above(
-    acc: &[f32],
-    rows: std::ops::Range<usize>,
-    base: usize,
-    add: f32,
-    theta: f32,
-) -> u64 {
-    above(&lane_sums(acc, rows, base), add, theta)
 }
 
 /// Zeroes the first `rows` rows' entries of the documents `gone` of the word at `base`.
