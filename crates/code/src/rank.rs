@@ -158,10 +158,22 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
     // The records of the candidates a few ranks on are asked for while this one is grouped:
     // they lie at scattered places in tables of megabytes, and waiting for each in turn was
     // most of the collapse.
-    const AHEAD: usize = 4;
+    const AHEAD: usize = 8;
+    const FILE_AHEAD: usize = 4;
+    const PATH_AHEAD: usize = 2;
     let record = |&(si, c): &Node| {
         let chunks = &index.segments[si].segment.table().chunks;
         chunks.get(c as usize..c as usize + 1)
+    };
+    // Its file record a few ranks on, read from the chunk record asked for before, and that
+    // file's repository and path bytes closer still: each was a wait of its own (at 1M chunks,
+    // the collapse of a vector-only query's 100 candidates took 75-90 µs with only the records
+    // asked for, 4 ranks on; 50-52 µs with this chain).
+    let file = |&(si, c): &Node| {
+        let t = index.segments[si].segment.table();
+        let ch = t.chunks.get(c as usize)?;
+        let f = ch.file.to_native() as usize;
+        t.files.get(f..f + 1)
     };
     for n in ranked.iter().take(AHEAD).filter_map(record) {
         format::prefetch(n);
@@ -169,6 +181,13 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
     for (rank, &(si, c)) in ranked.iter().enumerate() {
         if let Some(n) = ranked.get(rank + AHEAD).and_then(record) {
             format::prefetch(n);
+        }
+        if let Some(f) = ranked.get(rank + FILE_AHEAD).and_then(file) {
+            format::prefetch(f);
+        }
+        if let Some(f) = ranked.get(rank + PATH_AHEAD).and_then(file) {
+            format::prefetch(f[0].path.as_bytes());
+            format::prefetch(f[0].repo.as_bytes());
         }
         let t = index.segments[si].segment.table();
         let ch = &t.chunks[c as usize];

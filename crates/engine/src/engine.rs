@@ -151,7 +151,9 @@ impl Engine {
         // One snapshot, built after recovery (which may have moved to a newer generation).
         let rec = memory::store::recover(index_dir, index, mtime);
         let (wal, access, damage, held) = (rec.wal, rec.access, rec.damage, rec.held);
-        let snap = Snapshot::new(Arc::new(rec.index), rec.manifest_mtime, rec.delta);
+        let index = Arc::new(rec.index);
+        populate_in_background(&index);
+        let snap = Snapshot::new(index, rec.manifest_mtime, rec.delta);
         let snap_key = (snap.manifest_mtime, snap.generation());
         Ok(Engine {
             dir: index_dir.to_path_buf(),
@@ -499,6 +501,7 @@ impl Engine {
             return false;
         }
         let index = Arc::new(index);
+        populate_in_background(&index);
         // Segment copies of ids the delta holds are superseded (a dump ingested while we run
         // may have added some).
         let mut delta = now.memory.delta.clone();
@@ -540,4 +543,33 @@ impl Engine {
 pub fn unix_secs(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// Maps the index's files into the page tables on a background thread ([`Index::populate`]),
+/// so that queries do not pay a page fault for each vector row, record or text they touch
+/// first (at 1M chunks: vector-only p99 2.8-3.4 → 1.7-1.8 ms over a server's first thousand
+/// queries; README, "Search over many segments"). Only segments not done before (a new
+/// generation shares its unchanged segments), and only when they fit in half of the memory the
+/// kernel reports available, since pages the page cache lacks are read from disk; elsewhere
+/// than Linux, never.
+fn populate_in_background(index: &Arc<Index>) {
+    let Some(available) = mem_available() else {
+        return;
+    };
+    if index.mapped_bytes() as u64 > available / 2 {
+        return;
+    }
+    let index = Arc::clone(index);
+    // A thread that cannot be started leaves the pages to fault in on use, as before.
+    let _ = std::thread::Builder::new()
+        .name("cix-populate".into())
+        .spawn(move || index.populate());
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes (`None` where there is none).
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

@@ -160,6 +160,11 @@ impl<'a> Reader<'a> {
 }
 
 impl MappedIvf {
+    /// The mapped file (for [`crate::populate`]).
+    pub(crate) fn map(&self) -> &Mmap {
+        &self.map
+    }
+
     /// Maps `path` and parses it; `dim` and `n` are the segment's (the file must agree).
     pub fn open(path: &Path, dim: usize, n: usize) -> Result<MappedIvf> {
         let f = std::fs::File::open(path).map_err(io_err(path))?;

@@ -215,6 +215,25 @@ pub fn prefetch_l2<T>(items: &[T]) {
     prefetch_hint::<{ PREFETCH_L2 }, T>(items)
 }
 
+/// Enters every page of `map` into the process's page tables (`MADV_POPULATE_READ`, Linux 5.14+;
+/// elsewhere, or where the kernel refuses it, one byte of each page is read), reading from
+/// disk what the page cache lacks. A mapped page's first access otherwise costs a page fault
+/// (a few microseconds, on the query that touches it), and a prefetch instruction to a page
+/// not yet mapped is dropped. Returns the bytes covered. No effect on program state.
+pub fn populate(map: &memmap2::Mmap) -> usize {
+    #[cfg(target_os = "linux")]
+    if map.advise(memmap2::Advice::PopulateRead).is_ok() {
+        return map.len();
+    }
+    let mut sum = 0u8;
+    for i in (0..map.len()).step_by(4096) {
+        // SAFETY: `i` is within the mapping; a volatile read so the touch is not optimised out.
+        sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(map.as_ptr().add(i)) });
+    }
+    std::hint::black_box(sum);
+    map.len()
+}
+
 /// Hex of the blake3 hash of `bytes`.
 pub fn blake3_hex(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()

@@ -353,6 +353,27 @@ impl Index {
         });
     }
 
+    /// Bytes of every segment's memory maps (code and memory segments).
+    pub fn mapped_bytes(&self) -> usize {
+        self.segments
+            .iter()
+            .chain(&self.memory)
+            .map(|ls| ls.segment.mapped_bytes())
+            .sum()
+    }
+
+    /// [`Segment::populate`] for every code and memory segment, one after the other: a task
+    /// for a background thread (it reads from disk what the page cache lacks). Returns the
+    /// bytes covered (segments already populated, for example shared with the generation
+    /// before, count nothing).
+    pub fn populate(&self) -> usize {
+        self.segments
+            .iter()
+            .chain(&self.memory)
+            .map(|ls| ls.segment.populate())
+            .sum()
+    }
+
     /// Live (not tombstoned) chunk count.
     pub fn live_chunks(&self) -> u64 {
         self.segments

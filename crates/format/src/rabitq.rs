@@ -364,6 +364,11 @@ fn le_u64(b: &[u8]) -> u64 {
 }
 
 impl MappedRbq {
+    /// The mapped file (for [`crate::populate`]).
+    pub(crate) fn map(&self) -> &Mmap {
+        &self.map
+    }
+
     /// Maps `path`, checks its header against the segment (`dim`, `model_id`) and its lists
     /// against `ivf` (same list count and sizes).
     pub fn open(path: &Path, dim: usize, model_id: &str, ivf: &MappedIvf) -> Result<MappedRbq> {

@@ -70,6 +70,11 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 impl MappedTexts {
+    /// The mapped file (for [`crate::populate`]).
+    pub(crate) fn map(&self) -> &Mmap {
+        &self.map
+    }
+
     /// Checks the header (component, `dim`, `model_id`), the count against `chunks` and that
     /// the last offset ends the file; reads nothing else.
     pub fn open(path: &Path, map: Mmap, dim: u32, model_id: &str, chunks: u32) -> Result<Self> {

@@ -254,6 +254,16 @@ fn one_bit_codes_search_and_verify() {
     assert!(!seg.ivf_opened());
     index.open_vector_maps();
     assert!(seg.ivf_opened());
+    // Populating the maps covers every file of the segment but `segment.json`, once.
+    let files: u64 = std::fs::read_dir(dir.path().join(format!("seg-{id}")))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() != "segment.json")
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert_eq!(seg.mapped_bytes() as u64, files);
+    assert_eq!(index.populate() as u64, files);
+    assert_eq!(index.populate(), 0);
     let q = &queries[..dim];
     let opened_first = seg.search_vectors(q, 10, nlist, None, None).unwrap();
     let fresh = Segment::open(dir.path(), &id, MODEL, dim as u32).unwrap();
