@@ -1,0 +1,415 @@
+//! The writer of a segment ([`SegmentBuilder`]): records, texts, postings, graph, vectors and
+//! the IVF written into a temporary directory, fsynced, hashed into `segment.json` and renamed
+//! into place under its content address (see the parent module for the layout).
+
+use std::path::Path;
+
+use rkyv::rancor;
+
+use super::{dir_name, segment_id, unique, FileEntry, SegmentMeta, SEGMENT_JSON};
+use crate::bm25::{self, DocFields};
+use crate::graph;
+use crate::header::{self, Component, HEADER_LEN};
+use crate::ivf_map::MappedIvf;
+use crate::memory::{self, MemoryRecord, MemoryTable};
+use crate::records::{ChunkInput, ChunkTable, EdgeInput, ExternalEdge, FileInput, NO_PARENT};
+use crate::vectors::{self, IVF_FILE};
+use crate::{io_err, sync_dir, write_synced, FormatError, Result, FORMAT_VERSION};
+
+/// Collects one segment's records in memory and writes them.
+#[derive(Debug, Default)]
+pub struct SegmentBuilder {
+    pub files: Vec<FileInput>,
+    pub chunks: Vec<ChunkInput>,
+    /// `chunks.len() × dim` floats, row `i` for chunk `i`.
+    pub vectors: Vec<f32>,
+    pub edges: Vec<EdgeInput>,
+    pub external_edges: Vec<ExternalEdge>,
+    /// For a memory segment: one record per chunk, in chunk order (see [`crate::memory`]);
+    /// empty for a code segment.
+    pub memories: Vec<MemoryRecord>,
+    /// IVF coarse centroids trained elsewhere (the indexer's GPU k-means), `nlist_for(n) × dim`
+    /// floats, for a segment large enough to get an IVF index; `None`: FAISS trains them.
+    pub ivf_centroids: Option<Vec<f32>>,
+}
+
+impl SegmentBuilder {
+    fn validate(&self, dim: usize) -> Result<()> {
+        let bad = |m: String| Err(FormatError::InvalidInput(m));
+        let n = self.chunks.len();
+        if n > (u32::MAX / 2) as usize || self.files.len() > (u32::MAX / 2) as usize {
+            return bad("too many chunks or files for one segment".into());
+        }
+        if dim == 0 || self.vectors.len() != n * dim {
+            return bad(format!(
+                "{} floats for {n} chunks of dimension {dim}",
+                self.vectors.len()
+            ));
+        }
+        if self
+            .files
+            .windows(2)
+            .any(|w| (&w[0].repo, &w[0].path) >= (&w[1].repo, &w[1].path))
+        {
+            return bad("files must be sorted by (repo, path) and unique".into());
+        }
+        let mut next = 0u32;
+        for (fi, f) in self.files.iter().enumerate() {
+            if f.first_chunk != next {
+                return bad(format!("file {} does not start at chunk {next}", f.path));
+            }
+            next += f.chunk_count;
+            for c in &self.chunks[f.first_chunk as usize..next.min(n as u32) as usize] {
+                if c.file != fi as u32 {
+                    return bad(format!("a chunk of {} names file {}", f.path, c.file));
+                }
+            }
+        }
+        if next as usize != n {
+            return bad(format!("files cover {next} chunks, {n} were given"));
+        }
+        for (i, c) in self.chunks.iter().enumerate() {
+            if c.parent != NO_PARENT && c.parent as usize >= n {
+                return bad(format!("chunk {i} has parent {} past the end", c.parent));
+            }
+            if c.start_line == 0 || c.end_line < c.start_line || c.end_byte < c.start_byte {
+                return bad(format!("chunk {i} has an invalid line or byte range"));
+            }
+        }
+        if !self.memories.is_empty() && self.memories.len() != n {
+            return bad(format!(
+                "{} memory records for {n} chunks",
+                self.memories.len()
+            ));
+        }
+        let nodes = (n + self.files.len()) as u32;
+        if let Some(e) = self.edges.iter().find(|e| e.src >= nodes || e.dst >= nodes) {
+            return bad(format!("edge {e:?} points past the last node"));
+        }
+        Ok(())
+    }
+
+    /// A memory segment of `memories` with their vectors (`memories.len() × dim` floats).
+    pub fn for_memories(memories: Vec<MemoryRecord>, vectors: Vec<f32>) -> SegmentBuilder {
+        SegmentBuilder {
+            files: vec![memory::memory_file(memories.len() as u32)],
+            chunks: memories.iter().map(memory::memory_chunk).collect(),
+            vectors,
+            memories,
+            ..SegmentBuilder::default()
+        }
+    }
+
+    /// Writes the segment into `index_dir/seg-<id>/` and returns its id and manifest. Writing
+    /// the same content twice yields the same id and leaves the existing directory untouched.
+    ///
+    /// Each component is encoded, written (header and payload framed once, no further copy),
+    /// synced, hashed and dropped before the next is encoded, so the writer's peak memory is
+    /// the builder plus its largest component, not the sum of all of them.
+    pub fn write(
+        self,
+        index_dir: &Path,
+        model_id: &str,
+        dim: usize,
+    ) -> Result<(String, SegmentMeta)> {
+        self.validate(dim)?;
+        let tmp = index_dir.join(format!(".tmp-seg-{}-{}", std::process::id(), unique()));
+        crate::fsio::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        let result = self.write_into(&tmp, index_dir, model_id, dim);
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        result
+    }
+
+    /// [`Self::write`] into the fresh directory `tmp`, renamed into place at the end.
+    ///
+    /// The IVF index (FAISS's k-means and SQ8 encoding, the largest single cost of a large
+    /// segment) is built on a scoped thread while this one writes the other components, each
+    /// encoded, written and dropped in turn. The output does not depend on that overlap: every
+    /// file is a function of the inputs alone.
+    fn write_into(
+        self,
+        tmp: &Path,
+        index_dir: &Path,
+        model_id: &str,
+        dim: usize,
+    ) -> Result<(String, SegmentMeta)> {
+        let n = self.chunks.len() as u32;
+        let nf = self.files.len() as u32;
+        let d = dim as u32;
+        let SegmentBuilder {
+            files: file_inputs,
+            chunks,
+            vectors,
+            edges,
+            external_edges,
+            memories,
+            ivf_centroids,
+        } = self;
+        let (ivf, rest) = std::thread::scope(|scope| {
+            let ivf = (n as usize >= vectors::IVF_THRESHOLD).then(|| {
+                let (vectors, centroids) = (&vectors, ivf_centroids.as_deref());
+                scope.spawn(move || write_ivf_file(tmp, vectors, dim, centroids, model_id))
+            });
+            let rest = write_components(
+                tmp,
+                model_id,
+                d,
+                file_inputs,
+                chunks,
+                &vectors,
+                edges,
+                external_edges,
+                memories,
+            );
+            let ivf = ivf.map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(FormatError::InvalidInput(
+                        "the IVF writer thread panicked".into(),
+                    ))
+                })
+            });
+            (ivf, rest)
+        });
+        let mut files = rest?;
+        let mut vector_index = "flat".to_string();
+        if let Some(entries) = ivf.transpose()? {
+            files.extend(entries);
+            vector_index = format!("ivf{},sq8", vectors::nlist_for(n as usize));
+            if ivf_centroids.is_some() {
+                // Who trained the coarse centroids (FAISS's k-means otherwise).
+                vector_index.push_str(",centroids=external");
+            }
+        }
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        let meta = SegmentMeta {
+            format_version: FORMAT_VERSION,
+            model_id: model_id.to_string(),
+            dim: d,
+            chunk_count: n,
+            file_count: nf,
+            vector_index,
+            files,
+        };
+        let json = serde_json::to_vec_pretty(&meta)
+            .map_err(|e| FormatError::InvalidInput(e.to_string()))?;
+        write_synced(&tmp.join(SEGMENT_JSON), &json)?;
+        sync_dir(tmp)?;
+        let id = segment_id(&json);
+        let dest = index_dir.join(dir_name(&id));
+        if dest.exists() {
+            std::fs::remove_dir_all(tmp).map_err(io_err(tmp))?;
+        } else {
+            crate::fsio::rename(tmp, &dest).map_err(io_err(&dest))?;
+            sync_dir(index_dir)?;
+        }
+        Ok((id, meta))
+    }
+}
+
+/// Writes a framed component file (header, then `payload`, fsynced) without building the
+/// framed bytes in memory, and returns its [`FileEntry`] (blake3 of header + payload).
+fn put_framed(
+    tmp: &Path,
+    c: Component,
+    dim: u32,
+    model_id: &str,
+    payload: &[u8],
+) -> Result<FileEntry> {
+    put_framed_parts(tmp, c, dim, model_id, &[payload])
+}
+
+/// [`put_framed`] of the payload `parts` joined, without joining them: the header, then the
+/// parts in one vectored write (`fsio::write_all_parts`), fsynced.
+fn put_framed_parts(
+    tmp: &Path,
+    c: Component,
+    dim: u32,
+    model_id: &str,
+    parts: &[&[u8]],
+) -> Result<FileEntry> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let head = header::header(c, dim, model_id, len as u64);
+    let path = tmp.join(c.file_name());
+    let mut f = crate::fsio::create(&path).map_err(io_err(&path))?;
+    crate::fsio::write_all(&mut f, &path, &head).map_err(io_err(&path))?;
+    crate::fsio::write_all_parts(&mut f, &path, parts).map_err(io_err(&path))?;
+    crate::fsio::sync_all(&f, &path).map_err(io_err(&path))?;
+    let mut h = blake3::Hasher::new();
+    h.update(&head);
+    for p in parts {
+        h.update(p);
+    }
+    Ok(FileEntry {
+        name: c.file_name().to_string(),
+        size: (HEADER_LEN + len) as u64,
+        blake3: h.finalize().to_hex().to_string(),
+    })
+}
+
+/// Every component but the IVF index: the vectors on a thread of their own, the others
+/// ([`write_records`]) each encoded, written and dropped in turn.
+#[allow(clippy::too_many_arguments)]
+fn write_components(
+    tmp: &Path,
+    model_id: &str,
+    d: u32,
+    file_inputs: Vec<FileInput>,
+    chunks: Vec<ChunkInput>,
+    vectors: &[f32],
+    edges: Vec<EdgeInput>,
+    external_edges: Vec<ExternalEdge>,
+    memories: Vec<MemoryRecord>,
+) -> Result<Vec<FileEntry>> {
+    std::thread::scope(|scope| {
+        // The vectors are final already: their write, hash and fsync (most of it waiting on
+        // the disk) run beside the encoding of the rest.
+        let vectors = scope
+            .spawn(|| put_framed(tmp, Component::Vectors, d, model_id, &f32_le_bytes(vectors)));
+        let mut files = write_records(
+            tmp,
+            model_id,
+            d,
+            file_inputs,
+            chunks,
+            edges,
+            external_edges,
+            memories,
+        )?;
+        files.push(vectors.join().unwrap_or_else(|_| {
+            Err(FormatError::InvalidInput(
+                "the vectors writer thread panicked".into(),
+            ))
+        })?);
+        Ok(files)
+    })
+}
+
+/// The components but the vectors and the IVF index, each encoded, written and dropped in
+/// turn.
+#[allow(clippy::too_many_arguments)]
+fn write_records(
+    tmp: &Path,
+    model_id: &str,
+    d: u32,
+    file_inputs: Vec<FileInput>,
+    chunks: Vec<ChunkInput>,
+    edges: Vec<EdgeInput>,
+    external_edges: Vec<ExternalEdge>,
+    memories: Vec<MemoryRecord>,
+) -> Result<Vec<FileEntry>> {
+    let archived = |what: &str, r: std::result::Result<rkyv::util::AlignedVec, rancor::Error>| {
+        r.map_err(|e| FormatError::InvalidInput(format!("cannot archive {what}: {e}")))
+    };
+    let (n, nf) = (chunks.len() as u32, file_inputs.len() as u32);
+    let mut files = Vec::new();
+    let fields: Vec<DocFields> = chunks
+        .iter()
+        .map(|c| DocFields {
+            text: &c.text,
+            path: &file_inputs[c.file as usize].path,
+            name: &c.name,
+            qualified: &c.qualified,
+        })
+        .collect();
+    let postings = bm25::build(&fields);
+    drop(fields);
+    let graph = graph::build(n, n + nf, &edges, external_edges);
+    drop(edges);
+    // The texts go to `texts.bin`; the records keep none (format 4).
+    let mut chunks = chunks;
+    let texts: Vec<String> = chunks
+        .iter_mut()
+        .map(|c| std::mem::take(&mut c.text))
+        .collect();
+    // `texts::encode`'s bytes, written from the texts where they are: joining them first
+    // held every text of the segment twice at the writer's peak.
+    let table = crate::texts::table(&texts);
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(texts.len() + 1);
+    parts.push(&table);
+    parts.extend(texts.iter().map(|t| t.as_bytes()));
+    files.push(put_framed_parts(
+        tmp,
+        Component::Texts,
+        d,
+        model_id,
+        &parts,
+    )?);
+    drop(parts);
+    drop(texts);
+    {
+        let table = ChunkTable::with_lookups(file_inputs, chunks);
+        let bytes = archived("chunks", rkyv::to_bytes(&table))?;
+        drop(table);
+        files.push(put_framed(tmp, Component::Chunks, d, model_id, &bytes)?);
+    }
+    let bytes = archived("postings", rkyv::to_bytes(&postings))?;
+    drop(postings);
+    files.push(put_framed(tmp, Component::Postings, d, model_id, &bytes)?);
+    drop(bytes);
+    let bytes = archived("graph", rkyv::to_bytes(&graph))?;
+    drop(graph);
+    files.push(put_framed(tmp, Component::Graph, d, model_id, &bytes)?);
+    drop(bytes);
+    if !memories.is_empty() {
+        let m = MemoryTable::new(memories);
+        let bytes = archived("memories", rkyv::to_bytes(&m))?;
+        files.push(put_framed(tmp, Component::Memories, d, model_id, &bytes)?);
+    }
+    Ok(files)
+}
+
+/// `v` as little-endian bytes: borrowed in place on a little-endian target (the 150 MB of a
+/// 100k-chunk segment's vectors are not copied), converted elsewhere.
+fn f32_le_bytes(v: &[f32]) -> std::borrow::Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: f32 has no padding and any byte pattern is a valid u8; the slice covers
+        // exactly the floats' memory, and u8's alignment (1) divides f32's.
+        std::borrow::Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v))
+        })
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        std::borrow::Cow::Owned(v.iter().flat_map(|f| f.to_le_bytes()).collect())
+    }
+}
+
+/// Trains, fills and writes `ivf.faiss`, fsyncs it and hashes it as it is on disk; then
+/// encodes its lists' one-bit codes into `ivf.rbq` ([`crate::rabitq`]) when the dimension
+/// gets them ([`crate::rabitq::applies`]).
+fn write_ivf_file(
+    tmp: &Path,
+    vectors: &[f32],
+    dim: usize,
+    centroids: Option<&[f32]>,
+    model_id: &str,
+) -> Result<Vec<FileEntry>> {
+    let p = tmp.join(IVF_FILE);
+    vectors::write_ivf_with(&p, vectors, dim, centroids)?;
+    let faiss = hash_synced(&p)?;
+    if !crate::rabitq::applies(dim) {
+        return Ok(vec![faiss]);
+    }
+    let ivf = MappedIvf::open(&p, dim, vectors.len() / dim)?;
+    let codes = crate::rabitq::encode(&ivf, vectors, dim)?;
+    drop(ivf);
+    let rbq = put_framed(tmp, Component::Rabitq, dim as u32, model_id, &codes)?;
+    Ok(vec![faiss, rbq])
+}
+
+/// Fsyncs the file FAISS wrote at `p` and hashes it as it is on disk, streamed.
+fn hash_synced(p: &Path) -> Result<FileEntry> {
+    let f = std::fs::File::open(p).map_err(io_err(p))?;
+    crate::fsio::sync_all(&f, p).map_err(io_err(p))?;
+    let mut h = blake3::Hasher::new();
+    h.update_reader(&f).map_err(io_err(p))?;
+    let size = f.metadata().map_err(io_err(p))?.len();
+    Ok(FileEntry {
+        name: IVF_FILE.to_string(),
+        size,
+        blake3: h.finalize().to_hex().to_string(),
+    })
+}
