@@ -132,9 +132,12 @@ impl Engine {
             );
         }
         // The IVF maps open beside the model load, so the first query does not open them.
+        // The query path's half-precision weights are made with the model, before the first
+        // query (`Encoder::prepare_query_path`).
         let encoder = std::thread::scope(|s| {
             s.spawn(|| index.open_vector_maps());
             kernels::Encoder::load_with(model_dir, device, kernels::Precision::F32)
+                .and_then(|e| e.prepare_query_path().map(|()| e))
         })
         .map_err(|source| OpenError::Model {
             dir: model_dir.to_path_buf(),
@@ -522,9 +525,9 @@ impl Engine {
         if let Some(v) = self.cache.get(q) {
             return Ok((v, true));
         }
-        let (v, _) = self
+        let v = self
             .encoder
-            .embed(&[q])
+            .embed_query(q)
             .map_err(|e| format!("embedding the query failed: {e}"))?;
         let v: Arc<[f32]> = v.into();
         self.cache.put(q, v.clone());

@@ -7,6 +7,7 @@ use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
 
 use crate::cpu;
 use crate::load::{Activation, BertConfig, Pooling, Weights};
+use crate::small;
 use crate::ModelError;
 
 /// Affine map `x @ weight + bias` with `weight` stored `[in, out]`.
@@ -59,6 +60,47 @@ pub(crate) struct Bert {
     host_kernels: bool,
     /// Float type of the weights and activations.
     dtype: DType,
+    /// The layers in half precision for single queries ([`Bert::forward_query`]), made on
+    /// first use.
+    small: std::sync::OnceLock<Result<Vec<SmallLayer>, String>>,
+}
+
+/// One encoder layer's weights for [`crate::small`]: half-precision linears, f32 norms.
+struct SmallLayer {
+    qkv: small::Packed,
+    attn_out: small::Packed,
+    attn_norm: (Vec<f32>, Vec<f32>),
+    ffn_in: small::Packed,
+    ffn_out: small::Packed,
+    ffn_norm: (Vec<f32>, Vec<f32>),
+}
+
+/// A host copy of an f32 tensor's values.
+fn host<const D: usize>(t: &Tensor<D>) -> Result<Vec<f32>, ModelError> {
+    t.clone()
+        .try_into_data()
+        .map_err(|e| ModelError::Inference(e.to_string()))?
+        .try_into_vec::<f32>()
+        .map_err(|e| ModelError::Inference(format!("{e:?}")))
+}
+
+impl Linear {
+    /// This linear's weight (`[in, out]`) and bias, packed in half precision.
+    fn packed(&self) -> Result<small::Packed, ModelError> {
+        let [i, o] = self.weight.dims();
+        Ok(small::Packed::new(
+            &host(&self.weight)?,
+            i,
+            o,
+            host(&self.bias)?,
+        ))
+    }
+}
+
+impl LayerNorm {
+    fn host(&self) -> Result<(Vec<f32>, Vec<f32>), ModelError> {
+        Ok((host(&self.gamma)?, host(&self.beta)?))
+    }
 }
 
 struct Loader<'w, 'a> {
@@ -189,6 +231,91 @@ impl Bert {
             dtype,
             device: device.clone(),
             cfg,
+            small: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The layers in half precision, packed on first use (~21 MB for MiniLM-L6).
+    fn small_layers(&self) -> Result<&[SmallLayer], ModelError> {
+        let made = self.small.get_or_init(|| {
+            self.layers
+                .iter()
+                .map(|l| {
+                    Ok(SmallLayer {
+                        qkv: l.qkv.packed()?,
+                        attn_out: l.attn_out.packed()?,
+                        attn_norm: l.attn_norm.host()?,
+                        ffn_in: l.ffn_in.packed()?,
+                        ffn_out: l.ffn_out.packed()?,
+                        ffn_norm: l.ffn_norm.host()?,
+                    })
+                })
+                .collect::<Result<Vec<_>, ModelError>>()
+                .map_err(|e| e.to_string())
+        });
+        made.as_deref()
+            .map_err(|e| ModelError::Inference(e.clone()))
+    }
+
+    /// Packs the half-precision layers now rather than on the first query.
+    pub(crate) fn prepare_query_path(&self) -> Result<(), ModelError> {
+        self.small_layers().map(|_| ())
+    }
+
+    /// Whether [`Self::forward_query`] applies: the host kernels over f32 weights, on a CPU
+    /// with the half-precision kernel (AVX2, FMA, F16C).
+    pub(crate) fn query_path(&self) -> bool {
+        self.host_kernels && self.dtype == DType::F32 && small::kernel_available()
+    }
+
+    /// One sequence (`ids`, with its special tokens) through the encoder with the layers'
+    /// weights in half precision ([`crate::small`]); returns its pooled, not yet normalised
+    /// vector. The embeddings and their norm are the f32 ones.
+    pub(crate) fn forward_query(&self, ids: &[u32]) -> Result<Vec<f32>, ModelError> {
+        let seq = ids.len();
+        let h = self.cfg.hidden_size;
+        let nh = self.cfg.num_attention_heads;
+        let eps = self.cfg.layer_norm_eps as f32;
+        let tanh = self.cfg.activation == Activation::GeluTanh;
+        if seq == 0 || seq > self.cfg.max_tokens {
+            return Err(ModelError::Inference(format!(
+                "a query of {seq} tokens (1 to {} allowed)",
+                self.cfg.max_tokens
+            )));
+        }
+        let layers = self.small_layers()?;
+        let dev = &self.device;
+        let ids: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [seq]), dev);
+        let words = self.word.clone().select(0, ids);
+        let pos = self.pos_type.clone().narrow(0, 0, seq);
+        let mut x = host(&self.emb_norm.forward(words + pos))?;
+        for (l, s) in self.layers.iter().zip(layers) {
+            let qkv = s.qkv.forward(&x, seq);
+            let ctx = cpu::attention(&qkv, &[seq], seq, nh, h / nh);
+            let mut a = s.attn_out.forward(&ctx, seq);
+            a.iter_mut().zip(&x).for_each(|(a, x)| *a += x);
+            small::layer_norm(&mut a, &s.attn_norm.0, &s.attn_norm.1, eps);
+            x = a;
+            let mut inner = s.ffn_in.forward_no_bias(&x, seq);
+            cpu::bias_gelu(&mut inner, &l.ffn_in_bias_host, tanh);
+            let mut o = s.ffn_out.forward(&inner, seq);
+            debug_assert_eq!(s.ffn_out.out_dim(), h);
+            o.iter_mut().zip(&x).for_each(|(o, x)| *o += x);
+            small::layer_norm(&mut o, &s.ffn_norm.0, &s.ffn_norm.1, eps);
+            x = o;
+        }
+        Ok(match self.cfg.pooling {
+            Pooling::Mean => {
+                let mut v = vec![0f32; h];
+                for row in x.chunks_exact(h) {
+                    v.iter_mut().zip(row).for_each(|(v, r)| *v += r);
+                }
+                let inv = 1.0 / seq as f32;
+                v.iter_mut().for_each(|v| *v *= inv);
+                v
+            }
+            Pooling::Cls => x[..h].to_vec(),
         })
     }
 

@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod kmeans;
 mod load;
 pub mod pool;
+mod small;
 mod tokenize;
 pub mod topk;
 
@@ -270,6 +271,33 @@ impl Encoder {
     /// and cut into batches under the padded-token budget, then results are unsorted.
     pub fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, EmbedStats), ModelError> {
         self.embed_prepared(self.prepare(texts)?)
+    }
+
+    /// Embeds one search query; returns its L2-normalised vector. On the CPU backend the
+    /// encoder's layers run with their weights in half precision (`small`: a dozen rows cannot
+    /// use the f32 matmuls' bandwidth; cosine ≥ 0.9999 to [`embed`](Self::embed)'s vector,
+    /// tested); elsewhere, and for what is stored (documents, memories), [`embed`](Self::embed).
+    pub fn embed_query(&self, text: &str) -> Result<Vec<f32>, ModelError> {
+        if !self.model.query_path() {
+            return self.embed(&[text]).map(|(v, _)| v);
+        }
+        let p = self.prepare(&[text])?;
+        // On one of rayon's threads throughout: the ~30 parallel steps of a query then split
+        // from inside the pool instead of each being handed to it and waited for.
+        let mut v = guarded(|| rayon::scope(|_| self.model.forward_query(&p.ids[0])))?;
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        v.iter_mut().for_each(|x| *x /= norm);
+        Ok(v)
+    }
+
+    /// Makes the half-precision weights [`embed_query`](Self::embed_query) uses (~50 ms on
+    /// the 2-core VM), so that a server's first query does not pay for them; nothing where
+    /// queries take the f32 path.
+    pub fn prepare_query_path(&self) -> Result<(), ModelError> {
+        if self.model.query_path() {
+            self.model.prepare_query_path()?;
+        }
+        Ok(())
     }
 
     /// The CPU half of [`embed`](Self::embed): tokenisation and batch planning.

@@ -381,3 +381,38 @@ fn gpu_half_precision(device: DeviceChoice, require: &str) {
         auto.precision()
     );
 }
+
+/// The single-query path (half-precision layer weights on the CPU) stays within rounding of
+/// the f32 path and of the numpy reference on every fixture text, also past the six rows of
+/// one kernel pass and up to the token limit; with the host kernels off it is the f32 path.
+#[test]
+fn query_path_matches_f32_and_reference() {
+    let enc = load_encoder();
+    let fx = fixtures();
+    let dim = enc.dim();
+    let mut worst = 1f32;
+    let long = "parse the configuration file and report every error ".repeat(60);
+    let texts: Vec<&str> = fx
+        .iter()
+        .map(|f| f.text.as_str())
+        .chain(["", "x", "a b c d e", long.as_str()])
+        .collect();
+    for (i, text) in texts.iter().enumerate() {
+        let q = enc.embed_query(text).expect("embed_query");
+        assert_eq!(q.len(), dim);
+        let norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+        let (f, _) = enc.embed(&[text]).expect("embed");
+        let c = cosine(&q, &f);
+        assert!(c > 0.9999, "{:?}: cosine to f32 {c}", short(text));
+        // Not the f32 vector itself: the half weights are what runs.
+        assert_ne!(q, f, "{:?}", short(text));
+        if let Some(r) = fx.get(i) {
+            worst = worst.min(cosine(&q, &r.vector));
+        }
+    }
+    assert!(worst > 0.9999, "min cosine to the numpy reference {worst}");
+    let portable = load_encoder().with_portable_kernels();
+    let (f, _) = portable.embed(&["fn main() {}"]).expect("embed");
+    assert_eq!(portable.embed_query("fn main() {}").expect("query"), f);
+}
