@@ -333,8 +333,12 @@ fn main() -> anyhow::Result<()> {
     let styles = [("identifier", &idents), ("natural language", &docs)];
     let mut per_style = Vec::new();
     for (_, qs) in styles {
-        let texts: Vec<&str> = qs.iter().map(|s| s.as_str()).collect();
-        let (vecs, _) = enc.embed(&texts)?;
+        // The query vectors the server uses (`embed_query`: half-precision layer weights on
+        // the CPU), one query at a time.
+        let mut vecs = Vec::with_capacity(qs.len() * dim);
+        for q in qs.iter() {
+            vecs.extend(enc.embed_query(q)?);
+        }
         let exact: Vec<Vec<(usize, u32)>> = vecs
             .chunks_exact(dim)
             .map(|q| {
