@@ -133,11 +133,12 @@ impl Engine {
         }
         // The IVF maps open beside the model load, so the first query does not open them.
         // The query path's half-precision weights are made with the model, before the first
-        // query (`Encoder::prepare_query_path`).
+        // query (`Encoder::prepare_query_path`; if that fails, queries take the f32 path).
         let encoder = std::thread::scope(|s| {
             s.spawn(|| index.open_vector_maps());
-            kernels::Encoder::load_with(model_dir, device, kernels::Precision::F32)
-                .and_then(|e| e.prepare_query_path().map(|()| e))
+            kernels::Encoder::load_with(model_dir, device, kernels::Precision::F32).inspect(|e| {
+                let _ = e.prepare_query_path();
+            })
         })
         .map_err(|source| OpenError::Model {
             dir: model_dir.to_path_buf(),
@@ -550,7 +551,7 @@ pub fn unix_secs(t: SystemTime) -> u64 {
 
 /// Maps the index's files into the page tables on a background thread ([`Index::populate`]),
 /// so that queries do not pay a page fault for each vector row, record or text they touch
-/// first (at 1M chunks: vector-only p99 2.8-3.4 → 1.7-1.8 ms over a server's first thousand
+/// first (at 1M chunks: vector-only p99 2.6-5.1 → 1.8-2.1 ms over a server's first thousand
 /// queries; README, "Search over many segments"). Only segments not done before (a new
 /// generation shares its unchanged segments), and only when they fit in half of the memory the
 /// kernel reports available, since pages the page cache lacks are read from disk; elsewhere

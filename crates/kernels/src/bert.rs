@@ -263,9 +263,12 @@ impl Bert {
     }
 
     /// Whether [`Self::forward_query`] applies: the host kernels over f32 weights, on a CPU
-    /// with the half-precision kernel (AVX2, FMA, F16C).
+    /// with the half-precision kernel (AVX2, FMA, F16C), unless making its weights failed.
     pub(crate) fn query_path(&self) -> bool {
-        self.host_kernels && self.dtype == DType::F32 && small::kernel_available()
+        self.host_kernels
+            && self.dtype == DType::F32
+            && small::kernel_available()
+            && !matches!(self.small.get(), Some(Err(_)))
     }
 
     /// One sequence (`ids`, with its special tokens) through the encoder with the layers'

@@ -281,6 +281,10 @@ impl Encoder {
         if !self.model.query_path() {
             return self.embed(&[text]).map(|(v, _)| v);
         }
+        if self.model.prepare_query_path().is_err() {
+            // Its weights could not be made (reported by `prepare_query_path`): the f32 path.
+            return self.embed(&[text]).map(|(v, _)| v);
+        }
         let p = self.prepare(&[text])?;
         // On one of rayon's threads throughout: the ~30 parallel steps of a query then split
         // from inside the pool instead of each being handed to it and waited for.
@@ -290,9 +294,9 @@ impl Encoder {
         Ok(v)
     }
 
-    /// Makes the half-precision weights [`embed_query`](Self::embed_query) uses (~50 ms on
+    /// Makes the half-precision weights [`embed_query`](Self::embed_query) uses (37-60 ms on
     /// the 2-core VM), so that a server's first query does not pay for them; nothing where
-    /// queries take the f32 path.
+    /// queries take the f32 path. On an error queries take the f32 path.
     pub fn prepare_query_path(&self) -> Result<(), ModelError> {
         if self.model.query_path() {
             self.model.prepare_query_path()?;
