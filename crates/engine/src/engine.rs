@@ -556,18 +556,18 @@ pub fn unix_secs(t: SystemTime) -> u64 {
 /// generation shares its unchanged segments), and only when they fit in half of the memory the
 /// kernel reports available, since pages the page cache lacks are read from disk; elsewhere
 /// than Linux, never.
+/// The memory check runs on that thread too, off the callers' paths (`install_index` holds
+/// the writer lock).
 fn populate_in_background(index: &Arc<Index>) {
-    let Some(available) = mem_available() else {
-        return;
-    };
-    if index.mapped_bytes() as u64 > available / 2 {
-        return;
-    }
     let index = Arc::clone(index);
     // A thread that cannot be started leaves the pages to fault in on use, as before.
     let _ = std::thread::Builder::new()
         .name("cix-populate".into())
-        .spawn(move || index.populate());
+        .spawn(move || {
+            if mem_available().is_some_and(|a| index.mapped_bytes() as u64 <= a / 2) {
+                index.populate();
+            }
+        });
 }
 
 /// `MemAvailable` of `/proc/meminfo`, in bytes (`None` where there is none).

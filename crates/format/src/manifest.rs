@@ -353,11 +353,14 @@ impl Index {
         });
     }
 
+    /// Code segments, then memory segments.
+    fn all_segments(&self) -> impl Iterator<Item = &LiveSegment> {
+        self.segments.iter().chain(&self.memory)
+    }
+
     /// Bytes of every segment's memory maps (code and memory segments).
     pub fn mapped_bytes(&self) -> usize {
-        self.segments
-            .iter()
-            .chain(&self.memory)
+        self.all_segments()
             .map(|ls| ls.segment.mapped_bytes())
             .sum()
     }
@@ -367,11 +370,7 @@ impl Index {
     /// bytes covered (segments already populated, for example shared with the generation
     /// before, count nothing).
     pub fn populate(&self) -> usize {
-        self.segments
-            .iter()
-            .chain(&self.memory)
-            .map(|ls| ls.segment.populate())
-            .sum()
+        self.all_segments().map(|ls| ls.segment.populate()).sum()
     }
 
     /// Live (not tombstoned) chunk count.

@@ -263,12 +263,9 @@ impl Bert {
     }
 
     /// Whether [`Self::forward_query`] applies: the host kernels over f32 weights, on a CPU
-    /// with the half-precision kernel (AVX2, FMA, F16C), unless making its weights failed.
+    /// with the half-precision kernel (AVX2, FMA, F16C).
     pub(crate) fn query_path(&self) -> bool {
-        self.host_kernels
-            && self.dtype == DType::F32
-            && small::kernel_available()
-            && !matches!(self.small.get(), Some(Err(_)))
+        self.host_kernels && self.dtype == DType::F32 && small::kernel_available()
     }
 
     /// One sequence (`ids`, with its special tokens) through the encoder with the layers'
@@ -287,12 +284,8 @@ impl Bert {
             )));
         }
         let layers = self.small_layers()?;
-        let dev = &self.device;
         let ids: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
-        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [seq]), dev);
-        let words = self.word.clone().select(0, ids);
-        let pos = self.pos_type.clone().narrow(0, 0, seq);
-        let mut x = host(&self.emb_norm.forward(words + pos))?;
+        let mut x = host(&self.embeddings(ids, 1, seq))?;
         for (l, s) in self.layers.iter().zip(layers) {
             let qkv = s.qkv.forward(&x, seq);
             let ctx = cpu::attention(&qkv, &[seq], seq, nh, h / nh);
@@ -381,6 +374,16 @@ impl Bert {
     /// right-padded; `lengths[b] <= seq` are the real token counts; `mask` the key-padding mask
     /// for burn's attention (true = masked out; `None` on the host path, which skips padding
     /// itself, or when nothing is padded). Returns the last hidden state `[b * seq, h]`.
+    /// The embedding layer: word + (position + token type 0) of `ids` (`[b, seq]` row-major),
+    /// then its LayerNorm; `[b * seq, h]`.
+    fn embeddings(&self, ids: Vec<i64>, b: usize, seq: usize) -> Tensor<2> {
+        let h = self.cfg.hidden_size;
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [b * seq]), &self.device);
+        let words = self.word.clone().select(0, ids).reshape([b, seq, h]);
+        let pos = self.pos_type.clone().narrow(0, 0, seq).unsqueeze::<3>();
+        self.emb_norm.forward((words + pos).reshape([b * seq, h]))
+    }
+
     fn encode(
         &self,
         ids: Vec<i64>,
@@ -395,10 +398,7 @@ impl Bert {
         let dev = &self.device;
 
         // Embeddings: word + (position + token type 0), then LayerNorm. x is [b*seq, h].
-        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [b * seq]), dev);
-        let words = self.word.clone().select(0, ids).reshape([b, seq, h]);
-        let pos = self.pos_type.clone().narrow(0, 0, seq).unsqueeze::<3>();
-        let mut x = self.emb_norm.forward((words + pos).reshape([b * seq, h]));
+        let mut x = self.embeddings(ids, b, seq);
 
         for layer in &self.layers {
             let qkv = layer.qkv.forward(x.clone()); // [b*seq, 3h]

@@ -134,39 +134,59 @@ fn block(
     tile: &mut [f32],
     simd: bool,
 ) {
-    let mut r0 = 0;
-    while r0 < rows {
+    for r0 in (0..rows).step_by(ROWS) {
         let n = ROWS.min(rows - r0);
         let xs = &x[r0 * in_dim..(r0 + n) * in_dim];
         let out = &mut tile[r0 * COLS..(r0 + n) * COLS];
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: the features were detected; `xs` holds `n × in_dim` values, `w`
-            // `in_dim × 8` and `out` `n × 8` (checked by the kernel's asserts).
-            unsafe {
-                match n {
-                    1 => pass_avx2::<1>(xs, in_dim, w, bias, out),
-                    2 => pass_avx2::<2>(xs, in_dim, w, bias, out),
-                    3 => pass_avx2::<3>(xs, in_dim, w, bias, out),
-                    4 => pass_avx2::<4>(xs, in_dim, w, bias, out),
-                    5 => pass_avx2::<5>(xs, in_dim, w, bias, out),
-                    6 => pass_avx2::<6>(xs, in_dim, w, bias, out),
-                    7 => pass_avx2::<7>(xs, in_dim, w, bias, out),
-                    8 => pass_avx2::<8>(xs, in_dim, w, bias, out),
-                    9 => pass_avx2::<9>(xs, in_dim, w, bias, out),
-                    10 => pass_avx2::<10>(xs, in_dim, w, bias, out),
-                    11 => pass_avx2::<11>(xs, in_dim, w, bias, out),
-                    12 => pass_avx2::<12>(xs, in_dim, w, bias, out),
-                    _ => pass_avx2::<13>(xs, in_dim, w, bias, out),
-                }
-            }
-            r0 += n;
-            continue;
+        if !(simd && pass_simd(xs, n, in_dim, w, bias, out)) {
+            pass_scalar(xs, n, in_dim, w, bias, out);
         }
-        let _ = simd;
-        pass_scalar(xs, n, in_dim, w, bias, out);
-        r0 += n;
     }
+}
+
+/// One pass of `n` rows through [`pass_avx2`]; `false` (nothing done) off x86-64. Only called
+/// once the features were detected ([`kernel_available`]).
+#[cfg(target_arch = "x86_64")]
+fn pass_simd(
+    xs: &[f32],
+    n: usize,
+    in_dim: usize,
+    w: &[u16],
+    bias: Option<&[f32; COLS]>,
+    out: &mut [f32],
+) -> bool {
+    // SAFETY: the caller detected the features; `xs` holds `n × in_dim` values, `w`
+    // `in_dim × 8` and `out` `n × 8` (checked by the kernel's asserts).
+    unsafe {
+        match n {
+            1 => pass_avx2::<1>(xs, in_dim, w, bias, out),
+            2 => pass_avx2::<2>(xs, in_dim, w, bias, out),
+            3 => pass_avx2::<3>(xs, in_dim, w, bias, out),
+            4 => pass_avx2::<4>(xs, in_dim, w, bias, out),
+            5 => pass_avx2::<5>(xs, in_dim, w, bias, out),
+            6 => pass_avx2::<6>(xs, in_dim, w, bias, out),
+            7 => pass_avx2::<7>(xs, in_dim, w, bias, out),
+            8 => pass_avx2::<8>(xs, in_dim, w, bias, out),
+            9 => pass_avx2::<9>(xs, in_dim, w, bias, out),
+            10 => pass_avx2::<10>(xs, in_dim, w, bias, out),
+            11 => pass_avx2::<11>(xs, in_dim, w, bias, out),
+            12 => pass_avx2::<12>(xs, in_dim, w, bias, out),
+            _ => pass_avx2::<13>(xs, in_dim, w, bias, out),
+        }
+    }
+    true
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn pass_simd(
+    _: &[f32],
+    _: usize,
+    _: usize,
+    _: &[u16],
+    _: Option<&[f32; COLS]>,
+    _: &mut [f32],
+) -> bool {
+    false
 }
 
 /// The scalar kernel: the same fused multiply-adds as [`pass_avx2`], in the same order.
