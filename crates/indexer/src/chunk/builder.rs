@@ -10,8 +10,8 @@ use tree_sitter::Node;
 use super::defs::{collect_defs, DefNode};
 use super::lines::{floor_boundary, line_pieces, line_prefix_blank, trim_end, LineIndex};
 use super::parse::{looks_like_cpp, parse};
-use super::syntax::KindStr;
 use super::syntax::{named_kids, node_text};
+use super::syntax::{KindStr, WalkKinds};
 use super::types::LOCAL_FUNCTION;
 use super::{text, Call, Chunk, ChunkKind, ChunkOptions, Def, FileExtract, Import, Language, Spec};
 
@@ -585,6 +585,7 @@ impl<'s> Builder<'s> {
         let mut bindings: HashMap<(usize, String), String> = HashMap::default();
         let mut found: Vec<(String, Option<String>)> = Vec::new();
         let mut bound: Vec<(String, String)> = Vec::new();
+        let kinds = WalkKinds::of(&root.language(), self.spec.walk_kinds());
         let mut cursor = root.walk();
         // Stack of the innermost symbol chunk per depth.
         let mut current: Vec<Option<usize>> = vec![None];
@@ -597,9 +598,11 @@ impl<'s> Builder<'s> {
             // An import's subtree holds no calls. Anonymous nodes (`(`, `fn`, `::`) are
             // tokens no spec reads on its own (a macro's tokens are read from their
             // `token_tree`): about half the nodes, skipped.
-            let named = node.is_named();
-            let descend = !(named && self.spec.import(node, src, &mut imports));
-            if descend && named {
+            // So are named nodes of a kind none of the spec's walk functions reads
+            // (`Spec::walk_kinds`): calling them at every node was a quarter of the walk.
+            let wanted = node.is_named() && kinds.wants(node);
+            let descend = !(wanted && self.spec.import(node, src, &mut imports));
+            if descend && wanted {
                 self.record_bindings(node, cur, &mut bindings, &mut bound);
                 if let Some(from) = cur {
                     self.record_calls(node, from, &bindings, &mut found, &mut calls);

@@ -86,6 +86,10 @@ fn type_body_def<'t>(
 }
 
 impl Spec for CSpec {
+    fn walk_kinds(&self) -> Option<&'static [&'static str]> {
+        Some(&["preproc_include", "call_expression", "new_expression"])
+    }
+
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         match node.kind_str() {
             "function_definition" => {

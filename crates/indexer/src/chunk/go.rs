@@ -48,6 +48,16 @@ fn type_spec_def<'t>(spec: Node<'t>, range: Node<'t>, src: &str) -> Option<Def<'
 }
 
 impl Spec for GoSpec {
+    fn walk_kinds(&self) -> Option<&'static [&'static str]> {
+        Some(&[
+            "import_declaration",
+            "parameter_declaration",
+            "var_spec",
+            "short_var_declaration",
+            "call_expression",
+        ])
+    }
+
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let body = node.child_by_field_name("body");
         match node.kind_str() {

@@ -12,6 +12,17 @@ use super::{
 pub(crate) struct JavaSpec;
 
 impl Spec for JavaSpec {
+    fn walk_kinds(&self) -> Option<&'static [&'static str]> {
+        Some(&[
+            "import_declaration",
+            "local_variable_declaration",
+            "field_declaration",
+            "formal_parameter",
+            "method_invocation",
+            "object_creation_expression",
+        ])
+    }
+
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let name = || field_text(node, "name", src).unwrap_or("").to_string();
         let body = node.child_by_field_name("body");

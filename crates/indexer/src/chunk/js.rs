@@ -101,6 +101,25 @@ fn unquote(s: &str) -> String {
 }
 
 impl Spec for JsSpec {
+    fn walk_kinds(&self) -> Option<&'static [&'static str]> {
+        Some(&[
+            "import_statement",
+            "export_statement",
+            "call_expression",
+            "new_expression",
+            "arrow_function",
+            "function_expression",
+            "function",
+            "generator_function",
+            "variable_declarator",
+            "public_field_definition",
+            "field_definition",
+            "required_parameter",
+            "optional_parameter",
+            "assignment_expression",
+        ])
+    }
+
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let name = || field_text(node, "name", src).unwrap_or("").to_string();
         let body = node.child_by_field_name("body");

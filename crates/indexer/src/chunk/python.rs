@@ -84,6 +84,18 @@ fn constructed_class(v: Node, src: &str) -> Option<String> {
 }
 
 impl Spec for PythonSpec {
+    fn walk_kinds(&self) -> Option<&'static [&'static str]> {
+        Some(&[
+            "import_statement",
+            "import_from_statement",
+            "future_import_statement",
+            "call",
+            "assignment",
+            "typed_parameter",
+            "typed_default_parameter",
+        ])
+    }
+
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let name = || field_text(node, "name", src).unwrap_or("").to_string();
         let body = node.child_by_field_name("body");

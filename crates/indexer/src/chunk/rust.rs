@@ -11,6 +11,19 @@ use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, De
 pub(crate) struct RustSpec;
 
 impl Spec for RustSpec {
+    fn walk_kinds(&self) -> Option<&'static [&'static str]> {
+        Some(&[
+            "use_declaration",
+            "mod_item",
+            "extern_crate_declaration",
+            "call_expression",
+            "token_tree",
+            "field_declaration",
+            "let_declaration",
+            "parameter",
+        ])
+    }
+
     fn classify<'t>(&self, node: Node<'t>, src: &str) -> Class<'t> {
         let name = || field_text(node, "name", src).unwrap_or("").to_string();
         let body = node.child_by_field_name("body");

@@ -22,6 +22,15 @@ pub(crate) trait Spec: Sync {
     /// Names whose type the code states at `node`, appended to `out` as `(name, type)`: typed
     /// parameters and locals, locals and `self.x`/`this.x` assigned a constructor call.
     fn bindings(&self, _node: Node, _src: &str, _out: &mut Vec<(String, String)>) {}
+    /// Every named node kind at which [`Self::import`], [`Self::call`], [`Self::token_calls`]
+    /// or [`Self::bindings`] can add anything or return true: the walk over a file's tree
+    /// calls them at nodes of these kinds only (most nodes are identifiers, literals and
+    /// expressions none of them reads). `None`: at every named node. A kind one of them
+    /// starts to read must be added here; `tests::walk_kinds_cover_the_specs` compares the
+    /// walk with and without this list on every language's test files.
+    fn walk_kinds(&self) -> Option<&'static [&'static str]> {
+        None
+    }
     /// Line-comment marker used in the `… ` context line of body parts.
     fn comment(&self) -> &'static str {
         "//"

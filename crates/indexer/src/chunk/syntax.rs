@@ -1,6 +1,8 @@
 //! Small helpers shared by the language [`Spec`](super::Spec)s and the builder: node text,
 //! named children, and normalised qualifiers and type names.
 
+use std::rc::Rc;
+
 use tree_sitter::Node;
 
 use super::lines::floor_boundary;
@@ -45,6 +47,67 @@ impl KindStr for Node<'_> {
             })
             // `ERROR` (id 65535) and anything else outside the table.
             .unwrap_or_else(|| self.kind())
+    }
+}
+
+/// The named node kinds a [`Spec`](super::Spec)'s walk functions (`import`, `call`,
+/// `token_calls`, `bindings`) act on ([`Spec::walk_kinds`](super::Spec::walk_kinds)), as a
+/// table by kind id of one grammar: the walk over a file's tree calls them at these nodes
+/// only. Ids outside the table (`ERROR`) and ids without a name are always wanted.
+pub(crate) struct WalkKinds(Option<Rc<[bool]>>);
+
+/// A grammar, a kind list (by address) and the list's table in that grammar.
+type WalkTable = (tree_sitter::Language, usize, Rc<[bool]>);
+
+thread_local! {
+    /// Per grammar and kind list seen on this thread, its table.
+    static WALK_TABLES: std::cell::RefCell<Vec<WalkTable>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: every named node is wanted (the walk as it was before the filter).
+    pub(crate) static WALK_EVERY_KIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl WalkKinds {
+    /// The table of `kinds` in `lang` (made once per thread); every kind when `kinds` is
+    /// `None`.
+    pub(crate) fn of(lang: &tree_sitter::Language, kinds: Option<&'static [&'static str]>) -> Self {
+        #[cfg(test)]
+        if WALK_EVERY_KIND.with(std::cell::Cell::get) {
+            return WalkKinds(None);
+        }
+        let Some(kinds) = kinds else {
+            return WalkKinds(None);
+        };
+        let key = kinds.as_ptr() as usize;
+        WALK_TABLES.with(|cell| {
+            let mut tables = cell.borrow_mut();
+            if let Some((_, _, t)) = tables.iter().find(|(l, k, _)| l == lang && *k == key) {
+                return WalkKinds(Some(t.clone()));
+            }
+            let table: Rc<[bool]> = (0..lang.node_kind_count())
+                .map(
+                    |i| match u16::try_from(i).ok().and_then(|i| lang.node_kind_for_id(i)) {
+                        Some(name) if !name.is_empty() => kinds.contains(&name),
+                        _ => true,
+                    },
+                )
+                .collect();
+            tables.push((lang.clone(), key, table.clone()));
+            WalkKinds(Some(table))
+        })
+    }
+
+    /// Whether the walk functions may act on `node`.
+    #[inline]
+    pub(crate) fn wants(&self, node: Node) -> bool {
+        match &self.0 {
+            None => true,
+            Some(t) => t.get(usize::from(node.kind_id())).copied().unwrap_or(true),
+        }
     }
 }
 

@@ -782,3 +782,114 @@ fn kind_table_matches_tree_sitter_kind() {
     }
     assert!(errors > 0, "the broken fixture has ERROR nodes");
 }
+
+/// The walk through each spec's `walk_kinds` finds exactly what the walk over every named node
+/// finds (chunks, imports, calls): on every fixture, a broken file, and every source file of
+/// this repository (its Rust crates, the call-graph fixtures in Go, Python, TypeScript, C and
+/// Java, its scripts).
+#[test]
+fn walk_kinds_cover_the_specs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files: Vec<(Language, String, String)> = vec![
+        (
+            Language::Rust,
+            "broken.rs".into(),
+            "fn broken( { let x = f(; impl for {} }}".into(),
+        ),
+        (
+            Language::Rust,
+            "lib.rs".into(),
+            include_str!("testdata/sample_lib.rs.txt").into(),
+        ),
+        (
+            Language::Python,
+            "a.py".into(),
+            include_str!("testdata/a.py.txt").into(),
+        ),
+        (
+            Language::TypeScript,
+            "a.ts".into(),
+            include_str!("testdata/a.ts.txt").into(),
+        ),
+        (
+            Language::Tsx,
+            "app.tsx".into(),
+            include_str!("testdata/app.tsx.txt").into(),
+        ),
+        (
+            Language::JavaScript,
+            "b.js".into(),
+            include_str!("testdata/b.js.txt").into(),
+        ),
+        (
+            Language::Go,
+            "main.go".into(),
+            include_str!("testdata/main.go.txt").into(),
+        ),
+        (
+            Language::Java,
+            "Svc.java".into(),
+            include_str!("testdata/Svc.java.txt").into(),
+        ),
+        (
+            Language::C,
+            "x.c".into(),
+            include_str!("testdata/x.c.txt").into(),
+        ),
+        (
+            Language::Cpp,
+            "y.cpp".into(),
+            include_str!("testdata/y.cpp.txt").into(),
+        ),
+    ];
+    for e in ignore::WalkBuilder::new(&root).build().flatten() {
+        let p = e.path();
+        let Some(lang) = Language::from_path(p) else {
+            continue;
+        };
+        if let Ok(src) = std::fs::read_to_string(p) {
+            files.push((lang, p.display().to_string(), src));
+        }
+    }
+    use std::collections::HashMap;
+    let mut calls: HashMap<Language, usize> = HashMap::new();
+    let mut imports: HashMap<Language, usize> = HashMap::new();
+    for (lang, path, src) in &files {
+        let filtered = run(*lang, path, src);
+        syntax::WALK_EVERY_KIND.with(|w| w.set(true));
+        let every = run(*lang, path, src);
+        syntax::WALK_EVERY_KIND.with(|w| w.set(false));
+        assert_eq!(filtered.imports, every.imports, "{path}: imports");
+        assert_eq!(filtered.calls, every.calls, "{path}: calls");
+        assert_eq!(filtered, every, "{path}");
+        *calls.entry(*lang).or_default() += every.calls.len();
+        *imports.entry(*lang).or_default() += every.imports.len();
+    }
+    // Not vacuous: every language family's files hold calls and imports.
+    for lang in [
+        Language::Rust,
+        Language::Python,
+        Language::TypeScript,
+        Language::Go,
+    ] {
+        assert!(
+            calls.get(&lang).copied().unwrap_or(0) > 50,
+            "{lang:?}: {calls:?}"
+        );
+        assert!(
+            imports.get(&lang).copied().unwrap_or(0) > 5,
+            "{lang:?}: {imports:?}"
+        );
+    }
+    for lang in [
+        Language::JavaScript,
+        Language::Java,
+        Language::C,
+        Language::Cpp,
+    ] {
+        assert!(
+            calls.get(&lang).copied().unwrap_or(0) > 0,
+            "{lang:?}: {calls:?}"
+        );
+    }
+}
