@@ -600,7 +600,7 @@ impl<'s> Builder<'s> {
             // `token_tree`): about half the nodes, skipped.
             // So are named nodes of a kind none of the spec's walk functions reads
             // (`Spec::walk_kinds`): calling them at every node was a quarter of the walk.
-            let wanted = node.is_named() && kinds.wants(node);
+            let wanted = kinds.wants(node) && node.is_named();
             let descend = !(wanted && self.spec.import(node, src, &mut imports));
             if descend && wanted {
                 self.record_bindings(node, cur, &mut bindings, &mut bound);
