@@ -56,8 +56,8 @@ impl KindStr for Node<'_> {
 /// only. Ids outside the table (`ERROR`) and ids without a name are always wanted.
 pub(crate) struct WalkKinds(Option<Rc<[bool]>>);
 
-/// A grammar, a kind list (by address) and the list's table in that grammar.
-type WalkTable = (tree_sitter::Language, usize, Rc<[bool]>);
+/// A grammar, a kind list (by address and length) and the list's table in that grammar.
+type WalkTable = (tree_sitter::Language, (usize, usize), Rc<[bool]>);
 
 thread_local! {
     /// Per grammar and kind list seen on this thread, its table.
@@ -82,7 +82,7 @@ impl WalkKinds {
         let Some(kinds) = kinds else {
             return WalkKinds(None);
         };
-        let key = kinds.as_ptr() as usize;
+        let key = (kinds.as_ptr() as usize, kinds.len());
         WALK_TABLES.with(|cell| {
             let mut tables = cell.borrow_mut();
             if let Some((_, _, t)) = tables.iter().find(|(l, k, _)| l == lang && *k == key) {
