@@ -31,15 +31,7 @@ impl KindStr for Node<'_> {
                 let at = match tables.iter().position(|(l, _)| *l == *lang) {
                     Some(at) => at,
                     None => {
-                        let names = (0..lang.node_kind_count())
-                            .map(|i| {
-                                u16::try_from(i)
-                                    .ok()
-                                    .and_then(|i| lang.node_kind_for_id(i))
-                                    .unwrap_or("")
-                            })
-                            .collect();
-                        tables.push(((*lang).clone(), names));
+                        tables.push(((*lang).clone(), names_by_id(&lang)));
                         tables.len() - 1
                     }
                 };
@@ -48,6 +40,18 @@ impl KindStr for Node<'_> {
             // `ERROR` (id 65535) and anything else outside the table.
             .unwrap_or_else(|| self.kind())
     }
+}
+
+/// `lang`'s node kind names by kind id; `""` for an id without one.
+fn names_by_id(lang: &tree_sitter::Language) -> Vec<&'static str> {
+    (0..lang.node_kind_count())
+        .map(|i| {
+            u16::try_from(i)
+                .ok()
+                .and_then(|i| lang.node_kind_for_id(i))
+                .unwrap_or("")
+        })
+        .collect()
 }
 
 /// The named node kinds a [`Spec`](super::Spec)'s walk functions (`import`, `call`,
@@ -88,13 +92,9 @@ impl WalkKinds {
             if let Some((_, _, t)) = tables.iter().find(|(l, k, _)| l == lang && *k == key) {
                 return WalkKinds(Some(t.clone()));
             }
-            let table: Rc<[bool]> = (0..lang.node_kind_count())
-                .map(
-                    |i| match u16::try_from(i).ok().and_then(|i| lang.node_kind_for_id(i)) {
-                        Some(name) if !name.is_empty() => kinds.contains(&name),
-                        _ => true,
-                    },
-                )
+            let table: Rc<[bool]> = names_by_id(lang)
+                .into_iter()
+                .map(|name| name.is_empty() || kinds.contains(&name))
                 .collect();
             tables.push((lang.clone(), key, table.clone()));
             WalkKinds(Some(table))

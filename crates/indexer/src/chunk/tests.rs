@@ -742,26 +742,53 @@ fn invariants_hold_on_workspace_sources() {
     }
 }
 
+/// Every language's fixture: (language, file name, source).
+const FIXTURES: [(Language, &str, &str); 9] = [
+    (
+        Language::Rust,
+        "lib.rs",
+        include_str!("testdata/sample_lib.rs.txt"),
+    ),
+    (Language::Python, "a.py", include_str!("testdata/a.py.txt")),
+    (
+        Language::TypeScript,
+        "a.ts",
+        include_str!("testdata/a.ts.txt"),
+    ),
+    (
+        Language::Tsx,
+        "app.tsx",
+        include_str!("testdata/app.tsx.txt"),
+    ),
+    (
+        Language::JavaScript,
+        "b.js",
+        include_str!("testdata/b.js.txt"),
+    ),
+    (
+        Language::Go,
+        "main.go",
+        include_str!("testdata/main.go.txt"),
+    ),
+    (
+        Language::Java,
+        "Svc.java",
+        include_str!("testdata/Svc.java.txt"),
+    ),
+    (Language::C, "x.c", include_str!("testdata/x.c.txt")),
+    (Language::Cpp, "y.cpp", include_str!("testdata/y.cpp.txt")),
+];
+
 /// `kind_str` (the per-grammar table) names every node of every fixture, aliases and `ERROR`
 /// nodes included, exactly as tree-sitter's `kind` does.
 #[test]
 fn kind_table_matches_tree_sitter_kind() {
     use syntax::KindStr;
-    let fixtures: [(Language, &str); 10] = [
-        (Language::Rust, include_str!("testdata/sample_lib.rs.txt")),
-        (Language::Python, include_str!("testdata/a.py.txt")),
-        (Language::TypeScript, include_str!("testdata/a.ts.txt")),
-        (Language::Tsx, include_str!("testdata/app.tsx.txt")),
-        (Language::JavaScript, include_str!("testdata/b.js.txt")),
-        (Language::Go, include_str!("testdata/main.go.txt")),
-        (Language::Java, include_str!("testdata/Svc.java.txt")),
-        (Language::C, include_str!("testdata/x.c.txt")),
-        (Language::Cpp, include_str!("testdata/y.cpp.txt")),
-        // Broken on purpose: ERROR and MISSING nodes.
-        (Language::Rust, "fn broken( { let x = ; impl for {} }}"),
-    ];
+    let fixtures = FIXTURES.iter().map(|&(lang, _, src)| (lang, src));
+    // Broken on purpose: ERROR and MISSING nodes.
+    let broken = (Language::Rust, "fn broken( { let x = ; impl for {} }}");
     let mut errors = 0;
-    for (lang, src) in fixtures {
+    for (lang, src) in fixtures.chain([broken]) {
         let (tree, _) = parse::parse(lang, src).expect("grammar");
         let mut c = tree.walk();
         let mut nodes = 0;
@@ -790,58 +817,15 @@ fn kind_table_matches_tree_sitter_kind() {
 #[test]
 fn walk_kinds_cover_the_specs() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut files: Vec<(Language, String, String)> = vec![
-        (
-            Language::Rust,
-            "broken.rs".into(),
-            "fn broken( { let x = f(; impl for {} }}".into(),
-        ),
-        (
-            Language::Rust,
-            "lib.rs".into(),
-            include_str!("testdata/sample_lib.rs.txt").into(),
-        ),
-        (
-            Language::Python,
-            "a.py".into(),
-            include_str!("testdata/a.py.txt").into(),
-        ),
-        (
-            Language::TypeScript,
-            "a.ts".into(),
-            include_str!("testdata/a.ts.txt").into(),
-        ),
-        (
-            Language::Tsx,
-            "app.tsx".into(),
-            include_str!("testdata/app.tsx.txt").into(),
-        ),
-        (
-            Language::JavaScript,
-            "b.js".into(),
-            include_str!("testdata/b.js.txt").into(),
-        ),
-        (
-            Language::Go,
-            "main.go".into(),
-            include_str!("testdata/main.go.txt").into(),
-        ),
-        (
-            Language::Java,
-            "Svc.java".into(),
-            include_str!("testdata/Svc.java.txt").into(),
-        ),
-        (
-            Language::C,
-            "x.c".into(),
-            include_str!("testdata/x.c.txt").into(),
-        ),
-        (
-            Language::Cpp,
-            "y.cpp".into(),
-            include_str!("testdata/y.cpp.txt").into(),
-        ),
-    ];
+    let mut files: Vec<(Language, String, String)> = FIXTURES
+        .iter()
+        .map(|&(lang, path, src)| (lang, path.to_string(), src.to_string()))
+        .collect();
+    files.push((
+        Language::Rust,
+        "broken.rs".into(),
+        "fn broken( { let x = f(; impl for {} }}".into(),
+    ));
     for e in ignore::WalkBuilder::new(&root).build().flatten() {
         let p = e.path();
         let Some(lang) = Language::from_path(p) else {
