@@ -443,8 +443,12 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
     let rss_open = rss_kib();
     let n = index.live_chunks() as usize;
     let segs: Vec<&format::Segment> = index.segments.iter().map(|l| &*l.segment).collect();
-    let info: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("bench-build.json"))?)?;
+    // An index kept by `pipeline --keep` (real code, stand-in vectors) has no build record.
+    let info: serde_json::Value = match std::fs::read(dir.join("bench-build.json")) {
+        Ok(b) => serde_json::from_slice(&b)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::json!({}),
+        Err(e) => return Err(e.into()),
+    };
 
     // Queries: vectors from the same distribution (new rows), texts of 2-4 words from chunks.
     let nq = args.queries;

@@ -38,6 +38,10 @@ struct Args {
     /// Vector dimension of the stand-in embedder.
     #[arg(long, default_value_t = 384)]
     dim: usize,
+    /// Keep the last run's index in this directory (it must not exist), for `latency
+    /// --measure DIR`: search latency over real code text (the vectors are the stand-in's).
+    #[arg(long)]
+    keep: Option<PathBuf>,
 }
 
 #[global_allocator]
@@ -115,6 +119,28 @@ fn main() -> anyhow::Result<()> {
             ins.total_bytes as f64 / ins.raw_vector_and_text_bytes.max(1) as f64,
             ins.segments.iter().map(|s| s.vector_index.as_str()).collect::<Vec<_>>().join(",")
         );
+        if let Some(keep) = args.keep.as_ref().filter(|_| run + 1 == args.runs) {
+            anyhow::ensure!(!keep.exists(), "{} exists", keep.display());
+            copy_dir(&dir.path().join("index"), keep)?;
+            println!("  index kept in {}", keep.display());
+        }
+    }
+    Ok(())
+}
+
+/// Copies the index directory `from` to `to` (files and subdirectories; the build leaves no
+/// links in it).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let dest = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &dest)?;
+        } else {
+            std::fs::copy(e.path(), &dest)
+                .with_context(|| format!("copying {}", e.path().display()))?;
+        }
     }
     Ok(())
 }
