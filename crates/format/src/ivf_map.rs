@@ -9,7 +9,9 @@
 //! ids lie in the map and quantises the centroids to one byte per dimension for routing: under
 //! a millisecond per 667 centroids of 384 dimensions, and the lists are paged in by the first
 //! queries that touch them. The f32 centroids stay in the map (at whatever alignment FAISS's
-//! header leaves them): only the lists near a query's cut are scored on them.
+//! header leaves them): [`MappedIvf::probes`] (FAISS's choice, with FAISS's scores) scores the
+//! lists near a query's cut on them; the many-segment search ([`plan_probes`]) does not read
+//! them at all.
 //!
 //! Layout read (FAISS 1.12 `index_write.cpp`; every count is bounds-checked against the file,
 //! so a damaged file is an error, never a read out of bounds; ids are checked when scanned):
@@ -253,8 +255,7 @@ impl MappedIvf {
     }
 
     /// `query · centroid` for every list from the one-byte centroids: for choosing lists
-    /// (within ~1e-3 of [`MappedIvf::coarse`]); the lists near the cut are scored exactly
-    /// before any is chosen ([`select_exact`]).
+    /// (within [`MappedIvf::route_error`] of [`MappedIvf::coarse`], ~1e-3 for a unit query).
     pub fn route(&self, query: &[f32]) -> Vec<f32> {
         if query.len() != self.dim {
             return Vec::new();
@@ -267,8 +268,34 @@ impl MappedIvf {
             .collect()
     }
 
+    /// How far [`MappedIvf::route`]'s score of list `l` can lie from the exact one for
+    /// `query`: half a quantisation step per dimension, `step / 2 · Σ|q_i|` (0 for a list
+    /// past the end).
+    pub fn route_error(&self, query: &[f32], l: u32) -> f32 {
+        self.route_scale.get(l as usize).map_or(0.0, |&(_, step)| {
+            step * 0.5 * query.iter().map(|x| x.abs()).sum::<f32>()
+        })
+    }
+
+    /// The `nprobe` lists nearest `query` by their one-byte scores, as (list, that score):
+    /// what a search of the index plans ([`plan_probes`]). No f32 centroid is read; a list
+    /// whose exact score lies within [`MappedIvf::route_error`] of the cut may be chosen in
+    /// place of one FAISS would choose, and the scan offsets each list's estimates by that
+    /// error at most (the candidates are re-ranked exactly on the raw rows afterwards).
+    pub fn routed_probes(&self, query: &[f32], nprobe: usize) -> Vec<(u32, f32)> {
+        let mut cands: Vec<(f32, usize, u32)> = self
+            .route(query)
+            .into_iter()
+            .enumerate()
+            .map(|(l, s)| (s, 0, l as u32))
+            .collect();
+        let keep = nprobe.clamp(1, cands.len().max(1));
+        cut_best(&mut cands, keep);
+        cands.into_iter().map(|(s, _, l)| (l, s)).collect()
+    }
+
     /// The `nprobe` lists nearest `query` ([`select_exact`] over [`MappedIvf::route`]), as
-    /// (list, exact query · centroid).
+    /// (list, exact query · centroid): the lists and scores FAISS's search uses.
     pub fn probes(&self, query: &[f32], nprobe: usize) -> Vec<(u32, f32)> {
         let cands: Vec<(f32, usize, u32)> = self
             .route(query)
@@ -389,9 +416,15 @@ pub fn default_nprobe(ivfs: &[Option<&MappedIvf>]) -> usize {
 /// scans the same share of its vectors as one segment at `nprobe` (per-segment `nprobe` would
 /// scan about √segments times more), and the share goes where the query's nearest centroids
 /// are. Every index gets at least its best list. One index alone gets its `nprobe` nearest
-/// lists, as [`MappedIvf::probes`]. `None` entries (segments scanned exactly) get no lists.
-/// `nprobe: None` is [`crate::vectors::default_nprobe`] of the list count of one index of all
-/// the vectors.
+/// lists, as [`MappedIvf::routed_probes`]. `None` entries (segments scanned exactly) get no
+/// lists. `nprobe: None` is [`crate::vectors::default_nprobe`] of the list count of one index
+/// of all the vectors.
+///
+/// Lists are chosen and scored by their one-byte centroids ([`MappedIvf::route`]); the f32
+/// centroids are not read. Rescoring the lists near the cut on them (`keep + keep/4 + 8`
+/// rows of `dim` floats at scattered offsets: 1.3 MB per query at 1M chunks in 9 segments)
+/// was about a tenth of the vector search, and chose the same top 10 (README, "Search over
+/// many segments").
 pub fn plan_probes(
     ivfs: &[Option<&MappedIvf>],
     query: &[f32],
@@ -402,7 +435,7 @@ pub fn plan_probes(
     if let [only] = present[..] {
         if let Some(ivf) = ivfs[only] {
             let nprobe = nprobe.unwrap_or_else(|| crate::vectors::default_nprobe(ivf.nlist()));
-            plan[only] = ivf.probes(query, nprobe);
+            plan[only] = ivf.routed_probes(query, nprobe);
         }
         return plan;
     }
@@ -419,7 +452,7 @@ pub fn plan_probes(
             .map(|(l, s)| (s, i, l as u32))
             .collect();
         // The segment's best list is probed whatever the budget.
-        if let Some(&(s, _, l)) = select_exact(ivfs, query, scores.clone(), 1).first() {
+        if let Some(&(s, _, l)) = scores.iter().min_by(|a, b| by_score(a, b)) {
             plan[i].push((l, s));
         }
         all.extend(scores);
@@ -431,7 +464,8 @@ pub fn plan_probes(
     // [`default_nprobe`] of these indexes, from the sums already taken.
     let nprobe = nprobe.unwrap_or_else(|| crate::vectors::default_nprobe(one));
     let budget = (nprobe.max(1) * lists).div_ceil(one).clamp(1, all.len());
-    for (s, i, l) in select_exact(ivfs, query, all, budget) {
+    cut_best(&mut all, budget);
+    for (s, i, l) in all {
         if plan[i].first().is_none_or(|p| p.0 != l) {
             plan[i].push((l, s));
         }
@@ -442,6 +476,16 @@ pub fn plan_probes(
 /// Best first by score, ties by (segment, list).
 fn by_score(a: &(f32, usize, u32), b: &(f32, usize, u32)) -> std::cmp::Ordering {
     b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2)))
+}
+
+/// Keeps the best `n` of `v` by [`by_score`] (in no particular order).
+fn cut_best(v: &mut Vec<(f32, usize, u32)>, n: usize) {
+    if n == 0 {
+        v.clear();
+    } else if n < v.len() {
+        v.select_nth_unstable_by(n - 1, by_score);
+        v.truncate(n);
+    }
 }
 
 /// The `keep` best of `cands` ((approximate score, index into `ivfs`, list)) by exact
@@ -455,15 +499,7 @@ fn select_exact(
     mut cands: Vec<(f32, usize, u32)>,
     keep: usize,
 ) -> Vec<(f32, usize, u32)> {
-    let cut = |v: &mut Vec<(f32, usize, u32)>, n: usize| {
-        if n == 0 {
-            v.clear();
-        } else if n < v.len() {
-            v.select_nth_unstable_by(n - 1, by_score);
-            v.truncate(n);
-        }
-    };
-    cut(&mut cands, keep + keep / 4 + 8);
+    cut_best(&mut cands, keep + keep / 4 + 8);
     // The centroid `AHEAD` candidates on is asked for into L2 while this one is scored:
     // hundreds of rows of `dim` floats at scattered offsets (vector phase at 1M chunks 1.773
     // → 1.672 ms per query, at 100k 0.563 → 0.524).
@@ -481,7 +517,7 @@ fn select_exact(
             c.0 = ivf.exact_score(query, c.2);
         }
     }
-    cut(&mut cands, keep);
+    cut_best(&mut cands, keep);
     cands
 }
 

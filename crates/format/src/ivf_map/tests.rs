@@ -203,8 +203,9 @@ fn filters_apply_inside_the_scan() {
     assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
 }
 
-/// Lists are chosen across indexes by centroid score, under a budget that scans the share
-/// one index of all the vectors would; one index alone gets exactly its `nprobe` lists.
+/// Lists are chosen across indexes by their one-byte centroid scores, under a budget that
+/// scans the share one index of all the vectors would; one index alone gets exactly its
+/// `nprobe` lists.
 #[test]
 fn probes_are_planned_across_segments() {
     let dim = 32;
@@ -218,7 +219,7 @@ fn probes_are_planned_across_segments() {
     }
     let q = &clustered(1, dim, 50, 500)[..dim];
     let alone = plan_probes(&[Some(&opened[0])], q, Some(8));
-    assert_eq!(alone[0], opened[0].probes(q, 8));
+    assert_eq!(alone[0], opened[0].routed_probes(q, 8));
     assert_eq!(alone[0].len(), 8);
 
     let ivfs: Vec<Option<&MappedIvf>> =
@@ -239,7 +240,7 @@ fn probes_are_planned_across_segments() {
     assert_eq!(default_nprobe(&[Some(&opened[0]), None]), alone_default);
     assert_eq!(
         plan_probes(&[Some(&opened[0])], q, None)[0],
-        opened[0].probes(q, alone_default)
+        opened[0].routed_probes(q, alone_default)
     );
     let lists: usize = opened.iter().map(|x| x.nlist()).sum();
     let budget = (8 * lists).div_ceil(crate::vectors::nlist_for(19_500));
@@ -251,11 +252,11 @@ fn probes_are_planned_across_segments() {
     );
     for (i, ivf) in ivfs.iter().enumerate() {
         let Some(ivf) = ivf else { continue };
-        let coarse = ivf.coarse(q);
-        let best = coarse.iter().copied().fold(f32::MIN, f32::max);
+        let route = ivf.route(q);
+        let best = route.iter().copied().fold(f32::MIN, f32::max);
         assert!(plan[i]
             .iter()
-            .any(|&(l, s)| s == best && coarse[l as usize] == s));
+            .any(|&(l, s)| s == best && route[l as usize] == s));
         let mut ids: Vec<u32> = plan[i].iter().map(|p| p.0).collect();
         ids.sort();
         ids.dedup();
@@ -269,7 +270,7 @@ fn probes_are_planned_across_segments() {
     let worst = taken.iter().copied().fold(f32::MAX, f32::min);
     for (i, ivf) in ivfs.iter().enumerate() {
         let Some(ivf) = ivf else { continue };
-        for (l, s) in ivf.coarse(q).into_iter().enumerate() {
+        for (l, s) in ivf.route(q).into_iter().enumerate() {
             if !plan[i].iter().any(|p| p.0 == l as u32) {
                 assert!(s <= worst, "list {l} of {i} ({s}) left out above {worst}");
             }
@@ -354,4 +355,79 @@ fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
             );
         }
     }
+}
+
+/// The one-byte scores lie within `route_error` of the exact ones, and the lists chosen by
+/// them are FAISS's (exact) choice up to lists whose exact scores lie within twice that
+/// error of the cut; the scan over either set finds nearly the same candidates.
+#[test]
+fn routed_probes_are_exact_ones_up_to_the_routing_error() {
+    let (n, dim) = (8000, 64);
+    let v = clustered(n, dim, 80, 21);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join(crate::vectors::IVF_FILE);
+    write_ivf(&p, &v, dim).unwrap();
+    let ivf = MappedIvf::open(&p, dim, n).unwrap();
+    let queries = clustered(40, dim, 80, 77);
+    let (mut swapped, mut same_top) = (0usize, 0usize);
+    for q in queries.chunks_exact(dim) {
+        let coarse = ivf.coarse(q);
+        let route = ivf.route(q);
+        for (l, (&r, &c)) in route.iter().zip(&coarse).enumerate() {
+            let err = ivf.route_error(q, l as u32);
+            assert!(err > 0.0 && err < 0.05, "{err}");
+            assert!(
+                (r - c).abs() <= err * 1.001 + 1e-6,
+                "list {l}: {r} vs {c} (±{err})"
+            );
+        }
+        let routed = ivf.routed_probes(q, 12);
+        let exact = ivf.probes(q, 12);
+        assert_eq!(routed.len(), 12);
+        for &(l, s) in &routed {
+            assert_eq!(s, route[l as usize]);
+        }
+        // A list FAISS takes and routing leaves out scores within twice the error of the
+        // lowest list routing took.
+        let max_err = (0..ivf.nlist() as u32)
+            .map(|l| ivf.route_error(q, l))
+            .fold(0f32, f32::max);
+        let lowest = routed
+            .iter()
+            .map(|&(l, _)| coarse[l as usize])
+            .fold(f32::MAX, f32::min);
+        for &(l, s) in &exact {
+            if !routed.iter().any(|r| r.0 == l) {
+                swapped += 1;
+                assert!(
+                    s <= lowest + 2.0 * max_err,
+                    "list {l} ({s}) left out, lowest {lowest}"
+                );
+            }
+        }
+        // As a search does: 40 candidates, re-ranked exactly on the raw rows, top 10.
+        let top10 = |lists: &[(u32, f32)]| -> Vec<u32> {
+            let mut c: Vec<(u32, f32)> = ivf
+                .scan(q, lists, 40, None, None)
+                .unwrap()
+                .into_iter()
+                .map(|(id, _)| {
+                    let row = &v[id as usize * dim..(id as usize + 1) * dim];
+                    (id, row.iter().zip(q).map(|(a, b)| a * b).sum::<f32>())
+                })
+                .collect();
+            c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            c.into_iter().take(10).map(|x| x.0).collect()
+        };
+        same_top += usize::from(top10(&routed) == top10(&exact));
+    }
+    // Lists near the cut occur, yet the re-ranked top 10 rarely moves.
+    assert!(
+        swapped > 0,
+        "no list near the cut: the comparison is vacuous"
+    );
+    assert!(
+        same_top >= 38,
+        "{same_top}/40 queries with the same top 10 (lists swapped: {swapped})"
+    );
 }
