@@ -278,6 +278,7 @@ pub fn encode(ivf: &MappedIvf, vectors: &[f32], dim: usize) -> Result<Vec<u8>> {
 /// A query prepared for the scan: rotated, quantised to 4 bits per dimension
 /// (`q'_i ≈ lo + delta · k_i`), and one 16-entry table per group of 4 dimensions whose entry
 /// `p` is `Σ k_i` over the dimensions set in `p`.
+#[derive(Debug, PartialEq)]
 struct Prepared {
     /// groups × 16 entries (at most 60 each).
     luts: Vec<u8>,
@@ -307,12 +308,13 @@ impl Prepared {
             .collect();
         let g = groups(q.len());
         let mut luts = vec![0u8; g * 16];
-        for grp in 0..g {
-            for p in 0..16usize {
-                luts[grp * 16 + p] = (0..4)
-                    .filter(|t| p >> t & 1 == 1)
-                    .map(|t| levels.get(4 * grp + t).copied().unwrap_or(0))
-                    .sum();
+        for (grp, lut) in luts.chunks_exact_mut(16).enumerate() {
+            // Entry `p` is entry `p` without its lowest set bit, plus that bit's level (the
+            // same sums as adding each set bit's level: `Prepared::new` at 384 dimensions
+            // 12.1 → 4.2 µs).
+            for p in 1..16usize {
+                let t = p.trailing_zeros() as usize;
+                lut[p] = lut[p & (p - 1)] + levels.get(4 * grp + t).copied().unwrap_or(0);
             }
         }
         Prepared {
@@ -322,6 +324,39 @@ impl Prepared {
             level_sum: levels.iter().map(|&k| k as f32).sum(),
         }
     }
+}
+
+thread_local! {
+    /// The query the last scan on this thread prepared, and what it prepared.
+    static LAST_PREPARED: std::cell::RefCell<Option<(Vec<f32>, std::rc::Rc<Prepared>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// [`Prepared::new`] for `query` under `rot`, reused from the last call on this thread when
+/// that was for the same query (the same bits) at the same dimension. Every `ivf.rbq` is
+/// rotated by the same transform of its dimension (the seed is [`SEED`], checked at open),
+/// and a search scans its segments one after another with one query, so the rotation, the
+/// quantisation and the tables are made once per query and thread instead of once per
+/// segment (nine times per query at 1M chunks). The result is the same either way.
+fn prepared(rot: &Rotation, query: &[f32]) -> std::rc::Rc<Prepared> {
+    let same = |last: &[f32]| {
+        last.len() == query.len()
+            && last
+                .iter()
+                .zip(query)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+    };
+    LAST_PREPARED.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if let Some((last, p)) = cell.as_ref() {
+            if last.len() == rot.dim && same(last) {
+                return p.clone();
+            }
+        }
+        let p = std::rc::Rc::new(Prepared::new(rot, query));
+        *cell = Some((query.to_vec(), p.clone()));
+        p
+    })
 }
 
 /// `Σ_i b_i · k_i` for the 32 codes of a block (`codes`: groups × 16 packed bytes), by table
@@ -518,7 +553,8 @@ impl MappedRbq {
         if k == 0 {
             return Ok(Vec::new());
         }
-        let q = Prepared::new(&self.rot, query);
+        let q = prepared(&self.rot, query);
+        let q = &*q;
         let mut best = Best::above(k, floor);
         let bb = block_bytes(self.dim);
         let packed = 16 * groups(self.dim);
@@ -559,7 +595,7 @@ impl MappedRbq {
             block_sums(codes, &q.luts, &mut sums);
             let (fs, rest) = tail.split_at(4 * BLOCK);
             let (gs, ids) = rest.split_at(4 * BLOCK);
-            block_scores(coarse, &q, fs, gs, &sums, &mut scores);
+            block_scores(coarse, q, fs, gs, &sums, &mut scores);
             // Which of the 32 may enter, found in one pass (the compiler vectorises it): most
             // codes of a query are below the floor once the first lists have been scanned.
             let mut may = admitted_mask(&scores, best.floor());

@@ -326,3 +326,39 @@ fn admitted_mask_is_the_floor_test() {
         !(1u32 << 3)
     );
 }
+
+/// A query prepared once is reused only for the same bits at the same dimension: a repeat
+/// is reused; a one-ulp change, the other sign of a zero and another dimension are prepared
+/// afresh; whatever comes back equals a fresh preparation.
+#[test]
+fn prepared_queries_are_reused_only_for_the_same_query() {
+    let (r128, r256) = (Rotation::new(128, SEED), Rotation::new(256, SEED));
+    let a: Vec<f32> = (0..128).map(|d| (d as f32 * 0.37).sin()).collect();
+    let mut b = a.clone();
+    b[77] = f32::from_bits(b[77].to_bits() + 1);
+    let mut z = a.clone();
+    z[5] = 0.0;
+    let mut nz = z.clone();
+    nz[5] = -0.0;
+    let wide: Vec<f32> = (0..256).map(|d| (d as f32 * 0.11).cos()).collect();
+    let fresh = |rot: &Rotation, q: &[f32]| {
+        let before = prepared(rot, q);
+        assert_eq!(*before, Prepared::new(rot, q));
+        before
+    };
+    let pa = fresh(&r128, &a);
+    assert!(
+        std::rc::Rc::ptr_eq(&pa, &prepared(&r128, &a)),
+        "a repeat is reused"
+    );
+    let pb = fresh(&r128, &b);
+    assert!(!std::rc::Rc::ptr_eq(&pa, &pb), "one ulp apart");
+    let pz = fresh(&r128, &z);
+    let pnz = fresh(&r128, &nz);
+    assert!(!std::rc::Rc::ptr_eq(&pz, &pnz), "0.0 and -0.0");
+    let pw = fresh(&r256, &wide);
+    assert!(!std::rc::Rc::ptr_eq(&pnz, &pw));
+    let again = fresh(&r128, &a);
+    assert!(!std::rc::Rc::ptr_eq(&pw, &again));
+    assert!(std::rc::Rc::ptr_eq(&again, &prepared(&r128, &a)));
+}
