@@ -268,6 +268,16 @@ impl MappedIvf {
             .collect()
     }
 
+    /// [`MappedIvf::route`] as (score, `index`, list) candidates, the form list choosers
+    /// take (`index`: this index's place among the ones planned together).
+    fn route_candidates(&self, query: &[f32], index: usize) -> Vec<(f32, usize, u32)> {
+        self.route(query)
+            .into_iter()
+            .enumerate()
+            .map(|(l, s)| (s, index, l as u32))
+            .collect()
+    }
+
     /// How far [`MappedIvf::route`]'s score of list `l` can lie from the exact one for
     /// `query`: half a quantisation step per dimension, `step / 2 · Σ|q_i|` (0 for a list
     /// past the end).
@@ -283,12 +293,7 @@ impl MappedIvf {
     /// place of one FAISS would choose, and the scan offsets each list's estimates by that
     /// error at most (the candidates are re-ranked exactly on the raw rows afterwards).
     pub fn routed_probes(&self, query: &[f32], nprobe: usize) -> Vec<(u32, f32)> {
-        let mut cands: Vec<(f32, usize, u32)> = self
-            .route(query)
-            .into_iter()
-            .enumerate()
-            .map(|(l, s)| (s, 0, l as u32))
-            .collect();
+        let mut cands = self.route_candidates(query, 0);
         let keep = nprobe.clamp(1, cands.len().max(1));
         cut_best(&mut cands, keep);
         cands.into_iter().map(|(s, _, l)| (l, s)).collect()
@@ -297,12 +302,7 @@ impl MappedIvf {
     /// The `nprobe` lists nearest `query` ([`select_exact`] over [`MappedIvf::route`]), as
     /// (list, exact query · centroid): the lists and scores FAISS's search uses.
     pub fn probes(&self, query: &[f32], nprobe: usize) -> Vec<(u32, f32)> {
-        let cands: Vec<(f32, usize, u32)> = self
-            .route(query)
-            .into_iter()
-            .enumerate()
-            .map(|(l, s)| (s, 0, l as u32))
-            .collect();
+        let cands = self.route_candidates(query, 0);
         let p = nprobe.clamp(1, cands.len().max(1));
         select_exact(&[Some(self)], query, cands, p)
             .into_iter()
@@ -445,12 +445,7 @@ pub fn plan_probes(
         let Some(ivf) = ivfs[i] else { continue };
         lists += ivf.nlist();
         vectors += ivf.n;
-        let scores: Vec<(f32, usize, u32)> = ivf
-            .route(query)
-            .into_iter()
-            .enumerate()
-            .map(|(l, s)| (s, i, l as u32))
-            .collect();
+        let scores = ivf.route_candidates(query, i);
         // The segment's best list is probed whatever the budget.
         if let Some(&(s, _, l)) = scores.iter().min_by(|a, b| by_score(a, b)) {
             plan[i].push((l, s));

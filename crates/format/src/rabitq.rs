@@ -339,6 +339,7 @@ thread_local! {
 /// quantisation and the tables are made once per query and thread instead of once per
 /// segment (nine times per query at 1M chunks). The result is the same either way.
 fn prepared(rot: &Rotation, query: &[f32]) -> std::rc::Rc<Prepared> {
+    // The same length is the same dimension, and so the same rotation.
     let same = |last: &[f32]| {
         last.len() == query.len()
             && last
@@ -349,7 +350,7 @@ fn prepared(rot: &Rotation, query: &[f32]) -> std::rc::Rc<Prepared> {
     LAST_PREPARED.with(|cell| {
         let mut cell = cell.borrow_mut();
         if let Some((last, p)) = cell.as_ref() {
-            if last.len() == rot.dim && same(last) {
+            if same(last) {
                 return p.clone();
             }
         }

@@ -9,6 +9,22 @@ fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
     crate::vectors::clustered_for_tests(n, dim, clusters, seed | 1, 0.3)
 }
 
+/// `n` clustered vectors of `dim` (`clusters` centres, `seed`), their IVF file written as
+/// `ivf.faiss` in `dir` and mapped: the vectors, the file's path and the map.
+fn mapped(
+    dir: &Path,
+    n: usize,
+    dim: usize,
+    clusters: usize,
+    seed: u64,
+) -> (Vec<f32>, PathBuf, MappedIvf) {
+    let v = clustered(n, dim, clusters, seed);
+    let p = dir.join(crate::vectors::IVF_FILE);
+    write_ivf(&p, &v, dim).unwrap();
+    let ivf = MappedIvf::open(&p, dim, n).unwrap();
+    (v, p, ivf)
+}
+
 #[test]
 fn f32_dot_matches_the_exact_one() {
     let a: Vec<f32> = (0..389).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -152,12 +168,9 @@ fn simd_dot_matches_scalar() {
 #[test]
 fn matches_faiss_on_the_same_file() {
     let (n, dim) = (6000, 48);
-    let v = clustered(n, dim, 60, 7);
     let tmp = tempfile::tempdir().unwrap();
-    let p = tmp.path().join(crate::vectors::IVF_FILE);
-    write_ivf(&p, &v, dim).unwrap();
+    let (_, p, ours) = mapped(tmp.path(), n, dim, 60, 7);
     let faiss = Ivf::load(&p, dim, n).unwrap();
-    let ours = MappedIvf::open(&p, dim, n).unwrap();
     assert_eq!(ours.nlist(), faiss.nlist());
     assert_eq!(ours.centroids(), faiss.centroids().unwrap().as_slice());
     let queries = clustered(50, dim, 60, 99);
@@ -180,11 +193,8 @@ fn matches_faiss_on_the_same_file() {
 #[test]
 fn filters_apply_inside_the_scan() {
     let (n, dim) = (5000, 16);
-    let v = clustered(n, dim, 40, 3);
     let tmp = tempfile::tempdir().unwrap();
-    let p = tmp.path().join(crate::vectors::IVF_FILE);
-    write_ivf(&p, &v, dim).unwrap();
-    let ivf = MappedIvf::open(&p, dim, n).unwrap();
+    let (v, _, ivf) = mapped(tmp.path(), n, dim, 40, 3);
     let nlist = ivf.nlist();
     let q = &v[..dim];
     // Every fifth chunk allowed, the first hundred of those denied: ten admitted answers
@@ -331,11 +341,8 @@ fn routing_levels_round_like_round() {
 #[test]
 fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
     let (n, dim) = (5000, 16);
-    let v = clustered(n, dim, 40, 5);
     let tmp = tempfile::tempdir().unwrap();
-    let p = tmp.path().join(crate::vectors::IVF_FILE);
-    write_ivf(&p, &v, dim).unwrap();
-    let ivf = MappedIvf::open(&p, dim, n).unwrap();
+    let (v, _, ivf) = mapped(tmp.path(), n, dim, 40, 5);
     for q in v.chunks_exact(dim).step_by(499) {
         let lists = ivf.probes(q, 8);
         let all = ivf.scan(q, &lists, 200, None, None).unwrap();
@@ -363,11 +370,8 @@ fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
 #[test]
 fn routed_probes_are_exact_ones_up_to_the_routing_error() {
     let (n, dim) = (8000, 64);
-    let v = clustered(n, dim, 80, 21);
     let tmp = tempfile::tempdir().unwrap();
-    let p = tmp.path().join(crate::vectors::IVF_FILE);
-    write_ivf(&p, &v, dim).unwrap();
-    let ivf = MappedIvf::open(&p, dim, n).unwrap();
+    let (v, _, ivf) = mapped(tmp.path(), n, dim, 80, 21);
     let queries = clustered(40, dim, 80, 77);
     let (mut swapped, mut same_top) = (0usize, 0usize);
     for q in queries.chunks_exact(dim) {
