@@ -279,6 +279,41 @@ pub struct TermFences {
 }
 
 impl TermFences {
+    /// The fences of `keys`, ascending byte strings (`Segment::populate` gathers the record
+    /// table's name keys this way; the dictionary's are gathered by [`validate`]).
+    pub(crate) fn of_sorted<'a>(keys: impl ExactSizeIterator<Item = &'a [u8]>) -> TermFences {
+        let terms = keys.len();
+        TermFences {
+            prefixes: keys.step_by(FENCE_STEP).map(prefix8).collect(),
+            terms,
+        }
+    }
+
+    /// The place of `key` among the ascending keys these fences were gathered from (`get(i)`
+    /// the `i`-th, `None` past the end), searched between its fences; `None` when it is not
+    /// there. Callers check [`TermFences::fences`] first.
+    pub(crate) fn find<'a>(
+        &self,
+        key: &[u8],
+        get: impl Fn(usize) -> Option<&'a [u8]>,
+    ) -> Option<usize> {
+        let (mut lo, mut hi) = self.range(key);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match get(mid)?.cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
+    }
+
+    /// Whether these are fences of `count` keys.
+    pub(crate) fn fences(&self, count: usize) -> bool {
+        self.terms == count && self.prefixes.len() == count.div_ceil(FENCE_STEP)
+    }
+
     /// The index range of terms that can equal a term with bytes `b`: prefixes are ordered as
     /// the terms are (zero padding keeps byte order), so a term whose prefix is below `b`'s
     /// is below `b`, and one whose prefix is above it is above it.

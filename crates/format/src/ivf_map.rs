@@ -260,11 +260,21 @@ impl MappedIvf {
         if query.len() != self.dim {
             return Vec::new();
         }
-        let sum: f32 = query.iter().sum();
+        let Some(rq) = route::RouteQuery::new(query) else {
+            // All zeros, or not finite: the float path (whose scores are then 0 or not
+            // finite anyway).
+            let sum: f32 = query.iter().sum();
+            return self
+                .route
+                .chunks_exact(self.dim)
+                .zip(&self.route_scale)
+                .map(|(u, &(min, step))| min * sum + step * dot_u8(query, u))
+                .collect();
+        };
         self.route
             .chunks_exact(self.dim)
             .zip(&self.route_scale)
-            .map(|(u, &(min, step))| min * sum + step * dot_u8(query, u))
+            .map(|(u, &(min, step))| min * rq.sum + step * rq.dot(u))
             .collect()
     }
 
@@ -279,11 +289,16 @@ impl MappedIvf {
     }
 
     /// How far [`MappedIvf::route`]'s score of list `l` can lie from the exact one for
-    /// `query`: half a quantisation step per dimension, `step / 2 · Σ|q_i|` (0 for a list
-    /// past the end).
+    /// `query`: half a quantisation step per dimension, `step / 2 · Σ|q_i|`, plus `step` times
+    /// what rounding the query to integers can move its sum by ([`route::RouteQuery::error`])
+    /// (0 for a list past the end).
     pub fn route_error(&self, query: &[f32], l: u32) -> f32 {
-        self.route_scale.get(l as usize).map_or(0.0, |&(_, step)| {
-            step * 0.5 * query.iter().map(|x| x.abs()).sum::<f32>()
+        let li = l as usize;
+        self.route_scale.get(li).map_or(0.0, |&(_, step)| {
+            let rounding = route::RouteQuery::new(query).map_or(0.0, |rq| {
+                rq.error(&self.route[li * self.dim..(li + 1) * self.dim])
+            });
+            step * (0.5 * query.iter().map(|x| x.abs()).sum::<f32>() + rounding)
         })
     }
 
@@ -355,6 +370,36 @@ impl MappedIvf {
         deny: Option<&RoaringBitmap>,
         floor: f32,
     ) -> Result<Vec<(u32, f32)>> {
+        Ok(self
+            .scan_best(query, lists, k, allow, deny, floor)?
+            .map_or_else(Vec::new, Best::into_sorted))
+    }
+
+    /// [`MappedIvf::scan_above`]'s candidates in no particular order.
+    pub fn candidates_above(
+        &self,
+        query: &[f32],
+        lists: &[(u32, f32)],
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Result<Vec<(u32, f32)>> {
+        Ok(self
+            .scan_best(query, lists, k, allow, deny, floor)?
+            .map_or_else(Vec::new, Best::into_unordered))
+    }
+
+    /// The scan of [`MappedIvf::scan_above`] (`None` for `k = 0`).
+    fn scan_best(
+        &self,
+        query: &[f32],
+        lists: &[(u32, f32)],
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Result<Option<Best>> {
         if query.len() != self.dim {
             return Err(FormatError::InvalidInput(format!(
                 "query has dimension {}, the IVF index {}",
@@ -363,7 +408,7 @@ impl MappedIvf {
             )));
         }
         if k == 0 {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let q: Vec<f32> = query.iter().zip(&self.scale).map(|(a, s)| a * s).collect();
         let base = crate::vectors::dot(query, &self.bias);
@@ -392,7 +437,7 @@ impl MappedIvf {
                 }
             }
         }
-        Ok(best.into_sorted())
+        Ok(Some(best))
     }
 }
 
@@ -521,139 +566,6 @@ fn le_f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
     bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes(c.try_into().expect("chunks of 4")))
-}
-
-/// One byte per dimension for each centroid (`c_i ≈ min + step · u_i`, `u_i` rounded), and
-/// each centroid's (min, step), from the centroids' little-endian bytes in the map. Each
-/// centroid is copied into a buffer, reduced to its least and greatest value (the same
-/// values in any order, so lanes give the codes of a plain fold; only a zero minimum may come
-/// out as the other zero, which changes no code) and quantised. On 667
-/// centroids of 384 dimensions in memory (2-core VM) this takes about 0.2 ms with the AVX2
-/// kernels and 0.5-0.7 ms compiled for the baseline (SSE2); it was most of the 1.3-1.5 ms a
-/// segment's IVF map took to open when the centroids were first copied out as floats.
-fn routing_codes(centroids: &[u8], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if simd::available() {
-            // SAFETY: the CPU supports AVX2 (checked once, cached).
-            return unsafe { routing_codes_avx2(centroids, dim) };
-        }
-    }
-    routing_codes_any(centroids, dim)
-}
-
-/// [`routing_codes_any`] with the per-centroid reduction and quantisation in AVX2 lanes:
-/// the same operations on each value (so the same codes; tested).
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn routing_codes_avx2(centroids: &[u8], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
-    routing_codes_with(
-        centroids,
-        dim,
-        // SAFETY (both): the caller's CPU supports AVX2.
-        |c| unsafe { simd::min_max_avx2(c) },
-        |c, min, step, out| {
-            let done = unsafe { simd::levels_avx2(c, min, step, out) };
-            levels(&c[done..], min, step, &mut out[done..]);
-        },
-    )
-}
-
-fn routing_codes_any(centroids: &[u8], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
-    routing_codes_with(centroids, dim, min_max, levels)
-}
-
-/// `out_i = round_level((c_i − min) / step)`.
-fn levels(c: &[f32], min: f32, step: f32, out: &mut [u8]) {
-    for (u, &x) in out.iter_mut().zip(c) {
-        *u = round_level((x - min) / step);
-    }
-}
-
-/// The loop of [`routing_codes`] over the centroids, with the reduction (`min_max`) and the
-/// quantisation of one centroid (`levels`, called when the step is positive).
-#[inline(always)]
-fn routing_codes_with(
-    centroids: &[u8],
-    dim: usize,
-    min_max: impl Fn(&[f32]) -> (f32, f32),
-    levels: impl Fn(&[f32], f32, f32, &mut [u8]),
-) -> (Vec<u8>, Vec<(f32, f32)>) {
-    let dim = dim.max(1);
-    let mut codes = vec![0u8; centroids.len() / 4];
-    let mut scales = Vec::with_capacity(centroids.len() / 4 / dim);
-    let mut c = vec![0f32; dim];
-    for (bytes, out) in centroids
-        .chunks_exact(dim * 4)
-        .zip(codes.chunks_exact_mut(dim))
-    {
-        decode_le(bytes, &mut c);
-        let (min, max) = min_max(&c);
-        let step = if max > min { (max - min) / 255.0 } else { 0.0 };
-        if step > 0.0 {
-            levels(&c, min, step, out);
-        }
-        scales.push((min, step));
-    }
-    (codes, scales)
-}
-
-/// `out` from its little-endian bytes (`bytes.len() = 4 · out.len()`, any alignment).
-#[inline(always)]
-fn decode_le(bytes: &[u8], out: &mut [f32]) {
-    assert_eq!(bytes.len(), 4 * out.len(), "centroid bytes");
-    #[cfg(target_endian = "little")]
-    // SAFETY: `out` spans exactly `bytes.len()` bytes (asserted), the two cannot overlap (one
-    // is borrowed mutably), every bit pattern is an f32, and on a little-endian target the
-    // little-endian bytes are the floats' own representation.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), bytes.len());
-    }
-    #[cfg(not(target_endian = "little"))]
-    for (x, b) in out.iter_mut().zip(le_f32s(bytes)) {
-        *x = b;
-    }
-}
-
-/// The least and greatest of `c` (±∞ when empty; NaNs never win a comparison), in 8 lanes.
-#[inline(always)]
-fn min_max(c: &[f32]) -> (f32, f32) {
-    let mut lo = [f32::INFINITY; 8];
-    let mut hi = [f32::NEG_INFINITY; 8];
-    let lanes = c.chunks_exact(8);
-    let rest = lanes.remainder();
-    for v in lanes {
-        let v: &[f32; 8] = v.try_into().expect("chunks of 8");
-        for ((l, h), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(v) {
-            *l = if x < *l { x } else { *l };
-            *h = if x > *h { x } else { *h };
-        }
-    }
-    let mut min = lo
-        .into_iter()
-        .fold(f32::INFINITY, |a, b| if b < a { b } else { a });
-    let mut max = hi
-        .into_iter()
-        .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a });
-    for &x in rest {
-        min = if x < min { x } else { min };
-        max = if x > max { x } else { max };
-    }
-    (min, max)
-}
-
-/// `v.round().clamp(0.0, 255.0) as u8` for `v ≥ 0` (or NaN: 0), without `f32::round`: that is
-/// a libm call on baseline x86-64 (no SSE4.1), which kept the loop over every centroid value
-/// from vectorising (about 10 ms of a 1M-chunk index's first query). Rounds half away from
-/// zero like `round`: `floor(v) + (v − floor(v) ≥ 0.5)`, where the difference is exact.
-#[inline(always)]
-fn round_level(v: f32) -> u8 {
-    let v = v.clamp(0.0, 255.0);
-    let floor = v as i32;
-    (floor + i32::from(v - floor as f32 >= 0.5)) as u8
 }
 
 struct Parsed {
@@ -884,6 +796,13 @@ impl Best {
         self.buf.sort_by(better);
         self.buf.into_iter().map(|(s, id)| (id, s)).collect()
     }
+    /// The same best `k` as [`Best::into_sorted`], in no particular order (a caller that
+    /// merges several segments' candidates selects from all of them: sorting each segment's
+    /// hundreds of candidates first was about 3% of a hybrid query at 1M chunks).
+    pub(crate) fn into_unordered(mut self) -> Vec<(u32, f32)> {
+        self.cut();
+        self.buf.into_iter().map(|(s, id)| (id, s)).collect()
+    }
 }
 
 /// Whether the AVX2 + FMA kernels run on this CPU (checked once).
@@ -970,8 +889,13 @@ pub fn dot_u8_scalar(q: &[f32], code: &[u8]) -> f32 {
     s
 }
 
+mod route;
 #[cfg(target_arch = "x86_64")]
 mod simd;
+
+use route::routing_codes;
+#[cfg(test)]
+use route::{round_level, routing_codes_any};
 
 #[cfg(test)]
 mod tests;

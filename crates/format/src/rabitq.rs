@@ -544,6 +544,36 @@ impl MappedRbq {
         deny: Option<&RoaringBitmap>,
         floor: f32,
     ) -> Result<Vec<(u32, f32)>> {
+        Ok(self
+            .scan_best(query, lists, k, allow, deny, floor)?
+            .map_or_else(Vec::new, Best::into_sorted))
+    }
+
+    /// [`MappedRbq::scan_above`]'s candidates in no particular order.
+    pub fn candidates_above(
+        &self,
+        query: &[f32],
+        lists: &[(u32, f32)],
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Result<Vec<(u32, f32)>> {
+        Ok(self
+            .scan_best(query, lists, k, allow, deny, floor)?
+            .map_or_else(Vec::new, Best::into_unordered))
+    }
+
+    /// The scan of [`MappedRbq::scan_above`] (`None` for `k = 0`).
+    fn scan_best(
+        &self,
+        query: &[f32],
+        lists: &[(u32, f32)],
+        k: usize,
+        allow: Option<&RoaringBitmap>,
+        deny: Option<&RoaringBitmap>,
+        floor: f32,
+    ) -> Result<Option<Best>> {
         if query.len() != self.dim {
             return Err(FormatError::InvalidInput(format!(
                 "query has dimension {}, the codes {}",
@@ -552,7 +582,7 @@ impl MappedRbq {
             )));
         }
         if k == 0 {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let q = prepared(&self.rot, query);
         let q = &*q;
@@ -614,7 +644,7 @@ impl MappedRbq {
                 }
             }
         }
-        Ok(best.into_sorted())
+        Ok(Some(best))
     }
 }
 

@@ -205,14 +205,41 @@ impl ArchivedChunkTable {
 
     /// Chunks whose [`name_key`] or [`qualified_key`] is `key` (already a key), ascending.
     pub fn name_chunks(&self, key: &str) -> impl Iterator<Item = u32> + '_ {
-        let r = match self.name_keys.binary_search_by(|k| k.as_str().cmp(key)) {
-            Ok(i) => {
+        self.name_chunks_fenced(key, None)
+    }
+
+    /// [`Self::name_chunks`], the key searched between `fences` of the name keys
+    /// ([`Self::name_fences`]) when they are given and of this table: the same chunks (a
+    /// binary search of the keys is ~16 probes, each a key and often its bytes on another
+    /// cache line; nine segments' lookups took ~50 µs of a query at 1M chunks).
+    pub fn name_chunks_fenced(
+        &self,
+        key: &str,
+        fences: Option<&crate::bm25::TermFences>,
+    ) -> impl Iterator<Item = u32> + '_ {
+        let found = match fences.filter(|f| f.fences(self.name_keys.len())) {
+            Some(f) => f.find(key.as_bytes(), |i| {
+                self.name_keys.get(i).map(|k| k.as_str().as_bytes())
+            }),
+            None => self
+                .name_keys
+                .binary_search_by(|k| k.as_str().cmp(key))
+                .ok(),
+        };
+        let r = match found {
+            Some(i) => {
                 self.name_offsets[i].to_native() as usize
                     ..self.name_offsets[i + 1].to_native() as usize
             }
-            Err(_) => 0..0,
+            None => 0..0,
         };
         self.name_chunks[r].iter().map(|c| c.to_native())
+    }
+
+    /// Fences of the name keys for [`Self::name_chunks_fenced`] (reads every key: done
+    /// beside `Segment::populate`, not at open).
+    pub fn name_fences(&self) -> crate::bm25::TermFences {
+        crate::bm25::TermFences::of_sorted(self.name_keys.iter().map(|k| k.as_str().as_bytes()))
     }
 
     /// Every lookup key with its chunks.
@@ -378,5 +405,58 @@ mod tests {
         let a = rkyv::access::<ArchivedChunkTable, rkyv::rancor::Error>(&bytes).unwrap();
         a.validate_lookups().unwrap();
         assert_eq!(a.name_chunks("x").count(), 0);
+        let fences = a.name_fences();
+        assert_eq!(a.name_chunks_fenced("x", Some(&fences)).count(), 0);
+    }
+
+    /// Lookups between the name keys' fences find what the plain search finds: every key,
+    /// keys one byte longer or shorter, and runs of keys sharing their first 8 bytes across
+    /// many fences; fences of another table are not used.
+    #[test]
+    fn fenced_name_lookups_equal_plain_ones() {
+        let mut names: Vec<String> = (0..700).map(|i| format!("n{:05}", i * 7)).collect();
+        names.extend((0..300).map(|i| format!("parse_config_{i}")));
+        names.extend((0..40).map(|i| format!("é{i}")));
+        names.extend(["a".into(), "ab".into(), "z".into()]);
+        let chunks: Vec<ChunkRecord> = names
+            .iter()
+            .map(|n| chunk(0, n, &format!("m::{n}"), ""))
+            .collect();
+        let t = ChunkTable::with_lookups(vec![file("a", "x.rs", 0, chunks.len() as u32)], chunks);
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&t).unwrap();
+        let a = rkyv::access::<ArchivedChunkTable, rkyv::rancor::Error>(&bytes).unwrap();
+        let fences = a.name_fences();
+        let keys: Vec<String> = a.names().map(|(k, _)| k.to_string()).collect();
+        assert!(keys.len() > 2000);
+        let mut probes: Vec<String> = Vec::new();
+        for k in &keys {
+            probes.push(k.clone());
+            probes.push(format!("{k}0"));
+            probes.push(format!("{k}\u{10ffff}"));
+            let mut shorter = k.clone();
+            shorter.pop();
+            probes.push(shorter);
+        }
+        probes.extend(["".into(), "\0".into(), "zz".into(), "parse_config".into()]);
+        let mut found = 0;
+        for p in &probes {
+            let plain: Vec<u32> = a.name_chunks(p).collect();
+            found += usize::from(!plain.is_empty());
+            assert_eq!(
+                a.name_chunks_fenced(p, Some(&fences)).collect::<Vec<_>>(),
+                plain,
+                "{p:?}"
+            );
+        }
+        assert!(found >= keys.len());
+        // Fences of another table (another key count) are not used.
+        let other = ChunkTable::with_lookups(vec![], vec![]);
+        let ob = rkyv::to_bytes::<rkyv::rancor::Error>(&other).unwrap();
+        let o = rkyv::access::<ArchivedChunkTable, rkyv::rancor::Error>(&ob).unwrap();
+        assert_eq!(
+            a.name_chunks_fenced(&keys[5], Some(&o.name_fences()))
+                .count(),
+            1
+        );
     }
 }

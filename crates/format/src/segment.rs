@@ -110,6 +110,9 @@ pub struct Segment {
     rbq: OnceLock<std::result::Result<Option<MappedRbq>, String>>,
     /// The dictionary's lookup fences, gathered when the postings are validated at open.
     term_fences: OnceLock<bm25::TermFences>,
+    /// The record table's name-key fences, gathered by [`Segment::populate`] (lookups before
+    /// then search the keys alone, with the same results).
+    name_fences: OnceLock<bm25::TermFences>,
     /// Whether [`Segment::populate`] ran.
     populated: std::sync::atomic::AtomicBool,
 }
@@ -228,6 +231,7 @@ impl Segment {
             ivf_map: OnceLock::new(),
             rbq: OnceLock::new(),
             term_fences: OnceLock::new(),
+            name_fences: OnceLock::new(),
             populated: Default::default(),
         };
         seg.validate_structure()?;
@@ -581,7 +585,15 @@ impl Segment {
         {
             return 0;
         }
-        self.maps().into_iter().map(crate::populate).sum()
+        let bytes = self.maps().into_iter().map(crate::populate).sum();
+        let _ = self.name_fences.set(self.table().name_fences());
+        bytes
+    }
+
+    /// Chunks named `key` ([`crate::records::ArchivedChunkTable::name_chunks`]), through the
+    /// name-key fences once [`Segment::populate`] has gathered them.
+    pub fn name_chunks(&self, key: &str) -> impl Iterator<Item = u32> + '_ {
+        self.table().name_chunks_fenced(key, self.name_fences.get())
     }
 
     /// Recomputes the blake3 of every file and compares with `segment.json`.

@@ -262,8 +262,17 @@ fn one_bit_codes_search_and_verify() {
         .map(|e| e.metadata().unwrap().len())
         .sum();
     assert_eq!(seg.mapped_bytes() as u64, files);
+    let names: Vec<String> = seg.table().names().map(|(k, _)| k.to_string()).collect();
+    let before: Vec<Vec<u32>> = names.iter().map(|k| seg.name_chunks(k).collect()).collect();
     assert_eq!(index.populate() as u64, files);
     assert_eq!(index.populate(), 0);
+    // Populating also gathers the name keys' fences; lookups through them find the same.
+    assert!(names.len() > 1000);
+    for (k, want) in names.iter().zip(&before) {
+        assert!(!want.is_empty());
+        assert_eq!(&seg.name_chunks(k).collect::<Vec<_>>(), want, "{k}");
+        assert_eq!(seg.name_chunks(&format!("{k}_")).count(), 0);
+    }
     let q = &queries[..dim];
     let opened_first = seg.search_vectors(q, 10, nlist, None, None).unwrap();
     let fresh = Segment::open(dir.path(), &id, MODEL, dim as u32).unwrap();

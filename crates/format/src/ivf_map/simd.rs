@@ -170,3 +170,50 @@ pub unsafe fn dot_u8_avx2(q: &[f32], code: &[u8]) -> f32 {
     }
     total
 }
+
+/// `Σ w_i · code_i` exactly: each byte widened to 16 bits and multiplied with its weight,
+/// pairs summed into 32-bit lanes (`vpmaddwd`, at most `2 · 255 · 32767` per pair), the lanes
+/// flushed to a 64-bit total every 64 steps (before any could pass `i32::MAX`).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn dot_u8_i16_avx2(w: &[i16], code: &[u8]) -> i64 {
+    let n = w.len().min(code.len());
+    let blocks = n / 64;
+    let (wp, cp) = (w.as_ptr(), code.as_ptr());
+    let zero = _mm256_setzero_si256();
+    let (mut a0, mut a1, mut a2, mut a3) = (zero, zero, zero, zero);
+    let mut total = 0i64;
+    let flush = |a0: __m256i, a1: __m256i, a2: __m256i, a3: __m256i| -> i64 {
+        let mut lanes = [0i32; 8];
+        let mut t = 0i64;
+        for a in [a0, a1, a2, a3] {
+            _mm256_storeu_si256(lanes.as_mut_ptr().cast(), a);
+            t += lanes.iter().map(|&x| x as i64).sum::<i64>();
+        }
+        t
+    };
+    for b in 0..blocks {
+        let i = b * 64;
+        // SAFETY: i + 64 ≤ n ≤ both lengths; unaligned loads of 16 bytes and 16 i16s.
+        let term = |k: usize| {
+            let c = _mm256_cvtepu8_epi16(_mm_loadu_si128(cp.add(i + k) as *const __m128i));
+            let q = _mm256_loadu_si256(wp.add(i + k) as *const __m256i);
+            _mm256_madd_epi16(c, q)
+        };
+        a0 = _mm256_add_epi32(a0, term(0));
+        a1 = _mm256_add_epi32(a1, term(16));
+        a2 = _mm256_add_epi32(a2, term(32));
+        a3 = _mm256_add_epi32(a3, term(48));
+        if b % 64 == 63 {
+            total += flush(a0, a1, a2, a3);
+            (a0, a1, a2, a3) = (zero, zero, zero, zero);
+        }
+    }
+    total += flush(a0, a1, a2, a3);
+    for i in blocks * 64..n {
+        total += w[i] as i64 * code[i] as i64;
+    }
+    total
+}

@@ -142,7 +142,19 @@ fn best_keeps_the_top_k_with_ties() {
                 b.push(sc, id);
             }
         }
+        let mut unordered = {
+            let mut u = Best::above(k, f32::NEG_INFINITY);
+            for &(sc, id) in &items {
+                if u.admits(sc) {
+                    u.push(sc, id);
+                }
+            }
+            u.into_unordered()
+        };
         let got = b.into_sorted();
+        // The same best k, in no particular order.
+        unordered.sort_by(|a, b| better(&(a.1, a.0), &(b.1, b.0)));
+        assert_eq!(unordered, got, "k = {k}");
         let mut want: Vec<(f32, u32)> = items.clone();
         want.sort_by(better);
         let want: Vec<(u32, f32)> = want.into_iter().take(k).map(|(s, i)| (i, s)).collect();
@@ -360,6 +372,11 @@ fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
                 ivf.scan_above(q, &lists, 200, None, None, floor).unwrap(),
                 want
             );
+            let mut any = ivf
+                .candidates_above(q, &lists, 200, None, None, floor)
+                .unwrap();
+            any.sort_by(|a, b| better(&(a.1, a.0), &(b.1, b.0)));
+            assert_eq!(any, want);
         }
     }
 }

@@ -62,11 +62,12 @@ impl Segment {
         })
     }
 
-    /// The best `fetch` (chunk, score) candidates for `query`, best first: approximate scores
-    /// through the IVF lists `probes` (the one-bit codes of `ivf.rbq`, or the SQ8 codes of a
-    /// segment without them; filters applied inside the scan), or exact
-    /// scores from a scan of the rows for a flat segment or a small allow-list. Callers that
-    /// search several segments merge these and re-rank only the best ([`Segment::rerank`]).
+    /// The best `fetch` (chunk, score) candidates for `query`: approximate scores through the
+    /// IVF lists `probes` (the one-bit codes of `ivf.rbq`, or the SQ8 codes of a segment
+    /// without them; filters applied inside the scan), in no particular order, or exact
+    /// scores from a scan of the rows for a flat segment or a small allow-list, best first.
+    /// Callers that search several segments merge these, select the best of all and re-rank
+    /// only those ([`Segment::rerank`]): each segment's own sort was wasted work.
     pub fn vector_candidates(
         &self,
         query: &[f32],
@@ -101,8 +102,8 @@ impl Segment {
         }
         match self.probe_plan(allow)? {
             Some(ivf) => match self.rbq()? {
-                Some(codes) => codes.scan_above(query, probes, fetch, allow, deny, floor),
-                None => ivf.scan_above(query, probes, fetch, allow, deny, floor),
+                Some(codes) => codes.candidates_above(query, probes, fetch, allow, deny, floor),
+                None => ivf.candidates_above(query, probes, fetch, allow, deny, floor),
             },
             None => Ok(vectors::exact_search(
                 self.vectors(),
