@@ -150,17 +150,28 @@ pub struct Group {
 /// count as touching.
 pub const MERGE_GAP_LINES: u32 = 1;
 
-/// Collapses a ranked list (best first) into results: a chunk with the same (repository, path,
-/// line range) as a better-ranked one is dropped; a chunk of the same symbol as a
-/// better-ranked result (a `body_part` and its head, or two body parts of one head) whose lines
-/// overlap or touch that result's range is merged into it (the range grows). Every chunk is
-/// visited, so the groups — and their ranges — do not depend on how many results are kept
-/// afterwards.
-pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
+/// Collapses a ranked list (best first) into its first `limit` results: a chunk with the same
+/// (repository, path, line range) as a better-ranked one is dropped; a chunk of the same
+/// symbol as a better-ranked result (a `body_part` and its head, or two body parts of one
+/// head) whose lines overlap or touch that result's range is merged into it (the range
+/// grows). Every chunk is visited, so the groups — and their ranges — are those of collapsing
+/// the whole list and keeping the first `limit`.
+///
+/// Once `limit` groups exist, a chunk can only change one of them by merging into it, so a
+/// chunk whose symbol has no kept group is set aside with its lines alone, and the file
+/// record and path of a chunk are read only when it may merge (to drop it if it repeats an
+/// earlier chunk, set aside ones included). At 1M chunks most of a query's ~200 candidates
+/// come after the tenth group, and their file records and paths were most of the collapse.
+pub fn collapse(index: &Index, ranked: &[Node], limit: usize) -> Vec<Group> {
     let mut out: Vec<Group> = Vec::new();
+    if limit == 0 {
+        return out;
+    }
     let mut seen: FxHashSet<(&str, &str, u32, u32)> = FxHashSet::default();
     // Symbol root → indices into `out`.
     let mut by_root: FxHashMap<Node, Vec<usize>> = FxHashMap::default();
+    // Chunks met after the `limit`-th group whose symbol had no kept group: (start, end, node).
+    let mut aside: Vec<(u32, u32, Node)> = Vec::new();
     let record = |&(si, c): &Node| {
         let chunks = &index.segments[si].segment.table().chunks;
         chunks.get(c as usize..c as usize + 1)
@@ -171,15 +182,22 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
         let f = ch.file.to_native() as usize;
         t.files.get(f..f + 1)
     };
-    // Every candidate's record, then every file record (and a header's parent record), then
-    // every path and repository, each asked for in one pass before the grouping reads them:
-    // the misses of a pass overlap instead of each waiting in a chain a few ranks ahead
-    // (hybrid at 1M chunks, ~200 candidates: 107 → 88 µs; with only the records asked for,
-    // 4 ranks on, a vector-only query's 100 took 75-90 µs, with that chain 50-52 µs).
+    // (repository, path) of a chunk.
+    let place = |(si, c): Node| {
+        let t = index.segments[si].segment.table();
+        let f = &t.files[t.chunks[c as usize].file.to_native() as usize];
+        (f.repo.as_str(), f.path.as_str())
+    };
+    // Every candidate's record, then the file (and a header's parent) record of the first
+    // few, then their paths and repositories, each asked for into L2 in one pass before the
+    // grouping reads them: the misses of a pass overlap instead of each waiting in a chain a
+    // few ranks ahead. The first `2·limit + 8` usually hold the kept groups; the rest are
+    // read only if they may merge.
+    let head = &ranked[..ranked.len().min(2 * limit + 8)];
     for n in ranked.iter().filter_map(record) {
         format::prefetch_l2(n);
     }
-    for (n, f) in ranked.iter().filter_map(|n| Some((n, file(n)?))) {
+    for (n, f) in head.iter().filter_map(|n| Some((n, file(n)?))) {
         format::prefetch_l2(f);
         let t = index.segments[n.0].segment.table();
         let ch = &t.chunks[n.1 as usize];
@@ -190,14 +208,13 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
             }
         }
     }
-    for f in ranked.iter().filter_map(file) {
+    for f in head.iter().filter_map(file) {
         format::prefetch_l2(f[0].path.as_bytes());
         format::prefetch_l2(f[0].repo.as_bytes());
     }
     for (rank, &(si, c)) in ranked.iter().enumerate() {
         let t = index.segments[si].segment.table();
         let ch = &t.chunks[c as usize];
-        let f = &t.files[ch.file.to_native() as usize];
         let parent = ch.parent.to_native();
         // A header stands for its symbol: the symbol's lines, the symbol's group.
         let header = ch.shown_as(c) != c;
@@ -207,14 +224,28 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
         } else {
             (ch.start_line.to_native(), ch.end_line.to_native())
         };
-        if !seen.insert((f.repo.as_str(), f.path.as_str(), start, end)) {
-            continue;
-        }
         let root = if (header || ch.kind.as_str() == "body_part") && parent != NO_PARENT {
             (si, parent)
         } else {
             (si, c)
         };
+        let full = out.len() >= limit;
+        if full && !by_root.contains_key(&root) {
+            aside.push((start, end, (si, c)));
+            continue;
+        }
+        let (repo, path) = place((si, c));
+        if !seen.insert((repo, path, start, end)) {
+            continue;
+        }
+        // A repeat of a chunk set aside is dropped as the full collapse drops it.
+        if full
+            && aside
+                .iter()
+                .any(|&(s, e, n)| (s, e) == (start, end) && place(n) == (repo, path))
+        {
+            continue;
+        }
         let slots = by_root.entry(root).or_default();
         let touching = slots.iter().copied().find(|&g| {
             let g = &out[g];
@@ -227,6 +258,8 @@ pub fn collapse(index: &Index, ranked: &[Node]) -> Vec<Group> {
                 g.start_line = g.start_line.min(start);
                 g.end_line = g.end_line.max(end);
             }
+            // A new group past the cut changes none of the kept ones.
+            None if full => {}
             None => {
                 slots.push(out.len());
                 out.push(Group {

@@ -606,8 +606,17 @@ pub fn vector_list(
             list.push((si, c, s));
         }
     }
-    list.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
-    list.truncate(depth);
+    // The best `depth` by a total order (score, then key): selected, then only they sorted.
+    let order = |a: &(usize, u32, f32), b: &(usize, u32, f32)| {
+        b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1)))
+    };
+    if depth == 0 {
+        list.clear();
+    } else if list.len() > depth {
+        list.select_nth_unstable_by(depth - 1, order);
+        list.truncate(depth);
+    }
+    list.sort_by(order);
     Ok(list)
 }
 
@@ -1051,8 +1060,7 @@ pub fn search(
     }
     // Duplicates and pieces of one symbol collapse over every candidate, then the cut.
     let keys: Vec<ChunkRef> = ranked.iter().map(|r| r.0).collect();
-    let mut groups = rank::collapse(index, &keys);
-    groups.truncate(o.limit);
+    let groups = rank::collapse(index, &keys, o.limit);
 
     let hits = groups
         .into_iter()
@@ -1416,6 +1424,15 @@ mod tests {
     type Row<'a> = (&'a str, &'a str, u32, u32, u32, String, [f32; 4]);
 
     fn index_of(dir: &std::path::Path, segments: &[Vec<Row>]) -> Index {
+        index_at(dir, segments, |si| format!("f{si}.rs"))
+    }
+
+    /// [`index_of`] with segment `si`'s one file at `path(si)`.
+    fn index_at(
+        dir: &std::path::Path,
+        segments: &[Vec<Row>],
+        path: impl Fn(usize) -> String,
+    ) -> Index {
         use format::manifest::{IndexManifest, SegmentEntry};
         use format::records::{ChunkRecord, FileRecord};
         let mut entries = Vec::new();
@@ -1440,7 +1457,7 @@ mod tests {
             }
             b.files.push(FileRecord {
                 repo: "r".into(),
-                path: format!("f{si}.rs"),
+                path: path(si),
                 language: "rust".into(),
                 content_hash: [0; 32],
                 size: 1,
@@ -1657,6 +1674,69 @@ mod tests {
             let (top, _) = search(&index, "widget", Some(&v), &o(12)).unwrap();
             assert_eq!(top.len(), 12);
         }
+    }
+
+    /// Collapsing into the first `limit` groups gives the first `limit` groups of the whole
+    /// collapse, whatever the order of the candidates: duplicates within a segment and across
+    /// two segments holding the same path, headers standing for their symbol, body parts
+    /// merging near and far, for every limit.
+    #[test]
+    fn collapse_to_a_limit_keeps_the_groups_of_the_whole() {
+        use format::records::NO_PARENT;
+        let v = [1.0, 0.0, 0.0, 0.0];
+        let rows = |shift: u32| -> Vec<Row> {
+            let mut r: Vec<Row> = vec![
+                ("function", "render", 1, 10, NO_PARENT, "a".into(), v),
+                ("header", "render", 1, 2, 0, "b".into(), v),
+                ("body_part", "render", 11, 20, 0, "c".into(), v),
+                ("body_part", "render", 22, 30, 0, "d".into(), v),
+                ("body_part", "render", 100, 110, 0, "e".into(), v),
+                ("body_part", "render", 111, 115, 0, "f".into(), v),
+                ("function", "paint", 40, 50, NO_PARENT, "g".into(), v),
+                ("top_level", "", 40, 50, NO_PARENT, "h".into(), v),
+            ];
+            for i in 0..6u32 {
+                let at = 200 + 10 * i + shift;
+                r.push(("function", "helper", at, at + 5, NO_PARENT, "i".into(), v));
+            }
+            r
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // Segments 0 and 1 hold the same path (lines partly the same), segment 2 another.
+        let index = index_at(dir.path(), &[rows(0), rows(5), rows(0)], |si| {
+            if si < 2 {
+                "same.rs".into()
+            } else {
+                "other.rs".into()
+            }
+        });
+        let mut nodes: Vec<(usize, u32)> = Vec::new();
+        for (si, ls) in index.segments.iter().enumerate() {
+            nodes.extend((0..ls.segment.table().chunks.len() as u32).map(|c| (si, c)));
+        }
+        let mut next = rng(99);
+        let mut merged = 0;
+        for round in 0..300 {
+            let mut ranked = nodes.clone();
+            for i in (1..ranked.len()).rev() {
+                ranked.swap(i, next() % (i + 1));
+            }
+            ranked.truncate(ranked.len() - round % 7);
+            let whole = rank::collapse(&index, &ranked, usize::MAX);
+            merged += whole
+                .iter()
+                .filter(|g| g.end_line - g.start_line > 10)
+                .count();
+            for limit in 0..=whole.len() + 1 {
+                let want = &whole[..limit.min(whole.len())];
+                assert_eq!(
+                    rank::collapse(&index, &ranked, limit),
+                    want,
+                    "{round} {limit}"
+                );
+            }
+        }
+        assert!(merged > 0);
     }
 
     /// A chunk the query names ranks first though BM25 prefers its callers, and even when
