@@ -176,8 +176,8 @@ fn decode_le(bytes: &[u8], out: &mut [f32]) {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), bytes.len());
     }
     #[cfg(not(target_endian = "little"))]
-    for (x, b) in out.iter_mut().zip(super::le_f32s(bytes)) {
-        *x = b;
+    for (x, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     }
 }
 
