@@ -826,16 +826,10 @@ impl ArchivedPostingsArchive {
     /// from [`validate`]): the same answer. Fences of another dictionary (another term count)
     /// are not used.
     pub fn term_id_fenced(&self, term: &str, fences: &TermFences) -> Option<usize> {
-        let nt = self.terms.len();
-        if fences.terms != nt || fences.prefixes.len() != nt.div_ceil(FENCE_STEP) {
+        if !fences.fences(self.terms.len()) {
             return self.term_id(term);
         }
-        let (lo, hi) = fences.range(term.as_bytes());
-        let within = self.terms.get(lo..hi)?;
-        within
-            .binary_search_by(|t| t.as_bytes().cmp(term.as_bytes()))
-            .ok()
-            .map(|i| lo + i)
+        fences.find(term.as_bytes(), |i| self.terms.get(i).map(|t| t.as_bytes()))
     }
 
     /// Documents holding `term` (already tokenized); 0 when the dictionary lacks it.

@@ -372,11 +372,12 @@ impl MappedIvf {
     ) -> Result<Vec<(u32, f32)>> {
         Ok(self
             .scan_best(query, lists, k, allow, deny, floor)?
-            .map_or_else(Vec::new, Best::into_sorted))
+            .into_sorted())
     }
 
-    /// [`MappedIvf::scan_above`]'s candidates in no particular order.
-    pub fn candidates_above(
+    /// The scan of [`MappedIvf::scan_above`], its best `k` not yet sorted: `Segment`'s
+    /// candidates take them in no particular order ([`Best::into_unordered`]).
+    pub(crate) fn scan_best(
         &self,
         query: &[f32],
         lists: &[(u32, f32)],
@@ -384,22 +385,7 @@ impl MappedIvf {
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
         floor: f32,
-    ) -> Result<Vec<(u32, f32)>> {
-        Ok(self
-            .scan_best(query, lists, k, allow, deny, floor)?
-            .map_or_else(Vec::new, Best::into_unordered))
-    }
-
-    /// The scan of [`MappedIvf::scan_above`] (`None` for `k = 0`).
-    fn scan_best(
-        &self,
-        query: &[f32],
-        lists: &[(u32, f32)],
-        k: usize,
-        allow: Option<&RoaringBitmap>,
-        deny: Option<&RoaringBitmap>,
-        floor: f32,
-    ) -> Result<Option<Best>> {
+    ) -> Result<Best> {
         if query.len() != self.dim {
             return Err(FormatError::InvalidInput(format!(
                 "query has dimension {}, the IVF index {}",
@@ -408,7 +394,7 @@ impl MappedIvf {
             )));
         }
         if k == 0 {
-            return Ok(None);
+            return Ok(Best::above(0, floor));
         }
         let q: Vec<f32> = query.iter().zip(&self.scale).map(|(a, s)| a * s).collect();
         let base = crate::vectors::dot(query, &self.bias);
@@ -437,7 +423,7 @@ impl MappedIvf {
                 }
             }
         }
-        Ok(Some(best))
+        Ok(best)
     }
 }
 

@@ -546,11 +546,12 @@ impl MappedRbq {
     ) -> Result<Vec<(u32, f32)>> {
         Ok(self
             .scan_best(query, lists, k, allow, deny, floor)?
-            .map_or_else(Vec::new, Best::into_sorted))
+            .into_sorted())
     }
 
-    /// [`MappedRbq::scan_above`]'s candidates in no particular order.
-    pub fn candidates_above(
+    /// The scan of [`MappedRbq::scan_above`], its best `k` not yet sorted: `Segment`'s
+    /// candidates take them in no particular order ([`Best::into_unordered`]).
+    pub(crate) fn scan_best(
         &self,
         query: &[f32],
         lists: &[(u32, f32)],
@@ -558,22 +559,7 @@ impl MappedRbq {
         allow: Option<&RoaringBitmap>,
         deny: Option<&RoaringBitmap>,
         floor: f32,
-    ) -> Result<Vec<(u32, f32)>> {
-        Ok(self
-            .scan_best(query, lists, k, allow, deny, floor)?
-            .map_or_else(Vec::new, Best::into_unordered))
-    }
-
-    /// The scan of [`MappedRbq::scan_above`] (`None` for `k = 0`).
-    fn scan_best(
-        &self,
-        query: &[f32],
-        lists: &[(u32, f32)],
-        k: usize,
-        allow: Option<&RoaringBitmap>,
-        deny: Option<&RoaringBitmap>,
-        floor: f32,
-    ) -> Result<Option<Best>> {
+    ) -> Result<Best> {
         if query.len() != self.dim {
             return Err(FormatError::InvalidInput(format!(
                 "query has dimension {}, the codes {}",
@@ -582,7 +568,7 @@ impl MappedRbq {
             )));
         }
         if k == 0 {
-            return Ok(None);
+            return Ok(Best::above(0, floor));
         }
         let q = prepared(&self.rot, query);
         let q = &*q;
@@ -644,7 +630,7 @@ impl MappedRbq {
                 }
             }
         }
-        Ok(Some(best))
+        Ok(best)
     }
 }
 

@@ -373,8 +373,9 @@ fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
                 want
             );
             let mut any = ivf
-                .candidates_above(q, &lists, 200, None, None, floor)
-                .unwrap();
+                .scan_best(q, &lists, 200, None, None, floor)
+                .unwrap()
+                .into_unordered();
             any.sort_by(|a, b| better(&(a.1, a.0), &(b.1, b.0)));
             assert_eq!(any, want);
         }

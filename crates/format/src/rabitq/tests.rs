@@ -294,8 +294,9 @@ fn scan_above_keeps_exactly_the_candidates_at_or_above_the_floor() {
             );
             // The same candidates in no particular order.
             let mut any = rbq
-                .candidates_above(q, &lists, 300, None, None, floor)
-                .unwrap();
+                .scan_best(q, &lists, 300, None, None, floor)
+                .unwrap()
+                .into_unordered();
             any.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             assert_eq!(any, want);
         }

@@ -102,8 +102,12 @@ impl Segment {
         }
         match self.probe_plan(allow)? {
             Some(ivf) => match self.rbq()? {
-                Some(codes) => codes.candidates_above(query, probes, fetch, allow, deny, floor),
-                None => ivf.candidates_above(query, probes, fetch, allow, deny, floor),
+                Some(codes) => Ok(codes
+                    .scan_best(query, probes, fetch, allow, deny, floor)?
+                    .into_unordered()),
+                None => Ok(ivf
+                    .scan_best(query, probes, fetch, allow, deny, floor)?
+                    .into_unordered()),
             },
             None => Ok(vectors::exact_search(
                 self.vectors(),
