@@ -6,9 +6,10 @@
 //! reciprocal rank fusion; see [`Fusion`].
 //!
 //! Invariants: each ranking contributes its top [`CANDIDATE_DEPTH`] candidates whatever the
-//! `limit`, the name tier and the collapse ([`crate::rank`]) run over every candidate, and only
-//! then is the list cut to `limit` — so the first k results are the same for every limit ≥ k
-//! (up to [`CANDIDATE_DEPTH`]).
+//! `limit` (BM25 its top [`NORM_DEPTH`] in hybrid linear fusion: [`lexical_depth`]), the name
+//! tier and the collapse ([`crate::rank`]) run over every candidate, and only then is the list
+//! cut to `limit` — so the first k results are the same for every limit ≥ k (up to
+//! [`CANDIDATE_DEPTH`]).
 
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,32 @@ pub const CANDIDATE_DEPTH: usize = 100;
 /// `limit` when more results than that are asked for.
 pub fn candidate_depth(limit: usize) -> usize {
     limit.max(CANDIDATE_DEPTH)
+}
+
+/// The depth of the lexical list in a search returning `o.limit` results from an index where
+/// the query names `named` chunks (the name tier's, [`crate::rank::name_matches`]).
+///
+/// Hybrid linear fusion gives every chunk below a list's first [`NORM_DEPTH`] the z-score of a
+/// chunk missing from it, so the lexical ranks past that head change no fused score: they only
+/// bring chunks that both lists rank below their heads (the ties at the bottom of the fused
+/// list, ordered by their unclamped z-scores) and order such ties among themselves. There,
+/// with at most one named chunk and at most [`CANDIDATE_DEPTH`] results asked for, the
+/// lexical list stops at [`NORM_DEPTH`]: every chunk above those ties keeps its score and
+/// place (tested), and BM25 skips more (on the 1M-chunk bench, see README "Search over many
+/// segments"). Lexical mode, reciprocal rank fusion (which counts every rank), larger limits
+/// and queries naming several chunks (whose order among themselves the ties can decide) keep
+/// [`candidate_depth`].
+pub fn lexical_depth(o: &SearchOptions, named: usize) -> usize {
+    let depth = candidate_depth(o.limit);
+    if o.mode == Mode::Hybrid
+        && o.fusion == Fusion::LinearZScore
+        && named <= 1
+        && o.limit <= CANDIDATE_DEPTH
+    {
+        NORM_DEPTH
+    } else {
+        depth
+    }
 }
 
 /// Which rankings to use.
@@ -973,6 +1000,18 @@ pub fn search(
         .collect();
     tm.filter = t.elapsed();
 
+    // The chunks the query names (hybrid and lexical modes), before the rankings: how deep the
+    // lexical list must go depends on them (see [`lexical_depth`]).
+    // (Timed with the fusion phase, where this lookup ran before.)
+    let t = Instant::now();
+    let found = if o.mode == Mode::Vector {
+        Vec::new()
+    } else {
+        rank::name_matches(index, query, &allows)
+    };
+    let lex_depth = lexical_depth(o, found.len());
+    let names_time = t.elapsed();
+
     type Ranked = Vec<(usize, u32, f32)>;
     let vector = || -> Result<(Ranked, Duration), format::FormatError> {
         let t = Instant::now();
@@ -992,7 +1031,7 @@ pub fn search(
         } else {
             query.to_string()
         };
-        (lexical_list(index, &q, depth, &allows), t.elapsed())
+        (lexical_list(index, &q, lex_depth, &allows), t.elapsed())
     };
     // With cores to spare, the two rankings run side by side (each also fans out over the
     // segments): one ranking per thread wastes less than splitting each over the segments.
@@ -1010,10 +1049,7 @@ pub fn search(
     // The exact-name tier (hybrid and lexical modes): chunks the query names rank above the
     // rest, even when neither list found them (at most CANDIDATE_DEPTH of those, the first by
     // (segment, chunk), so a common name costs a bounded amount).
-    let named: Vec<ChunkRef> = if o.mode == Mode::Vector {
-        Vec::new()
-    } else {
-        let found = rank::name_matches(index, query, &allows);
+    let named: Vec<ChunkRef> = {
         let listed: FxHashSet<ChunkRef> = if found.is_empty() {
             Default::default()
         } else {
@@ -1089,7 +1125,7 @@ pub fn search(
             })
         })
         .collect::<Result<_, format::FormatError>>()?;
-    tm.fusion = t.elapsed();
+    tm.fusion = t.elapsed() + names_time;
     Ok((hits, tm))
 }
 
@@ -1203,6 +1239,94 @@ mod tests {
         assert_eq!(n.floor, head.floor);
         assert!(n.z[NORM_DEPTH..].iter().all(|&z| z == n.floor));
         assert!(n.raw[NORM_DEPTH] < n.floor && n.raw_floor == n.raw[119]);
+    }
+
+    /// Hybrid linear fusion with the lexical list cut to its normalised head
+    /// ([`lexical_depth`]) keeps every chunk that fuses above the ties of chunks missing from
+    /// both heads: the same chunks, scores, vector ranks and order (a lexical rank past the
+    /// head is no longer reported), and the ties stay below them.
+    #[test]
+    fn the_lexical_head_fixes_every_score_above_the_ties() {
+        let dir = tempfile::tempdir().unwrap();
+        let words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "tau"];
+        let mut rnd = Lcg(3);
+        let mut unit = move |_: &mut Lcg| {
+            let v: Vec<f32> = (0..4)
+                .map(|_| (rnd.next() % 2001) as f32 - 1000.0)
+                .collect();
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+            v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
+        };
+        let index = skewed_index(dir.path(), 4, 400, &words, 12, 5, &mut unit);
+        let allows = vec![None, None, None];
+        let (mut checked, mut deep, mut tied, mut shrunk) = (0, 0, 0, 0);
+        let mut qr = Lcg(9);
+        for qi in 0..60 {
+            let q: Vec<&str> = (0..1 + qi % 3).map(|_| words[qr.next() % 7]).collect();
+            let q = q.join(" ");
+            let qv = unit(&mut qr);
+            let vec_list = vector_list(&index, &qv, CANDIDATE_DEPTH, None, &allows).unwrap();
+            let full = lexical_list(&index, &q, CANDIDATE_DEPTH, &allows);
+            let head = lexical_list(&index, &q, NORM_DEPTH, &allows);
+            assert_eq!(head[..], full[..NORM_DEPTH.min(full.len())], "{q}");
+            for fusion_weights in [None, Some((0.3, 0.7))] {
+                let o = SearchOptions {
+                    weights: fusion_weights,
+                    ..SearchOptions::default()
+                };
+                assert_eq!(lexical_depth(&o, 0), NORM_DEPTH);
+                let (a, ca) = fuse_all(&vec_list, &full, &q, &o, &[]);
+                let (b, cb) = fuse_all(&vec_list, &head, &q, &o, &[]);
+                assert_eq!(ca.map(|c| c.alpha_vector), cb.map(|c| c.alpha_vector));
+                // The score of a chunk missing from both lists: the lowest any chunk gets.
+                let (miss, _) = fuse_all(&vec_list, &full, &q, &o, &[(9, 0)]);
+                let tie = miss.iter().find(|e| e.0 == (9, 0)).unwrap().1 .0;
+                let above = a.iter().take_while(|e| e.1 .0 > tie).count();
+                assert!(a.iter().chain(&b).all(|e| e.1 .0 >= tie), "{q}");
+                assert_eq!(b.iter().take_while(|e| e.1 .0 > tie).count(), above, "{q}");
+                // The same chunks, scores and vector ranks in the same order; a lexical rank
+                // past the head is not reported.
+                let in_head = |r: Option<usize>| r.filter(|&r| r <= NORM_DEPTH);
+                for (x, y) in a[..above].iter().zip(&b[..above]) {
+                    assert_eq!((x.0, x.1 .0, x.1 .1), (y.0, y.1 .0, y.1 .1), "{q}");
+                    assert_eq!(in_head(x.1 .2), y.1 .2, "{q}");
+                    deep += usize::from(x.1 .2 > Some(NORM_DEPTH));
+                }
+                assert!(above > 0, "{q}");
+                checked += 1;
+                tied += a.len() - above;
+                shrunk += a.len() - b.len();
+            }
+        }
+        // The cases happen: ties below, chunks that only the deeper lexical list brought, and
+        // vector-head chunks that BM25 ranks past its head.
+        assert!(
+            checked == 120 && tied > 0 && shrunk > 0 && deep > 0,
+            "{tied} {shrunk} {deep}"
+        );
+        // What a search asks for: the head in hybrid linear fusion, the candidate depth in
+        // lexical mode, for reciprocal rank fusion, for more results, or when the query names
+        // several chunks.
+        let o = |mode, fusion, limit| SearchOptions {
+            mode,
+            fusion,
+            limit,
+            ..SearchOptions::default()
+        };
+        let (h, l, rrf) = (Mode::Hybrid, Mode::Lexical, Fusion::Rrf { k: 60.0 });
+        let lin = Fusion::LinearZScore;
+        assert_eq!(lexical_depth(&o(h, lin, 10), 1), NORM_DEPTH);
+        assert_eq!(lexical_depth(&o(h, lin, CANDIDATE_DEPTH), 0), NORM_DEPTH);
+        assert_eq!(lexical_depth(&o(h, lin, 10), 2), CANDIDATE_DEPTH);
+        assert_eq!(lexical_depth(&o(l, lin, 10), 0), CANDIDATE_DEPTH);
+        assert_eq!(lexical_depth(&o(h, rrf, 10), 0), CANDIDATE_DEPTH);
+        assert_eq!(lexical_depth(&o(h, lin, 500), 0), 500);
+        let qv = unit(&mut qr);
+        let ranks = |mode| {
+            let (hits, _) = search(&index, "alpha", Some(&qv), &o(mode, lin, 100)).unwrap();
+            hits.iter().filter_map(|h| h.lexical_rank).max().unwrap()
+        };
+        assert!(ranks(h) <= NORM_DEPTH && ranks(l) > NORM_DEPTH);
     }
 
     /// The floor passed from segment to segment must not change the merged BM25 list.
