@@ -326,8 +326,16 @@ fn walk_roots(
                 report.warnings.push(why);
             }
         }
-        for (_, reason) in &w.skipped {
+        for (path, reason) in &w.skipped {
             *report.skipped.entry(reason.name()).or_insert(0) += 1;
+            if *reason == SkipReason::DanglingLink {
+                let target = std::fs::read_link(path).unwrap_or_default();
+                report.warnings.push(format!(
+                    "{}: a symbolic link to {}, which does not exist",
+                    path.display(),
+                    target.display()
+                ));
+            }
         }
         report.errors.extend(w.errors);
         if !w.outside.is_empty() {

@@ -29,6 +29,9 @@ pub enum SkipReason {
     Unreadable,
     /// A symlink (or a file read through one) that resolves outside the walked root.
     OutsideRoot,
+    /// A symlink whose target does not exist: nothing to read (named in the summary's
+    /// warnings, not an error).
+    DanglingLink,
 }
 
 /// Which symlinks the walk follows.
@@ -61,7 +64,30 @@ impl SkipReason {
             SkipReason::InvalidUtf8 => "invalid UTF-8",
             SkipReason::Unreadable => "unreadable",
             SkipReason::OutsideRoot => "outside root",
+            SkipReason::DanglingLink => "dangling symlink",
         }
+    }
+}
+
+/// The link of a walk error that is a symbolic link to nothing (the walk follows links, and
+/// following this one found no file): `None` for every other error.
+fn dangling_link(e: &ignore::Error) -> Option<PathBuf> {
+    let path = error_path(e)?;
+    if e.io_error()?.kind() != std::io::ErrorKind::NotFound {
+        return None;
+    }
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    (is_link && std::fs::metadata(path).is_err()).then(|| path.to_path_buf())
+}
+
+/// The path a walk error names, through its depth and line wrappers.
+fn error_path(e: &ignore::Error) -> Option<&Path> {
+    match e {
+        ignore::Error::WithPath { path, .. } => Some(path),
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+            error_path(err)
+        }
+        _ => None,
     }
 }
 
@@ -209,7 +235,10 @@ pub fn walk(
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                out.errors.push(e.to_string());
+                match dangling_link(&e) {
+                    Some(link) => out.skipped.push((link, SkipReason::DanglingLink)),
+                    None => out.errors.push(e.to_string()),
+                }
                 continue;
             }
         };
@@ -567,6 +596,37 @@ mod tests {
         );
         assert_eq!(out.candidates.len(), 1);
         assert!(!out.errors.is_empty());
+    }
+
+    /// A link to nothing (inside the root or not) is skipped and named, not an error; the
+    /// other files are indexed.
+    #[cfg(unix)]
+    #[test]
+    fn a_dangling_link_is_skipped_not_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("a")).unwrap();
+        std::fs::write(d.path().join("a/x.py"), "def x():\n    pass\n").unwrap();
+        std::os::unix::fs::symlink("gone.py", d.path().join("a/y.py")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent/z.so", d.path().join("a/z.so")).unwrap();
+        for symlinks in [Symlinks::Confined, Symlinks::FollowExternal] {
+            let out = walk(
+                d.path(),
+                "r",
+                DEFAULT_MAX_FILE_BYTES,
+                symlinks,
+                Rules::default(),
+            );
+            assert_eq!(out.candidates.len(), 1, "{symlinks:?}");
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            let mut dangling: Vec<_> = out
+                .skipped
+                .iter()
+                .filter(|(_, r)| *r == SkipReason::DanglingLink)
+                .map(|(p, _)| p.file_name().unwrap().to_string_lossy().to_string())
+                .collect();
+            dangling.sort();
+            assert_eq!(dangling, ["y.py", "z.so"], "{symlinks:?}");
+        }
     }
 
     /// Links leading outside the root (to a file, to a directory) are skipped as
