@@ -598,6 +598,18 @@ mod tests {
         assert!(!out.errors.is_empty());
     }
 
+    /// The file names the walk skipped for `reason`, sorted.
+    fn skipped_names(out: &WalkOutput, reason: SkipReason) -> Vec<String> {
+        let mut names: Vec<String> = out
+            .skipped
+            .iter()
+            .filter(|(_, r)| *r == reason)
+            .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// A link to nothing (inside the root or not) is skipped and named, not an error; the
     /// other files are indexed.
     #[cfg(unix)]
@@ -618,14 +630,11 @@ mod tests {
             );
             assert_eq!(out.candidates.len(), 1, "{symlinks:?}");
             assert!(out.errors.is_empty(), "{:?}", out.errors);
-            let mut dangling: Vec<_> = out
-                .skipped
-                .iter()
-                .filter(|(_, r)| *r == SkipReason::DanglingLink)
-                .map(|(p, _)| p.file_name().unwrap().to_string_lossy().to_string())
-                .collect();
-            dangling.sort();
-            assert_eq!(dangling, ["y.py", "z.so"], "{symlinks:?}");
+            assert_eq!(
+                skipped_names(&out, SkipReason::DanglingLink),
+                ["y.py", "z.so"],
+                "{symlinks:?}"
+            );
         }
     }
 
@@ -657,14 +666,10 @@ mod tests {
         );
         let names: Vec<_> = out.candidates.iter().map(|c| c.rel_path.as_str()).collect();
         assert_eq!(names, ["alias.py", "src/a.py", "src2/a.py"]);
-        let mut outside_skips: Vec<_> = out
-            .skipped
-            .iter()
-            .filter(|(_, r)| *r == SkipReason::OutsideRoot)
-            .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
-            .collect();
-        outside_skips.sort();
-        assert_eq!(outside_skips, ["leak.py", "vendored"]);
+        assert_eq!(
+            skipped_names(&out, SkipReason::OutsideRoot),
+            ["leak.py", "vendored"]
+        );
         let targets: Vec<_> = out.outside.iter().map(|(_, t)| t.clone()).collect();
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap();
         assert_eq!(
