@@ -19,8 +19,8 @@ use std::time::Instant;
 use engine::catalog::{self, CallError, CATALOG, INSTRUCTIONS};
 use engine::{Engine, ToolError};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -35,6 +35,23 @@ pub fn tools() -> Vec<Tool> {
         .iter()
         .map(|t| Tool::new(t.name, t.description(), t.input_schema()))
         .collect()
+}
+
+/// rmcp's `CallToolResult::structured` (or `structured_error`): `v` as structured content and,
+/// for clients that read only text, as one text block. rmcp writes that text with `Value`'s
+/// `Display`, which feeds serde_json's output through `fmt` a token at a time; the same bytes
+/// from `serde_json::to_string` took 22-31 µs instead of 40-48 µs for a 10-hit `search_code`
+/// answer (19.5 KB on the wire) over tokio's index.
+fn structured(v: Value, is_error: bool) -> CallToolResult {
+    let text = serde_json::to_string(&v).unwrap_or_else(|_| v.to_string());
+    let mut r = if is_error {
+        CallToolResult::structured_error(Value::Null)
+    } else {
+        CallToolResult::structured(Value::Null)
+    };
+    r.content = vec![ContentBlock::text(text)];
+    r.structured_content = Some(v);
+    r
 }
 
 /// Default cap on tool calls running at once.
@@ -118,8 +135,9 @@ impl ServerHandler for Server {
         let name = request.name.to_string();
         let Ok(permit) = self.calls.clone().try_acquire_owned() else {
             self.metrics.record_call(&name, "busy", t.elapsed());
-            return Ok(CallToolResponse::from(CallToolResult::structured_error(
+            return Ok(CallToolResponse::from(structured(
                 serde_json::json!({"error": self.busy_message(), "retryable": true}),
+                true,
             )));
         };
         let args = Value::Object(request.arguments.unwrap_or_default());
@@ -134,10 +152,42 @@ impl ServerHandler for Server {
         .map_err(|e| ErrorData::internal_error(format!("the tool `{name}` failed: {e}"), None))?;
         let (outcome, out) = match r {
             Err(e) => ("invalid_input", Err(e)),
-            Ok(Ok(v)) => ("ok", Ok(CallToolResult::structured(v))),
-            Ok(Err(e)) => (e.outcome(), Ok(CallToolResult::structured_error(e.body()))),
+            Ok(Ok(v)) => ("ok", Ok(structured(v, false))),
+            Ok(Err(e)) => (e.outcome(), Ok(structured(e.body(), true))),
         };
         self.metrics.record_call(&name, outcome, t.elapsed());
         out.map(CallToolResponse::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text block holds the same bytes rmcp's own constructors write, for answers with
+    /// escapes, non-ASCII text, numbers of every kind and nesting; only the writer differs.
+    #[test]
+    fn structured_results_equal_rmcps() {
+        let answers = [
+            serde_json::json!({"results": [{"snippet": "fn f() {\n    \"q\\\" \u{7}\t é 😀\n}", "score": 0.1234, "line": 17, "neg": -3, "big": 1e300, "tiny": 5e-324}], "debug": {"total_ms": 0.5, "ok": true, "none": null}}),
+            serde_json::json!([]),
+            serde_json::json!("just a string \u{0}"),
+            serde_json::json!({"error": "server busy", "retryable": true}),
+        ];
+        for v in answers {
+            for is_error in [false, true] {
+                let ours = structured(v.clone(), is_error);
+                let theirs = if is_error {
+                    CallToolResult::structured_error(v.clone())
+                } else {
+                    CallToolResult::structured(v.clone())
+                };
+                assert_eq!(ours, theirs);
+                assert_eq!(
+                    serde_json::to_string(&ours).unwrap(),
+                    serde_json::to_string(&theirs).unwrap()
+                );
+            }
+        }
     }
 }
