@@ -104,7 +104,7 @@ impl Packed {
             .enumerate()
             .for_each(|(g, tiles)| {
                 let b = g * group;
-                if tiles.len() == 2 * rows * COLS {
+                if group == 2 && tiles.len() == 2 * rows * COLS {
                     let w = &self.w[b * stride..(b + 2) * stride];
                     let biases = [self.block_bias(b, bias), self.block_bias(b + 1, bias)];
                     block_pair(x, rows, self.in_dim, w, &biases, tiles);
@@ -182,6 +182,32 @@ pub(crate) fn kernel_available() -> bool {
     }
 }
 
+// `by_rows!` has an arm for every row count up to `ROWS`.
+const _: () = assert!(ROWS == 13);
+
+/// Calls the kernel `$f::<N>` for `N = $n` rows (1 to [`ROWS`]; more is capped at `ROWS`, which
+/// the callers never pass): the row count is a const parameter so that the accumulators stay
+/// in registers.
+macro_rules! by_rows {
+    ($n:expr, $f:ident($($a:expr),*)) => {
+        match $n {
+            1 => $f::<1>($($a),*),
+            2 => $f::<2>($($a),*),
+            3 => $f::<3>($($a),*),
+            4 => $f::<4>($($a),*),
+            5 => $f::<5>($($a),*),
+            6 => $f::<6>($($a),*),
+            7 => $f::<7>($($a),*),
+            8 => $f::<8>($($a),*),
+            9 => $f::<9>($($a),*),
+            10 => $f::<10>($($a),*),
+            11 => $f::<11>($($a),*),
+            12 => $f::<12>($($a),*),
+            _ => $f::<{ ROWS }>($($a),*),
+        }
+    };
+}
+
 /// One column block: `tile[r·8 + j] = Σ_k x[r, k] · w[k, j] (+ bias[j])`, rows in passes of
 /// [`ROWS`].
 fn block(
@@ -240,23 +266,7 @@ fn pass_pair_simd(
 ) -> bool {
     // SAFETY: the caller detected AVX-512F (and AVX2, FMA, F16C); `xs` holds `n × in_dim`
     // values, each `w` `in_dim × 8` and each `out` `n × 8` (checked by the kernel's asserts).
-    unsafe {
-        match n {
-            1 => pass_avx512::<1>(xs, in_dim, w, bias, out),
-            2 => pass_avx512::<2>(xs, in_dim, w, bias, out),
-            3 => pass_avx512::<3>(xs, in_dim, w, bias, out),
-            4 => pass_avx512::<4>(xs, in_dim, w, bias, out),
-            5 => pass_avx512::<5>(xs, in_dim, w, bias, out),
-            6 => pass_avx512::<6>(xs, in_dim, w, bias, out),
-            7 => pass_avx512::<7>(xs, in_dim, w, bias, out),
-            8 => pass_avx512::<8>(xs, in_dim, w, bias, out),
-            9 => pass_avx512::<9>(xs, in_dim, w, bias, out),
-            10 => pass_avx512::<10>(xs, in_dim, w, bias, out),
-            11 => pass_avx512::<11>(xs, in_dim, w, bias, out),
-            12 => pass_avx512::<12>(xs, in_dim, w, bias, out),
-            _ => pass_avx512::<13>(xs, in_dim, w, bias, out),
-        }
-    }
+    unsafe { by_rows!(n, pass_avx512(xs, in_dim, w, bias, out)) }
     true
 }
 
@@ -285,23 +295,7 @@ fn pass_simd(
 ) -> bool {
     // SAFETY: the caller detected the features; `xs` holds `n × in_dim` values, `w`
     // `in_dim × 8` and `out` `n × 8` (checked by the kernel's asserts).
-    unsafe {
-        match n {
-            1 => pass_avx2::<1>(xs, in_dim, w, bias, out),
-            2 => pass_avx2::<2>(xs, in_dim, w, bias, out),
-            3 => pass_avx2::<3>(xs, in_dim, w, bias, out),
-            4 => pass_avx2::<4>(xs, in_dim, w, bias, out),
-            5 => pass_avx2::<5>(xs, in_dim, w, bias, out),
-            6 => pass_avx2::<6>(xs, in_dim, w, bias, out),
-            7 => pass_avx2::<7>(xs, in_dim, w, bias, out),
-            8 => pass_avx2::<8>(xs, in_dim, w, bias, out),
-            9 => pass_avx2::<9>(xs, in_dim, w, bias, out),
-            10 => pass_avx2::<10>(xs, in_dim, w, bias, out),
-            11 => pass_avx2::<11>(xs, in_dim, w, bias, out),
-            12 => pass_avx2::<12>(xs, in_dim, w, bias, out),
-            _ => pass_avx2::<13>(xs, in_dim, w, bias, out),
-        }
-    }
+    unsafe { by_rows!(n, pass_avx2(xs, in_dim, w, bias, out)) }
     true
 }
 
