@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use indexer::build::{self, BuildOptions, HashEmbedder};
+use indexer::build::{self, BuildOptions, EmbedError, Embedder, HashEmbedder};
 use indexer::progress::Progress;
 
 #[derive(Parser)]
@@ -38,6 +38,17 @@ struct Args {
     /// Vector dimension of the stand-in embedder.
     #[arg(long, default_value_t = 384)]
     dim: usize,
+    /// Stand in for a GPU encoder as the CPU sees one: after hashing, each group of texts
+    /// waits (sleeps, no CPU) as long as a device at this many tokens per second would take
+    /// (tokens estimated as bytes / `--bytes-per-token`), and the IVF coarse centroids come
+    /// "from the device" (the training sample's first rows, after a wait of
+    /// `--device-kmeans-ms` per segment) so FAISS runs no k-means: the CPU side of a GPU build.
+    #[arg(long)]
+    device_rate: Option<f64>,
+    #[arg(long, default_value_t = 4.2)]
+    bytes_per_token: f64,
+    #[arg(long, default_value_t = 100)]
+    device_kmeans_ms: u64,
     /// Keep the last run's index in this directory (it must not exist), for `latency
     /// --measure DIR`: search latency over real code text (the vectors are the stand-in's).
     #[arg(long)]
@@ -52,7 +63,23 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     indexer::alloc::use_mimalloc_for_tree_sitter();
     indexer::alloc::disable_transparent_huge_pages();
-    let emb = HashEmbedder { dim: args.dim };
+    let hash = HashEmbedder { dim: args.dim };
+    let device = args.device_rate.map(|rate| DeviceStandIn {
+        hash: HashEmbedder { dim: args.dim },
+        rate,
+        bytes_per_token: args.bytes_per_token,
+        kmeans: std::time::Duration::from_millis(args.device_kmeans_ms),
+    });
+    let emb: &dyn Embedder = match &device {
+        Some(d) => {
+            println!(
+                "stand-in device: {} tokens/s at {} bytes per token, {} ms per segment's centroids",
+                d.rate, d.bytes_per_token, args.device_kmeans_ms
+            );
+            d
+        }
+        None => &hash,
+    };
     rayon::ThreadPoolBuilder::new().build_global().ok();
     println!(
         "threads: {}; memory budget {} bytes",
@@ -81,7 +108,7 @@ fn main() -> anyhow::Result<()> {
         opts.memory_budget = args.memory_budget;
         let base_rss = reset_peak_rss();
         let t = Instant::now();
-        let r = build::build(&opts, &emb, &Progress::silent())?;
+        let r = build::build(&opts, emb, &Progress::silent())?;
         let peak = peak_rss();
         let total = t.elapsed().as_secs_f64();
         let mb = r.source_bytes as f64 / 1e6;
@@ -92,12 +119,13 @@ fn main() -> anyhow::Result<()> {
             .map(|(k, d)| format!("{k} {:.3}s", d.as_secs_f64()))
             .collect();
         println!(
-            "run {run}: {} files, {:.2} MB, {} chunks, {} edges; total {:.3}s; without stand-in embedding {:.3}s = {:.1} MB/s; [{}]",
+            "run {run}: {} files, {:.2} MB, {} chunks, {} edges; total {:.3}s = {:.1} MB/s; without stand-in embedding {:.3}s = {:.1} MB/s; [{}]",
             r.files_indexed,
             mb,
             r.chunks_written,
             r.edges.values().sum::<usize>(),
             total,
+            mb / total,
             total - embed,
             mb / (total - embed),
             phases.join(", ")
@@ -259,4 +287,40 @@ fn write_synthetic(root: &std::path::Path, n: usize) -> anyhow::Result<u64> {
         bytes += src.len() as u64;
     }
     Ok(bytes)
+}
+
+/// [`HashEmbedder`] plus the wall time a GPU encoder would take (`--device-rate`).
+struct DeviceStandIn {
+    hash: HashEmbedder,
+    rate: f64,
+    bytes_per_token: f64,
+    kmeans: std::time::Duration,
+}
+
+impl Embedder for DeviceStandIn {
+    fn model_id(&self) -> &str {
+        self.hash.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.hash.dim
+    }
+    fn on_device(&self) -> bool {
+        true
+    }
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), EmbedError> {
+        let (v, _) = self.hash.embed(texts)?;
+        let bytes: usize = texts.iter().map(|t| t.len()).sum();
+        let tokens = (bytes as f64 / self.bytes_per_token).ceil();
+        std::thread::sleep(std::time::Duration::from_secs_f64(tokens / self.rate));
+        Ok((v, tokens as usize))
+    }
+    fn ivf_centroids(
+        &self,
+        sample: &[f32],
+        dim: usize,
+        k: usize,
+    ) -> Option<Result<Vec<f32>, EmbedError>> {
+        std::thread::sleep(self.kmeans);
+        sample.get(..k * dim).map(|c| Ok(c.to_vec()))
+    }
 }

@@ -9,9 +9,11 @@
 //! kept up to a quarter of the budget, the rest dropped after parsing (the graph needs only
 //! names, calls, imports and the text of symbol declarations, [`crate::graph::reads_text`])
 //! and read again when its segment is written; the changed files are cut, in file order, into segments whose
-//! estimated in-memory size stays under half the budget. Each segment is embedded and written
-//! into a staging directory ([`format::staging`]) as soon as it is complete, then dropped; one
-//! MANIFEST commit publishes them all. Cut points depend only on the input, so the same input
+//! estimated in-memory size stays under half the budget. Each segment is written into a
+//! staging directory ([`format::staging`]) and dropped; when the encoder runs on a GPU
+//! ([`Embedder::on_device`]) the write runs on a thread of its own while the next segment is
+//! read back, given its records and embedded, so at most two segments are in memory at once,
+//! one writing and one being prepared. One MANIFEST commit publishes them all. Cut points depend only on the input, so the same input
 //! gives the same segments. Edges between segments of one build are external edges by symbol
 //! id, like edges to unchanged files.
 //!
@@ -171,53 +173,79 @@ pub fn build(
         }
     }
     let known = known_vectors(existing.as_ref());
+    let (model_id, dim) = (embedder.model_id(), embedder.dim());
+    let overlap = embedder.on_device();
     let mut staging = None;
     let mut written = Vec::new();
-    for (k, cut) in cuts.iter().enumerate() {
-        if cuts.len() > 1 {
-            progress.line(&format!(
-                "segment {}/{}: {} files",
-                k + 1,
-                cuts.len(),
-                cut.len()
-            ));
+    std::thread::scope(|scope| -> Result<(), IndexerError> {
+        // When the encoder runs on a GPU, the segment being written stays on its writer
+        // thread while this one prepares and embeds the next (the write hides under the next
+        // embedding). At most one is in flight: it is joined before the next is handed over,
+        // so segments are staged in order and no more than two are in memory at once. On the
+        // CPU each write is joined at once: the two would share the same cores (measured: no
+        // faster) and hold two segments in memory instead of one.
+        let mut writing: Option<std::thread::ScopedJoinHandle<'_, Written>> = None;
+        // The staging directory while no writer holds it.
+        let mut idle: Option<format::staging::Staging> = None;
+        for (k, cut) in cuts.iter().enumerate() {
+            if cuts.len() > 1 {
+                progress.line(&format!(
+                    "segment {}/{}: {} files",
+                    k + 1,
+                    cuts.len(),
+                    cut.len()
+                ));
+            }
+            let prepared = prepare_segment(
+                &mut files,
+                cut,
+                &resolved,
+                &edges_of[k],
+                Inputs {
+                    opts,
+                    embedder,
+                    existing: existing.as_ref(),
+                    known: &known,
+                },
+                &mut report,
+                progress,
+            );
+            let builder = match prepared {
+                Ok(b) => b,
+                Err(e) => {
+                    // The segment in flight is dropped with its staging directory; a writer
+                    // that panicked must not turn this error into a panic of the scope.
+                    if let Some(h) = writing.take() {
+                        let _ = h.join();
+                    }
+                    return Err(e);
+                }
+            };
+            report.chunks_written += builder.chunks.len();
+            let mut st = match (writing.take(), idle.take()) {
+                (Some(h), _) => finish_write(h, &mut report, &mut written)?,
+                (None, Some(st)) => st,
+                (None, None) => {
+                    format::staging::Staging::create(&opts.out).map_err(IndexerError::Format)?
+                }
+            };
+            let h = scope.spawn(move || {
+                let t = Instant::now();
+                let r = st.write(builder, model_id, dim);
+                (st, r, t.elapsed())
+            });
+            if overlap {
+                writing = Some(h);
+            } else {
+                idle = Some(finish_write(h, &mut report, &mut written)?);
+            }
         }
-        reread(&mut files, cut, opts, &mut report)?;
-        let graph = segment_graph(&files, cut, &resolved, &edges_of[k], &mut report);
-        let (mut builder, texts) = segment_records(&mut files, cut, &graph.numbering);
-        builder.edges = graph.edges;
-        builder.external_edges = graph.external;
-        let vectors = embed_vectors(
-            opts,
-            embedder,
-            existing.as_ref(),
-            &known,
-            &builder.chunks,
-            &texts,
-            &mut report,
-            progress,
-        )?;
-        drop(texts);
-        builder.ivf_centroids =
-            gpu_ivf_centroids(embedder, &vectors, builder.chunks.len(), &mut report)?;
-        builder.vectors = vectors;
-        report.chunks_written += builder.chunks.len();
-        let t = Instant::now();
-        let st = match &mut staging {
-            Some(st) => st,
-            None => staging
-                .insert(format::staging::Staging::create(&opts.out).map_err(IndexerError::Format)?),
+        staging = match writing.take() {
+            Some(h) => Some(finish_write(h, &mut report, &mut written)?),
+            None => idle,
         };
-        let (id, meta) = st
-            .write(builder, embedder.model_id(), embedder.dim())
-            .map_err(IndexerError::Format)?;
-        report.timings.push(("write-segment", t.elapsed()));
-        written.push(format::SegmentEntry {
-            id,
-            chunks: meta.chunk_count,
-            tombstones: None,
-        });
-    }
+        Ok(())
+    })?;
     drop(files);
     write_and_commit(
         &opts.out,
@@ -231,6 +259,81 @@ pub fn build(
     )?;
     merge_after(opts, &mut report, progress);
     Ok(report)
+}
+
+/// What every segment of a build reads besides its files.
+#[derive(Clone, Copy)]
+struct Inputs<'a> {
+    opts: &'a BuildOptions,
+    embedder: &'a dyn Embedder,
+    existing: Option<&'a Index>,
+    known: &'a vectors::Known,
+}
+
+/// One segment's builder, ready to write: its files' texts back ([`reread`]), its graph, its
+/// records and its vectors (reused or embedded), and the IVF centroids when the encoder trains
+/// them on its GPU.
+fn prepare_segment(
+    files: &mut [Parsed],
+    cut: &[usize],
+    resolved: &[graph::ResolvedEdge],
+    edges: &[u32],
+    inp: Inputs<'_>,
+    report: &mut BuildReport,
+    progress: &Progress,
+) -> Result<SegmentBuilder, IndexerError> {
+    reread(files, cut, inp.opts, report)?;
+    let graph = segment_graph(files, cut, resolved, edges, report);
+    let (mut builder, texts) = segment_records(files, cut, &graph.numbering);
+    builder.edges = graph.edges;
+    builder.external_edges = graph.external;
+    let vectors = embed_vectors(
+        inp.opts,
+        inp.embedder,
+        inp.existing,
+        inp.known,
+        &builder.chunks,
+        &texts,
+        report,
+        progress,
+    )?;
+    drop(texts);
+    builder.ivf_centroids =
+        gpu_ivf_centroids(inp.embedder, &vectors, builder.chunks.len(), report)?;
+    builder.vectors = vectors;
+    Ok(builder)
+}
+
+/// What a segment's writer thread hands back: the staging directory, the staged segment (or
+/// why not) and the time the write took.
+type Written = (
+    format::staging::Staging,
+    format::Result<(String, format::SegmentMeta)>,
+    std::time::Duration,
+);
+
+/// Waits for the segment being written (the time waited is `write-wait`), records it and
+/// returns the staging directory for the next one.
+fn finish_write(
+    h: std::thread::ScopedJoinHandle<'_, Written>,
+    report: &mut BuildReport,
+    written: &mut Vec<format::SegmentEntry>,
+) -> Result<format::staging::Staging, IndexerError> {
+    let t = Instant::now();
+    let (st, r, took) = h.join().map_err(|_| {
+        IndexerError::Format(format::FormatError::InvalidInput(
+            "the segment writer thread panicked".into(),
+        ))
+    })?;
+    report.timings.push(("write-wait", t.elapsed()));
+    report.timings.push(("write-segment", took));
+    let (id, meta) = r.map_err(IndexerError::Format)?;
+    written.push(format::SegmentEntry {
+        id,
+        chunks: meta.chunk_count,
+        tombstones: None,
+    });
+    Ok(st)
 }
 
 /// The merges due after a commit (crowded tiers, [`crate::merge::MergePolicy::after_build`]).

@@ -239,6 +239,12 @@ impl Encoder {
         self.model.max_tokens()
     }
 
+    /// Whether the model runs on a GPU (wgpu or CUDA) rather than the CPU: then the host's
+    /// cores are free while a batch computes.
+    pub fn on_device(&self) -> bool {
+        !self.model.host_kernels()
+    }
+
     /// Which backend runs the model, and why `auto` chose it.
     pub fn device_description(&self) -> String {
         self.device_description.clone()

@@ -41,6 +41,13 @@ pub trait Embedder: Sync {
         Ok(())
     }
 
+    /// Whether embedding runs on a device (a GPU) and leaves the CPU's cores free: a build
+    /// then writes each segment beside the next one's embedding. On the CPU the two would
+    /// only share the same cores, and hold two segments in memory instead of one.
+    fn on_device(&self) -> bool {
+        false
+    }
+
     /// `k` IVF coarse centroids for `sample` trained on the embedder's GPU, when it runs on
     /// one (`None`: FAISS trains them on the CPU).
     fn ivf_centroids(
@@ -99,6 +106,9 @@ impl Embedder for kernels::Encoder {
         sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), EmbedError>,
     ) -> Result<(), EmbedError> {
         self.embed_pipelined(groups, PIPELINE_DEPTH, |v, stats| sink(v, stats.tokens))
+    }
+    fn on_device(&self) -> bool {
+        kernels::Encoder::on_device(self)
     }
     fn ivf_centroids(
         &self,

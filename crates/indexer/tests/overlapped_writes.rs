@@ -1,0 +1,215 @@
+//! A build cut into several segments writes each on a thread of its own while the next is
+//! embedded. What must hold whatever fails where: the segments are the same as without the
+//! overlap (same ids from the same input), a failure while a segment is being written or while
+//! the next is being embedded fails the build with its cause, commits nothing, leaves no staging
+//! or temporary directory behind, and leaves an existing index as it was.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use indexer::build::{build, BuildOptions, EmbedError, Embedder, HashEmbedder};
+use indexer::progress::Progress;
+
+/// Hash vectors; optionally fails its `fail_embed_at`-th embed call (counted from 1), or hands
+/// the writer of its `bad_centroids_at`-th IVF segment centroids of the wrong size (which
+/// the segment writer refuses, on its own thread).
+struct Flaky {
+    hash: HashEmbedder,
+    fail_embed_at: Option<usize>,
+    bad_centroids_at: Option<usize>,
+    embeds: AtomicUsize,
+    trainings: AtomicUsize,
+    /// Reported as running on a device: the build overlaps its writes (else it joins each).
+    device: bool,
+}
+
+impl Flaky {
+    fn new(fail_embed_at: Option<usize>, bad_centroids_at: Option<usize>) -> Flaky {
+        Flaky {
+            hash: HashEmbedder { dim: 32 },
+            fail_embed_at,
+            bad_centroids_at,
+            embeds: AtomicUsize::new(0),
+            trainings: AtomicUsize::new(0),
+            device: true,
+        }
+    }
+}
+
+impl Embedder for Flaky {
+    fn model_id(&self) -> &str {
+        self.hash.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.hash.dim
+    }
+    fn on_device(&self) -> bool {
+        self.device
+    }
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), EmbedError> {
+        let n = self.embeds.fetch_add(1, Ordering::SeqCst) + 1;
+        if Some(n) == self.fail_embed_at {
+            return Err(EmbedError::Other(format!("device lost at embed call {n}")));
+        }
+        self.hash.embed(texts)
+    }
+    fn ivf_centroids(
+        &self,
+        sample: &[f32],
+        dim: usize,
+        k: usize,
+    ) -> Option<Result<Vec<f32>, EmbedError>> {
+        let n = self.trainings.fetch_add(1, Ordering::SeqCst) + 1;
+        let rows = if Some(n) == self.bad_centroids_at {
+            k - 1
+        } else {
+            k
+        };
+        Some(Ok(sample[..rows * dim].to_vec()))
+    }
+}
+
+/// `files × per_file` one-line functions (one chunk each), `tag` in every body.
+fn repo(dir: &std::path::Path, files: usize, per_file: usize, tag: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    for f in 0..files {
+        let body: String = (0..per_file)
+            .map(|i| format!("pub fn f{f}_{i}(x: u64) -> u64 {{ x * {i} + {f} + {tag} }}\n"))
+            .collect();
+        std::fs::write(dir.join(format!("m{f:02}.rs")), body).unwrap();
+    }
+}
+
+fn opts(src: &std::path::Path, out: &std::path::Path) -> BuildOptions {
+    let mut o = BuildOptions::new(vec![src.to_path_buf()], out.to_path_buf());
+    // Segments of ~5,000 chunks: every one gets an IVF index (and so asks for centroids).
+    o.memory_budget = 10 << 20;
+    o
+}
+
+/// Names in the index directory that a build leaves only while it runs.
+fn leftovers(out: &std::path::Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(out) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(format::staging::STAGING_PREFIX) || n.starts_with(".tmp-seg-"))
+        .collect()
+}
+
+fn segment_ids(out: &std::path::Path) -> (u64, Vec<String>) {
+    let ix = format::Index::open(out).unwrap();
+    let ids = ix.manifest.segments.iter().map(|s| s.id.clone()).collect();
+    (ix.manifest.generation, ids)
+}
+
+#[test]
+fn failures_around_an_overlapped_write_commit_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    repo(&src, 16, 1000, "1");
+
+    // The reference: every segment written, and written the same way twice.
+    let good = tmp.path().join("good");
+    let report = build(
+        &opts(&src, &good),
+        &Flaky::new(None, None),
+        &Progress::silent(),
+    )
+    .unwrap();
+    let (_, ids) = segment_ids(&good);
+    assert!(ids.len() >= 3, "want several segments, got {}", ids.len());
+    assert_eq!(report.segment_ids, ids);
+    assert_eq!(
+        report
+            .timings
+            .iter()
+            .filter(|t| t.0 == "write-segment")
+            .count(),
+        ids.len()
+    );
+    // The same segments with each write joined at once (a CPU encoder).
+    let again = tmp.path().join("again");
+    let cpu = Flaky {
+        device: false,
+        ..Flaky::new(None, None)
+    };
+    let report = build(&opts(&src, &again), &cpu, &Progress::silent()).unwrap();
+    assert_eq!(segment_ids(&again).1, ids, "same input, same segments");
+    assert_eq!(report.segment_ids, ids);
+
+    // Embedding fails while the first segment is being written (the embed calls of the first
+    // segment come before those of the second), and later: the error is the cause, nothing is
+    // committed, nothing is left behind.
+    let calls = Flaky::new(None, None);
+    build(
+        &opts(&src, &tmp.path().join("count")),
+        &calls,
+        &Progress::silent(),
+    )
+    .unwrap();
+    let total = calls.embeds.load(Ordering::SeqCst);
+    let per_segment = total / ids.len();
+    let trained = calls.trainings.load(Ordering::SeqCst);
+    assert!(trained >= 2, "{trained} segments with an IVF index");
+    for at in [per_segment + 1, per_segment + 2, total] {
+        let out = tmp.path().join(format!("embed-fails-{at}"));
+        let err = build(
+            &opts(&src, &out),
+            &Flaky::new(Some(at), None),
+            &Progress::silent(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("device lost at embed call {at}")),
+            "{err}"
+        );
+        assert!(
+            format::Index::open(&out).is_err(),
+            "a failed build committed"
+        );
+        assert_eq!(leftovers(&out), Vec::<String>::new());
+    }
+
+    // The writer of the `at`-th segment with an IVF index fails on its thread (centroids of
+    // the wrong size) while the next segment is prepared, or as the last one to train.
+    for at in [1, 2, trained] {
+        let out = tmp.path().join(format!("write-fails-{at}"));
+        let err = build(
+            &opts(&src, &out),
+            &Flaky::new(None, Some(at)),
+            &Progress::silent(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("IVF centroids"), "{err}");
+        assert!(
+            format::Index::open(&out).is_err(),
+            "a failed build committed"
+        );
+        assert_eq!(leftovers(&out), Vec::<String>::new());
+    }
+
+    // An incremental build over an existing index that fails mid-way leaves it as it was.
+    let before = segment_ids(&good);
+    repo(&src, 16, 1000, "2");
+    for flaky in [
+        Flaky::new(Some(per_segment + 1), None),
+        Flaky::new(None, Some(1)),
+    ] {
+        assert!(build(&opts(&src, &good), &flaky, &Progress::silent()).is_err());
+        assert_eq!(segment_ids(&good), before);
+        assert_eq!(leftovers(&good), Vec::<String>::new());
+    }
+    // And then succeeds over it.
+    build(
+        &opts(&src, &good),
+        &Flaky::new(None, None),
+        &Progress::silent(),
+    )
+    .unwrap();
+    let (generation, now) = segment_ids(&good);
+    assert!(generation > before.0);
+    assert_ne!(now, before.1);
+    assert_eq!(leftovers(&good), Vec::<String>::new());
+}
