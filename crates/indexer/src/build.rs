@@ -13,8 +13,8 @@
 //! staging directory ([`format::staging`]) and dropped; when the encoder runs on a GPU
 //! ([`Embedder::on_device`]) the write runs on a thread of its own while the next segment is
 //! read back, given its records and embedded, so at most two segments are in memory at once,
-//! one writing and one being prepared. One MANIFEST commit publishes them all. Cut points depend only on the input, so the same input
-//! gives the same segments. Edges between segments of one build are external edges by symbol
+//! one writing and one being prepared. One MANIFEST commit publishes them all. Cut points
+//! depend only on the input, so the same input gives the same segments. Edges between segments of one build are external edges by symbol
 //! id, like edges to unchanged files.
 //!
 //! Incremental by construction: files whose bytes hash the same as in the live index are left
@@ -223,7 +223,7 @@ pub fn build(
             };
             report.chunks_written += builder.chunks.len();
             let mut st = match (writing.take(), idle.take()) {
-                (Some(h), _) => finish_write(h, &mut report, &mut written)?,
+                (Some(h), _) => finish_write(h, true, &mut report, &mut written)?,
                 (None, Some(st)) => st,
                 (None, None) => {
                     format::staging::Staging::create(&opts.out).map_err(IndexerError::Format)?
@@ -237,11 +237,11 @@ pub fn build(
             if overlap {
                 writing = Some(h);
             } else {
-                idle = Some(finish_write(h, &mut report, &mut written)?);
+                idle = Some(finish_write(h, false, &mut report, &mut written)?);
             }
         }
         staging = match writing.take() {
-            Some(h) => Some(finish_write(h, &mut report, &mut written)?),
+            Some(h) => Some(finish_write(h, true, &mut report, &mut written)?),
             None => idle,
         };
         Ok(())
@@ -312,10 +312,12 @@ type Written = (
     std::time::Duration,
 );
 
-/// Waits for the segment being written (the time waited is `write-wait`), records it and
-/// returns the staging directory for the next one.
+/// Waits for the segment being written, records it (its writer's time is `write-segment`;
+/// when it ran `overlapped` with the next segment's preparation, the time waited for it is
+/// `write-wait`) and returns the staging directory for the next one.
 fn finish_write(
     h: std::thread::ScopedJoinHandle<'_, Written>,
+    overlapped: bool,
     report: &mut BuildReport,
     written: &mut Vec<format::SegmentEntry>,
 ) -> Result<format::staging::Staging, IndexerError> {
@@ -325,7 +327,9 @@ fn finish_write(
             "the segment writer thread panicked".into(),
         ))
     })?;
-    report.timings.push(("write-wait", t.elapsed()));
+    if overlapped {
+        report.timings.push(("write-wait", t.elapsed()));
+    }
     report.timings.push(("write-segment", took));
     let (id, meta) = r.map_err(IndexerError::Format)?;
     written.push(format::SegmentEntry {
