@@ -20,7 +20,8 @@
 #        sizes CIX_ST_BATCHES (default 256,512: the best two of 32-512 on an H100), the ratio to its best; then f32 on 10,000
 #     4. query embedding latency, one question at a time, GPU vs CPU (queryd --device)
 #     4b. (group) the build's grouping: groups of 256 in chunk order vs longest first (`embed
-#        --group 256`: tokens/s, padding, forward passes of each)
+#        --group 256`: tokens/s, padding, forward passes of each), then groups of 4096 (what
+#        `indexer build --embed-group 4096` would do)
 #     5. IVF k-means 1M x 384 on CUDA vs FAISS on the CPU
 #     6. (cache) the GPU kernel cache: the same CUDA throughput and query-latency run twice, each
 #        in a new process, over one fresh CIX_GPU_CACHE: the first compiles every kernel, the
@@ -112,6 +113,10 @@ run)
   want group && step 150 "cuda auto, groups of 256: chunk order vs longest first" "$out/embed" \
     "$corpus" --chunks "${CIX_GROUP_CHUNKS:-20000}" --runs 2 --device cuda --precision auto \
     --no-st-peer --group 256
+  # Larger groups (`indexer build --embed-group N`): fewer read-backs, sorting over more texts.
+  want group && step 150 "cuda auto, groups of 4096: chunk order vs longest first" "$out/embed" \
+    "$corpus" --chunks "${CIX_GROUP_CHUNKS:-20000}" --runs 2 --device cuda --precision auto \
+    --no-st-peer --group 4096
   want ivf && step 120 "ivf k-means on cuda vs faiss" "$out/ivf_train" --device cuda --n 1000000
   want wgpu && step 150 "wgpu auto" "$out/embed" "$corpus" --chunks "$n" --runs "$runs" \
     --device wgpu --precision auto --no-st-peer --query-latency 200

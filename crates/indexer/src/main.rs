@@ -69,9 +69,16 @@ enum Cmd {
         /// Memory the build may hold besides the model and the tree-wide graph facts (symbol
         /// names, calls, imports, symbol declarations): other parsed text beyond a quarter of
         /// it is read again when written, and the changed files are cut into several segments so that each stays
-        /// under half of it while it is embedded and written. At least 1MiB.
+        /// under half of it while it is embedded and written (with a GPU encoder one segment is
+        /// written while the next is embedded: two such halves). At least 1MiB.
         #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = build::parse_budget)]
         memory_budget: u64,
+        /// Texts per embedding call. The encoder sorts by length and batches within a call and,
+        /// on a GPU, reads each call's vectors back before the next call's batches run; larger
+        /// groups mean fewer waits and less padding, at the cost of progress granularity.
+        #[arg(long, value_name = "N", default_value_t = 256,
+              value_parser = clap::value_parser!(u32).range(1..=65_536))]
+        embed_group: u32,
         /// Build the code from scratch: the code segments of --out are dropped and re-indexed;
         /// memories (memory segments, memory.wal) are kept. Also repairs an index whose MANIFEST
         /// is damaged (moved aside as MANIFEST.bak-<time>; the memories are recovered from their
@@ -195,6 +202,7 @@ fn run() -> anyhow::Result<ExitCode> {
             no_ignore,
             hidden,
             memory_budget,
+            embed_group,
             rebuild,
             quiet,
             json,
@@ -252,6 +260,7 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             opts.rules = indexer::walk::Rules { no_ignore, hidden };
             opts.memory_budget = memory_budget;
+            opts.embed_group = embed_group as usize;
             let t = Instant::now();
             let report = build::build(&opts, &encoder, &progress)?;
             let total = t.elapsed();

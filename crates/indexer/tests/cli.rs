@@ -201,6 +201,38 @@ fn build_errors_are_clear() {
     );
     assert!(!out.join("MANIFEST").exists());
 
+    // An embedding group of no texts is refused before anything runs; one of 1 builds.
+    let repo_s = repo.to_str().unwrap();
+    let listing = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .map(|rd| {
+                rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let before = listing(&out);
+    let args = ["build", repo_s, "--out", out_s, "--embed-group", "0"];
+    let o = indexer(tmp.path(), &args);
+    assert!(!o.status.success(), "{}", describe(&args, &o));
+    assert!(text(&o).1.contains("1..=65536"), "{}", describe(&args, &o));
+    assert_eq!(listing(&out), before, "{}", describe(&args, &o));
+    let args = [
+        "build",
+        repo_s,
+        "--out",
+        out_s,
+        "--embed-group",
+        "1",
+        "--quiet",
+    ];
+    let o = indexer(tmp.path(), &args);
+    assert!(o.status.success(), "{}", describe(&args, &o));
+    assert!(out.join("MANIFEST").exists());
+    std::fs::remove_dir_all(&out).unwrap();
+
     // Not an index.
     let args = ["verify", repo.to_str().unwrap()];
     let o = indexer(tmp.path(), &args);
