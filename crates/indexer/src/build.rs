@@ -8,14 +8,16 @@
 //! Bounded memory (`--memory-budget`, [`BuildOptions::memory_budget`]): parsed chunk text is
 //! kept up to a quarter of the budget, the rest dropped after parsing (the graph needs only
 //! names, calls, imports and the text of symbol declarations, [`crate::graph::reads_text`])
-//! and read again when its segment is written; the changed files are cut, in file order, into segments whose
-//! estimated in-memory size stays under half the budget. Each segment is written into a
-//! staging directory ([`format::staging`]) and dropped; when the encoder runs on a GPU
-//! ([`Embedder::on_device`]) the write runs on a thread of its own while the next segment is
-//! read back, given its records and embedded, so at most two segments are in memory at once,
-//! one writing and one being prepared. One MANIFEST commit publishes them all. Cut points
-//! depend only on the input, so the same input gives the same segments. Edges between segments of one build are external edges by symbol
-//! id, like edges to unchanged files.
+//! and read again when its segment is written; the changed files are cut, in file order, into
+//! segments whose estimated in-memory size stays under half the budget. Each segment is
+//! written into a staging directory ([`format::staging`]) and dropped before the next begins;
+//! when the encoder runs on a GPU ([`Embedder::on_device`]) the write runs instead on a thread
+//! of its own while the next segment is read back, given its records and embedded, so two
+//! segments are in memory at once, one writing and one being prepared. (A segment's estimate
+//! counts its text three times and its vectors twice, about twice what it holds: the two hold
+//! about what the estimate allows one.) One MANIFEST commit publishes them all. Cut points
+//! depend only on the input, so the same input gives the same segments. Edges between
+//! segments of one build are external edges by symbol id, like edges to unchanged files.
 //!
 //! Incremental by construction: files whose bytes hash the same as in the live index are left
 //! alone; chunks whose embedded text hashes the same as a chunk already in the index reuse its
@@ -131,7 +133,12 @@ pub fn embed_text(path: &str, kind: &str, qualified: &str, text: &str) -> String
 /// Phases, in order: `open_existing`, `walk_roots`, `parse_files`, `plan_changes` (then
 /// nothing more when nothing changed), `resolve_all`, `plan_cuts`; per segment `reread`,
 /// `segment_graph`, `segment_records`, `embed_vectors`, `gpu_ivf_centroids` and a staged
-/// write; then `write_and_commit`.
+/// write (with a GPU encoder on a writer thread, beside the next segment's phases, so the
+/// report's phase times can add up to more than the wall time); then `write_and_commit`.
+///
+/// Not to be called on a worker of rayon's global pool: an overlapped write's BM25 build runs
+/// on that pool while the caller waits for it (`indexer` calls it from its main thread, the
+/// engine's `reindex` from a thread of its own).
 pub fn build(
     opts: &BuildOptions,
     embedder: &dyn Embedder,
@@ -178,12 +185,12 @@ pub fn build(
     let mut staging = None;
     let mut written = Vec::new();
     std::thread::scope(|scope| -> Result<(), IndexerError> {
-        // When the encoder runs on a GPU, the segment being written stays on its writer
-        // thread while this one prepares and embeds the next (the write hides under the next
-        // embedding). At most one is in flight: it is joined before the next is handed over,
-        // so segments are staged in order and no more than two are in memory at once. On the
-        // CPU each write is joined at once: the two would share the same cores (measured: no
-        // faster) and hold two segments in memory instead of one.
+        // With a GPU encoder the segment being written stays on its writer thread while this
+        // one prepares and embeds the next (the write hides under the next embedding). At most
+        // one is in flight: it is joined before the next is handed over, so segments are
+        // staged in order and no more than two are in memory at once. On the CPU each segment
+        // is written here before the next begins: the two would share the same cores
+        // (measured: no faster) and hold two segments in memory instead of one.
         let mut writing: Option<std::thread::ScopedJoinHandle<'_, Written>> = None;
         // The staging directory while no writer holds it.
         let mut idle: Option<format::staging::Staging> = None;
@@ -213,35 +220,45 @@ pub fn build(
             let builder = match prepared {
                 Ok(b) => b,
                 Err(e) => {
-                    // The segment in flight is dropped with its staging directory; a writer
-                    // that panicked must not turn this error into a panic of the scope.
+                    // The write in flight is joined first: when it failed too, its error
+                    // (often the cause, such as a full disk) is the one returned. Either way
+                    // its staging directory is dropped with the error.
                     if let Some(h) = writing.take() {
-                        let _ = h.join();
+                        finish_write(h, &mut report, &mut written)?;
                     }
                     return Err(e);
                 }
             };
             report.chunks_written += builder.chunks.len();
             let mut st = match (writing.take(), idle.take()) {
-                (Some(h), _) => finish_write(h, true, &mut report, &mut written)?,
+                (Some(h), _) => finish_write(h, &mut report, &mut written)?,
                 (None, Some(st)) => st,
                 (None, None) => {
                     format::staging::Staging::create(&opts.out).map_err(IndexerError::Format)?
                 }
             };
-            let h = scope.spawn(move || {
-                let t = Instant::now();
-                let r = st.write(builder, model_id, dim);
-                (st, r, t.elapsed())
-            });
             if overlap {
+                let h = std::thread::Builder::new()
+                    .name("segment-writer".into())
+                    .spawn_scoped(scope, move || {
+                        let t = Instant::now();
+                        let r = st.write(builder, model_id, dim);
+                        (st, r, t.elapsed())
+                    })
+                    .map_err(|e| IndexerError::Io {
+                        path: opts.out.clone(),
+                        source: e,
+                    })?;
                 writing = Some(h);
             } else {
-                idle = Some(finish_write(h, false, &mut report, &mut written)?);
+                let t = Instant::now();
+                let r = st.write(builder, model_id, dim);
+                record_write(r, t.elapsed(), &mut report, &mut written)?;
+                idle = Some(st);
             }
         }
         staging = match writing.take() {
-            Some(h) => Some(finish_write(h, true, &mut report, &mut written)?),
+            Some(h) => Some(finish_write(h, &mut report, &mut written)?),
             None => idle,
         };
         Ok(())
@@ -312,12 +329,10 @@ type Written = (
     std::time::Duration,
 );
 
-/// Waits for the segment being written, records it (its writer's time is `write-segment`;
-/// when it ran `overlapped` with the next segment's preparation, the time waited for it is
-/// `write-wait`) and returns the staging directory for the next one.
+/// Waits for the segment being written beside the next one's preparation, records it (the
+/// time waited is `write-wait`) and returns the staging directory for the next one.
 fn finish_write(
     h: std::thread::ScopedJoinHandle<'_, Written>,
-    overlapped: bool,
     report: &mut BuildReport,
     written: &mut Vec<format::SegmentEntry>,
 ) -> Result<format::staging::Staging, IndexerError> {
@@ -327,9 +342,19 @@ fn finish_write(
             "the segment writer thread panicked".into(),
         ))
     })?;
-    if overlapped {
-        report.timings.push(("write-wait", t.elapsed()));
-    }
+    report.timings.push(("write-wait", t.elapsed()));
+    record_write(r, took, report, written)?;
+    Ok(st)
+}
+
+/// Records a staged segment (the write's own time is `write-segment`), or returns why it
+/// failed.
+fn record_write(
+    r: format::Result<(String, format::SegmentMeta)>,
+    took: std::time::Duration,
+    report: &mut BuildReport,
+    written: &mut Vec<format::SegmentEntry>,
+) -> Result<(), IndexerError> {
     report.timings.push(("write-segment", took));
     let (id, meta) = r.map_err(IndexerError::Format)?;
     written.push(format::SegmentEntry {
@@ -337,7 +362,7 @@ fn finish_write(
         chunks: meta.chunk_count,
         tombstones: None,
     });
-    Ok(st)
+    Ok(())
 }
 
 /// The merges due after a commit (crowded tiers, [`crate::merge::MergePolicy::after_build`]).

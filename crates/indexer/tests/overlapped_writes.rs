@@ -1,5 +1,5 @@
-//! A build cut into several segments writes each on a thread of its own while the next is
-//! embedded. What must hold whatever fails where: the segments are the same as without the
+//! A build cut into several segments, with an encoder on a device, writes each on a thread of
+//! its own while the next is embedded. What must hold whatever fails where: the segments are the same as without the
 //! overlap (same ids from the same input), a failure while a segment is being written or while
 //! the next is being embedded fails the build with its cause, commits nothing, leaves no staging
 //! or temporary directory behind, and leaves an existing index as it was.
@@ -18,6 +18,8 @@ struct Flaky {
     bad_centroids_at: Option<usize>,
     embeds: AtomicUsize,
     trainings: AtomicUsize,
+    /// Embed calls made before the first IVF training: the first segment's.
+    first_segment_embeds: AtomicUsize,
     /// Reported as running on a device: the build overlaps its writes (else it joins each).
     device: bool,
 }
@@ -30,6 +32,7 @@ impl Flaky {
             bad_centroids_at,
             embeds: AtomicUsize::new(0),
             trainings: AtomicUsize::new(0),
+            first_segment_embeds: AtomicUsize::new(0),
             device: true,
         }
     }
@@ -59,6 +62,10 @@ impl Embedder for Flaky {
         k: usize,
     ) -> Option<Result<Vec<f32>, EmbedError>> {
         let n = self.trainings.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == 1 {
+            let e = self.embeds.load(Ordering::SeqCst);
+            self.first_segment_embeds.store(e, Ordering::SeqCst);
+        }
         let rows = if Some(n) == self.bad_centroids_at {
             k - 1
         } else {
@@ -107,7 +114,8 @@ fn segment_ids(out: &std::path::Path) -> (u64, Vec<String>) {
 fn failures_around_an_overlapped_write_commit_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
-    repo(&src, 16, 1000, "1");
+    // 20 files of 1,000 chunks: 4 segments of 5,000, each with an IVF index.
+    repo(&src, 20, 1000, "1");
 
     // The reference: every segment written, and written the same way twice.
     let good = tmp.path().join("good");
@@ -120,14 +128,12 @@ fn failures_around_an_overlapped_write_commit_nothing() {
     let (_, ids) = segment_ids(&good);
     assert!(ids.len() >= 3, "want several segments, got {}", ids.len());
     assert_eq!(report.segment_ids, ids);
-    assert_eq!(
-        report
-            .timings
-            .iter()
-            .filter(|t| t.0 == "write-segment")
-            .count(),
-        ids.len()
-    );
+    let count = |r: &indexer::build::BuildReport, phase: &str| {
+        r.timings.iter().filter(|t| t.0 == phase).count()
+    };
+    assert_eq!(count(&report, "write-segment"), ids.len());
+    // Each write ran on the writer thread and was waited for.
+    assert_eq!(count(&report, "write-wait"), ids.len());
     // The same segments with each write joined at once (a CPU encoder).
     let again = tmp.path().join("again");
     let cpu = Flaky {
@@ -137,9 +143,14 @@ fn failures_around_an_overlapped_write_commit_nothing() {
     let report = build(&opts(&src, &again), &cpu, &Progress::silent()).unwrap();
     assert_eq!(segment_ids(&again).1, ids, "same input, same segments");
     assert_eq!(report.segment_ids, ids);
+    assert_eq!(count(&report, "write-segment"), ids.len());
+    assert_eq!(
+        count(&report, "write-wait"),
+        0,
+        "written in turn, never waited for"
+    );
 
-    // Embedding fails while the first segment is being written (the embed calls of the first
-    // segment come before those of the second), and later: the error is the cause, nothing is
+    // Embedding fails while a segment is being written: the error is the cause, nothing is
     // committed, nothing is left behind.
     let calls = Flaky::new(None, None);
     build(
@@ -149,10 +160,13 @@ fn failures_around_an_overlapped_write_commit_nothing() {
     )
     .unwrap();
     let total = calls.embeds.load(Ordering::SeqCst);
-    let per_segment = total / ids.len();
+    let first = calls.first_segment_embeds.load(Ordering::SeqCst);
     let trained = calls.trainings.load(Ordering::SeqCst);
-    assert!(trained >= 2, "{trained} segments with an IVF index");
-    for at in [per_segment + 1, per_segment + 2, total] {
+    assert_eq!(trained, ids.len(), "every segment has an IVF index");
+    assert!(0 < first && first < total, "{first} of {total}");
+    // The second segment's first and second calls (the first segment's write in flight) and
+    // the last call.
+    for at in [first + 1, first + 2, total] {
         let out = tmp.path().join(format!("embed-fails-{at}"));
         let err = build(
             &opts(&src, &out),
@@ -172,8 +186,8 @@ fn failures_around_an_overlapped_write_commit_nothing() {
         assert_eq!(leftovers(&out), Vec::<String>::new());
     }
 
-    // The writer of the `at`-th segment with an IVF index fails on its thread (centroids of
-    // the wrong size) while the next segment is prepared, or as the last one to train.
+    // The writer of the `at`-th segment fails on its thread (centroids of the wrong size) while
+    // the next segment is prepared, or as the last one (joined after the loop).
     for at in [1, 2, trained] {
         let out = tmp.path().join(format!("write-fails-{at}"));
         let err = build(
@@ -192,11 +206,8 @@ fn failures_around_an_overlapped_write_commit_nothing() {
 
     // An incremental build over an existing index that fails mid-way leaves it as it was.
     let before = segment_ids(&good);
-    repo(&src, 16, 1000, "2");
-    for flaky in [
-        Flaky::new(Some(per_segment + 1), None),
-        Flaky::new(None, Some(1)),
-    ] {
+    repo(&src, 20, 1000, "2");
+    for flaky in [Flaky::new(Some(first + 1), None), Flaky::new(None, Some(1))] {
         assert!(build(&opts(&src, &good), &flaky, &Progress::silent()).is_err());
         assert_eq!(segment_ids(&good), before);
         assert_eq!(leftovers(&good), Vec::<String>::new());
