@@ -182,9 +182,9 @@ pub fn build(
     let known = known_vectors(existing.as_ref());
     let (model_id, dim) = (embedder.model_id(), embedder.dim());
     let overlap = embedder.on_device();
-    let mut staging = None;
     let mut written = Vec::new();
-    std::thread::scope(|scope| -> Result<(), IndexerError> {
+    // The staging directory holding every segment written, once the last write is joined.
+    let staging = std::thread::scope(|scope| -> Result<_, IndexerError> {
         // With a GPU encoder the segment being written stays on its writer thread while this
         // one prepares and embeds the next (the write hides under the next embedding). At most
         // one is in flight: it is joined before the next is handed over, so segments are
@@ -257,11 +257,10 @@ pub fn build(
                 idle = Some(st);
             }
         }
-        staging = match writing.take() {
+        Ok(match writing.take() {
             Some(h) => Some(finish_write(h, &mut report, &mut written)?),
             None => idle,
-        };
-        Ok(())
+        })
     })?;
     drop(files);
     write_and_commit(
