@@ -17,17 +17,24 @@
 //! Ambiguity at any step yields no edge (precision first). Overloads (same qualified name in one
 //! file) count as one candidate, the first one is used.
 //!
-//! Layout: this file holds [`resolve`]; the public types are in `types.rs`, `index.rs` builds
-//! the lookup tables and resolves imports per language, `calls.rs` resolves calls (the order
-//! above), and `paths.rs` is a leaf of repository-path helpers both use.
+//! Resolution never reads chunk text: what it needs of the declarations (stated return types,
+//! bases, callback parameter types, a `Cargo.toml`'s package name) is taken per file while the
+//! text is there ([`Declarations::of`], `decl.rs`), so a build can drop every parsed text first.
+//!
+//! Layout: this file holds [`resolve`]; the public types are in `types.rs`, `decl.rs` reads
+//! declarations (and holds `split_method`, `callable_target`), `index.rs` builds the lookup
+//! tables and resolves imports per language, `calls.rs` resolves calls (the order above), and
+//! `paths.rs` is a leaf of repository-path helpers.
 
 mod calls;
+mod decl;
 mod index;
 mod paths;
 mod types;
 
 pub mod eval;
 
+pub use decl::Declarations;
 pub use types::{EdgeKind, FileFacts, NodeRef, ResolvedEdge};
 
 use calls::{resolve_call, CallCtx, Confidence, Scope};
@@ -35,15 +42,6 @@ use index::Index;
 
 use crate::chunk::{Language, MODULE_ALIAS};
 use rayon::prelude::*;
-
-/// Whether resolution reads the text of `c`, a chunk of the file at `path`: the declarations
-/// of symbols (return types, base types, callback parameter types: `index.rs`, `calls.rs`)
-/// and a `Cargo.toml`'s package name. A build under `--memory-budget` drops the parsed text of
-/// other chunks before resolving (it is read again when written), which changes nothing here.
-pub fn reads_text(path: &str, c: &crate::chunk::Chunk) -> bool {
-    paths::file_name(path) == "Cargo.toml"
-        || (c.kind.is_symbol() && c.kind != crate::chunk::ChunkKind::Module)
-}
 
 /// Whether `path` is the file of a module named `name` (`b.rs`, `b/mod.rs`, `b.py`,
 /// `b/__init__.py`, `b.ts`, `b/index.ts`).

@@ -2,7 +2,6 @@
 //! when its segment is written ([`super::reread`]).
 
 use crate::chunk::{self, ChunkOptions, FileExtract, Language};
-use crate::graph;
 
 /// How the texts [`shed_texts`] dropped come back ([`super::reread`]). A chunk whose text is its
 /// byte range of the file after a short prefix (none for most; a long body's part repeats
@@ -20,15 +19,10 @@ pub(super) struct Shed {
 /// come back by slicing instead of a parse.
 const KEEP_COMPOSED: usize = 512;
 
-/// Whether chunk `c` of the file at `path` holds text that graph resolution does not read
-/// ([`graph::reads_text`]: symbol declarations and `Cargo.toml` are kept).
-fn droppable(path: &str, c: &chunk::Chunk) -> bool {
-    !c.text.is_empty() && !graph::reads_text(path, c)
-}
-
-/// Drops the parsed text of the chunks of a file that are [`droppable`].
-pub(super) fn drop_texts(ex: &mut FileExtract, path: &str) {
-    for c in ex.chunks.iter_mut().filter(|c| droppable(path, c)) {
+/// Drops the parsed text of every chunk of a file (graph resolution reads none:
+/// [`crate::graph::Declarations`] holds what it needs of them), freeing its buffers.
+pub(super) fn drop_texts(ex: &mut FileExtract) {
+    for c in &mut ex.chunks {
         c.text = String::new();
     }
 }
@@ -39,17 +33,16 @@ pub(super) fn drop_texts(ex: &mut FileExtract, path: &str) {
 /// refused, or a long composed text is dropped, every text goes and the file is chunked again.
 pub(super) fn shed_texts(
     ex: &mut FileExtract,
-    path: &str,
     source: &str,
     reserve: &dyn Fn(u64) -> bool,
 ) -> Shed {
-    // Per droppable chunk: its text's prefix before its byte range, or none (a composed text,
-    // kept whole when short). A prefix's entry in `Shed::sliced` is counted too.
+    // Per chunk with a text: its text's prefix before its byte range, or none (a composed
+    // text, kept whole when short). A prefix's entry in `Shed::sliced` is counted too.
     let mut plan: Vec<(usize, Option<String>)> = Vec::new();
     let mut keep = 0u64;
     let mut again = false;
     for (i, c) in ex.chunks.iter().enumerate() {
-        if !droppable(path, c) {
+        if c.text.is_empty() {
             continue;
         }
         let range = c.start_byte as usize..c.end_byte as usize;
@@ -153,7 +146,7 @@ mod tests {
         let opts = ChunkOptions::default();
         let whole = chunk::extract(AT.0, AT.1, AT.2, &src, &opts);
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, AT.2, &src, &|_| true);
+        let shed = shed_texts(&mut ex, &src, &|_| true);
         assert!(!shed.extract_again, "{shed:?}");
         assert!(
             shed.sliced.iter().any(|(_, p)| !p.is_empty()),
@@ -170,14 +163,14 @@ mod tests {
 
         // Nothing may stay in memory: the file is chunked again.
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, AT.2, &src, &|_| false);
+        let shed = shed_texts(&mut ex, &src, &|_| false);
         assert!(shed.extract_again && shed.sliced.is_empty(), "{shed:?}");
         assert_eq!(restore_texts(&mut ex, shed, &src, AT, &opts), Some(true));
         assert_eq!(texts(&ex), texts(&whole));
 
         // Bytes that no longer hold a range are refused, not guessed.
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, AT.2, &src, &|_| true);
+        let shed = shed_texts(&mut ex, &src, &|_| true);
         assert_eq!(restore_texts(&mut ex, shed, &src[..10], AT, &opts), None);
     }
 
@@ -187,7 +180,7 @@ mod tests {
         let opts = ChunkOptions::default();
         let whole = chunk::extract(AT.0, AT.1, AT.2, &src, &opts);
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, AT.2, &src, &|_| true);
+        let shed = shed_texts(&mut ex, &src, &|_| true);
         assert!(shed.extract_again && shed.sliced.is_empty(), "{shed:?}");
         assert_ne!(texts(&ex), texts(&whole));
         assert_eq!(restore_texts(&mut ex, shed, &src, AT, &opts), Some(true));

@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 
-use super::index::{callback_param_type, family, split_method, Index, Sym};
+use super::decl::split_method;
+use super::index::{family, Index, Sym};
 use super::paths::dir_of;
 use super::FileFacts;
 use crate::chunk::{Language, CALLBACK_PARAM, RETURNED_BY};
@@ -356,9 +357,15 @@ impl<'a> CallCtx<'a, '_> {
                 (f, conf, callee)
             }
         };
-        let text = &self.chunk(target).text;
-        let ty = callback_param_type(text, fname, arg, param)?;
-        let (hit, c) = self.member(idx, &ty, name, true)?;
+        // The declaration is read as the function's own name states it: a callee reached
+        // through an alias of another name is not looked up in it.
+        if self.chunk(target).name != fname {
+            return None;
+        }
+        let ty = self.files[target.0]
+            .decls
+            .callback_param(target.1, arg, param)?;
+        let (hit, c) = self.member(idx, ty, name, true)?;
         Some((hit, c.min(conf)))
     }
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::chunk::{extract, ChunkKind, ChunkOptions, FileExtract, Language};
-use crate::graph::{resolve, EdgeKind, FileFacts, NodeRef};
+use crate::graph::{resolve, Declarations, EdgeKind, FileFacts, NodeRef};
 
 /// How many false positives / negatives [`score`] lists.
 pub const EXAMPLES: usize = 30;
@@ -336,13 +336,15 @@ pub fn compare(
     truth: &Truth,
     max_examples: usize,
 ) -> Score {
-    let facts: Vec<FileFacts> = files
-        .iter()
-        .zip(fxs)
-        .map(|((p, l), e)| FileFacts {
+    let decls: Vec<Declarations> = (files.iter().zip(fxs))
+        .map(|((p, l), e)| Declarations::of(p, *l, e))
+        .collect();
+    let facts: Vec<FileFacts> = (files.iter().zip(fxs).zip(&decls))
+        .map(|(((p, l), e), d)| FileFacts {
             path: p,
             language: *l,
             extract: e,
+            decls: d,
         })
         .collect();
     let edges = resolve(&facts);

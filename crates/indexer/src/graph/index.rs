@@ -3,9 +3,10 @@
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+use super::decl::{callable_target, split_method};
 use super::paths::{dir_of, file_name, join, normalize, rust_crate_src, rust_mod_dir};
 use super::FileFacts;
-use crate::chunk::{base_type_name, split_top, ChunkKind, CompactString, Language};
+use crate::chunk::{ChunkKind, CompactString, Language};
 
 /// Most files an import of a whole directory (Go package, Java wildcard) links to.
 const MAX_DIR_IMPORT_FILES: usize = 64;
@@ -53,278 +54,6 @@ pub(super) fn family(l: Language) -> Language {
         Language::Cpp => Language::C,
         other => other,
     }
-}
-
-/// The types a type declaration says it extends or implements, from its header: Python
-/// `class A(B, C, metaclass=M):`, TS/Java `class A<T> extends B<T> implements C, D {`, C++
-/// `class A : public B {`, Rust `impl<T> Trait for A<T> {` (an impl chunk named `A`).
-fn declared_bases<'t>(text: &'t str, name: &str, kind: ChunkKind) -> Vec<String> {
-    // The header starts at the declaration (doc comments before it may hold braces) and ends
-    // at its body's brace.
-    let cut = |t: &'t str| -> &'t str { t.split('{').next().unwrap_or(t) };
-    let mut out = Vec::new();
-    let mut push = |t: &str| {
-        let b = base_type_name(t.trim());
-        if !b.is_empty()
-            && b.chars()
-                .next()
-                .is_some_and(|c| c.is_alphabetic() || c == '_')
-        {
-            out.push(b);
-        }
-    };
-    if kind == ChunkKind::Impl {
-        let line = text
-            .lines()
-            .find(|l| l.trim_start().starts_with("impl"))
-            .map(cut);
-        if let Some((tr, _)) = line.and_then(|l| l.split_once(" for ")) {
-            let tr = tr.trim_start().trim_start_matches("impl");
-            // Drop the impl's own generics: `impl<T: X> Trait<T>`.
-            let tr = if tr.trim_start().starts_with('<') {
-                skip_angle(tr.trim_start())
-            } else {
-                tr
-            };
-            push(tr);
-        }
-        return out;
-    }
-    // Go: `type A struct { *B; C; x int }` embeds B and C.
-    if let Some(i) = text.find(&format!("type {name} struct")) {
-        let body = text[i..].split_once('{').map_or("", |(_, b)| b);
-        let body = body.split('}').next().unwrap_or("");
-        for line in body.lines() {
-            let l = line.split("//").next().unwrap_or("").trim();
-            if !l.is_empty() && !l.contains(char::is_whitespace) {
-                push(l.trim_start_matches('*'));
-            }
-        }
-        return out;
-    }
-    let Some(at) = ["class ", "interface ", "struct "]
-        .iter()
-        .filter_map(|kw| {
-            let pat = format!("{kw}{name}");
-            text.find(&pat).map(|i| i + pat.len())
-        })
-        .min()
-    else {
-        return out;
-    };
-    let rest = cut(&text[at..]);
-    let rest = if rest.starts_with('<') {
-        skip_angle(rest)
-    } else {
-        rest
-    };
-    let rest = rest.trim_start();
-    if let Some(inner) = rest.strip_prefix('(') {
-        // Python.
-        for part in split_top(balanced(inner).unwrap_or(inner), ',') {
-            if !part.contains('=') {
-                push(part);
-            }
-        }
-        return out;
-    }
-    if let Some(cpp) = rest.strip_prefix(':') {
-        for part in split_top(cpp, ',') {
-            let p = part
-                .trim()
-                .trim_start_matches("virtual ")
-                .trim_start_matches("public ")
-                .trim_start_matches("protected ")
-                .trim_start_matches("private ")
-                .trim_start_matches("virtual ");
-            push(p);
-        }
-        return out;
-    }
-    for kw in ["extends ", "implements "] {
-        if let Some(i) = rest.find(kw) {
-            let after = &rest[i + kw.len()..];
-            let end = ["implements ", "extends "]
-                .iter()
-                .filter_map(|k| after.find(k))
-                .min()
-                .unwrap_or(after.len());
-            for part in split_top(&after[..end], ',') {
-                push(part);
-            }
-        }
-    }
-    out
-}
-
-/// The return type a function's signature states: TS `name(…): T {`, Python
-/// `def name(…) -> T:`, Rust `fn name(…) -> T`, Go `func (…) Name(…) *T {`. `Self` is the
-/// owner type. Simple type names only (`Promise<T>` → `Promise`, which matches no project
-/// type).
-fn declared_return(text: &str, name: &str, lang: Language, owner: Option<&str>) -> Option<String> {
-    let start = decl_pos(text, name)?;
-    let mut rest = &text[start + name.len()..];
-    if rest.starts_with('<') {
-        rest = skip_angle(rest);
-    }
-    // Past the parameter list.
-    let params = balanced(rest.trim_start().strip_prefix('(')?)?;
-    let after = rest.trim_start()[params.len() + 2..].trim_start();
-    let ty = match lang {
-        Language::Go => {
-            let t = after.split('{').next()?.trim();
-            if t.starts_with('(') {
-                // `(T, error)`: the first result.
-                t.trim_start_matches('(').split(',').next()?.to_string()
-            } else {
-                t.to_string()
-            }
-        }
-        Language::Python => after.strip_prefix("->")?.split(':').next()?.to_string(),
-        Language::Rust => {
-            let t = after.strip_prefix("->")?;
-            t.split(['{', ';'])
-                .next()?
-                .split(" where")
-                .next()?
-                .to_string()
-        }
-        _ => after
-            .strip_prefix(':')?
-            .split(['{', ';'])
-            .next()?
-            .split("=>")
-            .next()?
-            .to_string(),
-    };
-    let ty = ty.trim().trim_matches('"').trim_matches('\'');
-    let t = base_type_name(ty.trim_start_matches(['*', '&']));
-    let t = if t == "Self" { owner?.to_string() } else { t };
-    t.chars().next()?.is_uppercase().then_some(t)
-}
-
-/// The type that function `fname`'s signature in `text` states for parameter `param` of the
-/// callback it takes as argument `arg`: for `operate<T>(init: (src: Observable<T>, sub:
-/// Subscriber<T>) => void)`, (0, 1) → `Subscriber`. `this:` parameters are not counted.
-pub(super) fn callback_param_type(
-    text: &str,
-    fname: &str,
-    arg: usize,
-    param: usize,
-) -> Option<String> {
-    let start = decl_pos(text, fname)?;
-    let mut rest = &text[start + fname.len()..];
-    if rest.starts_with('<') {
-        rest = skip_angle(rest);
-    }
-    let inner = balanced(rest.strip_prefix('(')?)?;
-    let p = *split_top(inner, ',').get(arg)?;
-    let ty = p.split_once(':')?.1.trim_start();
-    let fn_params = balanced(ty.strip_prefix('(')?)?;
-    let ps: Vec<&str> = split_top(fn_params, ',')
-        .into_iter()
-        .filter(|x| !x.trim_start().starts_with("this"))
-        .collect();
-    let t = ps.get(param)?.split_once(':')?.1;
-    let t = base_type_name(t.trim());
-    t.chars().next()?.is_uppercase().then_some(t)
-}
-
-/// Where a signature names `name` (followed by `(` or `<`): not a call (`x.name(`), not a
-/// longer identifier, not in a comment line (doc examples often call the function).
-fn decl_pos(text: &str, name: &str) -> Option<usize> {
-    let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
-    let mut from = 0;
-    while let Some(p) = text[from..].find(name) {
-        let at = from + p;
-        from = at + name.len();
-        let next = text[from..].chars().next();
-        if !matches!(next, Some('(') | Some('<')) {
-            continue;
-        }
-        let prev = text[..at].chars().next_back();
-        if prev.is_some_and(|c| is_id(c) || c == '.') {
-            continue;
-        }
-        let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-        let line = text[line_start..at].trim_start();
-        if ["*", "//", "/*", "#"].iter().any(|m| line.starts_with(m)) {
-            continue;
-        }
-        return Some(at);
-    }
-    None
-}
-
-/// The text up to the `)` that closes an already opened `(`.
-fn balanced(s: &str) -> Option<&str> {
-    let mut depth = 0;
-    let mut prev = ' ';
-    for (i, ch) in s.char_indices() {
-        match ch {
-            '(' | '<' | '[' | '{' => depth += 1,
-            ')' if depth == 0 => return Some(&s[..i]),
-            // `=>` and `->` are arrows, not closing brackets.
-            '>' if prev == '=' || prev == '-' => {}
-            ')' | '>' | ']' | '}' => depth -= 1,
-            _ => {}
-        }
-        prev = ch;
-    }
-    None
-}
-
-/// `<…>rest` → `rest` (balanced).
-fn skip_angle(s: &str) -> &str {
-    let mut depth = 0;
-    for (i, ch) in s.char_indices() {
-        match ch {
-            '<' => depth += 1,
-            '>' => {
-                depth -= 1;
-                if depth == 0 {
-                    return &s[i + 1..];
-                }
-            }
-            _ => {}
-        }
-    }
-    ""
-}
-
-/// `a/Foo#bar` → (`a/Foo`, `bar`); the method separator is the first `#` of the last path
-/// segment, so a JS private method `Foo##bar` is (`Foo`, `#bar`).
-pub(super) fn split_method(qualified: &str) -> Option<(&str, &str)> {
-    let seg_start = qualified.rfind('/').map_or(0, |i| i + 1);
-    let i = seg_start + qualified[seg_start..].find('#')?;
-    Some((&qualified[..i], &qualified[i + 1..]))
-}
-
-/// `[package] name = "x"` of a Cargo.toml's text.
-fn cargo_package_name(text: &str) -> Option<String> {
-    let mut in_package = false;
-    for line in text.lines() {
-        let l = line.trim();
-        if l.starts_with('[') {
-            in_package = l == "[package]";
-            continue;
-        }
-        if !in_package {
-            continue;
-        }
-        if let Some(rest) = l.strip_prefix("name") {
-            let v = rest.trim_start().strip_prefix('=')?.trim();
-            let v = v.trim_matches(|c| c == '"' || c == '\'');
-            if !v.is_empty() {
-                return Some(v.replace('-', "_"));
-            }
-        }
-    }
-    None
-}
-
-fn callable_target(kind: ChunkKind) -> bool {
-    kind.is_symbol() && !matches!(kind, ChunkKind::Impl | ChunkKind::Module)
 }
 
 impl<'a> Index<'a> {
@@ -391,14 +120,11 @@ impl<'a> Index<'a> {
                     }
                 }
             }
-            if file_name(path) == "Cargo.toml" {
-                let text = f.extract.chunks.first().map(|c| c.text.as_str());
-                if let Some(name) = text.and_then(cargo_package_name) {
-                    idx.crates
-                        .entry(name)
-                        .or_default()
-                        .push(join(dir_of(path), "src"));
-                }
+            if let Some(name) = f.decls.package() {
+                idx.crates
+                    .entry(name.to_string())
+                    .or_default()
+                    .push(join(dir_of(path), "src"));
             }
             let fam = family(f.language);
             let mut local: HashMap<&'a str, Vec<usize>> = HashMap::default();
@@ -420,24 +146,22 @@ impl<'a> Index<'a> {
                     None => idx.free.entry((fam, name)).or_default().push((fi, ci)),
                 }
                 if c.kind.is_callable() {
-                    let owner =
-                        split_method(&c.qualified).map(|(p, _)| p.rsplit('/').next().unwrap_or(p));
-                    let ret = declared_return(&c.text, name, f.language, owner);
+                    let ret = f.decls.returns(ci);
                     idx.returns
                         .entry((fam, name))
                         .or_default()
-                        .push(ret.unwrap_or_default());
+                        .push(ret.unwrap_or_default().to_string());
                 }
                 if c.kind.is_type() {
                     if c.kind != ChunkKind::Impl {
                         idx.types.entry((fam, name)).or_default().push((fi, ci));
                     }
-                    let found = declared_bases(&c.text, name, c.kind);
+                    let found = f.decls.bases(ci);
                     if !found.is_empty() {
                         let list = idx.bases.entry((fam, name)).or_default();
                         for b in found {
-                            if b != name && !list.contains(&b) {
-                                list.push(b);
+                            if !list.contains(b) {
+                                list.push(b.clone());
                             }
                         }
                     }

@@ -14,19 +14,31 @@ fn build(files: &[(&str, &str)]) -> (Vec<String>, Vec<FileExtract>, Vec<Language
     (paths, fxs, langs)
 }
 
+/// Resolves `files`; every test also checks that resolution reads no chunk text: the same
+/// files with every text dropped after [`Declarations::of`] give the same edges (a build drops
+/// them before resolving).
 fn edges(files: &[(&str, &str)]) -> (Vec<ResolvedEdge>, Vec<String>, Vec<FileExtract>) {
     let (paths, fxs, langs) = build(files);
-    let facts: Vec<FileFacts> = paths
-        .iter()
-        .zip(&fxs)
-        .zip(&langs)
-        .map(|((p, e), l)| FileFacts {
-            path: p,
-            language: *l,
-            extract: e,
-        })
+    let decls: Vec<Declarations> = (paths.iter().zip(&fxs).zip(&langs))
+        .map(|((p, e), l)| Declarations::of(p, *l, e))
         .collect();
-    let e = resolve(&facts);
+    let resolve_over = |fxs: &[FileExtract]| {
+        let facts: Vec<FileFacts> = (paths.iter().zip(fxs).zip(&langs).zip(&decls))
+            .map(|(((p, e), l), d)| FileFacts {
+                path: p,
+                language: *l,
+                extract: e,
+                decls: d,
+            })
+            .collect();
+        resolve(&facts)
+    };
+    let e = resolve_over(&fxs);
+    let mut dropped = fxs.clone();
+    for c in dropped.iter_mut().flat_map(|x| x.chunks.iter_mut()) {
+        c.text = String::new();
+    }
+    assert_eq!(resolve_over(&dropped), e, "resolution read a chunk's text");
     (e, paths, fxs)
 }
 

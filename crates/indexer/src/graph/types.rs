@@ -1,6 +1,7 @@
 //! The public types of the graph: edge kinds, the per-file input ([`FileFacts`]) and the
 //! resolved edges between files and chunks.
 
+use super::decl::Declarations;
 use crate::chunk::{FileExtract, Language};
 
 /// Kind of a graph edge.
@@ -39,6 +40,9 @@ pub struct FileFacts<'a> {
     pub path: &'a str,
     pub language: Language,
     pub extract: &'a FileExtract,
+    /// What its chunks' declarations state, read while their text was there
+    /// ([`Declarations::of`]): resolution reads this, never a chunk's text.
+    pub decls: &'a Declarations,
 }
 
 /// An end of an edge: a file (index into the `files` slice) or a chunk of a file.
