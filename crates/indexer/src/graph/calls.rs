@@ -246,7 +246,7 @@ impl<'a> CallCtx<'a, '_> {
         if !in_vis.is_empty() {
             return unique(self.files, &in_vis).map(|s| (s, Confidence::Exact));
         }
-        let types = idx.types.get(&(self.lang(), ty)).map_or(0, Vec::len);
+        let types = idx.types.get(&(self.lang(), ty)).map_or(0, |t| t.len());
         let pick = unique(self.files, cands)?;
         if !visible.is_empty() || (stated && types == 1) {
             // The type is known (visible, or the only one of that name) and owns this method
@@ -371,13 +371,8 @@ impl<'a> CallCtx<'a, '_> {
 
     /// The method `name` of the type every function called `func` says it returns.
     fn returned(&self, idx: &Index, func: &str, name: &str) -> Option<Sym> {
-        let rets = idx.returns.get(&(self.lang(), func))?;
-        let first = rets.first()?;
-        if first.is_empty() || rets.iter().any(|r| r != first) {
-            return None;
-        }
-        self.member(idx, self.unalias(first), name, true)
-            .map(|h| h.0)
+        let ret = (*idx.returns.get(&(self.lang(), func))?).filter(|r| !r.is_empty())?;
+        self.member(idx, self.unalias(ret), name, true).map(|h| h.0)
     }
 
     /// `q.name(…)` / `q::name(…)` with a qualifier other than `self`.

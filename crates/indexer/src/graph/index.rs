@@ -2,6 +2,7 @@
 //! name) and import resolution per language on top of them.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use smallvec::SmallVec;
 
 use super::decl::{callable_target, split_method};
 use super::paths::{dir_of, file_name, join, normalize, rust_crate_src, rust_mod_dir};
@@ -13,6 +14,10 @@ const MAX_DIR_IMPORT_FILES: usize = 64;
 
 /// A symbol: (file, chunk).
 pub(super) type Sym = (usize, usize);
+
+/// The symbols of one name: most names have one, held inline (a `Vec` allocated four on its
+/// first push, for every name of the tree).
+pub(super) type Syms = SmallVec<[Sym; 1]>;
 
 /// Lookup tables built once per build.
 pub(super) struct Index<'a> {
@@ -28,20 +33,21 @@ pub(super) struct Index<'a> {
     /// Rust crate name → its `src` directory.
     crates: HashMap<String, Vec<String>>,
     /// (family, name) → symbols that are not methods (functions, types, module items).
-    pub(super) free: HashMap<(Language, &'a str), Vec<Sym>>,
+    pub(super) free: HashMap<(Language, &'a str), Syms>,
     /// (family, owner type, name) → methods and associated functions.
-    pub(super) members: HashMap<(Language, &'a str, &'a str), Vec<Sym>>,
+    pub(super) members: HashMap<(Language, &'a str, &'a str), Syms>,
     /// (family, name) → methods of any type.
-    pub(super) methods: HashMap<(Language, &'a str), Vec<Sym>>,
+    pub(super) methods: HashMap<(Language, &'a str), Syms>,
     /// (family, name) → type definitions (class, struct, enum, trait, interface).
-    pub(super) types: HashMap<(Language, &'a str), Vec<Sym>>,
+    pub(super) types: HashMap<(Language, &'a str), Syms>,
     /// (family, type) → the types it extends or implements, as its declarations state them
     /// (`class A(B)`, `extends B implements C`, `: public B`, Rust `impl Trait for A`).
     pub(super) bases: HashMap<(Language, &'a str), Vec<String>>,
-    /// (family, function or method name) → the return types their signatures state.
-    pub(super) returns: HashMap<(Language, &'a str), Vec<String>>,
+    /// (family, function or method name) → the return type every function of that name
+    /// states (`""` when none states one), or `None` once two of them differ.
+    pub(super) returns: HashMap<(Language, &'a str), Option<&'a str>>,
     /// Symbols of each file by name.
-    pub(super) per_file: Vec<HashMap<&'a str, Vec<usize>>>,
+    pub(super) per_file: Vec<HashMap<&'a str, SmallVec<[usize; 1]>>>,
     /// Directory → files in it (same-package lookups).
     pub(super) dir_files: HashMap<&'a str, Vec<usize>>,
 }
@@ -127,7 +133,7 @@ impl<'a> Index<'a> {
                     .push(join(dir_of(path), "src"));
             }
             let fam = family(f.language);
-            let mut local: HashMap<&'a str, Vec<usize>> = HashMap::default();
+            let mut local: HashMap<&'a str, SmallVec<[usize; 1]>> = HashMap::default();
             for (ci, c) in f.extract.chunks.iter().enumerate() {
                 if c.symbol_id.is_empty() || !callable_target(c.kind) || c.name.is_empty() {
                     continue;
@@ -146,11 +152,15 @@ impl<'a> Index<'a> {
                     None => idx.free.entry((fam, name)).or_default().push((fi, ci)),
                 }
                 if c.kind.is_callable() {
-                    let ret = f.decls.returns(ci);
+                    let ret = f.decls.returns(ci).unwrap_or_default();
                     idx.returns
                         .entry((fam, name))
-                        .or_default()
-                        .push(ret.unwrap_or_default().to_string());
+                        .and_modify(|agreed| {
+                            if *agreed != Some(ret) {
+                                *agreed = None;
+                            }
+                        })
+                        .or_insert(Some(ret));
                 }
                 if c.kind.is_type() {
                     if c.kind != ChunkKind::Impl {

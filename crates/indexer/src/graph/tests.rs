@@ -508,3 +508,31 @@ fn chained_calls_use_the_stated_return_type() {
         Some(false)
     );
 }
+
+#[test]
+fn a_return_type_is_used_only_when_every_function_of_the_name_states_it() {
+    let parser = "class Parser:\n    def parse(self):\n        pass\n\ndef make() -> Parser:\n    return Parser()\n";
+    let caller = "from a import make\n\ndef run():\n    p = make()\n    p.parse()\n";
+    let other = |ret: &str| {
+        format!("class Lexer:\n    def parse(self):\n        pass\n\ndef make() -> {ret}:\n    return {ret}()\n")
+    };
+    let edge = |third: &str| {
+        let (es, _, fxs) = edges(&[("a.py", parser), ("b.py", caller), ("c.py", third)]);
+        call_edge(
+            &es,
+            chunk_of(&fxs, 1, "run"),
+            chunk_of(&fxs, 0, "Parser#parse"),
+        )
+    };
+    // Both `make`s say `Parser`: the receiver's type is known.
+    assert!(edge(&other("Parser")).is_some());
+    // They disagree: no type, and `parse` is ambiguous.
+    assert_eq!(edge(&other("Lexer")), None);
+    // One states none: no type either.
+    assert_eq!(
+        edge(
+            "class Lexer:\n    def parse(self):\n        pass\n\ndef make():\n    return Lexer()\n"
+        ),
+        None
+    );
+}
