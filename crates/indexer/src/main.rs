@@ -66,9 +66,9 @@ enum Cmd {
         /// out. Recorded like --no-ignore.
         #[arg(long)]
         hidden: bool,
-        /// Memory the build may hold besides the model and the tree-wide graph facts (symbol
-        /// names, calls, imports, symbol declarations): other parsed text beyond a quarter of
-        /// it is read again when written, and the changed files are cut into several segments so that each stays
+        /// Memory the build may hold besides the model and the tree-wide graph facts (chunk
+        /// records, symbol names and ids, calls, imports): parsed text beyond a quarter of it
+        /// is read again when written, and the changed files are cut into several segments so that each stays
         /// under half of it while it is embedded and written (with a GPU encoder one segment is
         /// written while the next is embedded: two such halves). At least 1MiB.
         #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = build::parse_budget)]

@@ -30,9 +30,9 @@ pub struct BuildOptions {
     pub symlinks: walk::Symlinks,
     /// Which ignore rules and hidden files the walk respects (default: all of them).
     pub rules: walk::Rules,
-    /// Bytes the build may hold besides the model and the tree-wide graph facts (symbol
-    /// names, calls, imports, the text of symbol chunks): other parsed text is kept up to a
-    /// quarter of it (the rest is read again when its segment is written) and a segment is cut once its estimated in-memory
+    /// Bytes the build may hold besides the model and the tree-wide graph facts (chunk
+    /// records, symbol names and ids, calls and imports until the graph is resolved, what
+    /// declarations state): parsed text is kept up to a quarter of it (the rest is read again when its segment is written) and a segment is cut once its estimated in-memory
     /// size reaches half of it ([`DEFAULT_MEMORY_BUDGET`]; at least [`MIN_MEMORY_BUDGET`]).
     pub memory_budget: u64,
 }

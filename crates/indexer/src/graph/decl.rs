@@ -254,10 +254,10 @@ fn declared_return(text: &str, name: &str, lang: Language, owner: Option<&str>) 
 
 /// Per argument of function `fname`'s signature in `text`, the types it states for the
 /// parameters of the callback it takes there: for `operate<T>(init: (src: Observable<T>, sub:
-/// Subscriber<T>) => void)`, argument 0 → `[None, Some("Subscriber")]` (`Observable<T>` is
-/// not a simple name of a type: `Observable`, which is; `this:` parameters are not counted;
-/// only names that start upper-case are kept). An argument that is not a callback gets an
-/// empty list; a signature without callbacks, an empty table.
+/// Subscriber<T>) => void)`, argument 0 → `[Some("Observable"), Some("Subscriber")]` (simple
+/// type names; `this:` parameters are not counted; a name that does not start upper-case is
+/// `None`). An argument that is not a callback gets an empty list; trailing arguments that
+/// state nothing are left out, so a signature without callbacks gives an empty table.
 fn callback_param_types(text: &str, fname: &str) -> Vec<Vec<Option<String>>> {
     let Some(inner) = decl_pos(text, fname).and_then(|start| {
         let mut rest = &text[start + fname.len()..];
