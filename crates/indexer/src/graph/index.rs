@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 use super::decl::{callable_target, split_method};
 use super::paths::{dir_of, file_name, join, normalize, rust_crate_src, rust_mod_dir};
 use super::FileFacts;
-use crate::chunk::{CompactString, Language};
+use crate::chunk::{ChunkKind, CompactString, Language};
 
 /// Most files an import of a whole directory (Go package, Java wildcard) links to.
 const MAX_DIR_IMPORT_FILES: usize = 64;
@@ -135,20 +135,10 @@ impl<'a> Index<'a> {
             let fam = family(f.language);
             let mut local: HashMap<&'a str, SmallVec<[usize; 1]>> = HashMap::default();
             for (ci, c) in f.extract.chunks.iter().enumerate() {
-                let name = c.name.as_str();
-                // The bases a type's declaration or a Rust `impl Trait for Type` states.
-                let found = f.decls.bases(ci);
-                if !found.is_empty() {
-                    let list = idx.bases.entry((fam, name)).or_default();
-                    for b in found {
-                        if !list.contains(b) {
-                            list.push(b.clone());
-                        }
-                    }
-                }
                 if c.symbol_id.is_empty() || !callable_target(c.kind) || c.name.is_empty() {
                     continue;
                 }
+                let name = c.name.as_str();
                 local.entry(name).or_default().push(ci);
                 match split_method(&c.qualified) {
                     Some((owner_path, _)) => {
@@ -173,7 +163,18 @@ impl<'a> Index<'a> {
                         .or_insert(Some(ret));
                 }
                 if c.kind.is_type() {
-                    idx.types.entry((fam, name)).or_default().push((fi, ci));
+                    if c.kind != ChunkKind::Impl {
+                        idx.types.entry((fam, name)).or_default().push((fi, ci));
+                    }
+                    let found = f.decls.bases(ci);
+                    if !found.is_empty() {
+                        let list = idx.bases.entry((fam, name)).or_default();
+                        for b in found {
+                            if !list.contains(b) {
+                                list.push(b.clone());
+                            }
+                        }
+                    }
                 }
             }
             idx.per_file.push(local);

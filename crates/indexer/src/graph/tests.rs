@@ -536,27 +536,3 @@ fn a_return_type_is_used_only_when_every_function_of_the_name_states_it() {
         None
     );
 }
-
-#[test]
-fn a_provided_trait_method_is_found_through_the_impl_of_the_receiver_type() {
-    let src = "pub trait Shape {\n    fn area(&self) -> f64;\n    fn describe(&self) -> String {\n        String::new()\n    }\n}\n\npub struct Circle;\n\nimpl Circle {\n    pub fn new() -> Self {\n        Circle\n    }\n}\n\nimpl Shape for Circle {\n    fn area(&self) -> f64 {\n        1.0\n    }\n}\n\npub struct Square;\n\nimpl Shape for Square {\n    fn area(&self) -> f64 {\n        2.0\n    }\n    fn describe(&self) -> String {\n        String::new()\n    }\n}\n\npub fn report() {\n    let c = Circle::new();\n    c.describe();\n}\n";
-    let (es, _, fxs) = edges(&[("src/geom.rs", src)]);
-    // `impl Shape for Circle` makes `Shape` a base of `Circle`: the provided method, not
-    // Square's override.
-    assert_eq!(
-        call_edge(
-            &es,
-            chunk_of(&fxs, 0, "report"),
-            chunk_of(&fxs, 0, "Shape#describe")
-        ),
-        Some(true)
-    );
-    assert_eq!(
-        call_edge(
-            &es,
-            chunk_of(&fxs, 0, "report"),
-            chunk_of(&fxs, 0, "Square#describe")
-        ),
-        None
-    );
-}
