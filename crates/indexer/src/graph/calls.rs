@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashSet;
+
 use super::decl::split_method;
 use super::index::{family, Index, Sym};
 use super::paths::dir_of;
@@ -168,14 +170,13 @@ impl<'a> CallCtx<'a, '_> {
     /// as their declarations state them.
     fn inherited(&self, idx: &Index, ty: &str, name: &str) -> Option<(Sym, Confidence)> {
         let lang = self.lang();
-        let mut seen: Vec<&str> = vec![ty];
+        let mut seen: FxHashSet<&str> = FxHashSet::from_iter([ty]);
         let mut level: Vec<&str> = vec![ty];
         for _ in 0..MAX_BASE_DEPTH {
             let mut next: Vec<&str> = Vec::new();
             for t in &level {
                 for b in idx.bases.get(&(lang, *t)).into_iter().flatten() {
-                    if !seen.contains(&b.as_str()) {
-                        seen.push(b);
+                    if seen.insert(b.as_str()) {
                         next.push(b);
                     }
                 }
@@ -203,19 +204,22 @@ impl<'a> CallCtx<'a, '_> {
     /// them declares is not inherited from elsewhere).
     fn bases_known(&self, idx: &Index, ty: &str) -> bool {
         let lang = self.lang();
-        let mut todo = vec![ty.to_string()];
-        let mut seen: Vec<String> = Vec::new();
-        while let Some(t) = todo.pop() {
-            if seen.contains(&t) || seen.len() > 16 {
+        let mut todo: Vec<&str> = vec![ty];
+        let mut seen: FxHashSet<&str> = FxHashSet::default();
+        // Past 17 types nothing more is checked (the bases are taken as known): stop there
+        // rather than drain what is left (a name shared by many types of a large tree, such
+        // as `Error` with every trait some crate implements for its own, queues thousands).
+        while seen.len() <= 16 {
+            let Some(t) = todo.pop() else { break };
+            if !seen.insert(t) {
                 continue;
             }
-            if !idx.types.contains_key(&(lang, t.as_str())) {
+            if !idx.types.contains_key(&(lang, t)) {
                 return false;
             }
-            if let Some(bs) = idx.bases.get(&(lang, t.as_str())) {
-                todo.extend(bs.iter().cloned());
+            if let Some(bs) = idx.bases.get(&(lang, t)) {
+                todo.extend(bs.iter().map(String::as_str));
             }
-            seen.push(t);
         }
         true
     }
