@@ -207,8 +207,8 @@ impl<'a> CallCtx<'a, '_> {
         let mut todo: Vec<&str> = vec![ty];
         let mut seen: FxHashSet<&str> = FxHashSet::default();
         // Past 17 types nothing more is checked (the bases are taken as known): stop there
-        // rather than drain what is left (a name shared by many types of a large tree, such
-        // as `Error` with every trait some crate implements for its own, queues thousands).
+        // rather than drain what is left (bases are keyed by name, so a name shared by many
+        // types of a large tree queues the bases of all of them).
         while seen.len() <= 16 {
             let Some(t) = todo.pop() else { break };
             if !seen.insert(t) {
