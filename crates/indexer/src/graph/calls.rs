@@ -10,7 +10,7 @@ use rustc_hash::FxHashSet;
 
 use super::decl::split_method;
 use super::index::{family, Index, Sym};
-use super::paths::dir_of;
+use super::paths::{crate_src, dir_of};
 use super::FileFacts;
 use crate::chunk::{Language, CALLBACK_PARAM, RETURNED_BY};
 
@@ -166,14 +166,45 @@ impl<'a> CallCtx<'a, '_> {
         self.inherited(idx, ty, name)
     }
 
+    /// The traits Rust `impl Trait for ty` blocks implement: those of the caller's crate and
+    /// of the crates declaring a `ty` the caller sees. Empty outside Rust.
+    fn impl_bases<'i>(&self, idx: &'i Index, ty: &'i str) -> Vec<&'i str> {
+        if self.lang() != Language::Rust || !idx.impl_types.contains(ty) {
+            return Vec::new();
+        }
+        let mut crates: Vec<&str> = vec![crate_src(idx.path_of(self.caller_file))];
+        for s in self.type_visible(idx, ty) {
+            let c = crate_src(idx.path_of(s.0));
+            if !crates.contains(&c) {
+                crates.push(c);
+            }
+        }
+        let mut out: Vec<&'i str> = Vec::new();
+        for c in crates {
+            for b in idx.impl_bases.get(&(c, ty)).into_iter().flatten() {
+                if !out.contains(&b.as_str()) {
+                    out.push(b);
+                }
+            }
+        }
+        out
+    }
+
     /// A method found on the types `ty` extends or implements (breadth first, nearest first),
-    /// as their declarations state them.
+    /// as their declarations state them (and, for `ty` itself, its Rust trait impls).
     fn inherited(&self, idx: &Index, ty: &str, name: &str) -> Option<(Sym, Confidence)> {
         let lang = self.lang();
         let mut seen: FxHashSet<&str> = FxHashSet::from_iter([ty]);
         let mut level: Vec<&str> = vec![ty];
-        for _ in 0..MAX_BASE_DEPTH {
+        for depth in 0..MAX_BASE_DEPTH {
             let mut next: Vec<&str> = Vec::new();
+            if depth == 0 {
+                for b in self.impl_bases(idx, ty) {
+                    if seen.insert(b) {
+                        next.push(b);
+                    }
+                }
+            }
             for t in &level {
                 for b in idx.bases.get(&(lang, *t)).into_iter().flatten() {
                     if seen.insert(b.as_str()) {
@@ -205,6 +236,7 @@ impl<'a> CallCtx<'a, '_> {
     fn bases_known(&self, idx: &Index, ty: &str) -> bool {
         let lang = self.lang();
         let mut todo: Vec<&str> = vec![ty];
+        todo.extend(self.impl_bases(idx, ty));
         let mut seen: FxHashSet<&str> = FxHashSet::default();
         // Past 17 types nothing more is checked (the bases are taken as known): stop there
         // rather than drain what is left (bases are keyed by name, so a name shared by many

@@ -43,7 +43,10 @@ impl Declarations {
     pub fn of(path: &str, language: Language, extract: &FileExtract) -> Declarations {
         let mut chunks = Vec::new();
         for (ci, c) in extract.chunks.iter().enumerate() {
-            if c.symbol_id.is_empty() || !callable_target(c.kind) || c.name.is_empty() {
+            // Symbols resolution can reach, and Rust impl blocks: `impl Trait for Type` (an
+            // impl chunk named `Type`) states a base of `Type`.
+            let symbol = !c.symbol_id.is_empty() && callable_target(c.kind);
+            if c.name.is_empty() || !(symbol || c.kind == ChunkKind::Impl) {
                 continue;
             }
             let name = c.name.as_str();
@@ -60,7 +63,9 @@ impl Declarations {
                     }
                 }
             }
-            d.callbacks = callback_param_types(&c.text, name);
+            if symbol {
+                d.callbacks = callback_param_types(&c.text, name);
+            }
             if !d.is_empty() {
                 chunks.push((ci as u32, d));
             }

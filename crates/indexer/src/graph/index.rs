@@ -5,7 +5,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
 
 use super::decl::{callable_target, split_method};
-use super::paths::{dir_of, file_name, join, normalize, rust_crate_src, rust_mod_dir};
+use super::paths::{crate_src, dir_of, file_name, join, normalize, rust_crate_src, rust_mod_dir};
 use super::FileFacts;
 use crate::chunk::{ChunkKind, CompactString, Language};
 
@@ -41,8 +41,15 @@ pub(super) struct Index<'a> {
     /// (family, name) → type definitions (class, struct, enum, trait, interface).
     pub(super) types: HashMap<(Language, &'a str), Syms>,
     /// (family, type) → the types it extends or implements, as its declarations state them
-    /// (`class A(B)`, `extends B implements C`, `: public B`, Rust `impl Trait for A`).
+    /// (`class A(B)`, `extends B implements C`, `: public B`, a Rust trait's supertraits).
     pub(super) bases: HashMap<(Language, &'a str), Vec<String>>,
+    /// (Rust crate's `src` directory, type) → the traits an `impl Trait for Type` in that
+    /// crate implements. Keyed by crate, not by name alone: names like `Error` or `Iter` are
+    /// types of many crates, and a tree-wide list would hold every trait any of them
+    /// implements.
+    pub(super) impl_bases: HashMap<(&'a str, &'a str), Vec<String>>,
+    /// The types `impl_bases` holds, in any crate (most method calls are on types with none).
+    pub(super) impl_types: HashSet<&'a str>,
     /// (family, function or method name) → the return type every function of that name
     /// states (`""` when none states one), or `None` once two of them differ.
     pub(super) returns: HashMap<(Language, &'a str), Option<&'a str>>,
@@ -77,6 +84,8 @@ impl<'a> Index<'a> {
             methods: HashMap::default(),
             types: HashMap::default(),
             bases: HashMap::default(),
+            impl_bases: HashMap::default(),
+            impl_types: HashSet::default(),
             returns: HashMap::default(),
             per_file: Vec::with_capacity(files.len()),
         };
@@ -135,6 +144,20 @@ impl<'a> Index<'a> {
             let fam = family(f.language);
             let mut local: HashMap<&'a str, SmallVec<[usize; 1]>> = HashMap::default();
             for (ci, c) in f.extract.chunks.iter().enumerate() {
+                if c.kind == ChunkKind::Impl && f.language == Language::Rust {
+                    let found = f.decls.bases(ci);
+                    if !found.is_empty() {
+                        let key = (crate_src(path), c.name.as_str());
+                        idx.impl_types.insert(key.1);
+                        let list = idx.impl_bases.entry(key).or_default();
+                        for b in found {
+                            if !list.contains(b) {
+                                list.push(b.clone());
+                            }
+                        }
+                    }
+                    continue;
+                }
                 if c.symbol_id.is_empty() || !callable_target(c.kind) || c.name.is_empty() {
                     continue;
                 }
@@ -163,9 +186,7 @@ impl<'a> Index<'a> {
                         .or_insert(Some(ret));
                 }
                 if c.kind.is_type() {
-                    if c.kind != ChunkKind::Impl {
-                        idx.types.entry((fam, name)).or_default().push((fi, ci));
-                    }
+                    idx.types.entry((fam, name)).or_default().push((fi, ci));
                     let found = f.decls.bases(ci);
                     if !found.is_empty() {
                         let list = idx.bases.entry((fam, name)).or_default();

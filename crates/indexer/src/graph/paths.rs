@@ -46,12 +46,42 @@ pub(super) fn rust_mod_dir(path: &str) -> String {
 
 /// The `src` directory of the crate a Rust file belongs to.
 pub(super) fn rust_crate_src(path: &str) -> String {
-    let segs: Vec<&str> = path.split('/').collect();
-    if let Some(i) = segs[..segs.len().saturating_sub(1)]
-        .iter()
-        .rposition(|s| *s == "src")
-    {
-        return segs[..=i].join("/");
+    crate_src(path).to_string()
+}
+
+/// [`rust_crate_src`] as a prefix of `path` (the path up to its last `src` directory, or
+/// the file's directory when there is none).
+pub(super) fn crate_src(path: &str) -> &str {
+    let dir = dir_of(path);
+    let mut from = 0;
+    let mut end = None;
+    for seg in dir.split('/') {
+        if seg == "src" {
+            end = Some(from + seg.len());
+        }
+        from += seg.len() + 1;
     }
-    dir_of(path).to_string()
+    end.map_or(dir, |e| &path[..e])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crate_src_is_the_last_src_directory_above_the_file() {
+        for (path, want) in [
+            ("a/src/lib.rs", "a/src"),
+            ("src/main.rs", "src"),
+            ("a/src/x/src/y/z.rs", "a/src/x/src"),
+            ("a/srcs/b.rs", "a/srcs"),
+            ("a/b/c.rs", "a/b"),
+            ("c.rs", ""),
+            ("src", ""),
+            ("a/src", "a"),
+        ] {
+            assert_eq!(crate_src(path), want, "{path}");
+            assert_eq!(rust_crate_src(path), want, "{path}");
+        }
+    }
 }

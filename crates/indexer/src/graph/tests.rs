@@ -536,3 +536,48 @@ fn a_return_type_is_used_only_when_every_function_of_the_name_states_it() {
         None
     );
 }
+
+#[test]
+fn a_provided_trait_method_is_found_through_the_impl_of_the_receiver_type() {
+    let src = "pub trait Shape {\n    fn area(&self) -> f64;\n    fn describe(&self) -> String {\n        String::new()\n    }\n}\n\npub struct Circle;\n\nimpl Circle {\n    pub fn new() -> Self {\n        Circle\n    }\n    fn show(&self) {\n        self.describe();\n    }\n}\n\nimpl Shape for Circle {\n    fn area(&self) -> f64 {\n        1.0\n    }\n}\n\npub struct Square;\n\nimpl Shape for Square {\n    fn area(&self) -> f64 {\n        2.0\n    }\n    fn describe(&self) -> String {\n        String::new()\n    }\n}\n\npub fn report() {\n    let c = Circle::new();\n    c.describe();\n}\n";
+    let (es, _, fxs) = edges(&[("src/geom.rs", src)]);
+    // `impl Shape for Circle` makes `Shape` a base of `Circle`: the provided method, not
+    // Square's override, through a stated receiver and through `self`.
+    for caller in ["report", "Circle#show"] {
+        let from = chunk_of(&fxs, 0, caller);
+        assert_eq!(
+            call_edge(&es, from, chunk_of(&fxs, 0, "Shape#describe")),
+            Some(true),
+            "{caller}"
+        );
+        assert_eq!(
+            call_edge(&es, from, chunk_of(&fxs, 0, "Square#describe")),
+            None,
+            "{caller}"
+        );
+    }
+}
+
+#[test]
+fn a_trait_impl_counts_only_in_the_crate_that_holds_it() {
+    // Two crates each declare a `Circle`; only `b`'s implements `Shape`. A call on `a`'s
+    // `Circle` must not reach `Shape`'s provided method through `b`'s impl.
+    let shape =
+        "pub trait Shape {\n    fn describe(&self) -> String {\n        String::new()\n    }\n}\n";
+    let b = "use crate::shape::Shape;\n\npub struct Circle;\n\nimpl Circle {\n    pub fn new() -> Self {\n        Circle\n    }\n}\n\nimpl Shape for Circle {}\n\npub fn b_report() {\n    let c = Circle::new();\n    c.describe();\n}\n";
+    let a = "pub struct Circle;\n\nimpl Circle {\n    pub fn new() -> Self {\n        Circle\n    }\n}\n\npub fn a_report() {\n    let c = Circle::new();\n    c.describe();\n}\n";
+    let (es, _, fxs) = edges(&[
+        ("b/src/shape.rs", shape),
+        ("b/src/lib.rs", b),
+        ("a/src/lib.rs", a),
+    ]);
+    let describe = chunk_of(&fxs, 0, "Shape#describe");
+    assert_eq!(
+        call_edge(&es, chunk_of(&fxs, 1, "b_report"), describe),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, chunk_of(&fxs, 2, "a_report"), describe),
+        None
+    );
+}
