@@ -405,6 +405,32 @@ impl<'a> CallCtx<'a, '_> {
         Some((hit, c.min(conf)))
     }
 
+    /// The method `name` of the type that the function `head(…)` calls states it returns, when
+    /// that call resolves (`head`: `f`, `Type::new`, `pkg.New`, `a.b().c`).
+    fn through_result(&self, idx: &Index, head: &str, name: &str) -> Option<(Sym, Confidence)> {
+        let (q, func) = match head.rfind(['.', ':']) {
+            Some(i) => (head[..i].trim_end_matches([':', '.']), &head[i + 1..]),
+            None => ("", head),
+        };
+        let func = func.trim_start_matches(['#', '$']);
+        if func.is_empty() || !func.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            return None;
+        }
+        let (target, conf) = if q.is_empty() {
+            self.bare(idx, func)?
+        } else if is_self_like(q) {
+            self.on_self(idx, func)?
+        } else {
+            self.qualified(idx, q, None, func)?
+        };
+        let ret = self.files[target.0]
+            .decls
+            .returns(target.1)
+            .filter(|r| !r.is_empty())?;
+        let (hit, c) = self.member(idx, self.unalias(ret), name, true)?;
+        Some((hit, c.min(conf)))
+    }
+
     /// The method `name` of the type every function called `func` says it returns.
     fn returned(&self, idx: &Index, func: &str, name: &str) -> Option<Sym> {
         let ret = (*idx.returns.get(&(self.lang(), func))?).filter(|r| !r.is_empty())?;
@@ -448,9 +474,39 @@ impl<'a> CallCtx<'a, '_> {
                 .then_some((first, Confidence::Likely));
         }
         if !is_path_like(q) {
-            // A chained call on a function's result (`client.getQueryCache().getAll()`): the
-            // return type that function's signature states (likely: found by name).
-            let func = q.strip_suffix("()").map(|h| {
+            // A literal of a named type (Go `pricing.Discount{Percent: 50}.Apply()`, Rust
+            // `Point { x, y }.norm()`): the type is stated.
+            if let Some(head) = strip_trailing_group(q, '{', '}') {
+                let head = head.trim_end_matches("::");
+                if is_path_like(head) {
+                    let ty = self.unalias(last_segment(head));
+                    if idx.types.contains_key(&(self.lang(), ty)) {
+                        return self.member(idx, ty, name, true);
+                    }
+                }
+                return None;
+            }
+            let call_head = strip_trailing_group(q, '(', ')');
+            // A new instance (`new Parser(src).parse()`): the type is stated.
+            if let Some(class) = call_head.and_then(|h| h.strip_prefix("new ")) {
+                let class = class.trim();
+                if is_path_like(class) {
+                    let ty = self.unalias(last_segment(class));
+                    if idx.types.contains_key(&(self.lang(), ty)) {
+                        return self.member(idx, ty, name, true);
+                    }
+                }
+                return None;
+            }
+            // A chained call on a function's result (`client.getQueryCache().getAll()`,
+            // `Build(s, rules).Render()`, `Parser::new(src).parse()`): the return type the
+            // signature of the function called states. When that call resolves, its own
+            // declaration says (as sure as the call and the method are); else every function
+            // of that name must state the same type (likely: found by name).
+            if let Some(hit) = call_head.and_then(|h| self.through_result(idx, h, name)) {
+                return Some(hit);
+            }
+            let func = call_head.map(|h| {
                 h.rsplit(['.', ':'])
                     .next()
                     .unwrap_or(h)
@@ -519,6 +575,24 @@ impl<'a> CallCtx<'a, '_> {
         }
         None
     }
+}
+
+/// `q` without the bracketed group it ends with (`f(a, g(b))` → `f`, `T{x: 1}` → `T`);
+/// `None` when `q` does not end with `close` or its brackets do not balance.
+fn strip_trailing_group(q: &str, open: char, close: char) -> Option<&str> {
+    let body = q.strip_suffix(close)?;
+    let mut depth = 1usize;
+    for (i, c) in body.char_indices().rev() {
+        if c == close {
+            depth += 1;
+        } else if c == open {
+            depth -= 1;
+            if depth == 0 {
+                return Some(body[..i].trim_end());
+            }
+        }
+    }
+    None
 }
 
 /// Resolves one call to a symbol of the same language family, with its confidence.
@@ -601,5 +675,34 @@ fn unique(files: &[FileFacts], cands: &[Sym]) -> Option<Sym> {
         cands.iter().copied().min()
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_trailing_group;
+
+    #[test]
+    fn a_trailing_group_is_stripped_only_when_balanced() {
+        for (q, open, close, want) in [
+            ("f()", '(', ')', Some("f")),
+            ("Build(s,pricing.New())", '(', ')', Some("Build")),
+            ("a.b(x).c(g(h()), y)", '(', ')', Some("a.b(x).c")),
+            ("new Parser (src)", '(', ')', Some("new Parser")),
+            ("(*inv.Store)", '(', ')', Some("")),
+            ("f(x", '(', ')', None),
+            ("f)", '(', ')', None),
+            ("a.b", '(', ')', None),
+            (
+                "pricing.Discount{Percent:50}",
+                '{',
+                '}',
+                Some("pricing.Discount"),
+            ),
+            ("Point { x: f(1), y: T { z } }", '{', '}', Some("Point")),
+            ("f(x)", '{', '}', None),
+        ] {
+            assert_eq!(strip_trailing_group(q, open, close), want, "{q}");
+        }
     }
 }

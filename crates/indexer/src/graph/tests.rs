@@ -581,3 +581,64 @@ fn a_trait_impl_counts_only_in_the_crate_that_holds_it() {
         None
     );
 }
+
+#[test]
+fn literals_new_instances_and_chains_with_arguments_state_the_receiver() {
+    let go_pricing = "package pricing\n\ntype Discount struct {\n\tPercent int\n}\n\nfunc (d Discount) Apply(c int) int {\n\treturn c\n}\n\ntype Report struct{}\n\nfunc (r *Report) Render() string {\n\treturn \"\"\n}\n\nfunc Build(n int, m int) *Report {\n\treturn &Report{}\n}\n";
+    let go_use = "package report\n\nimport \"example.com/shop/pricing\"\n\nfunc Half(c int) int {\n\treturn pricing.Discount{Percent: 50}.Apply(c)\n}\n\nfunc Quick() string {\n\treturn pricing.Build(1, pricing.Build(2, 3).N).Render()\n}\n";
+    let ts = "export class Parser {\n  constructor(src: string) {}\n  parse(): number {\n    return 1;\n  }\n}\nexport class Other {\n  parse(): number {\n    return 2;\n  }\n}\nexport function run(src: string) {\n  return new Parser(src.trim()).parse();\n}\n";
+    let (es, _, fxs) = edges(&[
+        ("pricing/pricing.go", go_pricing),
+        ("report/report.go", go_use),
+        ("src/parser.ts", ts),
+    ]);
+    // A composite literal states its type: exact.
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 1, "Half"),
+            chunk_of(&fxs, 0, "Discount#Apply")
+        ),
+        Some(true)
+    );
+    // A chain on a call with arguments: the resolved callee's stated return type.
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 1, "Quick"),
+            chunk_of(&fxs, 0, "Report#Render")
+        ),
+        Some(true)
+    );
+    // `new Parser(…)` states its class, though `parse` has two owners.
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 2, "run"),
+            chunk_of(&fxs, 2, "Parser#parse")
+        ),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 2, "run"),
+            chunk_of(&fxs, 2, "Other#parse")
+        ),
+        None
+    );
+}
+
+#[test]
+fn a_chain_on_a_resolved_call_uses_that_functions_own_return_type() {
+    // Every type has a `new`, so no return type is agreed by name; the call `Parser::new(…)`
+    // resolves, and its declaration says `Self`.
+    let src = "pub struct Parser;\n\nimpl Parser {\n    pub fn new(src: &str) -> Self {\n        Parser\n    }\n    pub fn parse(&self) {}\n}\n\npub struct Lexer;\n\nimpl Lexer {\n    pub fn new() -> Lexer {\n        Lexer\n    }\n    pub fn parse(&self) {}\n}\n\npub fn run(src: &str) {\n    Parser::new(src.trim()).parse();\n}\n";
+    let (es, _, fxs) = edges(&[("src/lib.rs", src)]);
+    let run = chunk_of(&fxs, 0, "run");
+    assert_eq!(
+        call_edge(&es, run, chunk_of(&fxs, 0, "Parser#parse")),
+        Some(true)
+    );
+    assert_eq!(call_edge(&es, run, chunk_of(&fxs, 0, "Lexer#parse")), None);
+}
