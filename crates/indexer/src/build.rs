@@ -174,6 +174,7 @@ pub fn build(
     // cargo registry, 884,347 chunks: 1.6M calls, 141 MB).
     for (f, changed) in files.iter_mut().zip(&plan.changed) {
         f.extract.calls = Vec::new();
+        f.extract.module_bindings = Vec::new();
         f.decls = graph::Declarations::default();
         if !*changed {
             f.extract.imports = Vec::new();
@@ -544,6 +545,7 @@ fn parse_files(
                 // (calls are pushed one by one; on the cargo registry their vectors held
                 // a third more than their length).
                 extract.calls.shrink_to_fit();
+                extract.module_bindings.shrink_to_fit();
                 extract.imports.shrink_to_fit();
                 let cost = budget.file_cost(&cand.rel_path, &extract);
                 let bytes: u64 = extract.chunks.iter().map(|c| c.text.len() as u64).sum();
@@ -829,6 +831,7 @@ fn reread(
                 .ok_or_else(changed);
             // A file chunked again has its calls back; nothing reads them any more.
             f.extract.calls = Vec::new();
+            f.extract.module_bindings = Vec::new();
             again
         })
         .collect();

@@ -12,8 +12,10 @@ use super::lines::{floor_boundary, line_pieces, line_prefix_blank, trim_end, Lin
 use super::parse::{looks_like_cpp, parse};
 use super::syntax::{named_kids, node_text};
 use super::syntax::{KindStr, WalkKinds};
-use super::types::LOCAL_FUNCTION;
+use super::types::{CALLBACK_PARAM, LOCAL_FUNCTION, RETURNED_BY};
+use super::CompactString;
 use super::{text, Call, Chunk, ChunkKind, ChunkOptions, Def, FileExtract, Import, Language, Spec};
+use std::collections::hash_map::Entry;
 
 pub(super) fn extract_code(
     lang: Language,
@@ -65,7 +67,7 @@ pub(super) fn extract_code(
     }
     b.resolve_owners();
     b.leftovers();
-    let (imports, calls) = b.walk(root);
+    let (imports, calls, module_bindings) = b.walk(root);
     if opts.headers {
         let lines = &b.lines;
         let heads = super::header::headers(rel_path, &b.chunks, |line| {
@@ -76,7 +78,9 @@ pub(super) fn extract_code(
             b.push(h, depth);
         }
     }
-    Some(b.finish(imports, calls, root.has_error()))
+    let mut fx = b.finish(imports, calls, root.has_error());
+    fx.module_bindings = module_bindings;
+    Some(fx)
 }
 
 /// The chunk-building state for one code file.
@@ -578,7 +582,9 @@ impl<'s> Builder<'s> {
     /// One pass over the tree for imports, calls and the typed names that calls' receivers
     /// may refer to (bindings are scoped to the innermost symbol chunk, `self.x`/`this.x` to
     /// the chunk's owner type; a binding counts for calls after it in source order).
-    fn walk(&self, root: Node) -> (Vec<Import>, Vec<Call>) {
+    /// The file's imports, its calls, and its module-level bindings (sorted by name).
+    #[allow(clippy::type_complexity)]
+    fn walk(&self, root: Node) -> (Vec<Import>, Vec<Call>, Vec<(CompactString, CompactString)>) {
         let src = self.src;
         let mut imports = Vec::new();
         let mut calls = Vec::new();
@@ -620,7 +626,17 @@ impl<'s> Builder<'s> {
                     for imp in &mut imports {
                         imp.names.dedup();
                     }
-                    return (imports, calls);
+                    let mut module: Vec<(CompactString, CompactString)> = bindings
+                        .into_iter()
+                        .filter(|((scope, _), ty)| {
+                            *scope == FILE_SCOPE
+                                && ty != LOCAL_FUNCTION
+                                && !ty.starts_with(CALLBACK_PARAM)
+                        })
+                        .map(|((_, name), ty)| (name.into(), ty.into()))
+                        .collect();
+                    module.sort_unstable();
+                    return (imports, calls, module);
                 }
                 current.pop();
             }
@@ -645,7 +661,23 @@ impl<'s> Builder<'s> {
                 Some(from) if is_member_path(&name) => self.owner_scope(from),
                 Some(from) => from,
             };
-            bindings.insert((scope, name), ty);
+            // A stated type is not replaced by a later assignment of a call's result whose
+            // type is known only by the function's name (`#current?: Mutation` stays a
+            // `Mutation` after `this.#current = cache.build(…)`).
+            match bindings.entry((scope, name)) {
+                Entry::Occupied(mut e) => {
+                    let kept = e.get();
+                    if !(ty.starts_with(RETURNED_BY)
+                        && !kept.starts_with(RETURNED_BY)
+                        && kept != LOCAL_FUNCTION)
+                    {
+                        e.insert(ty);
+                    }
+                }
+                Entry::Vacant(e) => {
+                    e.insert(ty);
+                }
+            }
         }
     }
 
@@ -796,6 +828,7 @@ impl<'s> Builder<'s> {
             chunks: out,
             imports,
             calls,
+            module_bindings: Vec::new(),
             had_parse_errors: errors,
         }
     }

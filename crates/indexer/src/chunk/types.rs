@@ -139,8 +139,24 @@ pub struct FileExtract {
     pub chunks: Vec<Chunk>,
     pub imports: Vec<Import>,
     pub calls: Vec<Call>,
+    /// Module-level names whose type the file states (`_default_decoder = JSONDecoder()`,
+    /// `export const onlineManager = new OnlineManager()`), by name: what a call on such a
+    /// name imported into another file resolves through. Same form as [`Call::receiver`]
+    /// (a type name, or [`RETURNED_BY`] and a function name).
+    pub module_bindings: Vec<(CompactString, CompactString)>,
     /// True when tree-sitter reported syntax errors (chunks are still produced, best effort).
     pub had_parse_errors: bool,
+}
+
+impl FileExtract {
+    /// The stated type of the module-level name `name` ([`FileExtract::module_bindings`]).
+    pub fn module_binding(&self, name: &str) -> Option<&str> {
+        let i = self
+            .module_bindings
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()?;
+        Some(self.module_bindings[i].1.as_str())
+    }
 }
 
 impl Language {

@@ -473,6 +473,17 @@ impl<'a> CallCtx<'a, '_> {
                 .all(|&h| h == first)
                 .then_some((first, Confidence::Likely));
         }
+        // A module-level instance imported by name (`import { onlineManager } from
+        // './onlineManager'`, `from a import default_decoder`): the type its own file states.
+        if receiver.is_none() && !q.is_empty() && !q.contains(['.', ':', '(', '[', '{']) {
+            let stated = self.scope().named.get(q).and_then(|l| {
+                l.iter()
+                    .find_map(|&(t, orig)| self.files[t].extract.module_binding(orig))
+            });
+            if let Some(ty) = stated {
+                return self.qualified(idx, q, Some(ty), name);
+            }
+        }
         if !is_path_like(q) {
             // A literal of a named type (Go `pricing.Discount{Percent: 50}.Apply()`, Rust
             // `Point { x, y }.norm()`): the type is stated.

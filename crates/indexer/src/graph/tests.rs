@@ -642,3 +642,52 @@ fn a_chain_on_a_resolved_call_uses_that_functions_own_return_type() {
     );
     assert_eq!(call_edge(&es, run, chunk_of(&fxs, 0, "Lexer#parse")), None);
 }
+
+#[test]
+fn an_imported_module_level_instance_has_the_type_its_file_states() {
+    let manager = "export class OnlineManager {\n  isOnline(): boolean {\n    return true;\n  }\n}\nexport class OtherManager {\n  isOnline(): boolean {\n    return false;\n  }\n}\nexport const onlineManager = new OnlineManager();\n";
+    let user = "import { onlineManager } from './onlineManager';\nexport function canFetch() {\n  return onlineManager.isOnline();\n}\n";
+    let py_lib = "class Decoder:\n    def decode(self, s):\n        return s\n\nclass Encoder:\n    def decode(self, s):\n        return s\n\ndefault_decoder = Decoder()\n";
+    let py_user =
+        "from lib import default_decoder as dd\n\ndef loads(s):\n    return dd.decode(s)\n";
+    let (es, _, fxs) = edges(&[
+        ("src/onlineManager.ts", manager),
+        ("src/query.ts", user),
+        ("lib.py", py_lib),
+        ("app.py", py_user),
+    ]);
+    let can = chunk_of(&fxs, 1, "canFetch");
+    assert_eq!(
+        call_edge(&es, can, chunk_of(&fxs, 0, "OnlineManager#isOnline")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, can, chunk_of(&fxs, 0, "OtherManager#isOnline")),
+        None
+    );
+    let loads = chunk_of(&fxs, 3, "loads");
+    assert_eq!(
+        call_edge(&es, loads, chunk_of(&fxs, 2, "Decoder#decode")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, loads, chunk_of(&fxs, 2, "Encoder#decode")),
+        None
+    );
+}
+
+#[test]
+fn a_stated_field_type_outlives_an_assignment_typed_only_by_name() {
+    let mutation = "export class Mutation {\n  execute(): number {\n    return 1;\n  }\n}\nexport class Query {\n  execute(): number {\n    return 2;\n  }\n}\n";
+    let observer = "import { Mutation } from './mutation';\nexport class MutationObserver {\n  #current?: Mutation;\n  mutate() {\n    this.#current = this.cache().build();\n    return this.#current.execute();\n  }\n  cache(): any {\n    return null;\n  }\n}\n";
+    let (es, _, fxs) = edges(&[("src/mutation.ts", mutation), ("src/observer.ts", observer)]);
+    let mutate = chunk_of(&fxs, 1, "MutationObserver#mutate");
+    assert_eq!(
+        call_edge(&es, mutate, chunk_of(&fxs, 0, "Mutation#execute")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, mutate, chunk_of(&fxs, 0, "Query#execute")),
+        None
+    );
+}
