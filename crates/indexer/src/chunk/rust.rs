@@ -301,7 +301,7 @@ fn flatten_use(node: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Imp
             if prefix.is_empty() {
                 push(out, t.to_string(), Vec::new(), line);
             } else if t == "self" {
-                push(out, prefix.to_string(), Vec::new(), line);
+                push_self(out, prefix, line);
             } else {
                 push(out, prefix.to_string(), vec![t.to_string()], line);
             }
@@ -365,8 +365,18 @@ fn flatten_list(list: Node, prefix: &str, src: &str, line: u32, out: &mut Vec<Im
         if let Some(last) = out.last_mut() {
             last.aliases = compact_pairs(aliases);
         }
-    } else if whole {
-        push(out, prefix.to_string(), Vec::new(), line);
+    }
+    if whole {
+        push_self(out, prefix, line);
+    }
+}
+
+/// `a::b::{self}` binds the module `b`, as `use a::b;` does (module `a`, name `b`; a lone
+/// `foo::{self}` is `use foo;`). Not module `a::b` without names: that reads as `a::b::*`.
+fn push_self(out: &mut Vec<Import>, prefix: &str, line: u32) {
+    match prefix.rsplit_once("::") {
+        Some((parent, last)) => push(out, parent.to_string(), vec![last.to_string()], line),
+        None => push(out, prefix.to_string(), Vec::new(), line),
     }
 }
 

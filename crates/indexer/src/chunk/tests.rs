@@ -164,9 +164,14 @@ fn rust_file() {
 
 #[test]
 fn rust_use_forms() {
-    let src = "use a::b::{c, d::e as f, self};\nuse x::y::*;\nuse z;\nextern crate w;\n";
+    let src =
+        "use a::b::{c, d::e as f, self};\nuse x::y::*;\nuse z;\nextern crate w;\nuse q::{self};\n";
     let fx = run(Language::Rust, "src/m.rs", src);
     assert!(has_import(&fx, "a::b", &["c"]));
+    // `self` in a list binds the module itself, as `use a::b;` does.
+    assert!(has_import(&fx, "a", &["b"]));
+    assert!(!has_import(&fx, "a::b", &[]));
+    assert!(has_import(&fx, "q", &[]));
     assert!(has_import(&fx, "a::b::d", &["e"]));
     assert!(has_import(&fx, "x::y", &[]));
     assert!(has_import(&fx, "z", &[]));

@@ -533,9 +533,15 @@ impl<'a> CallCtx<'a, '_> {
         let sc = self.scope();
         // A module bound by an import (`json.loads`, `graph::resolve`, `m.f` of `import * as m`).
         if let Some(ts) = sc.modules.get(q) {
+            // Items at the module file's top level (or re-exported by it): not those nested
+            // in a function or an inline module (`mod tests`) inside it.
             let found: Vec<Sym> = ts
                 .iter()
-                .flat_map(|&t| self.free_in(idx, t, name, 1))
+                .flat_map(|&t| {
+                    let mut f = self.free_in(idx, t, name, 1);
+                    f.retain(|&s| s.0 != t || self.chunk(s).qualified == name);
+                    f
+                })
                 .collect();
             if !found.is_empty() {
                 return unique(self.files, &found).map(|s| (s, Confidence::Exact));
@@ -572,7 +578,10 @@ impl<'a> CallCtx<'a, '_> {
                 }
             });
             if let Some(m) = module {
-                let found = self.free_in(idx, m, name, 0);
+                // The module's own items: those at its file's top level, not those of an
+                // inline module (`mod tests`) inside it.
+                let mut found = self.free_in(idx, m, name, 0);
+                found.retain(|&s| s.0 != m || self.chunk(s).qualified == name);
                 if !found.is_empty() {
                     return unique(self.files, &found).map(|s| (s, Confidence::Exact));
                 }

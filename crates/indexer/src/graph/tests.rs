@@ -691,3 +691,38 @@ fn a_stated_field_type_outlives_an_assignment_typed_only_by_name() {
         None
     );
 }
+
+#[test]
+fn rust_module_paths_see_the_modules_own_items_and_use_self_binds_the_module() {
+    let lib = "pub mod text;\npub mod render;\n";
+    let text = "pub mod escape;\n\npub fn format(w: &str) -> String {\n    escape::escape(w)\n}\n\npub fn join(a: &str) -> String {\n    a.to_string()\n}\n";
+    let escape = "pub fn escape(s: &str) -> String {\n    s.to_string()\n}\n\npub fn twice(s: &str) -> String {\n    self::escape(s)\n}\n\n#[cfg(test)]\nmod tests {\n    fn escape(s: &str) -> String {\n        s.to_string()\n    }\n}\n";
+    let render = "use crate::text::{self, join};\n\npub fn format(w: &str) -> String {\n    join(&text::format(w))\n}\n";
+    let (es, _, fxs) = edges(&[
+        ("src/lib.rs", lib),
+        ("src/text.rs", text),
+        ("src/text/escape.rs", escape),
+        ("src/render.rs", render),
+    ]);
+    let top_escape = chunk_of(&fxs, 2, "escape");
+    // `escape::escape` (a child module) and `self::escape`: the module's own `escape`, not
+    // the one of its inline `mod tests`.
+    assert_eq!(
+        call_edge(&es, chunk_of(&fxs, 1, "format"), top_escape),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, chunk_of(&fxs, 2, "twice"), top_escape),
+        Some(true)
+    );
+    // `use crate::text::{self, join}` binds `text` and `join`.
+    let render_format = chunk_of(&fxs, 3, "format");
+    assert_eq!(
+        call_edge(&es, render_format, chunk_of(&fxs, 1, "format")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, render_format, chunk_of(&fxs, 1, "join")),
+        Some(true)
+    );
+}
