@@ -62,7 +62,11 @@ const BUILTINS: &[&str] = &[
 
 /// A capitalised name that is not a typing construct (`Optional`, `List`, …): a class.
 fn is_class_name(t: &str) -> bool {
-    t.chars().next().is_some_and(char::is_uppercase)
+    // A private class (`_Accumulator`) is a class too.
+    t.trim_start_matches('_')
+        .chars()
+        .next()
+        .is_some_and(char::is_uppercase)
         && !matches!(
             t,
             "Optional" | "List" | "Dict" | "Set" | "Tuple" | "Union" | "Any" | "Callable" | "Type"

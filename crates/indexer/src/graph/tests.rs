@@ -726,3 +726,30 @@ fn rust_module_paths_see_the_modules_own_items_and_use_self_binds_the_module() {
         Some(true)
     );
 }
+
+#[test]
+fn a_private_python_class_is_a_stated_constructor() {
+    let src = "class _Accumulator:\n    def push(self, x):\n        pass\n\nclass Other:\n    def push(self, x):\n        pass\n\nclass _Formatter:\n    def __init__(self):\n        self._line = _Accumulator()\n\n    def feed(self, x):\n        self._line.push(x)\n\ndef encode():\n    f = _Formatter()\n    f.feed(1)\n\ndef gettext_is_not_a_class():\n    s = _('text')\n    s.push(1)\n";
+    let (es, _, fxs) = edges(&[("email/header.py", src)]);
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 0, "_Formatter#feed"),
+            chunk_of(&fxs, 0, "_Accumulator#push")
+        ),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 0, "encode"),
+            chunk_of(&fxs, 0, "_Formatter#feed")
+        ),
+        Some(true)
+    );
+    let g = chunk_of(&fxs, 0, "gettext_is_not_a_class");
+    assert_eq!(
+        call_edge(&es, g, chunk_of(&fxs, 0, "_Accumulator#push")),
+        None
+    );
+}
