@@ -185,6 +185,13 @@ impl Spec for GoSpec {
                         }
                         continue;
                     }
+                    // `t, ok := x.(*pricing.Tax)`: the asserted type.
+                    if a.kind_str() == "identifier" && b.kind_str() == "type_assertion_expression" {
+                        if let Some(t) = field_text(*b, "type", src).map(base_type_name) {
+                            out.push((node_text(*a, src).to_string(), t));
+                        }
+                        continue;
+                    }
                     let Some(lit) = lit.filter(|x| x.kind_str() == "composite_literal") else {
                         continue;
                     };

@@ -484,6 +484,16 @@ impl<'a> CallCtx<'a, '_> {
                 return self.qualified(idx, q, Some(ty), name);
             }
         }
+        // A Go method expression, `(*inv.Store).Len(s)`: the method of the type named.
+        if let Some(inner) = q.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
+            let ty = inner.trim().trim_start_matches('*').trim();
+            if self.lang() == Language::Go && is_path_like(ty) {
+                let ty = self.unalias(last_segment(ty));
+                if idx.types.contains_key(&(self.lang(), ty)) {
+                    return self.member(idx, ty, name, true);
+                }
+            }
+        }
         if !is_path_like(q) {
             // A literal of a named type (Go `pricing.Discount{Percent: 50}.Apply()`, Rust
             // `Point { x, y }.norm()`): the type is stated.

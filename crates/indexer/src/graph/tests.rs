@@ -753,3 +753,42 @@ fn a_private_python_class_is_a_stated_constructor() {
         None
     );
 }
+
+#[test]
+fn go_type_assertions_and_method_expressions_state_the_type() {
+    let store = "package inv\n\ntype Store struct{}\n\nfunc (s *Store) Len() int {\n\treturn 0\n}\n\ntype Shelf struct{}\n\nfunc (s *Shelf) Len() int {\n\treturn 1\n}\n";
+    let user = "package report\n\nimport inv \"example.com/shop/inv\"\n\nfunc Count(s *inv.Store) int {\n\treturn (*inv.Store).Len(s)\n}\n\nfunc Size(x any) int {\n\tif t, ok := x.(*inv.Shelf); ok {\n\t\treturn t.Len()\n\t}\n\treturn 0\n}\n";
+    let (es, _, fxs) = edges(&[("inv/inv.go", store), ("report/report.go", user)]);
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 1, "Count"),
+            chunk_of(&fxs, 0, "Store#Len")
+        ),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 1, "Count"),
+            chunk_of(&fxs, 0, "Shelf#Len")
+        ),
+        None
+    );
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 1, "Size"),
+            chunk_of(&fxs, 0, "Shelf#Len")
+        ),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 1, "Size"),
+            chunk_of(&fxs, 0, "Store#Len")
+        ),
+        None
+    );
+}
