@@ -643,6 +643,15 @@ pub(super) fn resolve_call(
         }
         Some(q) if is_self_like(q) => ctx.on_self(idx, callee),
         Some("super" | "super()") => ctx.on_super(idx, callee),
+        // Python's explicit `super(Class, self).f()`: a method of `Class`'s bases.
+        Some(q) if q.starts_with("super(") && q.ends_with(')') => {
+            let args = &q["super(".len()..q.len() - 1];
+            let class = args.split(',').next().unwrap_or("").trim();
+            if class.is_empty() || !is_path_like(class) {
+                return None;
+            }
+            ctx.inherited(idx, ctx.unalias(last_segment(class)), callee)
+        }
         Some(q) => ctx.qualified(idx, q, receiver, callee),
     }?;
     // The invariant the rules above keep; checked so that no edge ever joins two families.

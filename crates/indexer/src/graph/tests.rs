@@ -792,3 +792,15 @@ fn go_type_assertions_and_method_expressions_state_the_type() {
         None
     );
 }
+
+#[test]
+fn python_explicit_super_reads_the_named_classs_bases() {
+    let src = "class Generator:\n    def _handle_text(self, msg):\n        pass\n\nclass BytesGenerator(Generator):\n    def _handle_text(self, msg):\n        super(BytesGenerator, self)._handle_text(msg)\n";
+    let (es, _, fxs) = edges(&[("email/generator.py", src)]);
+    let caller = chunk_of(&fxs, 0, "BytesGenerator#_handle_text");
+    assert_eq!(
+        call_edge(&es, caller, chunk_of(&fxs, 0, "Generator#_handle_text")),
+        Some(true)
+    );
+    assert_eq!(call_edge(&es, caller, caller), None);
+}
