@@ -591,6 +591,7 @@ impl<'s> Builder<'s> {
         let mut bindings: HashMap<(usize, String), String> = HashMap::default();
         let mut found: Vec<(String, Option<String>)> = Vec::new();
         let mut bound: Vec<(String, String)> = Vec::new();
+        let mut module: HashMap<String, String> = HashMap::default();
         let kinds = WalkKinds::of(&root.language(), self.spec.walk_kinds());
         let mut cursor = root.walk();
         // Stack of the innermost symbol chunk per depth.
@@ -609,7 +610,7 @@ impl<'s> Builder<'s> {
             let wanted = kinds.wants(node) && node.is_named();
             let descend = !(wanted && self.spec.import(node, src, &mut imports));
             if descend && wanted {
-                self.record_bindings(node, cur, &mut bindings, &mut bound);
+                self.record_bindings(node, cur, &mut bindings, &mut bound, &mut module);
                 if let Some(from) = cur {
                     self.record_calls(node, from, &bindings, &mut found, &mut calls);
                 }
@@ -626,14 +627,9 @@ impl<'s> Builder<'s> {
                     for imp in &mut imports {
                         imp.names.dedup();
                     }
-                    let mut module: Vec<(CompactString, CompactString)> = bindings
+                    let mut module: Vec<(CompactString, CompactString)> = module
                         .into_iter()
-                        .filter(|((scope, _), ty)| {
-                            *scope == FILE_SCOPE
-                                && ty != LOCAL_FUNCTION
-                                && !ty.starts_with(CALLBACK_PARAM)
-                        })
-                        .map(|((_, name), ty)| (name.into(), ty.into()))
+                        .map(|(name, ty)| (name.into(), ty.into()))
                         .collect();
                     module.sort_unstable();
                     return (imports, calls, module);
@@ -650,10 +646,17 @@ impl<'s> Builder<'s> {
         cur: Option<usize>,
         bindings: &mut HashMap<(usize, String), String>,
         bound: &mut Vec<(String, String)>,
+        module: &mut HashMap<String, String>,
     ) {
         bound.clear();
         self.spec.bindings(node, self.src, bound);
+        // What other files can import: names bound at the top level itself, not locals of a
+        // callback that no symbol chunk holds (`describe(() => { const c = new Mock() })`).
+        let exported = cur.is_none() && !bound.is_empty() && !inside_function(node);
         for (name, ty) in bound.drain(..) {
+            if exported && ty != LOCAL_FUNCTION && !ty.starts_with(CALLBACK_PARAM) {
+                module.insert(name.clone(), ty.clone());
+            }
             let scope = match cur {
                 // Module-level names (`_default_decoder = JSONDecoder()`) are seen by every
                 // function of the file.
@@ -663,11 +666,25 @@ impl<'s> Builder<'s> {
             };
             // A stated type is not replaced by a later assignment of a call's result whose
             // type is known only by the function's name (`#current?: Mutation` stays a
-            // `Mutation` after `this.#current = cache.build(…)`).
+            // `Mutation` after `this.#current = cache.build(…)`): a field's, and a local's
+            // where an assignment cannot change a variable's type (TypeScript, Java, Go, C,
+            // C++). Elsewhere a local's is replaced: it may be a new variable (Rust `let x =
+            // x.finish();`) or rebound to a value of another type (Python, JavaScript).
+            let keeps_stated = is_member_path(&name)
+                || matches!(
+                    self.lang,
+                    Language::TypeScript
+                        | Language::Tsx
+                        | Language::Java
+                        | Language::Go
+                        | Language::C
+                        | Language::Cpp
+                );
             match bindings.entry((scope, name)) {
                 Entry::Occupied(mut e) => {
                     let kept = e.get();
-                    if !(ty.starts_with(RETURNED_BY)
+                    if !(keeps_stated
+                        && ty.starts_with(RETURNED_BY)
                         && !kept.starts_with(RETURNED_BY)
                         && kept != LOCAL_FUNCTION)
                     {
@@ -836,6 +853,23 @@ impl<'s> Builder<'s> {
 
 /// The scope key of module-level bindings.
 const FILE_SCOPE: usize = usize::MAX;
+
+/// Whether `node` lies inside a function, lambda, closure or method (of any grammar).
+fn inside_function(node: Node) -> bool {
+    let mut at = node.parent();
+    while let Some(n) = at {
+        let k = n.kind_str();
+        if k.contains("func")
+            || k.contains("lambda")
+            || k.contains("closure")
+            || k.contains("method")
+        {
+            return true;
+        }
+        at = n.parent();
+    }
+    false
+}
 
 /// `self.x` / `this.x` (one member deep).
 fn is_member_path(name: &str) -> bool {

@@ -29,6 +29,9 @@ const MAX_REEXPORT_HOPS: usize = 4;
 /// Inheritance followed at most this many levels up.
 const MAX_BASE_DEPTH: usize = 6;
 
+/// Calls in a chain followed through their results (`a(…).b(…).c()`) at most.
+const MAX_CHAIN_CALLS: usize = 16;
+
 /// Global candidate lists longer than this are not scanned (the name is too common).
 const MAX_GLOBAL_CANDIDATES: usize = 512;
 
@@ -401,25 +404,41 @@ impl<'a> CallCtx<'a, '_> {
         let ty = self.files[target.0]
             .decls
             .callback_param(target.1, arg, param)?;
-        let (hit, c) = self.member(idx, ty, name, true)?;
+        // The type as the callee's own file names it.
+        let at = self.in_file(target.0);
+        let (hit, c) = at.member(idx, at.unalias(ty), name, true)?;
         Some((hit, c.min(conf)))
     }
 
     /// The method `name` of the type that the function `head(…)` calls states it returns, when
     /// that call resolves (`head`: `f`, `Type::new`, `pkg.New`, `a.b().c`).
     fn through_result(&self, idx: &Index, head: &str, name: &str) -> Option<(Sym, Confidence)> {
-        let (q, func) = match head.rfind(['.', ':']) {
-            Some(i) => (head[..i].trim_end_matches([':', '.']), &head[i + 1..]),
-            None => ("", head),
+        // Each level strips one call; a generated chain of thousands is not followed (the
+        // resolution threads' stacks are small).
+        if head.matches(')').count() > MAX_CHAIN_CALLS {
+            return None;
+        }
+        let (q, func, dot) = match head.rfind(['.', ':']) {
+            Some(i) => (
+                head[..i].trim_end_matches([':', '.']),
+                &head[i + 1..],
+                head.as_bytes()[i] == b'.',
+            ),
+            None => ("", head, false),
         };
-        let func = func.trim_start_matches(['#', '$']);
-        if func.is_empty() || !func.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+        let plain = func.strip_prefix('#').unwrap_or(func);
+        if plain.is_empty() || !plain.chars().all(ident) {
             return None;
         }
         let (target, conf) = if q.is_empty() {
             self.bare(idx, func)?
         } else if is_self_like(q) {
             self.on_self(idx, func)?
+        } else if dot && self.lang() == Language::Rust {
+            // `x.f(…)` in Rust is a method of a value whose type is not known here (`x` may
+            // share its name with a module: `parser.parse(s)` is not `parser::parse`).
+            return None;
         } else {
             self.qualified(idx, q, None, func)?
         };
@@ -427,8 +446,38 @@ impl<'a> CallCtx<'a, '_> {
             .decls
             .returns(target.1)
             .filter(|r| !r.is_empty())?;
-        let (hit, c) = self.member(idx, self.unalias(ret), name, true)?;
+        let at = self.in_file(target.0);
+        let (hit, c) = at.member(idx, at.unalias(ret), name, true)?;
         Some((hit, c.min(conf)))
+    }
+
+    /// The method `name` of a receiver whose type the code states (`ty`, or a union `A|B`).
+    fn stated(&self, idx: &Index, ty: &str, name: &str) -> Option<(Sym, Confidence)> {
+        if !ty.contains('|') {
+            return self.member(idx, self.unalias(ty), name, true);
+        }
+        // A union: the one member type that has the method (likely: the value may be of
+        // another member type).
+        let hits: Vec<Sym> = ty
+            .split('|')
+            .filter_map(|t| self.member(idx, self.unalias(t), name, true))
+            .map(|h| h.0)
+            .collect();
+        let first = *hits.first()?;
+        hits.iter()
+            .all(|&h| h == first)
+            .then_some((first, Confidence::Likely))
+    }
+
+    /// The same lookups as seen from file `fi` (a type named in another file's declaration
+    /// is that file's name for it).
+    fn in_file(&self, fi: usize) -> CallCtx<'a, '_> {
+        CallCtx {
+            files: self.files,
+            scopes: self.scopes,
+            caller_file: fi,
+            caller: "",
+        }
     }
 
     /// The method `name` of the type every function called `func` says it returns.
@@ -457,31 +506,27 @@ impl<'a> CallCtx<'a, '_> {
                 return Some((hit, Confidence::Likely));
             }
         } else if let Some(ty) = receiver {
-            if !ty.contains('|') {
-                return self.member(idx, self.unalias(ty), name, true);
-            }
-            // A union: the one member type that has the method (likely: the value may be of
-            // another member type).
-            let hits: Vec<Sym> = ty
-                .split('|')
-                .filter_map(|t| self.member(idx, self.unalias(t), name, true))
-                .map(|h| h.0)
-                .collect();
-            let first = *hits.first()?;
-            return hits
-                .iter()
-                .all(|&h| h == first)
-                .then_some((first, Confidence::Likely));
+            return self.stated(idx, ty, name);
         }
         // A module-level instance imported by name (`import { onlineManager } from
-        // './onlineManager'`, `from a import default_decoder`): the type its own file states.
+        // './onlineManager'`, `from a import default_decoder`): the type its own file states,
+        // read as that file sees its names.
         if receiver.is_none() && !q.is_empty() && !q.contains(['.', ':', '(', '[', '{']) {
             let stated = self.scope().named.get(q).and_then(|l| {
                 l.iter()
-                    .find_map(|&(t, orig)| self.files[t].extract.module_binding(orig))
+                    .find_map(|&(t, orig)| Some((t, self.files[t].extract.module_binding(orig)?)))
             });
-            if let Some(ty) = stated {
-                return self.qualified(idx, q, Some(ty), name);
+            if let Some((t, ty)) = stated.filter(|(_, ty)| !ty.starts_with(CALLBACK_PARAM)) {
+                let at = self.in_file(t);
+                let hit = match ty.strip_prefix(RETURNED_BY) {
+                    Some(func) => at
+                        .returned(idx, func, name)
+                        .map(|h| (h, Confidence::Likely)),
+                    None => at.stated(idx, ty, name),
+                };
+                if hit.is_some() {
+                    return hit;
+                }
             }
         }
         // A Go method expression, `(*inv.Store).Len(s)`: the method of the type named.

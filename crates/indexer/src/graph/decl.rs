@@ -52,8 +52,15 @@ impl Declarations {
             let name = c.name.as_str();
             let mut d = Decl::default();
             if c.kind.is_callable() {
-                let owner =
-                    split_method(&c.qualified).map(|(p, _)| p.rsplit('/').next().unwrap_or(p));
+                // A trait's method that returns `Self` returns the implementing type, which
+                // its declaration does not name.
+                let in_trait = c
+                    .parent
+                    .and_then(|p| extract.chunks.get(p))
+                    .is_some_and(|p| p.kind == ChunkKind::Trait);
+                let owner = split_method(&c.qualified)
+                    .map(|(p, _)| p.rsplit('/').next().unwrap_or(p))
+                    .filter(|_| !in_trait);
                 d.returns = declared_return(&c.text, name, language, owner);
             }
             if c.kind.is_type() {
@@ -173,8 +180,8 @@ fn declared_bases<'t>(text: &'t str, name: &str, kind: ChunkKind) -> Vec<String>
         rest
     };
     let rest = rest.trim_start();
-    if let Some(inner) = rest.strip_prefix('(') {
-        // Python.
+    if let Some(inner) = rest.strip_prefix('(').filter(|_| kind != ChunkKind::Struct) {
+        // Python (a Rust tuple struct's `struct W(Inner);` lists fields, not bases).
         for part in split_top(balanced(inner).unwrap_or(inner), ',') {
             if !part.contains('=') {
                 push(part);
@@ -252,7 +259,12 @@ fn declared_return(text: &str, name: &str, lang: Language, owner: Option<&str>) 
             .to_string(),
     };
     let ty = ty.trim().trim_matches('"').trim_matches('\'');
-    let t = base_type_name(ty.trim_start_matches(['*', '&']));
+    let ty = ty.trim_start_matches(['*', '&']).trim();
+    // An array or slice of a type (`Foo[]`, `[]Foo`, `[Foo]`) is not that type.
+    if ty.starts_with('[') || ty.ends_with(']') {
+        return None;
+    }
+    let t = base_type_name(ty);
     let t = if t == "Self" { owner?.to_string() } else { t };
     t.chars().next()?.is_uppercase().then_some(t)
 }

@@ -41,7 +41,7 @@ pub(super) struct Index<'a> {
     /// (family, name) → type definitions (class, struct, enum, trait, interface).
     pub(super) types: HashMap<(Language, &'a str), Syms>,
     /// (family, type) → the types it extends or implements, as its declarations state them
-    /// (`class A(B)`, `extends B implements C`, `: public B`, a Rust trait's supertraits).
+    /// (`class A(B)`, `extends B implements C`, `: public B`; Rust impls are in `impl_bases`).
     pub(super) bases: HashMap<(Language, &'a str), Vec<String>>,
     /// (Rust crate's `src` directory, type) → the traits an `impl Trait for Type` in that
     /// crate implements. Keyed by crate, not by name alone: names like `Error` or `Iter` are

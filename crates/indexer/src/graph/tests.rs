@@ -804,3 +804,51 @@ fn python_explicit_super_reads_the_named_classs_bases() {
     );
     assert_eq!(call_edge(&es, caller, caller), None);
 }
+
+#[test]
+fn what_a_stated_receiver_must_not_claim() {
+    // A Rust local rebound by `let` is a new variable: its old type does not carry over.
+    let rust = "pub struct Builder;\n\nimpl Builder {\n    pub fn new() -> Builder {\n        Builder\n    }\n    pub fn finish(&self) -> Built {\n        Built\n    }\n    pub fn run(&self) {}\n}\n\npub struct Built;\n\nimpl Built {\n    pub fn go(&self) {}\n}\n\npub fn make() {\n    let x = Builder::new();\n    let x = x.finish();\n    x.run();\n}\n\npub trait Shape {\n    fn scaled(&self) -> Self;\n    fn describe(&self) {}\n}\n\npub fn show<S: Shape>(s: S) {\n    s.scaled().describe();\n}\n";
+    // A type named in another file is that file's name for it; an array of a type is not it.
+    let manager = "import { Manager as M } from './real';\nexport const manager = new M();\nexport class Item {\n  find(): number {\n    return 1;\n  }\n}\nexport function items(): Item[] {\n  return [];\n}\n";
+    let real = "export class Manager {\n  ping(): number {\n    return 1;\n  }\n}\n";
+    let user = "import { manager, items } from './manager';\nclass M {\n  ping(): number {\n    return 2;\n  }\n}\nexport function use() {\n  manager.ping();\n  items().find();\n}\n";
+    // A local of a top-level callback is not a module-level instance.
+    let spec = "export class Mock {\n  ping(): number {\n    return 3;\n  }\n}\ndescribe(() => {\n  const client = new Mock();\n});\nexport const client = makeClient();\n";
+    let spec_user =
+        "import { client } from './spec';\nexport function check() {\n  client.ping();\n}\n";
+    let (es, _, fxs) = edges(&[
+        ("src/lib.rs", rust),
+        ("src/manager.ts", manager),
+        ("src/real.ts", real),
+        ("src/user.ts", user),
+        ("src/spec.ts", spec),
+        ("src/check.ts", spec_user),
+    ]);
+    let make = chunk_of(&fxs, 0, "make");
+    assert_eq!(call_edge(&es, make, chunk_of(&fxs, 0, "Builder#run")), None);
+    // `Self` of a trait's method is the implementing type, not the trait.
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 0, "show"),
+            chunk_of(&fxs, 0, "Shape#describe")
+        ),
+        None
+    );
+    let use_ = chunk_of(&fxs, 3, "use");
+    assert_eq!(
+        call_edge(&es, use_, chunk_of(&fxs, 2, "Manager#ping")),
+        Some(true)
+    );
+    assert_eq!(call_edge(&es, use_, chunk_of(&fxs, 3, "M#ping")), None);
+    assert_eq!(call_edge(&es, use_, chunk_of(&fxs, 1, "Item#find")), None);
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 5, "check"),
+            chunk_of(&fxs, 4, "Mock#ping")
+        ),
+        None
+    );
+}
