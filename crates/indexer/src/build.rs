@@ -175,6 +175,7 @@ pub fn build(
     for (f, changed) in files.iter_mut().zip(&plan.changed) {
         f.extract.calls = Vec::new();
         f.extract.module_bindings = Vec::new();
+        f.extract.member_bindings = Vec::new();
         f.decls = graph::Declarations::default();
         if !*changed {
             f.extract.imports = Vec::new();
@@ -546,6 +547,7 @@ fn parse_files(
                 // a third more than their length).
                 extract.calls.shrink_to_fit();
                 extract.module_bindings.shrink_to_fit();
+                extract.member_bindings.shrink_to_fit();
                 extract.imports.shrink_to_fit();
                 let cost = budget.file_cost(&cand.rel_path, &extract);
                 let bytes: u64 = extract.chunks.iter().map(|c| c.text.len() as u64).sum();
@@ -832,6 +834,7 @@ fn reread(
             // A file chunked again has its calls back; nothing reads them any more.
             f.extract.calls = Vec::new();
             f.extract.module_bindings = Vec::new();
+            f.extract.member_bindings = Vec::new();
             again
         })
         .collect();

@@ -67,7 +67,7 @@ pub(super) fn extract_code(
     }
     b.resolve_owners();
     b.leftovers();
-    let (imports, calls, module_bindings) = b.walk(root);
+    let (imports, calls, module_bindings, member_bindings) = b.walk(root);
     if opts.headers {
         let lines = &b.lines;
         let heads = super::header::headers(rel_path, &b.chunks, |line| {
@@ -80,6 +80,7 @@ pub(super) fn extract_code(
     }
     let mut fx = b.finish(imports, calls, root.has_error());
     fx.module_bindings = module_bindings;
+    fx.member_bindings = member_bindings;
     Some(fx)
 }
 
@@ -582,9 +583,18 @@ impl<'s> Builder<'s> {
     /// One pass over the tree for imports, calls and the typed names that calls' receivers
     /// may refer to (bindings are scoped to the innermost symbol chunk, `self.x`/`this.x` to
     /// the chunk's owner type; a binding counts for calls after it in source order).
-    /// The file's imports, its calls, and its module-level bindings (sorted by name).
+    /// The file's imports, its calls, its module-level bindings (sorted by name) and its
+    /// types' field bindings (sorted).
     #[allow(clippy::type_complexity)]
-    fn walk(&self, root: Node) -> (Vec<Import>, Vec<Call>, Vec<(CompactString, CompactString)>) {
+    fn walk(
+        &self,
+        root: Node,
+    ) -> (
+        Vec<Import>,
+        Vec<Call>,
+        Vec<(CompactString, CompactString)>,
+        Vec<(CompactString, CompactString, CompactString)>,
+    ) {
         let src = self.src;
         let mut imports = Vec::new();
         let mut calls = Vec::new();
@@ -632,7 +642,24 @@ impl<'s> Builder<'s> {
                         .map(|(name, ty)| (name.into(), ty.into()))
                         .collect();
                     module.sort_unstable();
-                    return (imports, calls, module);
+                    let mut members: Vec<(CompactString, CompactString, CompactString)> = bindings
+                        .into_iter()
+                        .filter_map(|((scope, name), ty)| {
+                            let owner = self.chunks.get(scope)?;
+                            let field = name
+                                .strip_prefix("self.")
+                                .or_else(|| name.strip_prefix("this."))?;
+                            (owner.kind.is_type()
+                                && !owner.name.is_empty()
+                                && is_member_path(&name)
+                                && ty != LOCAL_FUNCTION
+                                && !ty.starts_with(CALLBACK_PARAM))
+                            .then(|| (owner.name.clone(), field.into(), ty.into()))
+                        })
+                        .collect();
+                    members.sort_unstable();
+                    members.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+                    return (imports, calls, module, members);
                 }
                 current.pop();
             }
@@ -846,6 +873,7 @@ impl<'s> Builder<'s> {
             imports,
             calls,
             module_bindings: Vec::new(),
+            member_bindings: Vec::new(),
             had_parse_errors: errors,
         }
     }

@@ -144,6 +144,10 @@ pub struct FileExtract {
     /// name imported into another file resolves through. Same form as [`Call::receiver`]
     /// (a type name, or [`RETURNED_BY`] and a function name).
     pub module_bindings: Vec<(CompactString, CompactString)>,
+    /// Fields whose type the file states, per type: (type name, field, type), sorted
+    /// (`self._loop = Loop()` in `class Base` → `("Base", "_loop", "Loop")`): what a
+    /// subclass's `self._loop.m()` resolves through. Same forms as `module_bindings`.
+    pub member_bindings: Vec<(CompactString, CompactString, CompactString)>,
     /// True when tree-sitter reported syntax errors (chunks are still produced, best effort).
     pub had_parse_errors: bool,
 }
@@ -156,6 +160,16 @@ impl FileExtract {
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
             .ok()?;
         Some(self.module_bindings[i].1.as_str())
+    }
+
+    /// The stated type of field `field` of the type `ty` declared in this file
+    /// ([`FileExtract::member_bindings`]).
+    pub fn member_binding(&self, ty: &str, field: &str) -> Option<&str> {
+        let i = self
+            .member_bindings
+            .binary_search_by(|(t, f, _)| (t.as_str(), f.as_str()).cmp(&(ty, field)))
+            .ok()?;
+        Some(self.member_bindings[i].2.as_str())
     }
 }
 

@@ -451,6 +451,59 @@ impl<'a> CallCtx<'a, '_> {
         Some((hit, c.min(conf)))
     }
 
+    /// `self.field.name(…)` / `this.field.name(…)` where a base of the caller's type (not the
+    /// type itself: its own fields are bound in its file) states the field's type; the
+    /// nearest level that states it, when every declaration there agrees.
+    fn inherited_field(&self, idx: &Index, q: &str, name: &str) -> Option<(Sym, Confidence)> {
+        let field = q
+            .strip_prefix("self.")
+            .or_else(|| q.strip_prefix("this."))?;
+        if field.is_empty() || field.contains(['.', '(', '[', ':']) {
+            return None;
+        }
+        let lang = self.lang();
+        let ty = self.caller_type()?;
+        let mut seen: FxHashSet<&str> = FxHashSet::from_iter([ty]);
+        let mut level: Vec<&str> = vec![ty];
+        for _ in 0..MAX_BASE_DEPTH {
+            let mut next: Vec<&str> = Vec::new();
+            for t in &level {
+                for b in idx.bases.get(&(lang, *t)).into_iter().flatten() {
+                    if seen.insert(b.as_str()) {
+                        next.push(b);
+                    }
+                }
+            }
+            if next.is_empty() {
+                return None;
+            }
+            let mut found: Vec<(usize, &str)> = Vec::new();
+            for b in &next {
+                for &(fi, _) in idx.types.get(&(lang, *b)).into_iter().flatten() {
+                    if let Some(t) = self.files[fi].extract.member_binding(b, field) {
+                        if !found.contains(&(fi, t)) {
+                            found.push((fi, t));
+                        }
+                    }
+                }
+            }
+            if let Some(&(fi, t)) = found.first() {
+                if found.len() > 1 || t.starts_with(CALLBACK_PARAM) {
+                    return None;
+                }
+                let at = self.in_file(fi);
+                return match t.strip_prefix(RETURNED_BY) {
+                    Some(func) => at
+                        .returned(idx, func, name)
+                        .map(|h| (h, Confidence::Likely)),
+                    None => at.stated(idx, t, name),
+                };
+            }
+            level = next;
+        }
+        None
+    }
+
     /// The method `name` of a receiver whose type the code states (`ty`, or a union `A|B`).
     fn stated(&self, idx: &Index, ty: &str, name: &str) -> Option<(Sym, Confidence)> {
         if !ty.contains('|') {
@@ -507,6 +560,13 @@ impl<'a> CallCtx<'a, '_> {
             }
         } else if let Some(ty) = receiver {
             return self.stated(idx, ty, name);
+        }
+        // A field a base type states (`self._transport = transport` typed in `class Base`,
+        // `this.source: Observable` declared on the superclass): the nearest bases first.
+        if receiver.is_none() {
+            if let Some(hit) = self.inherited_field(idx, q, name) {
+                return Some(hit);
+            }
         }
         // A module-level instance imported by name (`import { onlineManager } from
         // './onlineManager'`, `from a import default_decoder`): the type its own file states,

@@ -852,3 +852,42 @@ fn what_a_stated_receiver_must_not_claim() {
         None
     );
 }
+
+#[test]
+fn a_field_a_base_class_states_types_the_subclasss_calls() {
+    let base = "export class Observable {\n  source: Observable | undefined;\n  subscribe(): number {\n    return 1;\n  }\n}\nexport class Other {\n  subscribe(): number {\n    return 2;\n  }\n}\n";
+    let sub = "import { Observable } from './Observable';\nexport class Subject extends Observable {\n  run() {\n    return this.source.subscribe();\n  }\n}\n";
+    let py = "class Transport:\n    def close(self):\n        pass\n\nclass Other:\n    def close(self):\n        pass\n\nclass Base:\n    def __init__(self):\n        self._transport = Transport()\n\nclass Proto(Base):\n    def stop(self):\n        self._transport.close()\n\nclass Plain:\n    def stop(self):\n        self._transport.close()\n";
+    let (es, _, fxs) = edges(&[
+        ("src/Observable.ts", base),
+        ("src/Subject.ts", sub),
+        ("proto.py", py),
+    ]);
+    let run = chunk_of(&fxs, 1, "Subject#run");
+    assert_eq!(
+        call_edge(&es, run, chunk_of(&fxs, 0, "Observable#subscribe")),
+        Some(true)
+    );
+    assert_eq!(
+        call_edge(&es, run, chunk_of(&fxs, 0, "Other#subscribe")),
+        None
+    );
+    assert_eq!(
+        call_edge(
+            &es,
+            chunk_of(&fxs, 2, "Proto#stop"),
+            chunk_of(&fxs, 2, "Transport#close")
+        ),
+        Some(true)
+    );
+    // A class with no such base states nothing about `self._transport`.
+    let plain = chunk_of(&fxs, 2, "Plain#stop");
+    assert_eq!(
+        call_edge(&es, plain, chunk_of(&fxs, 2, "Transport#close")),
+        None
+    );
+    assert_eq!(
+        call_edge(&es, plain, chunk_of(&fxs, 2, "Other#close")),
+        None
+    );
+}
