@@ -646,12 +646,9 @@ impl<'s> Builder<'s> {
                         .into_iter()
                         .filter_map(|((scope, name), ty)| {
                             let owner = self.chunks.get(scope)?;
-                            let field = name
-                                .strip_prefix("self.")
-                                .or_else(|| name.strip_prefix("this."))?;
+                            let field = member_field(&name)?;
                             (owner.kind.is_type()
                                 && !owner.name.is_empty()
-                                && is_member_path(&name)
                                 && ty != LOCAL_FUNCTION
                                 && !ty.starts_with(CALLBACK_PARAM))
                             .then(|| (owner.name.clone(), field.into(), ty.into()))
@@ -901,10 +898,14 @@ fn inside_function(node: Node) -> bool {
 
 /// `self.x` / `this.x` (one member deep).
 fn is_member_path(name: &str) -> bool {
-    let rest = name
-        .strip_prefix("self.")
-        .or_else(|| name.strip_prefix("this."));
-    rest.is_some_and(|r| !r.is_empty() && !r.contains(['.', '(', '[']))
+    member_field(name).is_some()
+}
+
+/// The `x` of `self.x` / `this.x` (one member deep).
+fn member_field(name: &str) -> Option<&str> {
+    name.strip_prefix("self.")
+        .or_else(|| name.strip_prefix("this."))
+        .filter(|r| !r.is_empty() && !r.contains(['.', '(', '[']))
 }
 
 fn d_end(d: &DefNode) -> usize {

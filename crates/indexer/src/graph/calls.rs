@@ -193,15 +193,23 @@ impl<'a> CallCtx<'a, '_> {
         out
     }
 
-    /// A method found on the types `ty` extends or implements (breadth first, nearest first),
-    /// as their declarations state them (and, for `ty` itself, its Rust trait impls).
-    fn inherited(&self, idx: &Index, ty: &str, name: &str) -> Option<(Sym, Confidence)> {
+    /// Visits the types `ty` extends or implements a level at a time, nearest first, as their
+    /// declarations state them (each type once, at most `MAX_BASE_DEPTH` levels; with
+    /// `impls`, `ty`'s own Rust trait impls join the first level), until `visit` decides on
+    /// a level: `Some(answer)` ends the walk with `answer`, `None` goes on to the next.
+    fn walk_bases<'s, R>(
+        &self,
+        idx: &'s Index,
+        ty: &'s str,
+        impls: bool,
+        mut visit: impl FnMut(&[&'s str]) -> Option<Option<R>>,
+    ) -> Option<R> {
         let lang = self.lang();
-        let mut seen: FxHashSet<&str> = FxHashSet::from_iter([ty]);
-        let mut level: Vec<&str> = vec![ty];
+        let mut seen: FxHashSet<&'s str> = FxHashSet::from_iter([ty]);
+        let mut level: Vec<&'s str> = vec![ty];
         for depth in 0..MAX_BASE_DEPTH {
-            let mut next: Vec<&str> = Vec::new();
-            if depth == 0 {
+            let mut next: Vec<&'s str> = Vec::new();
+            if impls && depth == 0 {
                 for b in self.impl_bases(idx, ty) {
                     if seen.insert(b) {
                         next.push(b);
@@ -218,20 +226,29 @@ impl<'a> CallCtx<'a, '_> {
             if next.is_empty() {
                 return None;
             }
-            let hits: Vec<(Sym, Confidence)> = next
-                .iter()
-                .filter_map(|b| self.own_member(idx, b, name, true))
-                .collect();
-            if let Some(&(first, _)) = hits.first() {
-                let same = hits.iter().all(|h| h.0 == first);
-                return same.then(|| {
-                    let c = hits.iter().map(|h| h.1).min().unwrap_or(Confidence::Likely);
-                    (first, c)
-                });
+            if let Some(answer) = visit(&next) {
+                return answer;
             }
             level = next;
         }
         None
+    }
+
+    /// A method found on the types `ty` extends or implements (breadth first, nearest first),
+    /// as their declarations state them (and, for `ty` itself, its Rust trait impls).
+    fn inherited(&self, idx: &Index, ty: &str, name: &str) -> Option<(Sym, Confidence)> {
+        self.walk_bases(idx, ty, true, |level| {
+            let hits: Vec<(Sym, Confidence)> = level
+                .iter()
+                .filter_map(|b| self.own_member(idx, b, name, true))
+                .collect();
+            let &(first, _) = hits.first()?;
+            let same = hits.iter().all(|h| h.0 == first);
+            Some(same.then(|| {
+                let c = hits.iter().map(|h| h.1).min().unwrap_or(Confidence::Likely);
+                (first, c)
+            }))
+        })
     }
 
     /// Whether `ty` and everything it extends are types of this build (so a method none of
@@ -462,23 +479,9 @@ impl<'a> CallCtx<'a, '_> {
             return None;
         }
         let lang = self.lang();
-        let ty = self.caller_type()?;
-        let mut seen: FxHashSet<&str> = FxHashSet::from_iter([ty]);
-        let mut level: Vec<&str> = vec![ty];
-        for _ in 0..MAX_BASE_DEPTH {
-            let mut next: Vec<&str> = Vec::new();
-            for t in &level {
-                for b in idx.bases.get(&(lang, *t)).into_iter().flatten() {
-                    if seen.insert(b.as_str()) {
-                        next.push(b);
-                    }
-                }
-            }
-            if next.is_empty() {
-                return None;
-            }
+        self.walk_bases(idx, self.caller_type()?, false, |level| {
             let mut found: Vec<(usize, &str)> = Vec::new();
-            for b in &next {
+            for b in level {
                 for &(fi, _) in idx.types.get(&(lang, *b)).into_iter().flatten() {
                     if let Some(t) = self.files[fi].extract.member_binding(b, field) {
                         if !found.contains(&(fi, t)) {
@@ -487,21 +490,41 @@ impl<'a> CallCtx<'a, '_> {
                     }
                 }
             }
-            if let Some(&(fi, t)) = found.first() {
-                if found.len() > 1 || t.starts_with(CALLBACK_PARAM) {
-                    return None;
-                }
-                let at = self.in_file(fi);
-                return match t.strip_prefix(RETURNED_BY) {
-                    Some(func) => at
-                        .returned(idx, func, name)
-                        .map(|h| (h, Confidence::Likely)),
-                    None => at.stated(idx, t, name),
-                };
-            }
-            level = next;
+            let &(fi, t) = found.first()?;
+            Some(if found.len() > 1 {
+                None
+            } else {
+                self.in_file(fi).bound(idx, t, name)
+            })
+        })
+    }
+
+    /// The method `name` of a value whose type a binding states, in the form
+    /// [`crate::chunk::FileExtract::module_bindings`] holds it: a type, or what a function
+    /// of a name returns (likely: found by name). A callback parameter's states nothing here.
+    fn bound(&self, idx: &Index, ty: &str, name: &str) -> Option<(Sym, Confidence)> {
+        if ty.starts_with(CALLBACK_PARAM) {
+            return None;
         }
-        None
+        match ty.strip_prefix(RETURNED_BY) {
+            Some(func) => self
+                .returned(idx, func, name)
+                .map(|h| (h, Confidence::Likely)),
+            None => self.stated(idx, ty, name),
+        }
+    }
+
+    /// The method `name` of the type a path names (`pricing.Discount`, `Parser`), when it is
+    /// a type of this build (the type is stated).
+    fn named_type_member(&self, idx: &Index, path: &str, name: &str) -> Option<(Sym, Confidence)> {
+        if !is_path_like(path) {
+            return None;
+        }
+        let ty = self.unalias(last_segment(path));
+        if !idx.types.contains_key(&(self.lang(), ty)) {
+            return None;
+        }
+        self.member(idx, ty, name, true)
     }
 
     /// The method `name` of a receiver whose type the code states (`ty`, or a union `A|B`).
@@ -576,26 +599,16 @@ impl<'a> CallCtx<'a, '_> {
                 l.iter()
                     .find_map(|&(t, orig)| Some((t, self.files[t].extract.module_binding(orig)?)))
             });
-            if let Some((t, ty)) = stated.filter(|(_, ty)| !ty.starts_with(CALLBACK_PARAM)) {
-                let at = self.in_file(t);
-                let hit = match ty.strip_prefix(RETURNED_BY) {
-                    Some(func) => at
-                        .returned(idx, func, name)
-                        .map(|h| (h, Confidence::Likely)),
-                    None => at.stated(idx, ty, name),
-                };
-                if hit.is_some() {
-                    return hit;
-                }
+            if let Some(hit) = stated.and_then(|(t, ty)| self.in_file(t).bound(idx, ty, name)) {
+                return Some(hit);
             }
         }
         // A Go method expression, `(*inv.Store).Len(s)`: the method of the type named.
         if let Some(inner) = q.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
             let ty = inner.trim().trim_start_matches('*').trim();
-            if self.lang() == Language::Go && is_path_like(ty) {
-                let ty = self.unalias(last_segment(ty));
-                if idx.types.contains_key(&(self.lang(), ty)) {
-                    return self.member(idx, ty, name, true);
+            if self.lang() == Language::Go {
+                if let Some(hit) = self.named_type_member(idx, ty, name) {
+                    return Some(hit);
                 }
             }
         }
@@ -603,26 +616,12 @@ impl<'a> CallCtx<'a, '_> {
             // A literal of a named type (Go `pricing.Discount{Percent: 50}.Apply()`, Rust
             // `Point { x, y }.norm()`): the type is stated.
             if let Some(head) = strip_trailing_group(q, '{', '}') {
-                let head = head.trim_end_matches("::");
-                if is_path_like(head) {
-                    let ty = self.unalias(last_segment(head));
-                    if idx.types.contains_key(&(self.lang(), ty)) {
-                        return self.member(idx, ty, name, true);
-                    }
-                }
-                return None;
+                return self.named_type_member(idx, head.trim_end_matches("::"), name);
             }
             let call_head = strip_trailing_group(q, '(', ')');
             // A new instance (`new Parser(src).parse()`): the type is stated.
             if let Some(class) = call_head.and_then(|h| h.strip_prefix("new ")) {
-                let class = class.trim();
-                if is_path_like(class) {
-                    let ty = self.unalias(last_segment(class));
-                    if idx.types.contains_key(&(self.lang(), ty)) {
-                        return self.member(idx, ty, name, true);
-                    }
-                }
-                return None;
+                return self.named_type_member(idx, class.trim(), name);
             }
             // A chained call on a function's result (`client.getQueryCache().getAll()`,
             // `Build(s, rules).Render()`, `Parser::new(src).parse()`): the return type the

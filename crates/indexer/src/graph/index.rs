@@ -69,6 +69,15 @@ pub(super) fn family(l: Language) -> Language {
     }
 }
 
+/// Adds to a type's `list` of bases those of `found` it does not hold yet.
+fn add_bases(list: &mut Vec<String>, found: &[String]) {
+    for b in found {
+        if !list.contains(b) {
+            list.push(b.clone());
+        }
+    }
+}
+
 impl<'a> Index<'a> {
     pub(super) fn build(files: &[FileFacts<'a>]) -> Self {
         let mut idx = Index {
@@ -149,12 +158,7 @@ impl<'a> Index<'a> {
                     if !found.is_empty() {
                         let key = (crate_src(path), c.name.as_str());
                         idx.impl_types.insert(key.1);
-                        let list = idx.impl_bases.entry(key).or_default();
-                        for b in found {
-                            if !list.contains(b) {
-                                list.push(b.clone());
-                            }
-                        }
+                        add_bases(idx.impl_bases.entry(key).or_default(), found);
                     }
                     continue;
                 }
@@ -189,12 +193,7 @@ impl<'a> Index<'a> {
                     idx.types.entry((fam, name)).or_default().push((fi, ci));
                     let found = f.decls.bases(ci);
                     if !found.is_empty() {
-                        let list = idx.bases.entry((fam, name)).or_default();
-                        for b in found {
-                            if !list.contains(b) {
-                                list.push(b.clone());
-                            }
-                        }
+                        add_bases(idx.bases.entry((fam, name)).or_default(), found);
                     }
                 }
             }
