@@ -12,7 +12,7 @@ use super::lines::{floor_boundary, line_pieces, line_prefix_blank, trim_end, Lin
 use super::parse::{looks_like_cpp, parse};
 use super::syntax::{named_kids, node_text};
 use super::syntax::{KindStr, WalkKinds};
-use super::types::{CALLBACK_PARAM, LOCAL_FUNCTION, RETURNED_BY};
+use super::types::{CALLBACK_PARAM, ITEM_OF, ITEM_SUFFIX, LOCAL_FUNCTION, RETURNED_BY, UNBOUND};
 use super::CompactString;
 use super::{text, Call, Chunk, ChunkKind, ChunkOptions, Def, FileExtract, Import, Language, Spec};
 use std::collections::hash_map::Entry;
@@ -677,8 +677,29 @@ impl<'s> Builder<'s> {
         // What other files can import: names bound at the top level itself, not locals of a
         // callback that no symbol chunk holds (`describe(() => { const c = new Mock() })`).
         let exported = cur.is_none() && !bound.is_empty() && !inside_function(node);
-        for (name, ty) in bound.drain(..) {
-            if exported && ty != LOCAL_FUNCTION && !ty.starts_with(CALLBACK_PARAM) {
+        for (name, mut ty) in bound.drain(..) {
+            if let Some(collection) = ty.strip_prefix(ITEM_OF) {
+                // A loop variable: the item type the collection's own binding states, read
+                // where the loop is. When none is stated the variable keeps what it held, as
+                // a name rebound to a value of no stated type does (the resolver's bindings
+                // are per function, and a loop over `windows.slice()` reusing the name of a
+                // `window` another callback of the function made is, in practice, that type).
+                let key = format!("{collection}{ITEM_SUFFIX}");
+                let item = match cur {
+                    Some(from) => self.binding_of(bindings, from, &key),
+                    None => bindings.get(&(FILE_SCOPE, key)).cloned(),
+                };
+                match item {
+                    Some(t) => ty = t,
+                    None => continue,
+                }
+            }
+            if exported
+                && ty != LOCAL_FUNCTION
+                && !ty.starts_with(CALLBACK_PARAM)
+                && !name.ends_with(ITEM_SUFFIX)
+                && ty != UNBOUND
+            {
                 module.insert(name.clone(), ty.clone());
             }
             let scope = match cur {
@@ -688,6 +709,10 @@ impl<'s> Builder<'s> {
                 Some(from) if is_member_path(&name) => self.owner_scope(from),
                 Some(from) => from,
             };
+            if ty == UNBOUND {
+                bindings.remove(&(scope, name));
+                continue;
+            }
             // A stated type is not replaced by a later assignment of a call's result whose
             // type is known only by the function's name (`#current?: Mutation` stays a
             // `Mutation` after `this.#current = cache.build(…)`): a field's, and a local's
@@ -704,20 +729,28 @@ impl<'s> Builder<'s> {
                         | Language::C
                         | Language::Cpp
                 );
-            match bindings.entry((scope, name)) {
+            // A name bound anew holds no item type until its statement states one (the spec
+            // reports `name[]` after `name`).
+            let items = (!name.ends_with(ITEM_SUFFIX)).then(|| format!("{name}{ITEM_SUFFIX}"));
+            let replaced = match bindings.entry((scope, name)) {
                 Entry::Occupied(mut e) => {
                     let kept = e.get();
-                    if !(keeps_stated
+                    let keep = keeps_stated
                         && ty.starts_with(RETURNED_BY)
                         && !kept.starts_with(RETURNED_BY)
-                        && kept != LOCAL_FUNCTION)
-                    {
+                        && kept != LOCAL_FUNCTION;
+                    if !keep {
                         e.insert(ty);
                     }
+                    !keep
                 }
                 Entry::Vacant(e) => {
                     e.insert(ty);
+                    true
                 }
+            };
+            if let (true, Some(items)) = (replaced, items) {
+                bindings.remove(&(scope, items));
             }
         }
     }
@@ -898,7 +931,7 @@ fn inside_function(node: Node) -> bool {
 
 /// `self.x` / `this.x` (one member deep).
 fn is_member_path(name: &str) -> bool {
-    member_field(name).is_some()
+    member_field(name.strip_suffix(ITEM_SUFFIX).unwrap_or(name)).is_some()
 }
 
 /// The `x` of `self.x` / `this.x` (one member deep).

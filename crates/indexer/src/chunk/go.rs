@@ -5,9 +5,10 @@ use tree_sitter::Node;
 
 use super::syntax::KindStr;
 use super::types::compact_pairs;
-use super::types::{MODULE_ALIAS, RETURNED_BY};
+use super::types::{ITEM_OF, ITEM_SUFFIX, MODULE_ALIAS, RETURNED_BY, UNBOUND};
 use super::{
-    base_type_name, compact, field_text, named_kids, node_text, ChunkKind, Class, Def, Import, Spec,
+    base_type_name, compact, field_text, item_type, loop_item, named_kids, node_text, ChunkKind,
+    Class, Def, Import, Spec,
 };
 
 pub(crate) struct GoSpec;
@@ -55,6 +56,9 @@ impl Spec for GoSpec {
             "var_spec",
             "short_var_declaration",
             "call_expression",
+            "range_clause",
+            "type_case",
+            "default_case",
         ])
     }
 
@@ -151,13 +155,58 @@ impl Spec for GoSpec {
     fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
         match node.kind_str() {
             "parameter_declaration" | "var_spec" => {
-                let Some(t) = field_text(node, "type", src).map(base_type_name) else {
+                let Some(text) = field_text(node, "type", src) else {
                     return;
                 };
+                let (t, item) = (base_type_name(text), item_type(text));
                 let mut c = node.walk();
                 for n in node.children_by_field_name("name", &mut c) {
-                    out.push((node_text(n, src).to_string(), t.clone()));
+                    let n = node_text(n, src);
+                    out.push((n.to_string(), t.clone()));
+                    if let Some(item) = &item {
+                        out.push((format!("{n}{ITEM_SUFFIX}"), item.clone()));
+                    }
                 }
+            }
+            "range_clause" => {
+                // `for _, s := range servers`: the second variable is an item (the first
+                // an index).
+                let (Some(l), Some(r)) = (
+                    node.child_by_field_name("left"),
+                    node.child_by_field_name("right"),
+                ) else {
+                    return;
+                };
+                let vars = named_kids(l);
+                if let (2, Some((collection, false))) = (vars.len(), loop_item(node_text(r, src))) {
+                    if vars[1].kind_str() == "identifier" {
+                        let var = node_text(vars[1], src).to_string();
+                        out.push((var, format!("{ITEM_OF}{collection}")));
+                    }
+                }
+            }
+            "type_case" | "default_case" => {
+                // `switch v := x.(type) { case *T: v.M() }`: `v` is a `T` in a case of one
+                // type; in a case of several, and the default, it is bound to none of them.
+                let Some(alias) = node
+                    .parent()
+                    .filter(|p| p.kind_str() == "type_switch_statement")
+                    .and_then(|p| p.child_by_field_name("alias"))
+                else {
+                    return;
+                };
+                let names = named_kids(alias);
+                let [v] = names.as_slice() else { return };
+                let mut c = node.walk();
+                let types: Vec<Node> = node
+                    .children_by_field_name("type", &mut c)
+                    .filter(|t| t.is_named())
+                    .collect();
+                let ty = match types.as_slice() {
+                    [t] if node_text(*t, src) != "nil" => base_type_name(node_text(*t, src)),
+                    _ => UNBOUND.to_string(),
+                };
+                out.push((node_text(*v, src).to_string(), ty));
             }
             "short_var_declaration" => {
                 let (Some(l), Some(r)) = (

@@ -18,6 +18,7 @@ impl Spec for JavaSpec {
             "local_variable_declaration",
             "field_declaration",
             "formal_parameter",
+            "enhanced_for_statement",
             "method_invocation",
             "object_creation_expression",
         ])
@@ -93,11 +94,14 @@ impl Spec for JavaSpec {
         let field = match node.kind_str() {
             "local_variable_declaration" => false,
             "field_declaration" => true,
-            "formal_parameter" => {
+            "formal_parameter" | "enhanced_for_statement" => {
+                // A parameter, or `for (Handler h : handlers)`: the stated type (not `var`).
                 if let (Some(t), Some(n)) =
                     (field_text(node, "type", src), field_text(node, "name", src))
                 {
-                    out.push((n.to_string(), base_type_name(t)));
+                    if t != "var" {
+                        out.push((n.to_string(), base_type_name(t)));
+                    }
                 }
                 return;
             }

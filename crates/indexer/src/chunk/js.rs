@@ -7,10 +7,10 @@ use tree_sitter::Node;
 
 use super::syntax::KindStr;
 use super::types::{compact_all, compact_pairs};
-use super::types::{CALLBACK_PARAM, MODULE_ALIAS, RETURNED_BY};
+use super::types::{CALLBACK_PARAM, ITEM_OF, ITEM_SUFFIX, MODULE_ALIAS, RETURNED_BY};
 use super::{
-    base_type_name, compact, field_text, named_kids, node_text, split_top, ChunkKind, Class, Def,
-    Import, Spec,
+    base_type_name, compact, field_text, item_type, loop_item, named_kids, node_text, split_top,
+    ChunkKind, Class, Def, Import, Spec,
 };
 
 pub(crate) struct JsSpec;
@@ -117,6 +117,7 @@ impl Spec for JsSpec {
             "required_parameter",
             "optional_parameter",
             "assignment_expression",
+            "for_in_statement",
         ])
     }
 
@@ -382,6 +383,28 @@ impl Spec for JsSpec {
             callback_params(node, src, out);
             return;
         }
+        if node.kind_str() == "for_in_statement" {
+            // `for (const o of this.observers)`: the item type (not `for … in`, whose
+            // variable is a key).
+            let of = node
+                .child_by_field_name("operator")
+                .is_some_and(|o| node_text(o, src) == "of");
+            let (Some(left), Some(right)) = (
+                node.child_by_field_name("left"),
+                node.child_by_field_name("right"),
+            ) else {
+                return;
+            };
+            if let (true, "identifier", Some((collection, false))) =
+                (of, left.kind_str(), loop_item(node_text(right, src)))
+            {
+                out.push((
+                    node_text(left, src).to_string(),
+                    format!("{ITEM_OF}{collection}"),
+                ));
+            }
+            return;
+        }
         let (name, ty, value) = match node.kind_str() {
             "variable_declarator" | "public_field_definition" | "field_definition" => (
                 node.child_by_field_name("name")
@@ -415,6 +438,9 @@ impl Spec for JsSpec {
         ) {
             local = format!("this.{local}");
         }
+        let item = ty
+            .and_then(|t| item_type(node_text(t, src).trim_start_matches(':')))
+            .filter(|t| t.chars().next().is_some_and(char::is_uppercase));
         let ty = ty
             .map(|t| stated_type(node_text(t, src).trim_start_matches(':')))
             .or_else(|| {
@@ -439,7 +465,10 @@ impl Spec for JsSpec {
         if let Some(t) = ty.filter(|t| {
             t.starts_with(RETURNED_BY) || t.chars().next().is_some_and(char::is_uppercase)
         }) {
-            out.push((local, t));
+            out.push((local.clone(), t));
+        }
+        if let Some(item) = item {
+            out.push((format!("{local}{ITEM_SUFFIX}"), item));
         }
     }
 

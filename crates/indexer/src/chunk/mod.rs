@@ -34,7 +34,9 @@ mod types;
 
 pub(crate) use lines::{floor_boundary, trim_end, LineIndex};
 pub(crate) use spec::{Class, Def, Spec};
-pub(crate) use syntax::{base_type_name, compact, field_text, named_kids, node_text, split_top};
+pub(crate) use syntax::{
+    base_type_name, compact, field_text, item_type, loop_item, named_kids, node_text, split_top,
+};
 pub use types::{
     Call, Chunk, ChunkKind, ChunkOptions, CompactString, FileExtract, Import, Language,
     CALLBACK_PARAM, MODULE_ALIAS, RETURNED_BY,

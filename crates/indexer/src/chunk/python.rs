@@ -4,8 +4,11 @@ use tree_sitter::Node;
 
 use super::syntax::KindStr;
 use super::types::{compact_all, compact_pairs};
-use super::types::{LOCAL_FUNCTION, MODULE_ALIAS, RETURNED_BY};
-use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
+use super::types::{ITEM_OF, ITEM_SUFFIX, LOCAL_FUNCTION, MODULE_ALIAS, RETURNED_BY};
+use super::{
+    base_type_name, compact, field_text, item_type, loop_item, node_text, ChunkKind, Class, Def,
+    Import, Spec,
+};
 
 pub(crate) struct PythonSpec;
 
@@ -97,6 +100,11 @@ impl Spec for PythonSpec {
             "assignment",
             "typed_parameter",
             "typed_default_parameter",
+            "for_statement",
+            "list_comprehension",
+            "set_comprehension",
+            "dictionary_comprehension",
+            "generator_expression",
         ])
     }
 
@@ -220,11 +228,13 @@ impl Spec for PythonSpec {
                     return;
                 }
                 let right = node.child_by_field_name("right");
-                let ty = field_text(node, "type", src)
+                let stated = field_text(node, "type", src);
+                let ty = stated
                     .map(base_type_name)
                     .or_else(|| constructed_class(right?, src));
+                let left = compact(node_text(left, src));
                 if let Some(ty) = ty.filter(|t| is_class_name(t)) {
-                    out.push((compact(node_text(left, src)), ty));
+                    out.push((left.clone(), ty));
                 } else if let Some(f) = right
                     .filter(|r| r.kind_str() == "call")
                     .and_then(|r| r.child_by_field_name("function"))
@@ -235,8 +245,12 @@ impl Spec for PythonSpec {
                         _ => None,
                     };
                     if let Some(n) = name {
-                        out.push((compact(node_text(left, src)), format!("{RETURNED_BY}{n}")));
+                        out.push((left.clone(), format!("{RETURNED_BY}{n}")));
                     }
+                }
+                // `self.handlers: list[Handler] = []`: what a loop over it binds.
+                if let Some(item) = stated.and_then(item_type).filter(|t| is_class_name(t)) {
+                    out.push((format!("{left}{ITEM_SUFFIX}"), item));
                 }
             }
             "typed_parameter" | "typed_default_parameter" => {
@@ -245,11 +259,56 @@ impl Spec for PythonSpec {
                     let first = node.named_children(&mut c).next();
                     first.filter(|n| n.kind_str() == "identifier")
                 });
-                let ty = field_text(node, "type", src).map(base_type_name);
-                if let (Some(n), Some(t)) = (name, ty) {
-                    if is_class_name(&t) {
-                        out.push((node_text(n, src).to_string(), t));
+                let stated = field_text(node, "type", src);
+                let Some(n) = name.map(|n| node_text(n, src)) else {
+                    return;
+                };
+                if let Some(t) = stated.map(base_type_name).filter(|t| is_class_name(t)) {
+                    out.push((n.to_string(), t));
+                }
+                if let Some(item) = stated.and_then(item_type).filter(|t| is_class_name(t)) {
+                    out.push((format!("{n}{ITEM_SUFFIX}"), item));
+                }
+            }
+            "list_comprehension"
+            | "set_comprehension"
+            | "dictionary_comprehension"
+            | "generator_expression" => {
+                // `any(h.matches(r) for h in self.handlers)`: its clauses bind before the
+                // body, which comes first in the source.
+                let mut c = node.walk();
+                for clause in node.named_children(&mut c) {
+                    if clause.kind_str() == "for_in_clause" {
+                        self.bindings(clause, src, out);
                     }
+                }
+            }
+            "for_statement" | "for_in_clause" => {
+                // `for h in self.handlers:`, `for i, h in enumerate(handlers):`.
+                let (Some(left), Some(right)) = (
+                    node.child_by_field_name("left"),
+                    node.child_by_field_name("right"),
+                ) else {
+                    return;
+                };
+                let Some((collection, enumerated)) = loop_item(node_text(right, src)) else {
+                    return;
+                };
+                let var = if enumerated {
+                    match left.kind_str() {
+                        "pattern_list" | "tuple_pattern" if left.named_child_count() == 2 => {
+                            left.named_child(1)
+                        }
+                        _ => None,
+                    }
+                } else {
+                    Some(left)
+                };
+                if let Some(v) = var.filter(|v| v.kind_str() == "identifier") {
+                    out.push((
+                        node_text(v, src).to_string(),
+                        format!("{ITEM_OF}{collection}"),
+                    ));
                 }
             }
             _ => {}

@@ -5,8 +5,11 @@ use tree_sitter::Node;
 
 use super::syntax::KindStr;
 use super::types::{compact_all, compact_pairs};
-use super::types::{LOCAL_FUNCTION, RETURNED_BY};
-use super::{base_type_name, compact, field_text, node_text, ChunkKind, Class, Def, Import, Spec};
+use super::types::{ITEM_OF, ITEM_SUFFIX, LOCAL_FUNCTION, RETURNED_BY};
+use super::{
+    base_type_name, compact, field_text, item_type, loop_item, node_text, ChunkKind, Class, Def,
+    Import, Spec,
+};
 
 pub(crate) struct RustSpec;
 
@@ -21,6 +24,7 @@ impl Spec for RustSpec {
             "field_declaration",
             "let_declaration",
             "parameter",
+            "for_expression",
         ])
     }
 
@@ -178,13 +182,40 @@ impl Spec for RustSpec {
     fn bindings(&self, node: Node, src: &str, out: &mut Vec<(String, String)>) {
         if node.kind_str() == "field_declaration" {
             // A struct field: `self.name` has the stated type in the type's methods.
-            if let (Some(n), Some(t)) =
+            if let (Some(n), Some(text)) =
                 (field_text(node, "name", src), field_text(node, "type", src))
             {
-                let t = base_type_name(t);
+                let t = base_type_name(text);
                 if t.chars().next().is_some_and(char::is_uppercase) {
                     out.push((format!("self.{n}"), t));
                 }
+                if let Some(item) = item_type(text).filter(|t| is_named_type(t)) {
+                    out.push((format!("self.{n}{ITEM_SUFFIX}"), item));
+                }
+            }
+            return;
+        }
+        if node.kind_str() == "for_expression" {
+            // `for x in &self.items`, `for (i, x) in xs.iter().enumerate()`: the item type.
+            let (Some(pat), Some(value)) = (
+                node.child_by_field_name("pattern"),
+                node.child_by_field_name("value"),
+            ) else {
+                return;
+            };
+            let Some((collection, enumerated)) = loop_item(node_text(value, src)) else {
+                return;
+            };
+            let pat = if enumerated {
+                match pat.kind_str() {
+                    "tuple_pattern" if pat.named_child_count() == 2 => pat.named_child(1),
+                    _ => None,
+                }
+            } else {
+                Some(pat)
+            };
+            if let Some(var) = pat.and_then(|p| pattern_name(p, src)) {
+                out.push((var.to_string(), format!("{ITEM_OF}{collection}")));
             }
             return;
         }
@@ -215,16 +246,44 @@ impl Spec for RustSpec {
             out.push((name, LOCAL_FUNCTION.to_string()));
             return;
         }
+        let ty_node = ty;
         let ty = ty
             .map(|t| base_type_name(node_text(t, src)))
             .or_else(|| value.and_then(|v| constructed_type(v, src)));
+        let item = ty_node
+            .and_then(|t| item_type(node_text(t, src)))
+            .filter(|t| is_named_type(t));
         if let Some(ty) = ty.filter(|t| t.chars().next().is_some_and(char::is_uppercase)) {
             if ty != "Self" {
-                out.push((name, ty));
+                out.push((name.clone(), ty));
             }
         } else if let Some(n) = value.and_then(|v| returned_by(v, src)) {
-            out.push((name, format!("{RETURNED_BY}{n}")));
+            out.push((name.clone(), format!("{RETURNED_BY}{n}")));
         }
+        if let Some(item) = item {
+            out.push((format!("{name}{ITEM_SUFFIX}"), item));
+        }
+    }
+}
+
+/// A type name a Rust binding may hold: capitalised, and not `Self` (whose meaning is the
+/// impl's, not the trait's).
+fn is_named_type(t: &str) -> bool {
+    t.chars().next().is_some_and(char::is_uppercase) && t != "Self"
+}
+
+/// The variable a loop pattern binds: `x`, `mut x`, `&x`, `&mut x`.
+fn pattern_name<'s>(pat: Node, src: &'s str) -> Option<&'s str> {
+    match pat.kind_str() {
+        "identifier" => Some(node_text(pat, src)),
+        "mut_pattern" | "reference_pattern" | "ref_pattern" => {
+            let mut c = pat.walk();
+            let inner = pat
+                .named_children(&mut c)
+                .find(|n| n.kind_str() != "mutable_specifier");
+            inner.and_then(|n| pattern_name(n, src))
+        }
+        _ => None,
     }
 }
 

@@ -172,6 +172,149 @@ pub(crate) fn base_type_name(s: &str) -> String {
         .to_string()
 }
 
+/// The item type of a sequence or set type as written, the type a `for` loop over it binds:
+/// `Vec<Foo>`, `&[Foo]`, `[Foo; 4]`, `SmallVec<[Foo; 4]>`, `Arc<Vec<Foo>>` (Rust), `[]*Foo`
+/// (Go), `Foo[]`, `Array<Foo>`, `Set<Foo>` (TypeScript), `list[Foo]`, `Sequence[Foo]`,
+/// `tuple[Foo, ...]` (Python), `List<Foo>` (Java) → `Foo`. Maps (whose loops yield keys or
+/// pairs), unions, nested arrays and anything else → `None`.
+pub(crate) fn item_type(s: &str) -> Option<String> {
+    let t = strip_refs(s);
+    if let Some(inner) = t.strip_suffix("[]") {
+        return item_name(inner);
+    }
+    if let Some(rest) = t.strip_prefix('[') {
+        let close = closing(rest, '[', ']')?;
+        let (inside, after) = (&rest[..close], rest[close + 1..].trim());
+        return if after.is_empty() {
+            item_name(split_top(inside, ';').first()?)
+        } else {
+            item_name(after)
+        };
+    }
+    let open = t.find(['<', '['])?;
+    let (head, args) = (t[..open].trim(), &t[open + 1..]);
+    let (o, c) = if t[open..].starts_with('<') {
+        ('<', '>')
+    } else {
+        ('[', ']')
+    };
+    if closing(args, o, c)? + 1 != args.len() {
+        return None;
+    }
+    let parts = split_top(&args[..args.len() - 1], ',');
+    let one = parts.len() == 1;
+    match head.rsplit(['.', ':']).next()? {
+        // Wrappers whose loops walk what they hold (`Box<[Foo]>`, `Arc<Vec<Foo>>`) and
+        // vectors whose parameter is the array they inline (`SmallVec<[Foo; 4]>`).
+        "Box" | "Rc" | "Arc" | "SmallVec" | "ArrayVec" | "TinyVec" if one => item_type(parts[0]),
+        "tuple" | "Tuple" if parts.len() == 2 && parts[1].trim() == "..." => item_name(parts[0]),
+        "Vec" | "VecDeque" | "LinkedList" | "HashSet" | "BTreeSet" | "IndexSet" | "BinaryHeap"
+        | "Array" | "ReadonlyArray" | "Set" | "ReadonlySet" | "Iterable" | "Iterator"
+        | "IterableIterator" | "AsyncIterable" | "list" | "List" | "Sequence"
+        | "MutableSequence" | "Collection" | "set" | "frozenset" | "FrozenSet" | "AbstractSet"
+        | "MutableSet" | "deque" | "Deque" | "ArrayList" | "TreeSet" | "LinkedHashSet"
+        | "SortedSet" | "NavigableSet" | "ArrayDeque" | "Queue"
+            if one =>
+        {
+            item_name(parts[0])
+        }
+        _ => None,
+    }
+}
+
+/// The named type an item type is, or `None` when the item is itself an array, a map, a
+/// function, a union or a tuple.
+fn item_name(t: &str) -> Option<String> {
+    let t = strip_refs(t);
+    if t.is_empty()
+        || t.starts_with(['[', '(', '{'])
+        || t.ends_with("[]")
+        || t.contains('|')
+        || t.starts_with("map[")
+        || t.starts_with("chan ")
+        || t.starts_with("func")
+        || t.starts_with("impl ")
+    {
+        return None;
+    }
+    Some(base_type_name(t)).filter(|n| !n.is_empty())
+}
+
+/// `t` without leading references and qualifiers: `&'a mut `, `*`, `readonly `, `const `.
+fn strip_refs(t: &str) -> &str {
+    let mut t = t.trim();
+    loop {
+        let before = t;
+        t = t.trim_start_matches(['&', '*']).trim_start();
+        if let Some(r) = t.strip_prefix('\'') {
+            t = r
+                .trim_start_matches(|c: char| c.is_alphanumeric() || c == '_')
+                .trim_start();
+        }
+        for p in ["mut ", "readonly ", "const "] {
+            if let Some(r) = t.strip_prefix(p) {
+                t = r.trim_start();
+            }
+        }
+        if t == before {
+            return t;
+        }
+    }
+}
+
+/// The byte offset in `s` of the `close` that closes an `open` already consumed before `s`.
+fn closing(s: &str, open: char, close: char) -> Option<usize> {
+    let mut depth = 1;
+    for (i, ch) in s.char_indices() {
+        if ch == open {
+            depth += 1;
+        } else if ch == close {
+            depth -= 1;
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+/// The collection a `for` loop walks when it is a name or a `self.x`/`this.x` field, written
+/// as the bindings key it (`&self.items`, `items.iter()`, `&mut xs`, `xs.into_iter()` →
+/// `self.items`, `items`, `xs`, `xs`), and whether the loop enumerates it
+/// (`xs.iter().enumerate()`, Python's `enumerate(xs)`): then an item is each pair's second.
+pub(crate) fn loop_item(iterable: &str) -> Option<(String, bool)> {
+    let t = compact(iterable);
+    let mut t = t.as_str();
+    let mut enumerated = false;
+    if let Some(r) = t.strip_suffix(".enumerate()") {
+        (t, enumerated) = (r, true);
+    } else if let Some(r) = t
+        .strip_prefix("enumerate(")
+        .and_then(|r| r.strip_suffix(')'))
+    {
+        (t, enumerated) = (r, true);
+    }
+    for suffix in [".iter()", ".iter_mut()", ".into_iter()"] {
+        if let Some(r) = t.strip_suffix(suffix) {
+            t = r;
+            break;
+        }
+    }
+    let t = t.trim_start_matches('&');
+    let t = t.strip_prefix("mut ").unwrap_or(t);
+    let ident = |s: &str| {
+        let s = s.strip_prefix('#').unwrap_or(s);
+        s.chars().next().is_some_and(|c| !c.is_ascii_digit())
+            && s.chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '$')
+    };
+    let ok = match t.split_once('.') {
+        Some((head, field)) => matches!(head, "self" | "this") && ident(field),
+        None => ident(t),
+    };
+    ok.then(|| (t.to_string(), enumerated))
+}
+
 /// Splits `s` at `sep` outside brackets (`<>`, `()`, `[]`, `{}`; the `>` of `=>` and `->`
 /// closes nothing), dropping blank parts: parameter lists at `,`, TS unions at `|`.
 pub(crate) fn split_top(s: &str, sep: char) -> Vec<&str> {
@@ -200,4 +343,73 @@ pub(crate) fn split_top(s: &str, sep: char) -> Vec<&str> {
 pub(crate) fn named_kids(node: Node) -> Vec<Node> {
     let mut c = node.walk();
     node.named_children(&mut c).collect()
+}
+
+#[cfg(test)]
+mod item_tests {
+    use super::{item_type, loop_item};
+
+    #[test]
+    fn item_types_of_sequences_and_sets() {
+        let cases = [
+            ("Vec<Server>", Some("Server")),
+            ("&'a mut Vec<crate::net::Server>", Some("Server")),
+            ("&[Server]", Some("Server")),
+            ("[Server; 4]", Some("Server")),
+            ("SmallVec<[Server; 4]>", Some("Server")),
+            ("Arc<Vec<Server>>", Some("Server")),
+            ("std::collections::BTreeSet<Key>", Some("Key")),
+            ("Box<Server>", None),
+            ("HashMap<String, Server>", None),
+            ("Option<Server>", None),
+            ("Vec<(Server, u32)>", None),
+            ("Vec<Vec<Server>>", Some("Vec")),
+            ("[]*Server", Some("Server")),
+            ("[4]pkg.Server", Some("Server")),
+            ("[][]Server", None),
+            ("map[string]*Server", None),
+            ("[]func()", None),
+            ("Observer[]", Some("Observer")),
+            ("readonly Observer<T>[]", Some("Observer")),
+            ("(Observer | Other)[]", None),
+            ("Observer[][]", None),
+            ("Array<Observer>", Some("Observer")),
+            ("ReadonlyArray<Observer | undefined>", None),
+            ("Map<string, Observer>", None),
+            ("list[Handler]", Some("Handler")),
+            ("typing.Sequence[logging.Handler]", Some("Handler")),
+            ("tuple[Handler, ...]", Some("Handler")),
+            ("tuple[Handler, Other]", None),
+            ("dict[str, Handler]", None),
+            ("List<Handler>", Some("Handler")),
+            ("Vec<Server", None),
+            ("Vec<Server>>", None),
+            ("", None),
+        ];
+        for (ty, want) in cases {
+            assert_eq!(item_type(ty).as_deref(), want, "{ty}");
+        }
+    }
+
+    #[test]
+    fn loop_collections_are_names_or_own_fields() {
+        let cases = [
+            ("servers", Some(("servers", false))),
+            ("&self.servers", Some(("self.servers", false))),
+            ("&mut xs", Some(("xs", false))),
+            ("self.servers.iter()", Some(("self.servers", false))),
+            ("xs.iter_mut().enumerate()", Some(("xs", true))),
+            ("enumerate(self.handlers)", Some(("self.handlers", true))),
+            ("this.#observers", Some(("this.#observers", false))),
+            ("a.b", None),
+            ("self.a.b", None),
+            ("servers()", None),
+            ("xs.iter().rev()", None),
+            ("0..n", None),
+        ];
+        for (text, want) in cases {
+            let got = loop_item(text);
+            assert_eq!(got.as_ref().map(|(c, e)| (c.as_str(), *e)), want, "{text}");
+        }
+    }
 }

@@ -105,6 +105,19 @@ pub struct Import {
 /// symbol of the same name.
 pub(crate) const LOCAL_FUNCTION: &str = "()";
 
+/// Prefix of a loop variable's stated "type" as a spec reports it: the item type of the
+/// collection named after it (`for h in self.handlers` → `[]self.handlers`), which the builder
+/// reads from the collection's own binding (see [`ITEM_SUFFIX`]) and never stores as such.
+pub(crate) const ITEM_OF: &str = "[]";
+
+/// Suffix of the binding that holds the item type of a collection whose type is stated
+/// (`handlers: list[Handler]` also binds `handlers[]` to `Handler`); no identifier ends so.
+pub(crate) const ITEM_SUFFIX: &str = "[]";
+
+/// The stated "type" that unbinds a name: a Go type switch's variable in a case of several
+/// types, or the default case, has none of the types another case stated.
+pub(crate) const UNBOUND: &str = "";
+
 /// Prefix of a stated "type" that is the return type of the named function
 /// (`x = make_parser()` → `@make_parser`), looked up when calls are resolved.
 pub const RETURNED_BY: &str = "@";

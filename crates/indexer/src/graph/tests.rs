@@ -891,3 +891,46 @@ fn a_field_a_base_class_states_types_the_subclasss_calls() {
         None
     );
 }
+
+#[test]
+fn loop_variables_take_the_item_type_their_collection_states() {
+    // Two types with the same methods: by name alone every call below is ambiguous.
+    let rust = "pub struct Server;\n\nimpl Server {\n    pub fn start(&self) {}\n}\n\npub struct Client;\n\nimpl Client {\n    pub fn start(&self) {}\n}\n\npub struct Pool {\n    servers: Vec<Server>,\n}\n\nimpl Pool {\n    pub fn start_all(&self) {\n        for s in &self.servers {\n            s.start();\n        }\n    }\n}\n\npub fn each(list: &[Server]) {\n    for (i, s) in list.iter().enumerate() {\n        s.start();\n    }\n}\n\npub fn clients() -> Vec<Client> {\n    Vec::new()\n}\n\npub fn shadowed(xs: Vec<Server>) {\n    let xs = clients();\n    for x in xs {\n        x.start();\n    }\n}\n\npub fn keyed(m: std::collections::HashMap<String, Server>) {\n    for s in m {\n        s.start();\n    }\n}\n";
+    let py = "from typing import Sequence\n\nclass Handler:\n    def flush(self):\n        pass\n\nclass Other:\n    def flush(self):\n        pass\n\nclass Logger:\n    def __init__(self):\n        self.handlers: list[Handler] = []\n\n    def flush_all(self):\n        for h in self.handlers:\n            h.flush()\n\n    def flushed(self):\n        return [h.flush() for h in self.handlers]\n\ndef close_all(hs: Sequence[Handler]):\n    for i, h in enumerate(hs):\n        h.flush()\n\ndef names(hs: dict[str, Handler]):\n    for h in hs:\n        h.flush()\n";
+    let ts = "export class Observer {\n  next(): number {\n    return 1;\n  }\n}\nexport class Other {\n  next(): number {\n    return 2;\n  }\n}\nexport class Subject {\n  observers: Observer[] = [];\n  emit() {\n    for (const o of this.observers) {\n      o.next();\n    }\n  }\n}\nexport function all(xs: Array<Observer>) {\n  for (const x of xs) {\n    x.next();\n  }\n}\nexport function keys(xs: Observer[]) {\n  for (const k in xs) {\n    k.next();\n  }\n}\n";
+    let go = "package srv\n\ntype Server struct{}\n\nfunc (s *Server) Start() {}\n\ntype Client struct{}\n\nfunc (c *Client) Start() {}\n\nfunc StartAll(servers []*Server) {\n\tfor _, s := range servers {\n\t\ts.Start()\n\t}\n}\n\nfunc Indexes(servers []*Server) {\n\tfor s := range servers {\n\t\ts.Start()\n\t}\n}\n\nfunc Dispatch(x any) {\n\tswitch v := x.(type) {\n\tcase *Server:\n\t\tv.Start()\n\t}\n}\n\nfunc Either(x any) {\n\tswitch v := x.(type) {\n\tcase *Server:\n\t\treturn\n\tcase *Client, *Server:\n\t\tv.Start()\n\tdefault:\n\t\tv.Start()\n\t}\n}\n";
+    let (es, _, fxs) = edges(&[
+        ("src/lib.rs", rust),
+        ("log.py", py),
+        ("src/subject.ts", ts),
+        ("srv/srv.go", go),
+    ]);
+    let calls = |file: usize, from: &str, to: &str| {
+        call_edge(&es, chunk_of(&fxs, file, from), chunk_of(&fxs, file, to))
+    };
+    assert_eq!(calls(0, "Pool#start_all", "Server#start"), Some(true));
+    assert_eq!(calls(0, "each", "Server#start"), Some(true));
+    assert_eq!(calls(0, "each", "Client#start"), None);
+    // A name bound anew (`let xs = clients()`) no longer holds the old items; a map's loop
+    // yields pairs.
+    assert_eq!(calls(0, "shadowed", "Server#start"), None);
+    assert_eq!(calls(0, "keyed", "Server#start"), None);
+    assert_eq!(calls(1, "Logger#flush_all", "Handler#flush"), Some(true));
+    assert_eq!(calls(1, "Logger#flushed", "Handler#flush"), Some(true));
+    assert_eq!(calls(1, "close_all", "Handler#flush"), Some(true));
+    assert_eq!(calls(1, "close_all", "Other#flush"), None);
+    assert_eq!(calls(1, "names", "Handler#flush"), None);
+    assert_eq!(calls(2, "Subject#emit", "Observer#next"), Some(true));
+    assert_eq!(calls(2, "all", "Observer#next"), Some(true));
+    assert_eq!(calls(2, "all", "Other#next"), None);
+    // `for … in` walks keys.
+    assert_eq!(calls(2, "keys", "Observer#next"), None);
+    assert_eq!(calls(3, "StartAll", "Server#Start"), Some(true));
+    assert_eq!(calls(3, "StartAll", "Client#Start"), None);
+    // One range variable is the index.
+    assert_eq!(calls(3, "Indexes", "Server#Start"), None);
+    assert_eq!(calls(3, "Dispatch", "Server#Start"), Some(true));
+    // A case of several types, and the default, bind none of them.
+    assert_eq!(calls(3, "Either", "Server#Start"), None);
+    assert_eq!(calls(3, "Either", "Client#Start"), None);
+}
