@@ -23,6 +23,32 @@ fn callback_params(f: Node, src: &str, out: &mut Vec<(String, String)>) {
         return;
     };
     let Some(call) = args.parent() else { return };
+    let params: Vec<Node> = match f.child_by_field_name("parameters") {
+        Some(ps) => named_kids(ps),
+        None => f.child_by_field_name("parameter").into_iter().collect(),
+    };
+    // `this.observers.forEach((o) => o.next())`: an array method's callback gets the items.
+    let method = (call.kind_str() == "call_expression")
+        .then(|| call.child_by_field_name("function"))
+        .flatten()
+        .filter(|c| c.kind_str() == "member_expression");
+    if let Some(m) = method
+        .filter(|m| field_text(*m, "property", src).is_some_and(|p| ITEM_CALLBACKS.contains(&p)))
+    {
+        let first_arg = named_kids(args).first().is_some_and(|a| a.id() == f.id());
+        let collection = field_text(m, "object", src).and_then(loop_item);
+        if let (true, Some((collection, false)), Some(id)) = (
+            first_arg,
+            collection,
+            params.first().copied().and_then(untyped),
+        ) {
+            out.push((
+                node_text(id, src).to_string(),
+                format!("{ITEM_OF}{collection}"),
+            ));
+        }
+        return;
+    }
     let callee = match call.kind_str() {
         "call_expression" => call
             .child_by_field_name("function")
@@ -38,22 +64,8 @@ fn callback_params(f: Node, src: &str, out: &mut Vec<(String, String)>) {
     let Some(arg) = named_kids(args).iter().position(|a| a.id() == f.id()) else {
         return;
     };
-    let params: Vec<Node> = match f.child_by_field_name("parameters") {
-        Some(ps) => named_kids(ps),
-        None => f.child_by_field_name("parameter").into_iter().collect(),
-    };
     for (j, p) in params.iter().enumerate() {
-        let id = match p.kind_str() {
-            "identifier" => Some(*p),
-            "required_parameter" | "optional_parameter"
-                if p.child_by_field_name("type").is_none() =>
-            {
-                p.child_by_field_name("pattern")
-                    .filter(|x| x.kind_str() == "identifier")
-            }
-            _ => None,
-        };
-        if let Some(id) = id {
+        if let Some(id) = untyped(*p) {
             out.push((
                 node_text(id, src).to_string(),
                 format!("{CALLBACK_PARAM}{callee}/{arg}/{j}"),
@@ -61,6 +73,31 @@ fn callback_params(f: Node, src: &str, out: &mut Vec<(String, String)>) {
         }
     }
 }
+
+/// A parameter's name when its type is not stated.
+fn untyped(p: Node) -> Option<Node> {
+    match p.kind_str() {
+        "identifier" => Some(p),
+        "required_parameter" | "optional_parameter" if p.child_by_field_name("type").is_none() => p
+            .child_by_field_name("pattern")
+            .filter(|x| x.kind_str() == "identifier"),
+        _ => None,
+    }
+}
+
+/// Array (and `Set`) methods whose callback's first parameter is an item.
+const ITEM_CALLBACKS: &[&str] = &[
+    "forEach",
+    "map",
+    "flatMap",
+    "filter",
+    "find",
+    "findLast",
+    "findIndex",
+    "findLastIndex",
+    "some",
+    "every",
+];
 
 /// A type annotation's class names: `Foo<T>` → `Foo`; a union `A<T> | B | undefined` →
 /// `A|B` (the resolver tries each).
