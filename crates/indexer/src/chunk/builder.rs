@@ -602,12 +602,21 @@ impl<'s> Builder<'s> {
         let mut found: Vec<(String, Option<String>)> = Vec::new();
         let mut bound: Vec<(String, String)> = Vec::new();
         let mut module: HashMap<String, String> = HashMap::default();
+        let mut scoped: Vec<Scoped> = Vec::new();
         let kinds = WalkKinds::of(&root.language(), self.spec.walk_kinds());
         let mut cursor = root.walk();
         // Stack of the innermost symbol chunk per depth.
         let mut current: Vec<Option<usize>> = vec![None];
         loop {
             let node = cursor.node();
+            // Leaving a loop, a callback or a case: its variables' bindings end there.
+            while let Some(s) = scoped.last().filter(|s| s.end <= node.start_byte()) {
+                match s.old.clone() {
+                    Some(old) => bindings.insert(s.key.clone(), old),
+                    None => bindings.remove(&s.key),
+                };
+                scoped.pop();
+            }
             let mut cur = *current.last().unwrap_or(&None);
             if let Some(&i) = self.node_chunk.get(&node.id()) {
                 cur = Some(i);
@@ -620,7 +629,14 @@ impl<'s> Builder<'s> {
             let wanted = kinds.wants(node) && node.is_named();
             let descend = !(wanted && self.spec.import(node, src, &mut imports));
             if descend && wanted {
-                self.record_bindings(node, cur, &mut bindings, &mut bound, &mut module);
+                self.record_bindings(
+                    node,
+                    cur,
+                    &mut bindings,
+                    &mut bound,
+                    &mut module,
+                    &mut scoped,
+                );
                 if let Some(from) = cur {
                     self.record_calls(node, from, &bindings, &mut found, &mut calls);
                 }
@@ -671,6 +687,7 @@ impl<'s> Builder<'s> {
         bindings: &mut HashMap<(usize, String), String>,
         bound: &mut Vec<(String, String)>,
         module: &mut HashMap<String, String>,
+        scoped: &mut Vec<Scoped>,
     ) {
         bound.clear();
         self.spec.bindings(node, self.src, bound);
@@ -678,6 +695,10 @@ impl<'s> Builder<'s> {
         // callback that no symbol chunk holds (`describe(() => { const c = new Mock() })`).
         let exported = cur.is_none() && !bound.is_empty() && !inside_function(node);
         for (name, mut ty) in bound.drain(..) {
+            // A loop's (or an item callback's) variable, and a type switch case's, live in
+            // `node` only: what the name held before comes back after it.
+            let block =
+                ty.starts_with(ITEM_OF) || matches!(node.kind_str(), "type_case" | "default_case");
             if let Some(collection) = ty.strip_prefix(ITEM_OF) {
                 // A loop variable: the item type the collection's own binding states, read
                 // where the loop is. When none is stated the variable keeps what it held, as
@@ -709,6 +730,17 @@ impl<'s> Builder<'s> {
                 Some(from) if is_member_path(&name) => self.owner_scope(from),
                 Some(from) => from,
             };
+            if block {
+                for key in [name.clone(), format!("{name}{ITEM_SUFFIX}")] {
+                    let key = (scope, key);
+                    let old = bindings.get(&key).cloned();
+                    scoped.push(Scoped {
+                        end: node.end_byte(),
+                        key,
+                        old,
+                    });
+                }
+            }
             if ty == UNBOUND {
                 bindings.remove(&(scope, name));
                 continue;
@@ -731,7 +763,11 @@ impl<'s> Builder<'s> {
                 );
             // A name bound anew holds no item type until its statement states one (the spec
             // reports `name[]` after `name`).
-            let items = (!name.ends_with(ITEM_SUFFIX)).then(|| format!("{name}{ITEM_SUFFIX}"));
+            // A field assigned what a function returns keeps the items its declaration states
+            // (as it keeps the stated type, above).
+            let field_result = is_member_path(&name) && ty.starts_with(RETURNED_BY);
+            let items = (!name.ends_with(ITEM_SUFFIX) && !field_result)
+                .then(|| format!("{name}{ITEM_SUFFIX}"));
             let replaced = match bindings.entry((scope, name)) {
                 Entry::Occupied(mut e) => {
                     let kept = e.get();
@@ -907,6 +943,14 @@ impl<'s> Builder<'s> {
             had_parse_errors: errors,
         }
     }
+}
+
+/// A binding that ends with the node that made it (a loop's variable): at `end` (a byte
+/// offset) the key gets `old` back, or loses its binding.
+struct Scoped {
+    end: usize,
+    key: (usize, String),
+    old: Option<String>,
 }
 
 /// The scope key of module-level bindings.

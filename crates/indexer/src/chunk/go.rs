@@ -56,7 +56,7 @@ impl Spec for GoSpec {
             "var_spec",
             "short_var_declaration",
             "call_expression",
-            "range_clause",
+            "for_statement",
             "type_case",
             "default_case",
         ])
@@ -168,12 +168,19 @@ impl Spec for GoSpec {
                     }
                 }
             }
-            "range_clause" => {
+            "for_statement" => {
                 // `for _, s := range servers`: the second variable is an item (the first
-                // an index).
+                // an index), for the loop (its body is beside the range clause).
+                let mut c = node.walk();
+                let Some(range) = node
+                    .named_children(&mut c)
+                    .find(|n| n.kind_str() == "range_clause")
+                else {
+                    return;
+                };
                 let (Some(l), Some(r)) = (
-                    node.child_by_field_name("left"),
-                    node.child_by_field_name("right"),
+                    range.child_by_field_name("left"),
+                    range.child_by_field_name("right"),
                 ) else {
                     return;
                 };

@@ -4,7 +4,7 @@ use tree_sitter::Node;
 
 use super::syntax::KindStr;
 use super::types::{compact_all, compact_pairs};
-use super::types::{ITEM_OF, ITEM_SUFFIX, LOCAL_FUNCTION, MODULE_ALIAS, RETURNED_BY};
+use super::types::{ITEM_OF, ITEM_SUFFIX, LOCAL_FUNCTION, MODULE_ALIAS, RETURNED_BY, UNBOUND};
 use super::{
     base_type_name, compact, field_text, item_type, loop_item, node_text, ChunkKind, Class, Def,
     Import, Spec,
@@ -248,9 +248,17 @@ impl Spec for PythonSpec {
                         out.push((left.clone(), format!("{RETURNED_BY}{n}")));
                     }
                 }
-                // `self.handlers: list[Handler] = []`: what a loop over it binds.
-                if let Some(item) = stated.and_then(item_type).filter(|t| is_class_name(t)) {
-                    out.push((format!("{left}{ITEM_SUFFIX}"), item));
+                // `self.handlers: list[Handler] = []`: what a loop over it binds. A local
+                // assigned anything else holds none of the items an older value stated (a
+                // field keeps its declaration's).
+                let item = stated.and_then(item_type).filter(|t| is_class_name(t));
+                let local = !left.contains('.');
+                match item {
+                    Some(item) => out.push((format!("{left}{ITEM_SUFFIX}"), item)),
+                    None if local => {
+                        out.push((format!("{left}{ITEM_SUFFIX}"), UNBOUND.to_string()));
+                    }
+                    None => {}
                 }
             }
             "typed_parameter" | "typed_default_parameter" => {

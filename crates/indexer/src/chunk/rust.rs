@@ -5,10 +5,10 @@ use tree_sitter::Node;
 
 use super::syntax::KindStr;
 use super::types::{compact_all, compact_pairs};
-use super::types::{ITEM_OF, ITEM_SUFFIX, LOCAL_FUNCTION, RETURNED_BY};
+use super::types::{ITEM_OF, ITEM_SUFFIX, LOCAL_FUNCTION, RETURNED_BY, UNBOUND};
 use super::{
-    base_type_name, compact, field_text, item_type, loop_item, node_text, ChunkKind, Class, Def,
-    Import, Spec,
+    base_type_name, compact, field_text, item_type, loop_item, named_kids, node_text, ChunkKind,
+    Class, Def, Import, Spec,
 };
 
 pub(crate) struct RustSpec;
@@ -25,6 +25,7 @@ impl Spec for RustSpec {
             "let_declaration",
             "parameter",
             "for_expression",
+            "closure_expression",
         ])
     }
 
@@ -195,6 +196,44 @@ impl Spec for RustSpec {
             }
             return;
         }
+        if node.kind_str() == "closure_expression" {
+            // `self.servers.iter().map(|s| s.start())`: an iterator adapter's closure gets
+            // the items (its first parameter, or the second of an enumerated pair).
+            let Some(args) = node.parent().filter(|a| a.kind_str() == "arguments") else {
+                return;
+            };
+            let first_arg = named_kids(args)
+                .first()
+                .is_some_and(|a| a.id() == node.id());
+            let Some(f) = args
+                .parent()
+                .filter(|c| c.kind_str() == "call_expression")
+                .and_then(|c| c.child_by_field_name("function"))
+                .filter(|f| f.kind_str() == "field_expression")
+            else {
+                return;
+            };
+            let adapter = field_text(f, "field", src).is_some_and(|m| ITEM_ADAPTERS.contains(&m));
+            let collection = field_text(f, "value", src).and_then(loop_item);
+            let param = node
+                .child_by_field_name("parameters")
+                .and_then(|ps| named_kids(ps).first().copied());
+            if let (true, true, Some((collection, enumerated)), Some(p)) =
+                (first_arg, adapter, collection, param)
+            {
+                let p = if enumerated {
+                    (p.kind_str() == "tuple_pattern" && p.named_child_count() == 2)
+                        .then(|| p.named_child(1))
+                        .flatten()
+                } else {
+                    Some(p)
+                };
+                if let Some(var) = p.and_then(|p| pattern_name(p, src)) {
+                    out.push((var.to_string(), format!("{ITEM_OF}{collection}")));
+                }
+            }
+            return;
+        }
         if node.kind_str() == "for_expression" {
             // `for x in &self.items`, `for (i, x) in xs.iter().enumerate()`: the item type.
             let (Some(pat), Some(value)) = (
@@ -262,9 +301,35 @@ impl Spec for RustSpec {
         }
         if let Some(item) = item {
             out.push((format!("{name}{ITEM_SUFFIX}"), item));
+        } else if node.kind_str() == "let_declaration" {
+            // A `let` is a new variable: it holds none of the items an older one stated
+            // (`let xs = &self.list;` after `xs: Vec<Server>`).
+            out.push((format!("{name}{ITEM_SUFFIX}"), UNBOUND.to_string()));
         }
     }
 }
+
+/// Iterator adapters whose closure's first parameter is an item (or a reference to one).
+const ITEM_ADAPTERS: &[&str] = &[
+    "for_each",
+    "try_for_each",
+    "map",
+    "filter",
+    "filter_map",
+    "flat_map",
+    "find",
+    "find_map",
+    "any",
+    "all",
+    "position",
+    "inspect",
+    "take_while",
+    "skip_while",
+    "map_while",
+    "max_by_key",
+    "min_by_key",
+    "partition",
+];
 
 /// A type name a Rust binding may hold: capitalised, and not `Self` (whose meaning is the
 /// impl's, not the trait's).

@@ -186,6 +186,10 @@ pub(crate) fn item_type(s: &str) -> Option<String> {
         let close = closing(rest, '[', ']')?;
         let (inside, after) = (&rest[..close], rest[close + 1..].trim());
         return if after.is_empty() {
+            // Rust `[Foo]`, `[Foo; 4]`; not a TypeScript tuple `[A, B]`.
+            if split_top(inside, ',').len() > 1 {
+                return None;
+            }
             item_name(split_top(inside, ';').first()?)
         } else {
             item_name(after)
@@ -230,6 +234,7 @@ fn item_name(t: &str) -> Option<String> {
         || t.starts_with(['[', '(', '{'])
         || t.ends_with("[]")
         || t.contains('|')
+        || split_top(t, ',').len() > 1
         || t.starts_with("map[")
         || t.starts_with("chan ")
         || t.starts_with("func")
@@ -370,6 +375,8 @@ mod item_tests {
             ("map[string]*Server", None),
             ("[]func()", None),
             ("Observer[]", Some("Observer")),
+            ("[Listener, Editor]", None),
+            ("[Listener]", Some("Listener")),
             ("readonly Observer<T>[]", Some("Observer")),
             ("(Observer | Other)[]", None),
             ("Observer[][]", None),

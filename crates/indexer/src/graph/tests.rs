@@ -895,7 +895,7 @@ fn a_field_a_base_class_states_types_the_subclasss_calls() {
 #[test]
 fn loop_variables_take_the_item_type_their_collection_states() {
     // Two types with the same methods: by name alone every call below is ambiguous.
-    let rust = "pub struct Server;\n\nimpl Server {\n    pub fn start(&self) {}\n}\n\npub struct Client;\n\nimpl Client {\n    pub fn start(&self) {}\n}\n\npub struct Pool {\n    servers: Vec<Server>,\n}\n\nimpl Pool {\n    pub fn start_all(&self) {\n        for s in &self.servers {\n            s.start();\n        }\n    }\n}\n\npub fn each(list: &[Server]) {\n    for (i, s) in list.iter().enumerate() {\n        s.start();\n    }\n}\n\npub fn clients() -> Vec<Client> {\n    Vec::new()\n}\n\npub fn shadowed(xs: Vec<Server>) {\n    let xs = clients();\n    for x in xs {\n        x.start();\n    }\n}\n\npub fn keyed(m: std::collections::HashMap<String, Server>) {\n    for s in m {\n        s.start();\n    }\n}\n";
+    let rust = "pub struct Server;\n\nimpl Server {\n    pub fn start(&self) {}\n}\n\npub struct Client;\n\nimpl Client {\n    pub fn start(&self) {}\n}\n\npub struct Pool {\n    servers: Vec<Server>,\n}\n\nimpl Pool {\n    pub fn start_all(&self) {\n        for s in &self.servers {\n            s.start();\n        }\n    }\n    pub fn each_start(&self) {\n        self.servers.iter().enumerate().for_each(|(i, s)| s.start());\n    }\n    pub fn folded(&self) -> usize {\n        self.servers.iter().fold(0, |n, s| {\n            s.start();\n            n\n        })\n    }\n}\n\npub fn each(list: &[Server]) {\n    for (i, s) in list.iter().enumerate() {\n        s.start();\n    }\n}\n\npub fn clients() -> Vec<Client> {\n    Vec::new()\n}\n\npub fn shadowed(xs: Vec<Server>) {\n    let xs = clients();\n    for x in xs {\n        x.start();\n    }\n}\n\npub fn after(c: &Client, servers: &[Server]) {\n    for c in servers {\n        c.start();\n    }\n    c.start();\n}\n\npub fn rebound(xs: Vec<Server>, ys: Vec<Client>) {\n    let xs = &ys;\n    for x in xs {\n        x.start();\n    }\n}\n\npub fn keyed(m: std::collections::HashMap<String, Server>) {\n    for s in m {\n        s.start();\n    }\n}\n";
     let py = "from typing import Sequence\n\nclass Handler:\n    def flush(self):\n        pass\n\nclass Other:\n    def flush(self):\n        pass\n\nclass Logger:\n    def __init__(self):\n        self.handlers: list[Handler] = []\n\n    def flush_all(self):\n        for h in self.handlers:\n            h.flush()\n\n    def flushed(self):\n        return [h.flush() for h in self.handlers]\n\ndef close_all(hs: Sequence[Handler]):\n    for i, h in enumerate(hs):\n        h.flush()\n\ndef names(hs: dict[str, Handler]):\n    for h in hs:\n        h.flush()\n";
     let ts = "export class Observer {\n  next(): number {\n    return 1;\n  }\n}\nexport class Other {\n  next(): number {\n    return 2;\n  }\n}\nexport class Subject {\n  observers: Observer[] = [];\n  emit() {\n    for (const o of this.observers) {\n      o.next();\n    }\n  }\n  ping() {\n    this.observers.forEach((o) => o.next());\n  }\n  pong() {\n    this.observers.reduce((acc, o) => o.next(), 0);\n  }\n}\nexport function all(xs: Array<Observer>) {\n  for (const x of xs) {\n    x.next();\n  }\n}\nexport function keys(xs: Observer[]) {\n  for (const k in xs) {\n    k.next();\n  }\n}\n";
     let go = "package srv\n\ntype Server struct{}\n\nfunc (s *Server) Start() {}\n\ntype Client struct{}\n\nfunc (c *Client) Start() {}\n\nfunc StartAll(servers []*Server) {\n\tfor _, s := range servers {\n\t\ts.Start()\n\t}\n}\n\nfunc Indexes(servers []*Server) {\n\tfor s := range servers {\n\t\ts.Start()\n\t}\n}\n\nfunc Dispatch(x any) {\n\tswitch v := x.(type) {\n\tcase *Server:\n\t\tv.Start()\n\t}\n}\n\nfunc Either(x any) {\n\tswitch v := x.(type) {\n\tcase *Server:\n\t\treturn\n\tcase *Client, *Server:\n\t\tv.Start()\n\tdefault:\n\t\tv.Start()\n\t}\n}\n";
@@ -909,12 +909,19 @@ fn loop_variables_take_the_item_type_their_collection_states() {
         call_edge(&es, chunk_of(&fxs, file, from), chunk_of(&fxs, file, to))
     };
     assert_eq!(calls(0, "Pool#start_all", "Server#start"), Some(true));
+    // An iterator adapter's closure gets the items; `fold`'s first parameter is not one.
+    assert_eq!(calls(0, "Pool#each_start", "Server#start"), Some(true));
+    assert_eq!(calls(0, "Pool#folded", "Server#start"), None);
     assert_eq!(calls(0, "each", "Server#start"), Some(true));
     assert_eq!(calls(0, "each", "Client#start"), None);
     // A name bound anew (`let xs = clients()`) no longer holds the old items; a map's loop
     // yields pairs.
     assert_eq!(calls(0, "shadowed", "Server#start"), None);
     assert_eq!(calls(0, "keyed", "Server#start"), None);
+    assert_eq!(calls(0, "rebound", "Server#start"), None);
+    // A loop's variable ends with the loop: the parameter it shadowed is back after it.
+    assert_eq!(calls(0, "after", "Server#start"), Some(true));
+    assert_eq!(calls(0, "after", "Client#start"), Some(true));
     assert_eq!(calls(1, "Logger#flush_all", "Handler#flush"), Some(true));
     assert_eq!(calls(1, "Logger#flushed", "Handler#flush"), Some(true));
     assert_eq!(calls(1, "close_all", "Handler#flush"), Some(true));
