@@ -14,7 +14,7 @@ use code::view::{CodeView, NodeRef};
 use code::SearchOptions;
 use format::records::EdgeKind;
 use indexer::build::{build, BuildOptions, BuildReport, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET};
-use indexer::merge::{merge, MergePolicy, SEGMENTS_PER_TIER};
+use indexer::merge::{merge, planned_stats, stats_of, MergePolicy, SEGMENTS_PER_TIER};
 use indexer::progress::Progress;
 use indexer::IndexerError;
 
@@ -260,6 +260,11 @@ fn merging_cut_segments_gives_one_that_answers_like_a_fresh_build() {
     let before = build_with(&repo, &cut, MIN_MEMORY_BUDGET);
     assert_eq!(before.files_deleted, 1);
     let generation = format::IndexManifest::read(&cut).unwrap().generation;
+    // The merge after a build plans from the metadata alone (`merge_due`): the same stats as
+    // the opened index gives, tombstones included.
+    let opened = stats_of(&format::Index::open(&cut).unwrap());
+    assert!(opened.iter().any(|s| s.live < s.total), "{opened:?}");
+    assert_eq!(planned_stats(&cut).unwrap(), opened);
     let policy = MergePolicy {
         budget: DEFAULT_MEMORY_BUDGET,
         max_segments: Some(1),

@@ -134,10 +134,12 @@ fn map(path: &Path) -> Result<Mmap> {
 }
 
 impl Segment {
-    /// Opens `index_dir/seg-<id>` and validates it (see the module docs for the order of checks).
-    pub fn open(index_dir: &Path, id: &str, model_id: &str, dim: u32) -> Result<Segment> {
-        let dir = index_dir.join(dir_name(id));
-        let meta_path = dir.join(SEGMENT_JSON);
+    /// Reads `index_dir/seg-<id>/segment.json` alone: the first checks of [`Segment::open`]
+    /// (its content is the id, it parses, its format version is one this build reads), without
+    /// mapping or validating any component. For plans that need only the counts and file
+    /// sizes (the merge after a build), so that they do not map a whole index.
+    pub fn read_meta(index_dir: &Path, id: &str) -> Result<SegmentMeta> {
+        let meta_path = index_dir.join(dir_name(id)).join(SEGMENT_JSON);
         let json = std::fs::read(&meta_path).map_err(io_err(&meta_path))?;
         if segment_id(&json) != id {
             return Err(corrupt(&meta_path, "content does not match the segment id"));
@@ -151,6 +153,14 @@ impl Segment {
                 expected: FORMAT_VERSION,
             });
         }
+        Ok(meta)
+    }
+
+    /// Opens `index_dir/seg-<id>` and validates it (see the module docs for the order of checks).
+    pub fn open(index_dir: &Path, id: &str, model_id: &str, dim: u32) -> Result<Segment> {
+        let dir = index_dir.join(dir_name(id));
+        let meta_path = dir.join(SEGMENT_JSON);
+        let meta = Segment::read_meta(index_dir, id)?;
         if meta.model_id != model_id || meta.dim != dim {
             return Err(FormatError::Mismatch {
                 path: meta_path,

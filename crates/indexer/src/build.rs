@@ -167,13 +167,17 @@ pub fn build(
         drop_texts(&mut f.extract);
         f.shed = None;
     }
-    let resolved = resolve_all(&files, &mut report);
-    // Resolved: nothing reads the calls or the declarations again, nor the imports of files
-    // that are not written (a written file's record lists its imports). Freed before the
-    // segments are built, the largest part of what the whole tree held (on this machine's
-    // cargo registry, 884,347 chunks: 1.6M calls, 141 MB).
+    // Each file's calls go to resolution, which frees them file by file.
+    let calls = files
+        .iter_mut()
+        .map(|f| std::mem::take(&mut f.extract.calls))
+        .collect();
+    let resolved = resolve_all(&files, calls, &mut report);
+    // Resolved (the calls, the largest part of what the whole tree held, 1.6M calls and
+    // 141 MB on this machine's cargo registry, were freed by it): nothing reads the
+    // declarations again, nor the imports of files that are not written (a written file's
+    // record lists its imports). Freed before the segments are built.
     for (f, changed) in files.iter_mut().zip(&plan.changed) {
-        f.extract.calls = Vec::new();
         f.extract.module_bindings = Vec::new();
         f.extract.member_bindings = Vec::new();
         f.decls = graph::Declarations::default();
@@ -386,7 +390,15 @@ fn record_write(
 fn merge_after(opts: &BuildOptions, report: &mut BuildReport, progress: &Progress) {
     let t = Instant::now();
     let policy = crate::merge::MergePolicy::after_build(opts.memory_budget);
-    match crate::merge::merge(&opts.out, &policy, progress) {
+    // Planned from the metadata first: the index is opened (and mapped) only to merge.
+    let due = crate::merge::merge_due(&opts.out, &policy);
+    match due.and_then(|due| {
+        if due {
+            crate::merge::merge(&opts.out, &policy, progress)
+        } else {
+            Ok(crate::merge::MergeReport::default())
+        }
+    }) {
         Ok(m) if !m.merges.is_empty() => {
             report.generation = m.generation;
             report.notes.push(format!(
@@ -749,7 +761,11 @@ struct SegmentGraph {
 }
 
 /// Resolves the graph over all parsed files (so changed files link to unchanged ones).
-fn resolve_all(files: &[Parsed], report: &mut BuildReport) -> Vec<graph::ResolvedEdge> {
+fn resolve_all(
+    files: &[Parsed],
+    calls: Vec<Vec<crate::chunk::Call>>,
+    report: &mut BuildReport,
+) -> Vec<graph::ResolvedEdge> {
     let t = Instant::now();
     let facts: Vec<FileFacts> = files
         .iter()
@@ -760,7 +776,7 @@ fn resolve_all(files: &[Parsed], report: &mut BuildReport) -> Vec<graph::Resolve
             decls: &f.decls,
         })
         .collect();
-    let resolved = graph::resolve(&facts);
+    let resolved = graph::resolve_owning_calls(&facts, calls);
     report.timings.push(("graph", t.elapsed()));
     resolved
 }

@@ -40,7 +40,9 @@ pub use types::{EdgeKind, FileFacts, NodeRef, ResolvedEdge};
 use calls::{resolve_call, CallCtx, Confidence, Scope};
 use index::Index;
 
-use crate::chunk::{Language, MODULE_ALIAS};
+use std::borrow::Cow;
+
+use crate::chunk::{Call, Language, MODULE_ALIAS};
 use rayon::prelude::*;
 
 /// Whether `path` is the file of a module named `name` (`b.rs`, `b/mod.rs`, `b.py`,
@@ -57,6 +59,24 @@ fn is_module_file(path: &str, name: &str) -> bool {
 
 /// Resolves CONTAINS, IMPORTS and CALLS edges across `files`. Output is sorted and deduplicated.
 pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
+    let calls = files
+        .iter()
+        .map(|f| Cow::Borrowed(&f.extract.calls[..]))
+        .collect();
+    resolve_with(files, calls)
+}
+
+/// [`resolve`] with each file's calls handed over instead of read from its facts (`calls[i]`
+/// are file `i`'s; its `extract.calls` are not read): each file's list is freed as soon as
+/// that file is resolved, so a build does not hold all the calls of the tree beside the
+/// lookup tables and the edges growing from them (on the cargo registry, 1.6M calls,
+/// 141 MB). The same edges as [`resolve`] over the same calls.
+pub fn resolve_owning_calls(files: &[FileFacts], calls: Vec<Vec<Call>>) -> Vec<ResolvedEdge> {
+    resolve_with(files, calls.into_iter().map(Cow::Owned).collect())
+}
+
+fn resolve_with(files: &[FileFacts], calls: Vec<Cow<'_, [Call]>>) -> Vec<ResolvedEdge> {
+    assert_eq!(calls.len(), files.len(), "one call list per file");
     let idx = Index::build(files);
     let mut edges: Vec<ResolvedEdge> = Vec::new();
 
@@ -106,13 +126,17 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
         scopes.push(sc);
     }
 
-    // CALLS.
-    let calls: Vec<Vec<ResolvedEdge>> = (files.par_iter().enumerate())
-        .map(|(fi, f)| file_calls(&idx, files, &scopes, fi, f))
+    // CALLS. Each file's call list is dropped once resolved (when owned).
+    let calls: Vec<Vec<ResolvedEdge>> = (calls.into_par_iter().enumerate())
+        .map(|(fi, calls)| file_calls(&idx, files, &scopes, fi, &calls))
         .collect();
+    // Sized once (growing by doubling while 800k edges of 56 bytes came in left up to twice
+    // that reserved), and sorted in place: equal edges are equal in every field, so an
+    // unstable sort gives the same order as a stable one.
+    edges.reserve_exact(calls.iter().map(Vec::len).sum());
     edges.extend(calls.into_iter().flatten());
 
-    edges.sort();
+    edges.sort_unstable();
     edges.dedup_by(|later, kept| {
         let same = later.kind == kept.kind && later.src == kept.src && later.dst == kept.dst;
         if same {
@@ -202,11 +226,11 @@ fn file_calls<'a>(
     files: &[FileFacts<'a>],
     scopes: &[Scope<'a>],
     fi: usize,
-    f: &FileFacts<'a>,
+    calls: &[Call],
 ) -> Vec<ResolvedEdge> {
     let mut edges = Vec::new();
-    let chunks = &f.extract.chunks;
-    for call in &f.extract.calls {
+    let chunks = &files[fi].extract.chunks;
+    for call in calls {
         if call.from >= chunks.len() || call.callee.is_empty() {
             continue;
         }
