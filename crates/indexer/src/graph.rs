@@ -71,6 +71,9 @@ pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
 /// that file is resolved, so a build does not hold all the calls of the tree beside the
 /// lookup tables and the edges growing from them (on the cargo registry, 1.6M calls,
 /// 141 MB). The same edges as [`resolve`] over the same calls.
+///
+/// # Panics
+/// If `calls` does not hold one list per file (a caller's bug, not bad input).
 pub fn resolve_owning_calls(files: &[FileFacts], calls: Vec<Vec<Call>>) -> Vec<ResolvedEdge> {
     resolve_with(files, calls.into_iter().map(Cow::Owned).collect())
 }
