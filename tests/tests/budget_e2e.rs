@@ -260,7 +260,7 @@ fn merging_cut_segments_gives_one_that_answers_like_a_fresh_build() {
     let before = build_with(&repo, &cut, MIN_MEMORY_BUDGET);
     assert_eq!(before.files_deleted, 1);
     let generation = format::IndexManifest::read(&cut).unwrap().generation;
-    // The merge after a build plans from the metadata alone (`merge_due`): the same stats as
+    // The merge after a build plans from the metadata alone (`planned_stats`): the same stats as
     // the opened index gives, tombstones included.
     let opened = stats_of(&format::Index::open(&cut).unwrap());
     assert!(opened.iter().any(|s| s.live < s.total), "{opened:?}");

@@ -391,26 +391,35 @@ fn merge_after(opts: &BuildOptions, report: &mut BuildReport, progress: &Progres
     let t = Instant::now();
     let policy = crate::merge::MergePolicy::after_build(opts.memory_budget);
     // Planned from the metadata first: the index is opened (and mapped) only to merge.
-    let due = crate::merge::merge_due(&opts.out, &policy);
-    match due.and_then(|due| {
-        if due {
+    let planned = crate::merge::planned_stats(&opts.out);
+    match planned.and_then(|stats| {
+        if crate::merge::plan(&stats, &policy).is_some() {
             crate::merge::merge(&opts.out, &policy, progress)
         } else {
-            Ok(crate::merge::MergeReport::default())
+            Ok(crate::merge::MergeReport {
+                held_back: crate::merge::held_back(&stats, &policy),
+                ..Default::default()
+            })
         }
     }) {
-        Ok(m) if !m.merges.is_empty() => {
-            report.generation = m.generation;
-            report.notes.push(format!(
-                "merged {} code segments into {} ({} before, {} after)",
-                m.merges.iter().map(|d| d.from.len()).sum::<usize>(),
-                m.merges.len(),
-                m.segments_before,
-                m.segments_after
-            ));
-            report.timings.push(("merge", t.elapsed()));
+        Ok(m) => {
+            if let Some(h) = &m.held_back {
+                report
+                    .notes
+                    .push(format!("not merged: {}", h.describe(&policy)));
+            }
+            if !m.merges.is_empty() {
+                report.generation = m.generation;
+                report.notes.push(format!(
+                    "merged {} code segments into {} ({} before, {} after)",
+                    m.merges.iter().map(|d| d.from.len()).sum::<usize>(),
+                    m.merges.len(),
+                    m.segments_before,
+                    m.segments_after
+                ));
+                report.timings.push(("merge", t.elapsed()));
+            }
         }
-        Ok(_) => {}
         Err(e) => report.notes.push(format!(
             "the merge after the build did not run ({e}); the build is committed, `indexer \
              merge` retries"

@@ -92,6 +92,8 @@ pub struct MergeReport {
     pub merges: Vec<MergeDone>,
     pub generation: u64,
     pub elapsed: Duration,
+    /// A merge still due that the memory budget forbade ([`held_back`]).
+    pub held_back: Option<HeldBack>,
 }
 
 /// The tier of a segment with `live` chunks.
@@ -185,6 +187,173 @@ pub fn lacks_codes(meta: &format::SegmentMeta) -> bool {
             .any(|f| f.name == format::header::Component::Rabitq.file_name())
 }
 
+/// A merge the policy calls for but the memory budget forbids: every choice of at least two
+/// segments (or the one segment to rewrite) costs more than half of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBack {
+    /// The reason the merge is due, as in [`MergeDone::why`].
+    pub why: &'static str,
+    /// Code segments in the index.
+    pub segments: usize,
+    /// Estimated bytes of the cheapest merge the budget forbids ([`merge_cost`]).
+    pub cost: u64,
+    /// A `--memory-budget` (whole MiB) under which the policy does what it calls for: for
+    /// `max-segments`, every merge down to the number asked, the last of them the largest.
+    pub budget: u64,
+}
+
+impl HeldBack {
+    /// One line for a person: what is due, what it costs, the option that allows it.
+    pub fn describe(&self, policy: &MergePolicy) -> String {
+        let what = match self.why {
+            "deletes" => {
+                "a segment with at least half of its chunks deleted is due a rewrite".into()
+            }
+            "codes" => "a segment without one-bit IVF codes is due a rewrite".into(),
+            "tier" => format!(
+                "a size tier holds more than {SEGMENTS_PER_TIER} of the {} code segments",
+                self.segments
+            ),
+            _ => {
+                let max = policy.max_segments.unwrap_or(1).max(1);
+                return format!(
+                    "{} code segments are more than --max-segments {max}, and merging even the \
+                     two smallest needs about {} MiB in memory, more than half of the {} MiB \
+                     memory budget: `indexer merge --max-segments {max} --memory-budget {}MiB` \
+                     gets there",
+                    self.segments,
+                    mib(self.cost),
+                    mib(policy.budget),
+                    mib(self.budget)
+                );
+            }
+        };
+        format!(
+            "{what}, but the merge needs about {} MiB in memory, more than half of the \
+             {} MiB memory budget: `indexer merge --memory-budget {}MiB` allows it",
+            mib(self.cost),
+            mib(policy.budget),
+            mib(self.budget)
+        )
+    }
+}
+
+/// Bytes in whole MiB, rounded up.
+fn mib(b: u64) -> u64 {
+    b.div_ceil(1 << 20)
+}
+
+/// What [`merge`] would leave of `stats` under `policy`, with each merge's result estimated
+/// from its parts (live chunks and costs add up; a rewrite keeps its live share of the cost).
+fn simulate(stats: &[SegmentStat], policy: &MergePolicy) -> Vec<SegmentStat> {
+    let mut stats = stats.to_vec();
+    // Each merge removes a segment or a deleted chunk or a missing code: bounded, but bound
+    // the loop anyway.
+    for _ in 0..4 * stats.len() + 8 {
+        let Some((pick, _)) = plan(&stats, policy) else {
+            break;
+        };
+        let mut merged = SegmentStat {
+            live: 0,
+            total: 0,
+            cost: 0,
+            lacks_codes: false,
+        };
+        for &i in &pick {
+            let s = stats[i];
+            merged.live += s.live;
+            merged.cost += if s.total == 0 {
+                s.cost
+            } else {
+                (u128::from(s.cost) * u128::from(s.live) / u128::from(s.total)) as u64
+            };
+        }
+        merged.total = merged.live;
+        for &i in pick.iter().rev() {
+            stats.remove(i);
+        }
+        stats.insert(pick[0].min(stats.len()), merged);
+    }
+    stats
+}
+
+/// The first merge `policy` calls for on `stats` that its memory cap forbids, when [`plan`]
+/// finds none it may run: `--max-segments` not reached (asked for, so named first), a rewrite
+/// of one segment costing more than the cap, a crowded tier whose two smallest cost more
+/// than it together. `None` when nothing is due or `plan` has a merge.
+pub fn held_back(stats: &[SegmentStat], policy: &MergePolicy) -> Option<HeldBack> {
+    if plan(stats, policy).is_some() {
+        return None;
+    }
+    let held = |why, cost: u64| {
+        Some(HeldBack {
+            why,
+            segments: stats.len(),
+            cost,
+            budget: mib(cost.saturating_mul(2)) << 20,
+        })
+    };
+    // The two smallest by live chunks, as `plan` picks them.
+    let two_smallest = |mut idx: Vec<usize>| -> u64 {
+        idx.sort_by_key(|&i| (stats[i].live, i));
+        idx.iter().take(2).map(|&i| stats[i].cost).sum()
+    };
+    if let Some(max) = policy.max_segments {
+        let max = max.max(1);
+        if stats.len() > max {
+            // The least budget (in MiB) under which the whole policy gets down to `max`;
+            // reaching it is monotone in the budget for all practical purposes, and the
+            // search's answer is checked anyway.
+            let reaches = |b: u64| {
+                let p = MergePolicy {
+                    budget: b << 20,
+                    ..*policy
+                };
+                simulate(stats, &p).len() <= max
+            };
+            let total: u64 = stats.iter().map(|s| s.cost).sum();
+            let (mut lo, mut hi) = (1, mib(total).saturating_mul(2) + 2);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if reaches(mid) {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            return Some(HeldBack {
+                why: "max-segments",
+                segments: stats.len(),
+                cost: two_smallest((0..stats.len()).collect()),
+                budget: hi << 20,
+            });
+        }
+    }
+    if policy.deletes {
+        let mostly_deleted = |s: &&SegmentStat| s.total > 0 && s.live * 2 <= s.total;
+        if let Some(s) = stats.iter().filter(mostly_deleted).min_by_key(|s| s.cost) {
+            return held("deletes", s.cost);
+        }
+        if let Some(s) = stats
+            .iter()
+            .filter(|s| s.lacks_codes)
+            .min_by_key(|s| s.cost)
+        {
+            return held("codes", s.cost);
+        }
+    }
+    let top = stats.iter().map(|s| tier(s.live)).max().unwrap_or(0);
+    for t in 0..=top {
+        let members: Vec<usize> = (0..stats.len())
+            .filter(|&i| tier(stats[i].live) == t)
+            .collect();
+        if members.len() > SEGMENTS_PER_TIER {
+            return held("tier", two_smallest(members));
+        }
+    }
+    None
+}
+
 /// The [`SegmentStat`]s of the opened index's code segments, in MANIFEST order.
 pub fn stats_of(ix: &Index) -> Vec<SegmentStat> {
     ix.segments
@@ -204,7 +373,10 @@ pub fn stats_of(ix: &Index) -> Vec<SegmentStat> {
 /// The [`SegmentStat`]s of the code segments of the index at `dir`, in MANIFEST order, from
 /// what the MANIFEST and each segment's `segment.json` say (live chunks from the tombstone
 /// counts the MANIFEST records, costs from the file sizes): what [`stats_of`] takes from the
-/// opened index, without mapping and validating every segment.
+/// opened index, without mapping and validating every segment. The merge after a build plans
+/// on these: opening the whole index only to find nothing due mapped all of it into the
+/// build's memory (the cargo registry at a 256 MiB budget, 35 segments: about 300 MB of
+/// resident pages at the very end of the build, its peak).
 pub fn planned_stats(dir: &Path) -> Result<Vec<SegmentStat>, IndexerError> {
     let fmt = |cause| IndexerError::ExistingIndex {
         path: dir.to_path_buf(),
@@ -224,14 +396,6 @@ pub fn planned_stats(dir: &Path) -> Result<Vec<SegmentStat>, IndexerError> {
         });
     }
     Ok(stats)
-}
-
-/// Whether `policy` has a merge due on the index at `dir`, planned from [`planned_stats`].
-/// The merge after a build asks this first: opening the whole index only to find nothing due
-/// mapped all of it into the build's memory (the cargo registry at a 256 MiB budget, 35
-/// segments: about 300 MB of resident pages at the very end of the build, its peak).
-pub fn merge_due(dir: &Path, policy: &MergePolicy) -> Result<bool, IndexerError> {
-    Ok(plan(&planned_stats(dir)?, policy).is_some())
 }
 
 /// Runs `policy` on the index at `dir` until no merge is due: each merge is written and
@@ -257,6 +421,7 @@ pub fn merge(
         report.generation = ix.manifest.generation;
         report.segments_after = stats.len();
         let Some((pick, why)) = plan(&stats, policy) else {
+            report.held_back = held_back(&stats, policy);
             break;
         };
         progress.line(&format!(
@@ -418,5 +583,100 @@ mod tests {
         );
         // Over the cap: nothing to do.
         assert_eq!(plan(&stats, &policy(50, Some(1))), None);
+    }
+
+    /// Every held-back merge names a budget that lets `plan` run it, and none below.
+    fn assert_budget_allows(stats: &[SegmentStat], policy: MergePolicy, why: &str) {
+        let h = held_back(stats, &policy).expect("held back");
+        assert_eq!(h.why, why);
+        assert_eq!(h.segments, stats.len());
+        assert_eq!(h.budget % (1 << 20), 0, "whole MiB");
+        let enough = MergePolicy {
+            budget: h.budget,
+            ..policy
+        };
+        assert!(plan(stats, &enough).is_some(), "{h:?}");
+        assert_eq!(held_back(stats, &enough), None);
+        if let Some(max) = policy.max_segments {
+            // Enough to get all the way down, and the least such budget in MiB.
+            assert!(simulate(stats, &enough).len() <= max, "{h:?}");
+            let less = MergePolicy {
+                budget: h.budget - (1 << 20),
+                ..policy
+            };
+            assert!(simulate(stats, &less).len() > max, "{h:?}");
+        }
+        let line = h.describe(&policy);
+        let mib = h.budget >> 20;
+        assert!(
+            line.contains(&format!("--memory-budget {mib}MiB")),
+            "{line}"
+        );
+        // Just under what it names (less than half the merge's cost) is not enough.
+        let short = MergePolicy {
+            budget: h.cost * 2 - 1,
+            ..policy
+        };
+        assert!(plan(stats, &short).is_none());
+    }
+
+    #[test]
+    fn merges_the_budget_forbids_are_named_with_the_budget_that_allows_them() {
+        // Nothing due: nothing held back.
+        let calm = vec![s(900, 1000), s(600, 1000)];
+        assert_eq!(held_back(&calm, &policy(1, None)), None);
+        // Due and allowed: not held back either.
+        let mut tier: Vec<SegmentStat> = (0..=SEGMENTS_PER_TIER as u64)
+            .map(|i| s(100 + i, 100 + i))
+            .collect();
+        assert!(plan(&tier, &policy(u64::MAX, None)).is_some());
+        assert_eq!(held_back(&tier, &policy(u64::MAX, None)), None);
+        // A crowded tier whose two smallest (1,000 + 1,010 bytes) exceed the cap.
+        let h = held_back(&tier, &policy(1500, None)).unwrap();
+        assert_eq!(h.cost, 1000 + 1010);
+        assert_budget_allows(&tier, policy(1500, None), "tier");
+        // Big costs: the budget is rounded up to whole MiB.
+        for t in &mut tier {
+            t.cost = t.live << 20;
+        }
+        assert_budget_allows(&tier, policy(64 << 20, None), "tier");
+        // --max-segments: the cheapest merge is its two smallest; the budget named is the one
+        // the last merge needs (all three: 21,000 bytes, under the half of 1 MiB).
+        let few = vec![s(900, 900), s(500, 500), s(700, 700)];
+        let h = held_back(&few, &policy(1000, Some(1))).unwrap();
+        assert_eq!(h.cost, 5000 + 7000);
+        assert_eq!(h.budget, 1 << 20);
+        assert_budget_allows(&few, policy(1000, Some(1)), "max-segments");
+        assert!(h
+            .describe(&policy(1000, Some(1)))
+            .contains("more than --max-segments 1,"));
+        // In MiB: 9 segments of 100 MiB each to one; the tier held back (9 in one tier) is
+        // not what is named when --max-segments was asked for.
+        let big: Vec<SegmentStat> = (0..9)
+            .map(|i| SegmentStat {
+                live: 100_000 + i,
+                total: 100_000 + i,
+                cost: 100 << 20,
+                lacks_codes: false,
+            })
+            .collect();
+        assert_eq!(
+            held_back(&big, &policy(50 << 20, None)).unwrap().why,
+            "tier"
+        );
+        let h = held_back(&big, &policy(50 << 20, Some(1))).unwrap();
+        assert_eq!(h.budget, 1800 << 20, "{h:?}");
+        assert_budget_allows(&big, policy(50 << 20, Some(1)), "max-segments");
+        assert_budget_allows(&big, policy(50 << 20, Some(5)), "max-segments");
+        // A rewrite keeps its live share of the cost in the estimate.
+        let est = simulate(&[s(500, 1000)], &policy(u64::MAX, None));
+        assert_eq!(est, vec![s(500, 500)]);
+        // Deletes and missing codes, only where the policy rewrites them.
+        let deleted = vec![s(400, 1000), s(900, 900)];
+        assert_budget_allows(&deleted, policy(100, None), "deletes");
+        assert_eq!(held_back(&deleted, &MergePolicy::after_build(100)), None);
+        let mut old = vec![s(900, 900)];
+        old[0].lacks_codes = true;
+        assert_budget_allows(&old, policy(100, None), "codes");
     }
 }

@@ -318,3 +318,73 @@ fn push_pull_and_gc_remote_through_the_binary() {
         );
     }
 }
+
+/// The MANIFEST's code segment ids.
+fn segment_ids(index: &Path) -> Vec<String> {
+    let m = format::IndexManifest::read(index).unwrap();
+    m.segments.iter().map(|e| e.id.clone()).collect()
+}
+
+/// `indexer merge --max-segments` that the memory budget cannot reach changes nothing, says
+/// which budget would, exits with 1; with that budget it merges.
+#[test]
+fn merge_held_back_by_the_budget_names_the_budget_that_allows_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("a.py"), "def a():\n    return 1\n").unwrap();
+    let index = tmp.path().join("index");
+    let (repo_s, index_s) = (repo.to_str().unwrap(), index.to_str().unwrap());
+    let build = ["build", repo_s, "--out", index_s, "--quiet"];
+    let o = indexer(tmp.path(), &build);
+    assert!(o.status.success(), "{}", describe(&build, &o));
+    // A second build with a new file adds a second segment.
+    std::fs::write(repo.join("b.py"), "def b():\n    return a()\n").unwrap();
+    let o = indexer(tmp.path(), &build);
+    assert!(o.status.success(), "{}", describe(&build, &o));
+    let before = segment_ids(&index);
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    let args = [
+        "merge",
+        index_s,
+        "--max-segments",
+        "1",
+        "--memory-budget",
+        "1KiB",
+    ];
+    let o = indexer(tmp.path(), &args);
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&args, &o));
+    let (out, err) = text(&o);
+    assert!(out.contains("2 code segments before, 2 after"), "{out}");
+    assert!(
+        err.contains("not merged: 2 code segments are more than --max-segments 1,"),
+        "{}",
+        describe(&args, &o)
+    );
+    assert_eq!(segment_ids(&index), before, "nothing merged");
+    // The budget it names, taken as written.
+    let named = err
+        .split("--memory-budget ")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .unwrap_or_else(|| panic!("{}", describe(&args, &o)))
+        .to_string();
+    assert!(named.ends_with("MiB"), "{named}");
+    let args = [
+        "merge",
+        index_s,
+        "--max-segments",
+        "1",
+        "--memory-budget",
+        &named,
+    ];
+    let o = indexer(tmp.path(), &args);
+    assert!(o.status.success(), "{}", describe(&args, &o));
+    assert!(
+        !text(&o).1.contains("not merged"),
+        "{}",
+        describe(&args, &o)
+    );
+    assert_eq!(segment_ids(&index).len(), 1, "{}", describe(&args, &o));
+}
