@@ -597,6 +597,8 @@ struct FileOut {
     hash: [u8; 32],
     size: u64,
     chunks: Vec<chunk::Chunk>,
+    /// What the chunks' symbol ids start with (`FileExtract::id_prefix`).
+    id_prefix: String,
     imports: Vec<String>,
     /// (query, index into chunks of the target)
     pairs: Vec<(String, usize)>,
@@ -651,7 +653,7 @@ fn process_file(root: &Root, path: &Path, args: &Args, opts: &ChunkOptions) -> O
                 }
             }
             if fresh {
-                docs.push((c.symbol_id.clone(), d.raw, d.py_body_empty));
+                docs.push((fx.symbol_id(c), d.raw, d.py_body_empty));
             }
         }
     }
@@ -690,10 +692,10 @@ fn process_file(root: &Root, path: &Path, args: &Args, opts: &ChunkOptions) -> O
     if fx2.chunks.is_empty() {
         return None;
     }
-    let mut by_id: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut by_id: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, c) in fx2.chunks.iter().enumerate() {
-        if !c.symbol_id.is_empty() {
-            by_id.entry(c.symbol_id.as_str()).or_default().push(i);
+        if c.symbol.is_some() {
+            by_id.entry(fx2.symbol_id(c)).or_default().push(i);
         }
     }
     let mut pairs = Vec::new();
@@ -731,6 +733,7 @@ fn process_file(root: &Root, path: &Path, args: &Args, opts: &ChunkOptions) -> O
         size: meta.len(),
         imports: fx2.imports.iter().map(|i| i.module.to_string()).collect(),
         chunks: fx2.chunks,
+        id_prefix: fx2.id_prefix,
         pairs,
     })
 }
@@ -814,7 +817,7 @@ fn build(args: &Args, dir: &Path, enc: &kernels::Encoder) -> anyhow::Result<Vec<
                 kind: c.kind.name().to_string(),
                 name: c.name.to_string(),
                 qualified: c.qualified.to_string(),
-                symbol_id: c.symbol_id.clone(),
+                symbol_id: c.symbol_id(&f.id_prefix),
                 start_line: c.start_line.max(1),
                 end_line: c.end_line.max(c.start_line.max(1)),
                 start_byte: c.start_byte,
@@ -837,7 +840,7 @@ fn build(args: &Args, dir: &Path, enc: &kernels::Encoder) -> anyhow::Result<Vec<
                 query: q.clone(),
                 repo: f.repo.clone(),
                 path: f.path.clone(),
-                symbol_id: f.chunks[*ti].symbol_id.clone(),
+                symbol_id: f.chunks[*ti].symbol_id(&f.id_prefix),
                 targets,
             });
         }

@@ -109,7 +109,8 @@ impl Budget {
             .chunks
             .iter()
             .map(|c| {
-                let names = (c.name.len() + c.qualified.len() + c.symbol_id.len()) as u64;
+                let names =
+                    (c.name.len() + c.qualified.len() + c.symbol_id_len(&ex.id_prefix)) as u64;
                 3 * c.text.len() as u64 + p + 2 * names + 8 * self.dim + 512
             })
             .sum();
@@ -900,8 +901,9 @@ fn segment_graph(
         match *r {
             NodeRef::File(f) => Some(format!("file:{}", files[f].cand.rel_path)),
             NodeRef::Chunk { file, chunk } => {
-                let id = &files[file].extract.chunks[chunk].symbol_id;
-                (!id.is_empty()).then(|| id.clone())
+                let fx = &files[file].extract;
+                let c = &fx.chunks[chunk];
+                c.symbol.is_some().then(|| fx.symbol_id(c))
             }
         }
     };
@@ -974,6 +976,7 @@ fn segment_records(
                 .map(|im| im.module.to_string())
                 .collect(),
         });
+        let id_prefix = &f.extract.id_prefix;
         for c in &mut f.extract.chunks {
             let et = embed_text(&f.cand.rel_path, c.kind.name(), &c.qualified, &c.text);
             builder.chunks.push(ChunkRecord {
@@ -981,7 +984,7 @@ fn segment_records(
                 kind: c.kind.name().to_string(),
                 name: c.name.to_string(),
                 qualified: c.qualified.to_string(),
-                symbol_id: c.symbol_id.clone(),
+                symbol_id: c.symbol_id(id_prefix),
                 start_line: c.start_line.max(1),
                 end_line: c.end_line.max(c.start_line.max(1)),
                 start_byte: c.start_byte,

@@ -87,12 +87,12 @@ fn resolve_with(files: &[FileFacts], calls: Vec<Cow<'_, [Call]>>) -> Vec<Resolve
     for (fi, f) in files.iter().enumerate() {
         let chunks = &f.extract.chunks;
         for (ci, c) in chunks.iter().enumerate() {
-            if c.symbol_id.is_empty() || !c.kind.is_symbol() {
+            if !c.symbol.is_some() || !c.kind.is_symbol() {
                 continue;
             }
             let src = match c.parent {
                 None => NodeRef::File(fi),
-                Some(p) if p < chunks.len() && !chunks[p].symbol_id.is_empty() => {
+                Some(p) if p < chunks.len() && chunks[p].symbol.is_some() => {
                     NodeRef::Chunk { file: fi, chunk: p }
                 }
                 Some(_) => continue,

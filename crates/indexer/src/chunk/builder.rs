@@ -14,7 +14,9 @@ use super::syntax::{named_kids, node_text};
 use super::syntax::{KindStr, WalkKinds};
 use super::types::{CALLBACK_PARAM, ITEM_OF, ITEM_SUFFIX, LOCAL_FUNCTION, RETURNED_BY, UNBOUND};
 use super::CompactString;
-use super::{text, Call, Chunk, ChunkKind, ChunkOptions, Def, FileExtract, Import, Language, Spec};
+use super::{
+    text, Call, Chunk, ChunkKind, ChunkOptions, Def, FileExtract, Import, Language, Spec, SymbolTag,
+};
 use std::collections::hash_map::Entry;
 
 pub(super) fn extract_code(
@@ -98,7 +100,7 @@ struct Builder<'s> {
     /// Node id of a definition's outer node and def node → its symbol chunk.
     node_chunk: HashMap<usize, usize>,
     /// Symbol id (without dedup counter) → times used.
-    ids: HashMap<String, u32>,
+    ids: HashMap<(CompactString, SymbolTag), u32>,
     /// Byte ranges of top-level symbol chunks (for leftovers).
     covered: Vec<(usize, usize)>,
     /// Out-of-line methods whose owner type may be in this file: (chunk, owner qualified).
@@ -146,20 +148,16 @@ impl<'s> Builder<'s> {
         b - a + 1 > self.opts.max_chunk_lines || end - start > self.opts.max_chunk_bytes
     }
 
-    fn symbol_id(&mut self, qualified: &str, kind: ChunkKind) -> String {
-        let suffix = match kind {
-            ChunkKind::Function | ChunkKind::Method => "().",
-            ChunkKind::Module => "/",
-            _ => "#",
-        };
-        let key = format!("{qualified}{suffix}");
-        let n = self.ids.entry(key).or_insert(0);
+    /// The tag of the next symbol of `qualified` and `kind`'s suffix in this file: the
+    /// n-th of them is told apart by `(n)` ([`FileExtract::symbol_id`]).
+    fn symbol_tag(&mut self, qualified: &str, kind: ChunkKind) -> SymbolTag {
+        let first = SymbolTag::new(kind, 1);
+        let n = self
+            .ids
+            .entry((CompactString::from(qualified), first))
+            .or_insert(0);
         *n += 1;
-        if *n == 1 {
-            format!("{}/{}{}", self.id_prefix, qualified, suffix)
-        } else {
-            format!("{}/{}({}){}", self.id_prefix, qualified, n, suffix)
-        }
+        SymbolTag::new(kind, *n)
     }
 
     fn push(&mut self, chunk: Chunk, depth: u32) -> usize {
@@ -192,7 +190,7 @@ impl<'s> Builder<'s> {
         } else {
             format!("{prefix}/{name}")
         };
-        let symbol_id = self.symbol_id(&qualified, kind);
+        let symbol = self.symbol_tag(&qualified, kind);
         let start = self.def_start(d.outer);
         let end = d.outer.end_byte().max(start);
         let depth = parent.map(|p| self.depth[p] + 1).unwrap_or(0);
@@ -204,7 +202,7 @@ impl<'s> Builder<'s> {
             kind,
             name: name.into(),
             qualified: qualified.as_str().into(),
-            symbol_id,
+            symbol,
             start_line,
             end_line,
             start_byte: start as u32,
@@ -343,7 +341,7 @@ impl<'s> Builder<'s> {
                     kind: ChunkKind::BodyPart,
                     name: name.clone(),
                     qualified: qualified.clone(),
-                    symbol_id: String::new(),
+                    symbol: SymbolTag::NONE,
                     start_line: a,
                     end_line: b,
                     start_byte: ps as u32,
@@ -488,7 +486,7 @@ impl<'s> Builder<'s> {
                     kind: ChunkKind::BodyPart,
                     name: name.clone(),
                     qualified: qualified.clone(),
-                    symbol_id: String::new(),
+                    symbol: SymbolTag::NONE,
                     start_line: sl,
                     end_line: el,
                     start_byte: cs,
@@ -904,6 +902,7 @@ impl<'s> Builder<'s> {
             chunks,
             depth,
             lang,
+            id_prefix,
             ..
         } = self;
         let _ = lang;
@@ -941,6 +940,7 @@ impl<'s> Builder<'s> {
             module_bindings: Vec::new(),
             member_bindings: Vec::new(),
             had_parse_errors: errors,
+            id_prefix,
         }
     }
 }

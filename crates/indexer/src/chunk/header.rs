@@ -9,7 +9,7 @@
 //!
 //! Measured on the per-style harness (`benches/src/bin/styles.rs`): see README (search).
 
-use super::types::{Chunk, ChunkKind};
+use super::types::{Chunk, ChunkKind, SymbolTag};
 
 /// Symbols whose text has at most this many lines get no header (their whole text is about as
 /// short as a header).
@@ -158,7 +158,7 @@ pub fn headers(path: &str, chunks: &[Chunk], line_end: impl Fn(u32) -> u32) -> V
             kind: ChunkKind::Header,
             name: c.name.clone(),
             qualified: c.qualified.clone(),
-            symbol_id: String::new(),
+            symbol: SymbolTag::NONE,
             start_line: c.start_line,
             end_line,
             start_byte: c.start_byte,

@@ -38,7 +38,7 @@ pub(crate) use syntax::{
     base_type_name, compact, field_text, item_type, loop_item, named_kids, node_text, split_top,
 };
 pub use types::{
-    Call, Chunk, ChunkKind, ChunkOptions, CompactString, FileExtract, Import, Language,
+    Call, Chunk, ChunkKind, ChunkOptions, CompactString, FileExtract, Import, Language, SymbolTag,
     CALLBACK_PARAM, MODULE_ALIAS, RETURNED_BY,
 };
 

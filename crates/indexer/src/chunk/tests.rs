@@ -51,9 +51,11 @@ fn check_invariants(fx: &FileExtract, src: &str) {
             assert!(p < fx.chunks.len());
         }
         if c.kind.is_symbol() {
-            assert!(!c.symbol_id.is_empty());
+            assert!(c.symbol.is_some());
+            assert_eq!(fx.symbol_id(c).len(), c.symbol_id_len(&fx.id_prefix));
         } else {
-            assert!(c.symbol_id.is_empty());
+            assert!(!c.symbol.is_some());
+            assert!(fx.symbol_id(c).is_empty());
         }
         let slice = &src[c.start_byte as usize..c.end_byte as usize];
         let oversized_container = !c.kind.is_callable()
@@ -73,11 +75,11 @@ fn check_invariants(fx: &FileExtract, src: &str) {
     for call in &fx.calls {
         assert!(fx.chunks[call.from].kind.is_symbol());
     }
-    let mut ids: Vec<&str> = fx
+    let mut ids: Vec<String> = fx
         .chunks
         .iter()
-        .filter(|c| !c.symbol_id.is_empty())
-        .map(|c| c.symbol_id.as_str())
+        .filter(|c| c.symbol.is_some())
+        .map(|c| fx.symbol_id(c))
         .collect();
     let n = ids.len();
     ids.sort();
@@ -119,14 +121,17 @@ fn rust_file() {
         ],
     );
     assert_eq!(
-        find(&fx, "Parser").symbol_id,
+        fx.symbol_id(find(&fx, "Parser")),
         "rust repo src/lib.rs/Parser#"
     );
     assert_eq!(
-        find(&fx, "Parser#parse").symbol_id,
+        fx.symbol_id(find(&fx, "Parser#parse")),
         "rust repo src/lib.rs/Parser#parse()."
     );
-    assert_eq!(find(&fx, "inner").symbol_id, "rust repo src/lib.rs/inner/");
+    assert_eq!(
+        fx.symbol_id(find(&fx, "inner")),
+        "rust repo src/lib.rs/inner/"
+    );
     // Two impls of Parser plus the struct: ids deduplicated.
     let impls: Vec<&Chunk> = fx
         .chunks
@@ -134,8 +139,8 @@ fn rust_file() {
         .filter(|c| c.kind == Impl && c.name == "Parser")
         .collect();
     assert_eq!(impls.len(), 2);
-    assert_eq!(impls[0].symbol_id, "rust repo src/lib.rs/Parser(2)#");
-    assert_eq!(impls[1].symbol_id, "rust repo src/lib.rs/Parser(3)#");
+    assert_eq!(fx.symbol_id(impls[0]), "rust repo src/lib.rs/Parser(2)#");
+    assert_eq!(fx.symbol_id(impls[1]), "rust repo src/lib.rs/Parser(3)#");
     assert_eq!(
         fx.chunks[idx(&fx, "Parser#visit")]
             .parent
@@ -196,7 +201,7 @@ fn python_file() {
         ],
     );
     assert_eq!(
-        find(&fx, "Service").symbol_id,
+        fx.symbol_id(find(&fx, "Service")),
         "python repo pkg/a.py/Service#"
     );
     assert!(find(&fx, "Service")
@@ -247,10 +252,13 @@ fn typescript_file() {
         ],
     );
     assert_eq!(
-        find(&fx, "add").symbol_id,
+        fx.symbol_id(find(&fx, "add")),
         "typescript repo src/a.ts/add()."
     );
-    assert_eq!(find(&fx, "Geo").symbol_id, "typescript repo src/a.ts/Geo/");
+    assert_eq!(
+        fx.symbol_id(find(&fx, "Geo")),
+        "typescript repo src/a.ts/Geo/"
+    );
     assert!(find(&fx, "add")
         .text
         .starts_with("/** Adds. */\nexport const add"));
@@ -276,7 +284,10 @@ fn tsx_file() {
             (ChunkKind::Function, "Counter", 9, 11, None),
         ],
     );
-    assert_eq!(find(&fx, "App").symbol_id, "tsx repo web/app.tsx/App().");
+    assert_eq!(
+        fx.symbol_id(find(&fx, "App")),
+        "tsx repo web/app.tsx/App()."
+    );
     assert!(has_import(&fx, "react", &["React", "useState"]));
     assert!(has_import(&fx, "./Button", &["Button"]));
     assert!(has_call(&fx, "App", "useState", None));
@@ -321,7 +332,7 @@ fn go_file() {
         ],
     );
     assert_eq!(
-        find(&fx, "Store#Get").symbol_id,
+        fx.symbol_id(find(&fx, "Store#Get")),
         "go repo cmd/main.go/Store#Get()."
     );
     assert!(has_import(&fx, "fmt", &[]));
@@ -402,7 +413,7 @@ fn cpp_file() {
         ],
     );
     assert_eq!(
-        find(&fx, "geo/Shape#scaled").symbol_id,
+        fx.symbol_id(find(&fx, "geo/Shape#scaled")),
         "cpp repo src/y.cpp/geo/Shape#scaled()."
     );
     assert!(has_import(&fx, "y.hpp", &[]));
@@ -456,7 +467,7 @@ fn long_function_is_split_into_body_parts() {
     for p in &parts {
         assert_eq!(p.parent, Some(head_i));
         assert_eq!(p.name, "long_fn");
-        assert!(p.symbol_id.is_empty());
+        assert!(!p.symbol.is_some());
         assert!(
             p.text
                 .starts_with("pub fn long_fn(a: u32,\n               b: u32) -> u32 {\n    // …\n"),
@@ -648,7 +659,7 @@ fn repo_empty_uses_dot() {
         "package a\nfunc F() {}\n",
         &ChunkOptions::default(),
     );
-    assert_eq!(find(&fx, "F").symbol_id, "go . a.go/F().");
+    assert_eq!(fx.symbol_id(find(&fx, "F")), "go . a.go/F().");
 }
 
 #[test]
@@ -656,7 +667,7 @@ fn header_with_cpp_falls_back_to_cpp() {
     let src = "#pragma once\nnamespace n {\nclass A {\npublic:\n  int f() { return g(); }\n};\n}\n";
     let fx = run(Language::C, "inc/a.h", src);
     assert!(!fx.had_parse_errors);
-    assert_eq!(find(&fx, "n/A#f").symbol_id, "c repo inc/a.h/n/A#f().");
+    assert_eq!(fx.symbol_id(find(&fx, "n/A#f")), "c repo inc/a.h/n/A#f().");
 }
 
 #[test]
@@ -879,6 +890,34 @@ fn walk_kinds_cover_the_specs() {
         assert!(
             calls.get(&lang).copied().unwrap_or(0) > 0,
             "{lang:?}: {calls:?}"
+        );
+    }
+}
+
+#[test]
+fn repeated_symbols_are_numbered_and_ids_are_made_at_their_length() {
+    // Twelve definitions of one name: `f().`, then `f(2)().` ... `f(12)().`.
+    let src: String = (0..12)
+        .map(|i| format!("def f():\n    return {i}\n\n"))
+        .collect();
+    let fx = run(Language::Python, "pkg/m.py", &src);
+    let ids: Vec<String> = fx
+        .chunks
+        .iter()
+        .filter(|c| c.symbol.is_some())
+        .map(|c| fx.symbol_id(c))
+        .collect();
+    let want: Vec<String> = (1..=12)
+        .map(|n| match n {
+            1 => "python repo pkg/m.py/f().".to_string(),
+            n => format!("python repo pkg/m.py/f({n})()."),
+        })
+        .collect();
+    assert_eq!(ids, want);
+    for c in &fx.chunks {
+        assert_eq!(
+            c.symbol_id(&fx.id_prefix).len(),
+            c.symbol_id_len(&fx.id_prefix)
         );
     }
 }

@@ -3,6 +3,7 @@
 
 use super::{
     floor_boundary, trim_end, Chunk, ChunkKind, ChunkOptions, CompactString, Language, LineIndex,
+    SymbolTag,
 };
 
 /// Line windows over a whole non-code file (`window_lines` with `window_overlap`); Markdown
@@ -205,7 +206,7 @@ fn push_window(
         kind,
         name: name.into(),
         qualified: CompactString::default(),
-        symbol_id: String::new(),
+        symbol: SymbolTag::NONE,
         start_line: a,
         end_line: b,
         start_byte: bs as u32,

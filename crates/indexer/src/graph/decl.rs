@@ -45,7 +45,7 @@ impl Declarations {
         for (ci, c) in extract.chunks.iter().enumerate() {
             // Symbols resolution can reach, and Rust impl blocks: `impl Trait for Type` (an
             // impl chunk named `Type`) states a base of `Type`.
-            let symbol = !c.symbol_id.is_empty() && callable_target(c.kind);
+            let symbol = c.symbol.is_some() && callable_target(c.kind);
             if c.name.is_empty() || !(symbol || c.kind == ChunkKind::Impl) {
                 continue;
             }

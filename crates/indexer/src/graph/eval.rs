@@ -293,7 +293,7 @@ fn chunk_at(fx: &FileExtract, line: u32, name: Option<&str>) -> Option<usize> {
             i
         };
         let s = &fx.chunks[sym];
-        if !s.kind.is_symbol() || s.symbol_id.is_empty() {
+        if !s.kind.is_symbol() || !s.symbol.is_some() {
             continue;
         }
         // JS `#private` names: the truth's indexer names them without the `#`.

@@ -162,7 +162,7 @@ impl<'a> Index<'a> {
                     }
                     continue;
                 }
-                if c.symbol_id.is_empty() || !callable_target(c.kind) || c.name.is_empty() {
+                if !c.symbol.is_some() || !callable_target(c.kind) || c.name.is_empty() {
                     continue;
                 }
                 let name = c.name.as_str();

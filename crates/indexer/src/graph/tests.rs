@@ -46,7 +46,7 @@ fn chunk_of(fxs: &[FileExtract], file: usize, qualified: &str) -> NodeRef {
     let chunk = fxs[file]
         .chunks
         .iter()
-        .position(|c| c.qualified == qualified && !c.symbol_id.is_empty())
+        .position(|c| c.qualified == qualified && c.symbol.is_some())
         .unwrap_or_else(|| panic!("no {qualified} in file {file}"));
     NodeRef::Chunk { file, chunk }
 }
