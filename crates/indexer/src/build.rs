@@ -793,10 +793,7 @@ fn resolve_all(
 
 /// The parsed file a graph node belongs to.
 fn node_file(r: &NodeRef) -> usize {
-    match *r {
-        NodeRef::File(f) => f,
-        NodeRef::Chunk { file, .. } => file,
-    }
+    r.file_index()
 }
 
 /// Segments of the changed files, in file order: a segment is cut before the file that would
@@ -891,18 +888,22 @@ fn segment_graph(
     );
     let node = |r: &NodeRef| -> Option<u32> {
         match *r {
-            NodeRef::File(f) => (local_file[f] != u32::MAX).then(|| nc + local_file[f]),
+            NodeRef::File(f) => {
+                let f = f as usize;
+                (local_file[f] != u32::MAX).then(|| nc + local_file[f])
+            }
             NodeRef::Chunk { file, chunk } => {
-                (local_file[file] != u32::MAX).then(|| first_chunk[file] + chunk as u32)
+                let file = file as usize;
+                (local_file[file] != u32::MAX).then(|| first_chunk[file] + chunk)
             }
         }
     };
     let external_name = |r: &NodeRef| -> Option<String> {
         match *r {
-            NodeRef::File(f) => Some(format!("file:{}", files[f].cand.rel_path)),
+            NodeRef::File(f) => Some(format!("file:{}", files[f as usize].cand.rel_path)),
             NodeRef::Chunk { file, chunk } => {
-                let fx = &files[file].extract;
-                let c = &fx.chunks[chunk];
+                let fx = &files[file as usize].extract;
+                let c = &fx.chunks[chunk as usize];
                 c.symbol.is_some().then(|| fx.symbol_id(c))
             }
         }

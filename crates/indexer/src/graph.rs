@@ -91,19 +91,14 @@ fn resolve_with(files: &[FileFacts], calls: Vec<Cow<'_, [Call]>>) -> Vec<Resolve
                 continue;
             }
             let src = match c.parent {
-                None => NodeRef::File(fi),
-                Some(p) if p < chunks.len() && chunks[p].symbol.is_some() => {
-                    NodeRef::Chunk { file: fi, chunk: p }
-                }
+                None => NodeRef::file(fi),
+                Some(p) if p < chunks.len() && chunks[p].symbol.is_some() => NodeRef::chunk(fi, p),
                 Some(_) => continue,
             };
             edges.push(ResolvedEdge {
                 kind: EdgeKind::Contains,
                 src,
-                dst: NodeRef::Chunk {
-                    file: fi,
-                    chunk: ci,
-                },
+                dst: NodeRef::chunk(fi, ci),
                 resolved: true,
             });
         }
@@ -121,8 +116,8 @@ fn resolve_with(files: &[FileFacts], calls: Vec<Cow<'_, [Call]>>) -> Vec<Resolve
         for &t in &targets {
             edges.push(ResolvedEdge {
                 kind: EdgeKind::Imports,
-                src: NodeRef::File(fi),
-                dst: NodeRef::File(t),
+                src: NodeRef::file(fi),
+                dst: NodeRef::file(t),
                 resolved: true,
             });
         }
@@ -253,14 +248,8 @@ fn file_calls<'a>(
         if let Some((dst, confidence)) = hit {
             edges.push(ResolvedEdge {
                 kind: EdgeKind::Calls,
-                src: NodeRef::Chunk {
-                    file: fi,
-                    chunk: call.from,
-                },
-                dst: NodeRef::Chunk {
-                    file: dst.0,
-                    chunk: dst.1,
-                },
+                src: NodeRef::chunk(fi, call.from),
+                dst: NodeRef::chunk(dst.0, dst.1),
                 resolved: confidence == Confidence::Exact,
             });
         }

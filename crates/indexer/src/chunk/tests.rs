@@ -921,3 +921,11 @@ fn repeated_symbols_are_numbered_and_ids_are_made_at_their_length() {
         );
     }
 }
+
+/// A build holds every chunk of its tree until its graph is resolved (the text moves out
+/// when its segment is written): the record stays small, and its symbol id is not in it.
+#[test]
+fn chunks_stay_small() {
+    assert!(std::mem::size_of::<Chunk>() <= 112);
+    assert_eq!(std::mem::size_of::<SymbolTag>(), 4);
+}

@@ -437,6 +437,7 @@ pub fn compare(
         else {
             continue;
         };
+        let (sf, sc, df, dc) = (sf as usize, sc as usize, df as usize, dc as usize);
         if language_family(files[sf].1) != language_family(files[df].1) {
             s.cross_language_edges += 1;
         }

@@ -48,7 +48,7 @@ fn chunk_of(fxs: &[FileExtract], file: usize, qualified: &str) -> NodeRef {
         .iter()
         .position(|c| c.qualified == qualified && c.symbol.is_some())
         .unwrap_or_else(|| panic!("no {qualified} in file {file}"));
-    NodeRef::Chunk { file, chunk }
+    NodeRef::chunk(file, chunk)
 }
 
 fn call_edge(es: &[ResolvedEdge], src: NodeRef, dst: NodeRef) -> Option<bool> {
@@ -59,9 +59,9 @@ fn call_edge(es: &[ResolvedEdge], src: NodeRef, dst: NodeRef) -> Option<bool> {
 
 fn imports(es: &[ResolvedEdge], from: usize) -> Vec<usize> {
     es.iter()
-        .filter(|e| e.kind == EdgeKind::Imports && e.src == NodeRef::File(from))
+        .filter(|e| e.kind == EdgeKind::Imports && e.src == NodeRef::file(from))
         .map(|e| match e.dst {
-            NodeRef::File(f) => f,
+            NodeRef::File(f) => f as usize,
             _ => unreachable!(),
         })
         .collect()
@@ -73,22 +73,22 @@ fn contains_edges() {
         "src/a.rs",
         "struct A;\nimpl A {\n    fn f(&self) {}\n}\nfn g() {}\n",
     )]);
-    let impl_ref = NodeRef::Chunk {
-        file: 0,
-        chunk: fxs[0]
+    let impl_ref = NodeRef::chunk(
+        0,
+        fxs[0]
             .chunks
             .iter()
             .position(|c| c.kind == ChunkKind::Impl)
             .unwrap(),
-    };
+    );
     let contains: Vec<(NodeRef, NodeRef)> = es
         .iter()
         .filter(|e| e.kind == EdgeKind::Contains)
         .map(|e| (e.src, e.dst))
         .collect();
-    assert!(contains.contains(&(NodeRef::File(0), chunk_of(&fxs, 0, "A"))));
-    assert!(contains.contains(&(NodeRef::File(0), chunk_of(&fxs, 0, "g"))));
-    assert!(contains.contains(&(NodeRef::File(0), impl_ref)));
+    assert!(contains.contains(&(NodeRef::file(0), chunk_of(&fxs, 0, "A"))));
+    assert!(contains.contains(&(NodeRef::file(0), chunk_of(&fxs, 0, "g"))));
+    assert!(contains.contains(&(NodeRef::file(0), impl_ref)));
     assert!(contains.contains(&(impl_ref, chunk_of(&fxs, 0, "A#f"))));
     assert_eq!(contains.len(), 4);
     assert!(es.iter().all(|e| e.resolved));
@@ -307,8 +307,8 @@ fn calls_never_cross_languages_and_unknown_receivers_stay_unresolved() {
             continue;
         };
         assert_eq!(
-            index::family(Language::from_path(std::path::Path::new(&paths[a])).unwrap()),
-            index::family(Language::from_path(std::path::Path::new(&paths[b])).unwrap()),
+            index::family(Language::from_path(std::path::Path::new(&paths[a as usize])).unwrap()),
+            index::family(Language::from_path(std::path::Path::new(&paths[b as usize])).unwrap()),
             "cross-language edge {e:?}"
         );
     }
@@ -942,4 +942,11 @@ fn loop_variables_take_the_item_type_their_collection_states() {
     // A case of several types, and the default, bind none of them.
     assert_eq!(calls(3, "Either", "Server#Start"), None);
     assert_eq!(calls(3, "Either", "Client#Start"), None);
+}
+
+/// A build holds every resolved edge of its tree until its segments are written.
+#[test]
+fn edges_stay_small() {
+    assert!(std::mem::size_of::<ResolvedEdge>() <= 28);
+    assert!(std::mem::size_of::<NodeRef>() <= 12);
 }

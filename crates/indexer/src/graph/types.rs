@@ -45,11 +45,35 @@ pub struct FileFacts<'a> {
     pub decls: &'a Declarations,
 }
 
-/// An end of an edge: a file (index into the `files` slice) or a chunk of a file.
+/// An end of an edge: a file (index into the `files` slice) or a chunk of a file. Indices
+/// are `u32` (a build's whole tree of edges is held until its segments are written: 28 bytes
+/// an edge instead of 56; a segment holds at most `u32::MAX / 2` chunks and files anyway).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum NodeRef {
-    File(usize),
-    Chunk { file: usize, chunk: usize },
+    File(u32),
+    Chunk { file: u32, chunk: u32 },
+}
+
+impl NodeRef {
+    /// The file `file`.
+    pub fn file(file: usize) -> NodeRef {
+        NodeRef::File(file as u32)
+    }
+
+    /// Chunk `chunk` of file `file`.
+    pub fn chunk(file: usize, chunk: usize) -> NodeRef {
+        NodeRef::Chunk {
+            file: file as u32,
+            chunk: chunk as u32,
+        }
+    }
+
+    /// The file the node is or belongs to.
+    pub fn file_index(self) -> usize {
+        match self {
+            NodeRef::File(f) | NodeRef::Chunk { file: f, .. } => f as usize,
+        }
+    }
 }
 
 /// A resolved edge. `resolved` is false for calls matched only by a globally unique name.
