@@ -196,7 +196,7 @@ pub fn build(
     // Per segment: the resolved edges that start in it.
     let mut edges_of: Vec<Vec<u32>> = vec![Vec::new(); cuts.len()];
     for (n, e) in resolved.iter().enumerate() {
-        if let Some(k) = cut_of.get(node_file(&e.src)).filter(|k| **k != u32::MAX) {
+        if let Some(k) = cut_of.get(e.src.file_index()).filter(|k| **k != u32::MAX) {
             edges_of[*k as usize].push(n as u32);
         }
     }
@@ -789,11 +789,6 @@ fn resolve_all(
     let resolved = graph::resolve_owning_calls(&facts, calls);
     report.timings.push(("graph", t.elapsed()));
     resolved
-}
-
-/// The parsed file a graph node belongs to.
-fn node_file(r: &NodeRef) -> usize {
-    r.file_index()
 }
 
 /// Segments of the changed files, in file order: a segment is cut before the file that would
