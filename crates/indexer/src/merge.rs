@@ -195,10 +195,11 @@ pub struct HeldBack {
     pub why: &'static str,
     /// Code segments in the index.
     pub segments: usize,
-    /// Estimated bytes of the cheapest merge the budget forbids ([`merge_cost`]).
+    /// Estimated bytes ([`merge_cost`]) of the merge the budget forbids now: the segment to
+    /// rewrite, or the two smallest (by live chunks) of the tier or of the index.
     pub cost: u64,
-    /// A `--memory-budget` (whole MiB) under which the policy does what it calls for: for
-    /// `max-segments`, every merge down to the number asked, the last of them the largest.
+    /// The least `--memory-budget` (whole MiB) under which the policy does all it calls for:
+    /// every merge of the tier, or down to `--max-segments`, the last of them the largest.
     pub budget: u64,
 }
 
@@ -214,27 +215,36 @@ impl HeldBack {
                 "a size tier holds more than {SEGMENTS_PER_TIER} of the {} code segments",
                 self.segments
             ),
-            _ => {
-                let max = policy.max_segments.unwrap_or(1).max(1);
-                return format!(
-                    "{} code segments are more than --max-segments {max}, and merging even the \
-                     two smallest needs about {} MiB in memory, more than half of the {} MiB \
-                     memory budget: `indexer merge --max-segments {max} --memory-budget {}MiB` \
-                     gets there",
-                    self.segments,
-                    mib(self.cost),
-                    mib(policy.budget),
-                    mib(self.budget)
-                );
-            }
+            _ => format!(
+                "{} code segments are more than --max-segments {}",
+                self.segments,
+                policy.max_segments.unwrap_or(1).max(1)
+            ),
+        };
+        let option = match policy.max_segments {
+            Some(max) => format!("--max-segments {} --memory-budget", max.max(1)),
+            None => "--memory-budget".into(),
         };
         format!(
-            "{what}, but the merge needs about {} MiB in memory, more than half of the \
-             {} MiB memory budget: `indexer merge --memory-budget {}MiB` allows it",
-            mib(self.cost),
-            mib(policy.budget),
+            "{what}, and merging needs about {} in memory, more than half of the {} memory \
+             budget: `indexer merge {option} {}MiB` does all of it",
+            human(self.cost),
+            human(policy.budget),
             mib(self.budget)
         )
+    }
+}
+
+/// Bytes for a person: `1.5 MiB`, `640 KiB`, `3.0 GiB`.
+fn human(b: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let f = b as f64;
+    if f >= KIB * KIB * KIB {
+        format!("{:.1} GiB", f / (KIB * KIB * KIB))
+    } else if f >= KIB * KIB {
+        format!("{:.1} MiB", f / (KIB * KIB))
+    } else {
+        format!("{} KiB", b.div_ceil(1024))
     }
 }
 
@@ -272,86 +282,89 @@ fn simulate(stats: &[SegmentStat], policy: &MergePolicy) -> Vec<SegmentStat> {
         for &i in pick.iter().rev() {
             stats.remove(i);
         }
-        stats.insert(pick[0].min(stats.len()), merged);
+        // Parts with no live chunk left are dropped, not rewritten ([`MergeDone::into`]).
+        if merged.live > 0 {
+            stats.insert(pick[0].min(stats.len()), merged);
+        }
     }
     stats
 }
 
-/// The first merge `policy` calls for on `stats` that its memory cap forbids, when [`plan`]
-/// finds none it may run: `--max-segments` not reached (asked for, so named first), a rewrite
-/// of one segment costing more than the cap, a crowded tier whose two smallest cost more
-/// than it together. `None` when nothing is due or `plan` has a merge.
-pub fn held_back(stats: &[SegmentStat], policy: &MergePolicy) -> Option<HeldBack> {
+/// The first merge `policy` calls for on `stats` that its cap forbids, as (reason, cost of the
+/// cheapest choice), when [`plan`] has nothing it may run: `--max-segments` not reached (asked
+/// for, so named first), a rewrite of one segment costing more than the cap, a crowded tier
+/// whose two smallest cost more than it together.
+fn blocked(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(&'static str, u64)> {
     if plan(stats, policy).is_some() {
         return None;
     }
-    let held = |why, cost: u64| {
-        Some(HeldBack {
-            why,
-            segments: stats.len(),
-            cost,
-            budget: mib(cost.saturating_mul(2)) << 20,
-        })
-    };
     // The two smallest by live chunks, as `plan` picks them.
     let two_smallest = |mut idx: Vec<usize>| -> u64 {
         idx.sort_by_key(|&i| (stats[i].live, i));
         idx.iter().take(2).map(|&i| stats[i].cost).sum()
     };
-    if let Some(max) = policy.max_segments {
-        let max = max.max(1);
-        if stats.len() > max {
-            // The least budget (in MiB) under which the whole policy gets down to `max`;
-            // reaching it is monotone in the budget for all practical purposes, and the
-            // search's answer is checked anyway.
-            let reaches = |b: u64| {
-                let p = MergePolicy {
-                    budget: b << 20,
-                    ..*policy
-                };
-                simulate(stats, &p).len() <= max
-            };
-            let total: u64 = stats.iter().map(|s| s.cost).sum();
-            let (mut lo, mut hi) = (1, mib(total).saturating_mul(2) + 2);
-            while lo < hi {
-                let mid = lo + (hi - lo) / 2;
-                if reaches(mid) {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
-                }
-            }
-            return Some(HeldBack {
-                why: "max-segments",
-                segments: stats.len(),
-                cost: two_smallest((0..stats.len()).collect()),
-                budget: hi << 20,
-            });
-        }
+    if policy
+        .max_segments
+        .is_some_and(|max| stats.len() > max.max(1))
+    {
+        return Some(("max-segments", two_smallest((0..stats.len()).collect())));
     }
     if policy.deletes {
         let mostly_deleted = |s: &&SegmentStat| s.total > 0 && s.live * 2 <= s.total;
         if let Some(s) = stats.iter().filter(mostly_deleted).min_by_key(|s| s.cost) {
-            return held("deletes", s.cost);
+            return Some(("deletes", s.cost));
         }
         if let Some(s) = stats
             .iter()
             .filter(|s| s.lacks_codes)
             .min_by_key(|s| s.cost)
         {
-            return held("codes", s.cost);
+            return Some(("codes", s.cost));
         }
     }
     let top = stats.iter().map(|s| tier(s.live)).max().unwrap_or(0);
-    for t in 0..=top {
+    (0..=top).find_map(|t| {
         let members: Vec<usize> = (0..stats.len())
             .filter(|&i| tier(stats[i].live) == t)
             .collect();
-        if members.len() > SEGMENTS_PER_TIER {
-            return held("tier", two_smallest(members));
+        (members.len() > SEGMENTS_PER_TIER).then(|| ("tier", two_smallest(members)))
+    })
+}
+
+/// The first merge `policy` calls for on `stats` that its memory cap forbids ([`blocked`]),
+/// with the least budget (whole MiB) under which [`merge`] would leave nothing held back: the
+/// merges are simulated from the segments' statistics ([`simulate`]), since the later merges
+/// of a crowded tier or of `--max-segments` are larger than the first. `None` when nothing is
+/// due or `plan` has a merge.
+pub fn held_back(stats: &[SegmentStat], policy: &MergePolicy) -> Option<HeldBack> {
+    let (why, cost) = blocked(stats, policy)?;
+    let done = |b: u64| {
+        let p = MergePolicy {
+            budget: b << 20,
+            ..*policy
+        };
+        blocked(&simulate(stats, &p), &p).is_none()
+    };
+    // Under a cap of every segment's cost together, every merge fits, so `done(hi)` holds,
+    // and the search keeps it so. More budget never takes a merge away in practice, which
+    // makes `hi` the least such budget.
+    let total: u64 = stats.iter().map(|s| s.cost).sum();
+    let (mut lo, mut hi) = (1, mib(total).saturating_mul(2).saturating_add(2));
+    debug_assert!(done(hi));
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if done(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
         }
     }
-    None
+    Some(HeldBack {
+        why,
+        segments: stats.len(),
+        cost,
+        budget: hi << 20,
+    })
 }
 
 /// The [`SegmentStat`]s of the opened index's code segments, in MANIFEST order.
@@ -596,20 +609,23 @@ mod tests {
             ..policy
         };
         assert!(plan(stats, &enough).is_some(), "{h:?}");
-        assert_eq!(held_back(stats, &enough), None);
+        // Enough for every merge the policy calls for, and the least such budget in MiB.
+        let after = simulate(stats, &enough);
+        assert_eq!(blocked(&after, &enough), None, "{h:?} {after:?}");
         if let Some(max) = policy.max_segments {
-            // Enough to get all the way down, and the least such budget in MiB.
-            assert!(simulate(stats, &enough).len() <= max, "{h:?}");
+            assert!(after.len() <= max, "{h:?}");
+        }
+        if h.budget > 1 << 20 {
             let less = MergePolicy {
                 budget: h.budget - (1 << 20),
                 ..policy
             };
-            assert!(simulate(stats, &less).len() > max, "{h:?}");
+            assert!(blocked(&simulate(stats, &less), &less).is_some(), "{h:?}");
         }
         let line = h.describe(&policy);
         let mib = h.budget >> 20;
         assert!(
-            line.contains(&format!("--memory-budget {mib}MiB")),
+            line.contains(&format!("--memory-budget {mib}MiB` does all of it")),
             "{line}"
         );
         // Just under what it names (less than half the merge's cost) is not enough.
@@ -668,9 +684,34 @@ mod tests {
         assert_eq!(h.budget, 1800 << 20, "{h:?}");
         assert_budget_allows(&big, policy(50 << 20, Some(1)), "max-segments");
         assert_budget_allows(&big, policy(50 << 20, Some(5)), "max-segments");
-        // A rewrite keeps its live share of the cost in the estimate.
+        // A tier of seventeen: under twice the first merge's cost (two, 200 MiB) eight pairs
+        // merge and nine segments are left, still crowded; the last merge must be larger,
+        // and the budget named says so.
+        let seventeen: Vec<SegmentStat> = (0..17)
+            .map(|i| SegmentStat {
+                live: 100_000 + i,
+                total: 100_000 + i,
+                cost: 100 << 20,
+                lacks_codes: false,
+            })
+            .collect();
+        let h = held_back(&seventeen, &policy(50 << 20, None)).unwrap();
+        assert_eq!(h.cost, 200 << 20);
+        assert!(h.budget > 2 * h.cost, "{h:?}");
+        assert_budget_allows(&seventeen, policy(50 << 20, None), "tier");
+        // A rewrite keeps its live share of the cost in the estimate; a segment with nothing
+        // live is dropped, as `merge` drops it.
         let est = simulate(&[s(500, 1000)], &policy(u64::MAX, None));
         assert_eq!(est, vec![s(500, 500)]);
+        let est = simulate(&[s(0, 1000), s(900, 900)], &policy(u64::MAX, None));
+        assert_eq!(est, vec![s(900, 900)]);
+        // Sizes in the message are the sizes, not rounded up to MiB.
+        assert_eq!(human(1024), "1 KiB");
+        assert_eq!(human(3 << 19), "1.5 MiB");
+        assert_eq!(human(3 << 29), "1.5 GiB");
+        assert!(h
+            .describe(&policy(50 << 20, None))
+            .contains("more than half of the 100.0 MiB memory budget"));
         // Deletes and missing codes, only where the policy rewrites them.
         let deleted = vec![s(400, 1000), s(900, 900)];
         assert_budget_allows(&deleted, policy(100, None), "deletes");

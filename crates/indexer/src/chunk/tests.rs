@@ -929,3 +929,26 @@ fn chunks_stay_small() {
     assert!(std::mem::size_of::<Chunk>() <= 112);
     assert_eq!(std::mem::size_of::<SymbolTag>(), 4);
 }
+
+#[test]
+fn symbols_are_numbered_per_qualified_name_and_suffix() {
+    // A module and a type of one name end in different suffixes: each is the first of its
+    // kind. A second type of that name is the second.
+    let src = "mod a {}\nstruct a;\nimpl a {}\n";
+    let fx = run(Language::Rust, "src/lib.rs", src);
+    let mut ids: Vec<String> = fx
+        .chunks
+        .iter()
+        .filter(|c| c.symbol.is_some())
+        .map(|c| fx.symbol_id(c))
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        vec![
+            "rust repo src/lib.rs/a#",
+            "rust repo src/lib.rs/a(2)#",
+            "rust repo src/lib.rs/a/",
+        ]
+    );
+}

@@ -47,7 +47,8 @@ pub struct FileFacts<'a> {
 
 /// An end of an edge: a file (index into the `files` slice) or a chunk of a file. Indices
 /// are `u32` (a build's whole tree of edges is held until its segments are written: 28 bytes
-/// an edge instead of 56; a segment holds at most `u32::MAX / 2` chunks and files anyway).
+/// an edge instead of 56). A build of 2^32 files would need far more memory than their
+/// facts' ~100 bytes each before it got here; the constructors check it in debug builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum NodeRef {
     File(u32),
@@ -57,11 +58,13 @@ pub enum NodeRef {
 impl NodeRef {
     /// The file `file`.
     pub fn file(file: usize) -> NodeRef {
+        debug_assert!(u32::try_from(file).is_ok());
         NodeRef::File(file as u32)
     }
 
     /// Chunk `chunk` of file `file`.
     pub fn chunk(file: usize, chunk: usize) -> NodeRef {
+        debug_assert!(u32::try_from(file).is_ok() && u32::try_from(chunk).is_ok());
         NodeRef::Chunk {
             file: file as u32,
             chunk: chunk as u32,
