@@ -311,19 +311,15 @@ fn run() -> anyhow::Result<ExitCode> {
                 r.generation,
                 r.elapsed
             );
-            match &r.held_back {
-                Some(h) => {
-                    eprintln!("not merged: {}", h.describe(&policy));
-                    // A --max-segments asked for and not reached is a failure; a merge the
-                    // policy would like is advice.
-                    Ok(if h.why == "max-segments" {
-                        ExitCode::from(1)
-                    } else {
-                        ExitCode::SUCCESS
-                    })
+            if let Some(h) = &r.held_back {
+                eprintln!("not merged: {}", h.describe(&policy));
+                // A --max-segments asked for and not reached is a failure; a merge the policy
+                // would like is advice.
+                if h.why == "max-segments" {
+                    return Ok(ExitCode::from(1));
                 }
-                None => Ok(ExitCode::SUCCESS),
             }
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Inspect { dir, json } => {
             let r = indexer::inspect::inspect(&dir)?;

@@ -106,12 +106,37 @@ pub fn tier(live: u64) -> u32 {
     t
 }
 
+impl SegmentStat {
+    /// At least half of its chunks are tombstoned.
+    fn mostly_deleted(&self) -> bool {
+        self.total > 0 && self.live * 2 <= self.total
+    }
+}
+
+/// `idx` (indices into `stats`) in the order merges take them: fewest live chunks first.
+fn by_size(stats: &[SegmentStat], mut idx: Vec<usize>) -> Vec<usize> {
+    idx.sort_by_key(|&i| (stats[i].live, i));
+    idx
+}
+
+/// The members (indices into `stats`) of each tier holding more than [`SEGMENTS_PER_TIER`]
+/// segments, lowest tier first.
+fn crowded_tiers(stats: &[SegmentStat]) -> impl Iterator<Item = Vec<usize>> + '_ {
+    let top = stats.iter().map(|s| tier(s.live)).max().unwrap_or(0);
+    (0..=top).filter_map(move |t| {
+        let members: Vec<usize> = (0..stats.len())
+            .filter(|&i| tier(stats[i].live) == t)
+            .collect();
+        (members.len() > SEGMENTS_PER_TIER).then_some(members)
+    })
+}
+
 /// The next merge for segments `stats` (in MANIFEST order) as (indices into `stats`, sorted,
 /// and the reason), or `None`. `cap` bounds the summed [`SegmentStat::cost`] of a merge.
 pub fn plan(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(Vec<usize>, &'static str)> {
     let cap = policy.budget / 2;
     // 1. Mostly deleted: rewrite alone.
-    let mostly_deleted = |s: &SegmentStat| s.total > 0 && s.live * 2 <= s.total && s.cost <= cap;
+    let mostly_deleted = |s: &SegmentStat| s.mostly_deleted() && s.cost <= cap;
     if let Some(i) = (0..stats.len()).find(|&i| policy.deletes && mostly_deleted(&stats[i])) {
         return Some((vec![i], "deletes"));
     }
@@ -119,11 +144,10 @@ pub fn plan(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(Vec<usize>, 
     if let Some(i) = (0..stats.len()).find(|&i| policy.deletes && old(&stats[i])) {
         return Some((vec![i], "codes"));
     }
-    let smallest_first = |mut idx: Vec<usize>, limit: usize| -> Vec<usize> {
-        idx.sort_by_key(|&i| (stats[i].live, i));
+    let smallest_first = |idx: Vec<usize>, limit: usize| -> Vec<usize> {
         let mut pick = Vec::new();
         let mut cost = 0u64;
-        for i in idx {
+        for i in by_size(stats, idx) {
             if pick.len() == limit || cost + stats[i].cost > cap {
                 break;
             }
@@ -134,16 +158,10 @@ pub fn plan(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(Vec<usize>, 
         pick
     };
     // 2. A crowded tier.
-    let top = stats.iter().map(|s| tier(s.live)).max().unwrap_or(0);
-    for t in 0..=top {
-        let members: Vec<usize> = (0..stats.len())
-            .filter(|&i| tier(stats[i].live) == t)
-            .collect();
-        if members.len() > SEGMENTS_PER_TIER {
-            let pick = smallest_first(members, MAX_MERGE_AT_ONCE);
-            if pick.len() >= 2 {
-                return Some((pick, "tier"));
-            }
+    for members in crowded_tiers(stats) {
+        let pick = smallest_first(members, MAX_MERGE_AT_ONCE);
+        if pick.len() >= 2 {
+            return Some((pick, "tier"));
         }
     }
     // 3. Too many segments for --max-segments.
@@ -299,8 +317,8 @@ fn blocked(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(&'static str,
         return None;
     }
     // The two smallest by live chunks, as `plan` picks them.
-    let two_smallest = |mut idx: Vec<usize>| -> u64 {
-        idx.sort_by_key(|&i| (stats[i].live, i));
+    let two_smallest = |idx: Vec<usize>| -> u64 {
+        let idx = by_size(stats, idx);
         idx.iter().take(2).map(|&i| stats[i].cost).sum()
     };
     if policy
@@ -310,8 +328,8 @@ fn blocked(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(&'static str,
         return Some(("max-segments", two_smallest((0..stats.len()).collect())));
     }
     if policy.deletes {
-        let mostly_deleted = |s: &&SegmentStat| s.total > 0 && s.live * 2 <= s.total;
-        if let Some(s) = stats.iter().filter(mostly_deleted).min_by_key(|s| s.cost) {
+        let deleted = stats.iter().filter(|s| s.mostly_deleted());
+        if let Some(s) = deleted.min_by_key(|s| s.cost) {
             return Some(("deletes", s.cost));
         }
         if let Some(s) = stats
@@ -322,13 +340,9 @@ fn blocked(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(&'static str,
             return Some(("codes", s.cost));
         }
     }
-    let top = stats.iter().map(|s| tier(s.live)).max().unwrap_or(0);
-    (0..=top).find_map(|t| {
-        let members: Vec<usize> = (0..stats.len())
-            .filter(|&i| tier(stats[i].live) == t)
-            .collect();
-        (members.len() > SEGMENTS_PER_TIER).then(|| ("tier", two_smallest(members)))
-    })
+    crowded_tiers(stats)
+        .next()
+        .map(|members| ("tier", two_smallest(members)))
 }
 
 /// The first merge `policy` calls for on `stats` that its memory cap forbids ([`blocked`]),
@@ -668,14 +682,18 @@ mod tests {
             .contains("more than --max-segments 1,"));
         // In MiB: 9 segments of 100 MiB each to one; the tier held back (9 in one tier) is
         // not what is named when --max-segments was asked for.
-        let big: Vec<SegmentStat> = (0..9)
-            .map(|i| SegmentStat {
-                live: 100_000 + i,
-                total: 100_000 + i,
-                cost: 100 << 20,
-                lacks_codes: false,
-            })
-            .collect();
+        // `n` segments of about 100,000 chunks and 100 MiB each, in one tier.
+        let hundreds = |n: u64| -> Vec<SegmentStat> {
+            (0..n)
+                .map(|i| SegmentStat {
+                    live: 100_000 + i,
+                    total: 100_000 + i,
+                    cost: 100 << 20,
+                    lacks_codes: false,
+                })
+                .collect()
+        };
+        let big = hundreds(9);
         assert_eq!(
             held_back(&big, &policy(50 << 20, None)).unwrap().why,
             "tier"
@@ -687,14 +705,7 @@ mod tests {
         // A tier of seventeen: under twice the first merge's cost (two, 200 MiB) eight pairs
         // merge and nine segments are left, still crowded; the last merge must be larger,
         // and the budget named says so.
-        let seventeen: Vec<SegmentStat> = (0..17)
-            .map(|i| SegmentStat {
-                live: 100_000 + i,
-                total: 100_000 + i,
-                cost: 100 << 20,
-                lacks_codes: false,
-            })
-            .collect();
+        let seventeen = hundreds(17);
         let h = held_back(&seventeen, &policy(50 << 20, None)).unwrap();
         assert_eq!(h.cost, 200 << 20);
         assert!(h.budget > 2 * h.cost, "{h:?}");

@@ -345,22 +345,26 @@ fn merge_held_back_by_the_budget_names_the_budget_that_allows_it() {
     let before = segment_ids(&index);
     assert_eq!(before.len(), 2, "{before:?}");
 
-    let args = [
-        "merge",
-        index_s,
-        "--max-segments",
-        "1",
-        "--memory-budget",
-        "1KiB",
-    ];
-    let o = indexer(tmp.path(), &args);
-    assert_eq!(o.status.code(), Some(1), "{}", describe(&args, &o));
+    let merge_to_one = |budget: &str| {
+        let args = [
+            "merge",
+            index_s,
+            "--max-segments",
+            "1",
+            "--memory-budget",
+            budget,
+        ];
+        let o = indexer(tmp.path(), &args);
+        let said = describe(&args, &o);
+        (o, said)
+    };
+    let (o, said) = merge_to_one("1KiB");
+    assert_eq!(o.status.code(), Some(1), "{said}");
     let (out, err) = text(&o);
     assert!(out.contains("2 code segments before, 2 after"), "{out}");
     assert!(
         err.contains("not merged: 2 code segments are more than --max-segments 1,"),
-        "{}",
-        describe(&args, &o)
+        "{said}"
     );
     assert_eq!(segment_ids(&index), before, "nothing merged");
     // The budget it names, taken as written.
@@ -368,23 +372,11 @@ fn merge_held_back_by_the_budget_names_the_budget_that_allows_it() {
         .split("--memory-budget ")
         .nth(1)
         .and_then(|r| r.split('`').next())
-        .unwrap_or_else(|| panic!("{}", describe(&args, &o)))
+        .unwrap_or_else(|| panic!("{said}"))
         .to_string();
     assert!(named.ends_with("MiB"), "{named}");
-    let args = [
-        "merge",
-        index_s,
-        "--max-segments",
-        "1",
-        "--memory-budget",
-        &named,
-    ];
-    let o = indexer(tmp.path(), &args);
-    assert!(o.status.success(), "{}", describe(&args, &o));
-    assert!(
-        !text(&o).1.contains("not merged"),
-        "{}",
-        describe(&args, &o)
-    );
-    assert_eq!(segment_ids(&index).len(), 1, "{}", describe(&args, &o));
+    let (o, said) = merge_to_one(&named);
+    assert!(o.status.success(), "{said}");
+    assert!(!text(&o).1.contains("not merged"), "{said}");
+    assert_eq!(segment_ids(&index).len(), 1, "{said}");
 }

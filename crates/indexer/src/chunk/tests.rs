@@ -18,6 +18,14 @@ fn idx(fx: &FileExtract, qualified: &str) -> usize {
         .unwrap_or_else(|| panic!("no chunk {qualified}"))
 }
 
+/// The symbol ids of a file's chunks that have one, in chunk order.
+fn symbol_ids(fx: &FileExtract) -> Vec<String> {
+    (fx.chunks.iter())
+        .filter(|c| c.symbol.is_some())
+        .map(|c| fx.symbol_id(c))
+        .collect()
+}
+
 fn summary(fx: &FileExtract) -> Vec<String> {
     fx.chunks
         .iter()
@@ -75,12 +83,7 @@ fn check_invariants(fx: &FileExtract, src: &str) {
     for call in &fx.calls {
         assert!(fx.chunks[call.from].kind.is_symbol());
     }
-    let mut ids: Vec<String> = fx
-        .chunks
-        .iter()
-        .filter(|c| c.symbol.is_some())
-        .map(|c| fx.symbol_id(c))
-        .collect();
+    let mut ids = symbol_ids(fx);
     let n = ids.len();
     ids.sort();
     ids.dedup();
@@ -901,12 +904,7 @@ fn repeated_symbols_are_numbered_and_ids_are_made_at_their_length() {
         .map(|i| format!("def f():\n    return {i}\n\n"))
         .collect();
     let fx = run(Language::Python, "pkg/m.py", &src);
-    let ids: Vec<String> = fx
-        .chunks
-        .iter()
-        .filter(|c| c.symbol.is_some())
-        .map(|c| fx.symbol_id(c))
-        .collect();
+    let ids = symbol_ids(&fx);
     let want: Vec<String> = (1..=12)
         .map(|n| match n {
             1 => "python repo pkg/m.py/f().".to_string(),
@@ -936,12 +934,7 @@ fn symbols_are_numbered_per_qualified_name_and_suffix() {
     // kind. A second type of that name is the second.
     let src = "mod a {}\nstruct a;\nimpl a {}\n";
     let fx = run(Language::Rust, "src/lib.rs", src);
-    let mut ids: Vec<String> = fx
-        .chunks
-        .iter()
-        .filter(|c| c.symbol.is_some())
-        .map(|c| fx.symbol_id(c))
-        .collect();
+    let mut ids = symbol_ids(&fx);
     ids.sort();
     assert_eq!(
         ids,
