@@ -33,7 +33,9 @@
 //! and qualified name repeated [`NAME_BOOST`] times so symbol names weigh more.
 //!
 //! Layout: this file holds the archive, the writer ([`build`]), [`validate`] and the block
-//! decoder; `bm25/search.rs` holds the query side (cursors, MaxScore, exhaustive scoring).
+//! decoder; `bm25/merge.rs` the block encoder and [`merge`] (a merged segment's postings from
+//! its parts', without tokenizing again); `bm25/search.rs` the query side (cursors, MaxScore,
+//! exhaustive scoring).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -42,8 +44,11 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::{corrupt, text, Result};
 
+mod merge;
 mod pack;
 mod search;
+
+pub use merge::{merge, MergePart};
 
 /// The first byte of the data of postings whose full blocks are bit-packed (format 5).
 pub const PACKED: u8 = 1;
@@ -633,62 +638,14 @@ pub(crate) fn build_as(docs: &[DocFields<'_>], packed: bool) -> PostingsArchive 
             }
         }
     }
-    let total_len: u64 = doc_lens.iter().map(|&l| u64::from(l)).sum();
     let mut dict: Vec<(String, u32)> = ids.into_iter().collect();
     dict.sort_unstable();
-    let params = Params::new(total_len, doc_lens.len() as u32);
-    let mut out = PostingsArchive {
-        total_len,
-        ..Default::default()
-    };
-    out.term_blocks.push(0);
-    if packed {
-        out.data.push(PACKED);
-    }
-    out.block_offsets.push(out.data.len() as u64);
-    let (mut gaps, mut tfs) = (Vec::with_capacity(BLOCK), Vec::with_capacity(BLOCK));
+    let mut enc = merge::Encoder::new(doc_lens, packed);
     for (term, id) in dict {
         let list = std::mem::take(&mut lists[id as usize]);
-        let mut term_max = 0f32;
-        let mut prev_end = 0u32; // previous block's last document + 1
-        for block in list.chunks(BLOCK) {
-            let mut bmax = 0f32;
-            let mut prev = None;
-            gaps.clear();
-            tfs.clear();
-            for &(d, tf) in block {
-                gaps.push(match prev {
-                    None => d - prev_end,
-                    Some(p) => d - p - 1,
-                });
-                tfs.push(tf - 1);
-                prev = Some(d);
-                bmax = bmax.max(params.factor(tf, doc_lens[d as usize]));
-            }
-            if packed && block.len() == BLOCK {
-                let (bg, bt) = (pack::width(&gaps), pack::width(&tfs));
-                out.data.extend_from_slice(&[bg as u8, bt as u8]);
-                pack::pack(&gaps, bg, &mut out.data);
-                pack::pack(&tfs, bt, &mut out.data);
-            } else {
-                for &g in gaps.iter().chain(&tfs) {
-                    put_varint(&mut out.data, g);
-                }
-            }
-            let last = block[block.len() - 1].0;
-            prev_end = last + 1;
-            out.block_last.push(last);
-            out.block_max.push(bmax);
-            out.block_offsets.push(out.data.len() as u64);
-            term_max = term_max.max(bmax);
-        }
-        out.terms.push(term);
-        out.term_df.push(list.len() as u32);
-        out.term_max.push(term_max);
-        out.term_blocks.push(out.block_last.len() as u32);
+        enc.push(term, &list);
     }
-    out.doc_lens = doc_lens;
-    out
+    enc.finish()
 }
 
 /// Structural checks beyond rkyv's, run at open without decoding a block (O(terms + blocks)):

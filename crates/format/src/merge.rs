@@ -1,6 +1,10 @@
-//! Merging code segments: the live files of several segments, with their chunks, vectors and
-//! graph, copied into one [`SegmentBuilder`] without re-embedding (postings and the IVF are
-//! rebuilt by [`SegmentBuilder::write`]).
+//! Merging code segments: the live files of several segments, with their chunks, vectors,
+//! postings and graph, into one segment without re-embedding or re-tokenizing (the IVF is
+//! trained again). The records and the graph are copied into a [`SegmentBuilder`]; the texts
+//! and the vectors are not: they are borrowed from the parts' mapped files ([`Carried`]) and
+//! streamed into the new segment's, so a merge holds neither in memory. The postings are
+//! merged list by list from the parts' ([`crate::bm25::merge`]) when every part is of the
+//! current format, and built from the texts otherwise (an older format's tokenizer may differ).
 //!
 //! What is kept: every file with a live chunk (tombstoned files are dropped, which is how
 //! deletes leave the index), and a file without chunks unless a later segment of the merge
@@ -15,8 +19,9 @@ use crate::manifest::LiveSegment;
 use crate::records::{
     ChunkRecord, EdgeInput, EdgeKind, ExternalEdge, FileRecord, EDGE_RESOLVED, NO_PARENT,
 };
-use crate::segment::SegmentBuilder;
+use crate::segment::{Carried, SegmentBuilder, SegmentMeta};
 use crate::{FormatError, Result};
+use std::path::Path;
 
 /// What a merge dropped.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -27,9 +32,38 @@ pub struct MergeStats {
     pub dropped_chunks: u32,
 }
 
-/// One [`SegmentBuilder`] holding the live content of `parts` (code segments, in MANIFEST
-/// order: a later part's file wins over an earlier one's of the same path).
-pub fn merge(parts: &[&LiveSegment]) -> Result<(SegmentBuilder, MergeStats)> {
+/// The live content of merged parts, ready to write: records and graph owned, texts and
+/// vectors borrowed from the parts.
+#[derive(Debug)]
+pub struct Merged<'a> {
+    /// Files, chunk records (their texts empty) and edges.
+    pub builder: SegmentBuilder,
+    /// One text per chunk and the vectors, from the parts' maps.
+    pub content: Carried<'a>,
+    pub stats: MergeStats,
+}
+
+impl Merged<'_> {
+    /// Whether nothing is left (every file of the parts was deleted or superseded).
+    pub fn is_empty(&self) -> bool {
+        self.builder.files.is_empty()
+    }
+
+    /// Writes the merged segment into `index_dir` ([`SegmentBuilder::write_carried`]).
+    pub fn write(
+        self,
+        index_dir: &Path,
+        model_id: &str,
+        dim: usize,
+    ) -> Result<(String, SegmentMeta)> {
+        self.builder
+            .write_carried(self.content, index_dir, model_id, dim)
+    }
+}
+
+/// The live content of `parts` (code segments, in MANIFEST order: a later part's file wins
+/// over an earlier one's of the same path), merged.
+pub fn merge<'a>(parts: &[&'a LiveSegment]) -> Result<Merged<'a>> {
     if let Some(p) = parts.iter().find(|p| p.segment.memories().is_some()) {
         return Err(FormatError::InvalidInput(format!(
             "segment {} is a memory segment; only code segments are merged",
@@ -75,8 +109,11 @@ pub fn merge(parts: &[&LiveSegment]) -> Result<(SegmentBuilder, MergeStats)> {
         .collect();
     let dim = parts.first().map_or(0, |p| p.segment.meta().dim as usize);
     let mut b = SegmentBuilder::default();
+    let mut content = Carried::default();
+    // Vector rows to copy, as (part, first chunk, end chunk).
+    let mut runs: Vec<(usize, u32, u32)> = Vec::new();
     for (nf, &(p, fi)) in kept.iter().enumerate() {
-        let seg = &parts[p].segment;
+        let seg: &'a crate::segment::Segment = &parts[p].segment;
         let t = seg.table();
         let f = &t.files[fi as usize];
         let (first, n) = (f.first_chunk.to_native(), f.chunk_count.to_native());
@@ -115,15 +152,50 @@ pub fn merge(parts: &[&LiveSegment]) -> Result<(SegmentBuilder, MergeStats)> {
                     new_first + (parent - first)
                 },
                 content_hash: r.content_hash,
-                text: seg.chunk_text(c)?.to_string(),
+                text: String::new(),
             });
-            let v = seg.vector(c).ok_or_else(|| {
-                FormatError::InvalidInput(format!("segment {} lacks vector {c}", seg.id()))
-            })?;
-            b.vectors.extend_from_slice(v);
+            content.texts.push(seg.chunk_text(c)?);
+        }
+        // A part's consecutive kept files make one run of rows.
+        match runs.last_mut() {
+            Some((q, _, end)) if *q == p && *end == first => *end += n,
+            _ if n > 0 => runs.push((p, first, first + n)),
+            _ => {}
         }
     }
-    debug_assert_eq!(b.vectors.len(), b.chunks.len() * dim);
+    if parts
+        .iter()
+        .all(|p| p.segment.meta().format_version == crate::FORMAT_VERSION)
+    {
+        let paths: Vec<std::path::PathBuf> = parts
+            .iter()
+            .map(|p| p.segment.path_of(crate::header::Component::Postings))
+            .collect();
+        let postings: Vec<crate::bm25::MergePart> = parts
+            .iter()
+            .zip(&chunk_map)
+            .zip(&paths)
+            .map(|((p, map), path)| crate::bm25::MergePart {
+                postings: p.segment.postings(),
+                map,
+                path,
+            })
+            .collect();
+        content.postings = Some(crate::bm25::merge(&postings, b.chunks.len() as u32)?);
+    }
+    for (p, first, end) in runs {
+        let seg: &'a crate::segment::Segment = &parts[p].segment;
+        let rows = seg
+            .vectors()
+            .get(first as usize * dim..end as usize * dim)
+            .ok_or_else(|| {
+                FormatError::InvalidInput(format!(
+                    "segment {} lacks the vectors of chunks {first}..{end}",
+                    seg.id()
+                ))
+            })?;
+        content.vectors.push(rows);
+    }
     stats.files = b.files.len() as u32;
     stats.chunks = b.chunks.len() as u32;
 
@@ -188,5 +260,9 @@ pub fn merge(parts: &[&LiveSegment]) -> Result<(SegmentBuilder, MergeStats)> {
             }
         }
     }
-    Ok((b, stats))
+    Ok(Merged {
+        builder: b,
+        content,
+        stats,
+    })
 }

@@ -36,7 +36,7 @@ use crate::{corrupt, io_err, FormatError, Result, FORMAT_VERSION};
 mod search;
 mod write;
 
-pub use write::SegmentBuilder;
+pub use write::{Carried, SegmentBuilder};
 
 pub const SEGMENT_JSON: &str = "segment.json";
 
@@ -248,7 +248,7 @@ impl Segment {
         Ok(seg)
     }
 
-    fn path_of(&self, c: Component) -> PathBuf {
+    pub(crate) fn path_of(&self, c: Component) -> PathBuf {
         self.dir.join(c.file_name())
     }
 

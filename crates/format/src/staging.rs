@@ -71,7 +71,16 @@ impl Staging {
         model_id: &str,
         dim: usize,
     ) -> Result<(String, SegmentMeta)> {
-        let (id, meta) = builder.write(&self.dir, model_id, dim)?;
+        self.write_with(|dir| builder.write(dir, model_id, dim))
+    }
+
+    /// Writes a segment by `write` (given the staging directory to write it into, e.g. a
+    /// merge's [`crate::merge::Merged::write`]) and stages it as [`Self::write`] does.
+    pub fn write_with(
+        &mut self,
+        write: impl FnOnce(&Path) -> Result<(String, SegmentMeta)>,
+    ) -> Result<(String, SegmentMeta)> {
+        let (id, meta) = write(&self.dir)?;
         if !self.ids.contains(&id) {
             self.ids.push(id.clone());
         }

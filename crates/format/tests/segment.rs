@@ -473,8 +473,12 @@ fn format_3_segments_open_read_and_merge_into_the_current_format() {
     assert!(old.verify().is_empty(), "{:?}", old.verify());
     assert!(!old.search_bm25("hash table", 5, None, None).is_empty());
 
-    let (b, _) = format::merge::merge(&[&index.segments[0]]).unwrap();
-    let (new_id, new_meta) = b
+    let merged = format::merge::merge(&[&index.segments[0]]).unwrap();
+    assert!(
+        merged.content.postings.is_none(),
+        "format 3's postings are rebuilt"
+    );
+    let (new_id, new_meta) = merged
         .write(dir.path(), &meta.model_id, meta.dim as usize)
         .unwrap();
     assert_eq!(new_meta.format_version, format::FORMAT_VERSION);
@@ -533,6 +537,78 @@ fn format_3_segments_open_read_and_merge_into_the_current_format() {
 }
 
 /// Format versions this build does not read are refused with one that it does named.
+/// A merge writes its texts and vectors from the parts' maps (several runs of rows, the IVF
+/// trained on the written file mapped back): the segment is the one an owned copy of the same
+/// content writes, byte for byte (same content address), and each file's rows come from the
+/// part that won it.
+#[test]
+fn a_merge_streams_texts_and_vectors_and_writes_what_a_copy_would() {
+    let dim = 16;
+    let dir = tempfile::tempdir().unwrap();
+    // A: 30 files of 150 chunks; B: the first 20 of them again, with other vectors, so the
+    // merge keeps B's 20 and A's last 10: 4,500 chunks, over the IVF threshold, in two runs.
+    let (id_a, meta_a) = builder(30, 150, dim).write(dir.path(), MODEL, dim).unwrap();
+    let mut b = builder(20, 150, dim);
+    b.vectors.iter_mut().for_each(|x| *x = -*x);
+    let (id_b, meta_b) = b.write(dir.path(), MODEL, dim).unwrap();
+    let mut m = IndexManifest::empty(MODEL, dim as u32);
+    m.generation = 1;
+    for (id, meta) in [(&id_a, &meta_a), (&id_b, &meta_b)] {
+        m.segments.push(SegmentEntry {
+            id: id.clone(),
+            chunks: meta.chunk_count,
+            tombstones: None,
+        });
+    }
+    m.commit(dir.path()).unwrap();
+    let index = Index::open(dir.path()).unwrap();
+    let parts = [&index.segments[0], &index.segments[1]];
+
+    let merged = format::merge::merge(&parts).unwrap();
+    assert_eq!(merged.stats.chunks, 4500);
+    assert_eq!(merged.stats.dropped_chunks, 3000);
+    assert_eq!(merged.content.vectors.len(), 2, "one run of rows per part");
+    assert!(merged.builder.vectors.is_empty());
+    assert!(merged.builder.chunks.iter().all(|c| c.text.is_empty()));
+    assert!(
+        merged.content.postings.is_some(),
+        "postings merged, not rebuilt"
+    );
+    let out = tempfile::tempdir().unwrap();
+    let (id, meta) = merged.write(out.path(), MODEL, dim).unwrap();
+    assert!(
+        meta.vector_index.starts_with("ivf"),
+        "{}",
+        meta.vector_index
+    );
+
+    // The same content owned: texts in the records, the rows joined.
+    let copy = format::merge::merge(&parts).unwrap();
+    let mut owned = copy.builder;
+    for (c, t) in owned.chunks.iter_mut().zip(&copy.content.texts) {
+        c.text = t.to_string();
+    }
+    owned.vectors = copy.content.vectors.concat();
+    let out2 = tempfile::tempdir().unwrap();
+    let (id2, meta2) = owned.write(out2.path(), MODEL, dim).unwrap();
+    assert_eq!(id, id2, "the streamed merge writes the bytes a copy writes");
+    assert_eq!(meta, meta2);
+
+    let new = Segment::open(out.path(), &id, MODEL, dim as u32).unwrap();
+    assert!(new.verify().is_empty(), "{:?}", new.verify());
+    let (a, b) = (&index.segments[0].segment, &index.segments[1].segment);
+    let t = new.table();
+    for c in [0u32, 2999, 3000, 4499] {
+        let path = t.files[t.chunks[c as usize].file.to_native() as usize]
+            .path
+            .to_string();
+        let (from, old) = if c < 3000 { (b, c) } else { (a, c) };
+        assert_eq!(new.vector(c), from.vector(old), "chunk {c} of {path}");
+        assert_eq!(new.chunk_text(c).unwrap(), from.chunk_text(old).unwrap());
+    }
+    assert_eq!(new.vector(0).unwrap()[0], -a.vector(0).unwrap()[0]);
+}
+
 #[test]
 fn unknown_format_versions_are_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -712,3 +712,106 @@ fn fenced_lookups_equal_plain_ones() {
         assert_eq!(p.term_id_fenced(t, &wrong), p.term_id(t), "{t}");
     }
 }
+
+/// Merged postings equal the postings built from the merged documents' texts, field for field:
+/// two parts whose documents interleave in the merged order, some dropped (a term whose every
+/// document is dropped leaves the dictionary), dense terms over many full blocks, and the
+/// fixture's wide gaps and frequencies. A damaged block fails the merge.
+#[test]
+fn merged_postings_equal_postings_built_from_the_merged_texts() {
+    let mut next = xorshift(0x5eed);
+    let words = ["alpha", "beta", "gamma", "delta", "only_in_dropped", "rare"];
+    let mut texts_a: Vec<String> = block_fixture_texts();
+    let mut texts_b: Vec<String> = Vec::new();
+    for i in 0..900 {
+        let n = 1 + next() % 12;
+        let t: Vec<&str> = (0..n).map(|_| words[(next() % 4) as usize]).collect();
+        let mut t = t.join(" ");
+        if i % 97 == 0 {
+            t.push_str(" rare");
+        }
+        texts_b.push(t);
+    }
+    texts_a[3].push_str(" only_in_dropped");
+    // A keeps every document but 3 and each tenth; B drops each seventh. The merged order
+    // interleaves them: A's kept documents at even positions while both last.
+    let (na, nb) = (texts_a.len(), texts_b.len());
+    let keep_a: Vec<bool> = (0..na).map(|i| i != 3 && i % 10 != 0).collect();
+    let keep_b: Vec<bool> = (0..nb).map(|i| i % 7 != 0).collect();
+    let (mut map_a, mut map_b) = (vec![u32::MAX; na], vec![u32::MAX; nb]);
+    let mut merged: Vec<String> = Vec::new();
+    let (mut ia, mut ib) = (0, 0);
+    while ia < na || ib < nb {
+        let take_a = ib >= nb || (ia < na && merged.len().is_multiple_of(2));
+        let (keep, map, texts, i) = if take_a {
+            (&keep_a, &mut map_a, &texts_a, &mut ia)
+        } else {
+            (&keep_b, &mut map_b, &texts_b, &mut ib)
+        };
+        if keep[*i] {
+            map[*i] = merged.len() as u32;
+            merged.push(texts[*i].clone());
+        }
+        *i += 1;
+    }
+    let (ba, bb) = (archive_of(&texts_a), archive_of(&texts_b));
+    let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&ba).unwrap();
+    let b = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bb).unwrap();
+    let path = Path::new("postings.rkyv");
+    let parts = [
+        MergePart {
+            postings: a,
+            map: &map_a,
+            path,
+        },
+        MergePart {
+            postings: b,
+            map: &map_b,
+            path,
+        },
+    ];
+    let got = merge(&parts, merged.len() as u32).unwrap();
+    let want = build_for_tests(&merged, true);
+    assert!(!got.terms.iter().any(|t| t == "only_in_dropped"));
+    assert!(got.block_last.len() > 20, "several full blocks");
+    assert_eq!(got, want);
+
+    // A map that leaves a merged document without a part, or names one twice, is refused.
+    assert!(merge(&parts, merged.len() as u32 + 1).is_err());
+    let mut twice = map_b.clone();
+    twice[1] = map_a[1];
+    let bad = [
+        MergePart {
+            postings: a,
+            map: &map_a,
+            path,
+        },
+        MergePart {
+            postings: b,
+            map: &twice,
+            path,
+        },
+    ];
+    assert!(merge(&bad, merged.len() as u32).is_err());
+
+    // A damaged full block of A: its packed width byte past 32.
+    let mut damaged = build_for_tests(&texts_a, true);
+    let off = damaged.block_offsets[0] as usize;
+    damaged.data[off] = 40;
+    let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&damaged).unwrap();
+    let d = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
+    let parts = [
+        MergePart {
+            postings: d,
+            map: &map_a,
+            path,
+        },
+        MergePart {
+            postings: b,
+            map: &map_b,
+            path,
+        },
+    ];
+    let err = merge(&parts, merged.len() as u32).unwrap_err();
+    assert!(err.to_string().contains("does not decode"), "{err}");
+}

@@ -2,6 +2,7 @@
 //! the IVF written into a temporary directory, fsynced, hashed into `segment.json` and renamed
 //! into place under its content address (see the parent module for the layout).
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use rkyv::rancor;
@@ -33,18 +34,47 @@ pub struct SegmentBuilder {
     pub ivf_centroids: Option<Vec<f32>>,
 }
 
+/// What a segment is written from that was not built for it: a merge's texts and vectors,
+/// borrowed from its parts' mapped `texts.bin` and `vectors.f32` so that neither is copied
+/// into memory, and its postings, merged from theirs ([`crate::merge`]). The builder written
+/// with them has empty chunk texts and no vectors.
+#[derive(Debug, Default)]
+pub struct Carried<'a> {
+    /// One text per chunk, in chunk order.
+    pub texts: Vec<&'a str>,
+    /// The chunks' vectors in chunk order, as runs of whole rows.
+    pub vectors: Vec<&'a [f32]>,
+    /// The chunks' postings (`None`: built from the texts, names and paths).
+    pub postings: Option<bm25::PostingsArchive>,
+}
+
 impl SegmentBuilder {
-    fn validate(&self, dim: usize) -> Result<()> {
+    fn validate(&self, dim: usize, from: Option<&Carried<'_>>) -> Result<()> {
         let bad = |m: String| Err(FormatError::InvalidInput(m));
         let n = self.chunks.len();
         if n > (u32::MAX / 2) as usize || self.files.len() > (u32::MAX / 2) as usize {
             return bad("too many chunks or files for one segment".into());
         }
-        if dim == 0 || self.vectors.len() != n * dim {
-            return bad(format!(
-                "{} floats for {n} chunks of dimension {dim}",
-                self.vectors.len()
-            ));
+        let floats = match from {
+            None => self.vectors.len(),
+            Some(b) => {
+                if !self.vectors.is_empty() || self.chunks.iter().any(|c| !c.text.is_empty()) {
+                    return bad("carried texts and vectors given beside owned ones".into());
+                }
+                if b.texts.len() != n {
+                    return bad(format!("{} carried texts for {n} chunks", b.texts.len()));
+                }
+                if dim == 0 || b.vectors.iter().any(|r| !r.len().is_multiple_of(dim)) {
+                    return bad(format!("carried vectors are not whole rows of {dim}"));
+                }
+                if b.postings.as_ref().is_some_and(|p| p.doc_lens.len() != n) {
+                    return bad(format!("carried postings are not of {n} documents"));
+                }
+                b.vectors.iter().map(|r| r.len()).sum()
+            }
+        };
+        if dim == 0 || floats != n * dim {
+            return bad(format!("{floats} floats for {n} chunks of dimension {dim}"));
         }
         if self
             .files
@@ -112,10 +142,34 @@ impl SegmentBuilder {
         model_id: &str,
         dim: usize,
     ) -> Result<(String, SegmentMeta)> {
-        self.validate(dim)?;
+        self.write_from(None, index_dir, model_id, dim)
+    }
+
+    /// [`Self::write`] of a builder whose chunk texts and vectors (and postings, if given)
+    /// are `from`'s: the same files as if they had been owned and the postings built, without
+    /// holding a copy of the texts or the vectors. Vectors in several runs are written first
+    /// and mapped back for the IVF index, so they take page cache (reclaimable), not heap.
+    pub fn write_carried(
+        self,
+        from: Carried<'_>,
+        index_dir: &Path,
+        model_id: &str,
+        dim: usize,
+    ) -> Result<(String, SegmentMeta)> {
+        self.write_from(Some(from), index_dir, model_id, dim)
+    }
+
+    fn write_from(
+        self,
+        from: Option<Carried<'_>>,
+        index_dir: &Path,
+        model_id: &str,
+        dim: usize,
+    ) -> Result<(String, SegmentMeta)> {
+        self.validate(dim, from.as_ref())?;
         let tmp = index_dir.join(format!(".tmp-seg-{}-{}", std::process::id(), unique()));
         crate::fsio::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-        let result = self.write_into(&tmp, index_dir, model_id, dim);
+        let result = self.write_into(from, &tmp, index_dir, model_id, dim);
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&tmp);
         }
@@ -130,6 +184,7 @@ impl SegmentBuilder {
     /// file is a function of the inputs alone.
     fn write_into(
         self,
+        from: Option<Carried<'_>>,
         tmp: &Path,
         index_dir: &Path,
         model_id: &str,
@@ -140,17 +195,45 @@ impl SegmentBuilder {
         let d = dim as u32;
         let SegmentBuilder {
             files: file_inputs,
-            chunks,
+            mut chunks,
             vectors,
             edges,
             external_edges,
             memories,
             ivf_centroids,
         } = self;
+        // The texts leave the records (format 4 keeps them in `texts.bin` only).
+        let (texts, runs, postings): (Vec<Cow<'_, str>>, Vec<&[f32]>, _) = match from {
+            None => (
+                chunks
+                    .iter_mut()
+                    .map(|c| Cow::Owned(std::mem::take(&mut c.text)))
+                    .collect(),
+                vec![&vectors[..]],
+                None,
+            ),
+            Some(b) => (
+                b.texts.into_iter().map(Cow::Borrowed).collect(),
+                b.vectors,
+                b.postings,
+            ),
+        };
+        // Rows in several runs are written now and mapped back: FAISS wants them in one slice.
+        let mut written = None;
+        let mut mapped = None;
+        if runs.len() > 1 {
+            let (entry, map) = put_vectors(tmp, d, model_id, &runs)?;
+            written = Some(entry);
+            mapped = Some(map);
+        }
+        let rows: &[f32] = match &mapped {
+            Some(m) => mapped_floats(m),
+            None => runs.first().copied().unwrap_or(&[]),
+        };
         let (ivf, rest) = std::thread::scope(|scope| {
             let ivf = (n as usize >= vectors::IVF_THRESHOLD).then(|| {
-                let (vectors, centroids) = (&vectors, ivf_centroids.as_deref());
-                scope.spawn(move || write_ivf_file(tmp, vectors, dim, centroids, model_id))
+                let centroids = ivf_centroids.as_deref();
+                scope.spawn(move || write_ivf_file(tmp, rows, dim, centroids, model_id))
             });
             let rest = write_components(
                 tmp,
@@ -158,7 +241,12 @@ impl SegmentBuilder {
                 d,
                 file_inputs,
                 chunks,
-                &vectors,
+                texts,
+                postings,
+                match written {
+                    Some(entry) => VectorsFile::Written(entry),
+                    None => VectorsFile::Rows(rows),
+                },
                 edges,
                 external_edges,
                 memories,
@@ -248,8 +336,48 @@ fn put_framed_parts(
     })
 }
 
-/// Every component but the IVF index: the vectors on a thread of their own, the others
-/// ([`write_records`]) each encoded, written and dropped in turn.
+/// `vectors.f32`: still to write from rows in memory, or written already.
+enum VectorsFile<'a> {
+    Rows(&'a [f32]),
+    Written(FileEntry),
+}
+
+/// Writes `vectors.f32` from `runs` (rows in chunk order, not joined) and maps it back.
+fn put_vectors(
+    tmp: &Path,
+    d: u32,
+    model_id: &str,
+    runs: &[&[f32]],
+) -> Result<(FileEntry, memmap2::Mmap)> {
+    let bytes: Vec<std::borrow::Cow<'_, [u8]>> = runs.iter().map(|r| f32_le_bytes(r)).collect();
+    let parts: Vec<&[u8]> = bytes.iter().map(|b| b.as_ref()).collect();
+    let entry = put_framed_parts(tmp, Component::Vectors, d, model_id, &parts)?;
+    let p = tmp.join(Component::Vectors.file_name());
+    let f = std::fs::File::open(&p).map_err(io_err(&p))?;
+    // SAFETY: the file was just written, synced and closed in a directory only this writer
+    // uses (a fresh temporary one); nothing truncates it while the map lives.
+    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(io_err(&p))?;
+    if map.len() < HEADER_LEN || !(map.len() - HEADER_LEN).is_multiple_of(4) {
+        return Err(FormatError::InvalidInput(format!(
+            "{} is {} bytes after writing",
+            p.display(),
+            map.len()
+        )));
+    }
+    Ok((entry, map))
+}
+
+/// The floats of a mapped `vectors.f32` (after its header).
+fn mapped_floats(map: &memmap2::Mmap) -> &[f32] {
+    let bytes = &map[HEADER_LEN..];
+    // SAFETY: the map is page-aligned and the payload starts at byte 64, so it is 4-byte
+    // aligned; its length is a multiple of 4 ([`put_vectors`]); any bit pattern is a valid
+    // f32 and the host is little-endian (compile-time check in lib.rs).
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
+}
+
+/// Every component but the IVF index: the vectors (unless written already) on a thread of
+/// their own, the others ([`write_records`]) each encoded, written and dropped in turn.
 #[allow(clippy::too_many_arguments)]
 fn write_components(
     tmp: &Path,
@@ -257,7 +385,9 @@ fn write_components(
     d: u32,
     file_inputs: Vec<FileInput>,
     chunks: Vec<ChunkInput>,
-    vectors: &[f32],
+    texts: Vec<Cow<'_, str>>,
+    postings: Option<bm25::PostingsArchive>,
+    vectors: VectorsFile<'_>,
     edges: Vec<EdgeInput>,
     external_edges: Vec<ExternalEdge>,
     memories: Vec<MemoryRecord>,
@@ -265,22 +395,30 @@ fn write_components(
     std::thread::scope(|scope| {
         // The vectors are final already: their write, hash and fsync (most of it waiting on
         // the disk) run beside the encoding of the rest.
-        let vectors = scope
-            .spawn(|| put_framed(tmp, Component::Vectors, d, model_id, &f32_le_bytes(vectors)));
+        let vectors = match vectors {
+            VectorsFile::Rows(rows) => Err(scope.spawn(move || {
+                put_framed(tmp, Component::Vectors, d, model_id, &f32_le_bytes(rows))
+            })),
+            VectorsFile::Written(entry) => Ok(entry),
+        };
         let mut files = write_records(
             tmp,
             model_id,
             d,
             file_inputs,
             chunks,
+            texts,
+            postings,
             edges,
             external_edges,
             memories,
         )?;
-        files.push(vectors.join().unwrap_or_else(|_| {
-            Err(FormatError::InvalidInput(
-                "the vectors writer thread panicked".into(),
-            ))
+        files.push(vectors.or_else(|h| {
+            h.join().unwrap_or_else(|_| {
+                Err(FormatError::InvalidInput(
+                    "the vectors writer thread panicked".into(),
+                ))
+            })
         })?);
         Ok(files)
     })
@@ -295,6 +433,8 @@ fn write_records(
     d: u32,
     file_inputs: Vec<FileInput>,
     chunks: Vec<ChunkInput>,
+    texts: Vec<Cow<'_, str>>,
+    postings: Option<bm25::PostingsArchive>,
     edges: Vec<EdgeInput>,
     external_edges: Vec<ExternalEdge>,
     memories: Vec<MemoryRecord>,
@@ -304,25 +444,21 @@ fn write_records(
     };
     let (n, nf) = (chunks.len() as u32, file_inputs.len() as u32);
     let mut files = Vec::new();
-    let fields: Vec<DocFields> = chunks
-        .iter()
-        .map(|c| DocFields {
-            text: &c.text,
-            path: &file_inputs[c.file as usize].path,
-            name: &c.name,
-            qualified: &c.qualified,
-        })
-        .collect();
-    let postings = bm25::build(&fields);
-    drop(fields);
+    let postings = postings.unwrap_or_else(|| {
+        let fields: Vec<DocFields> = chunks
+            .iter()
+            .zip(&texts)
+            .map(|(c, text)| DocFields {
+                text,
+                path: &file_inputs[c.file as usize].path,
+                name: &c.name,
+                qualified: &c.qualified,
+            })
+            .collect();
+        bm25::build(&fields)
+    });
     let graph = graph::build(n, n + nf, &edges, external_edges);
     drop(edges);
-    // The texts go to `texts.bin`; the records keep none (format 4).
-    let mut chunks = chunks;
-    let texts: Vec<String> = chunks
-        .iter_mut()
-        .map(|c| std::mem::take(&mut c.text))
-        .collect();
     // `texts::encode`'s bytes, written from the texts where they are: joining them first
     // held every text of the segment twice at the writer's peak.
     let table = crate::texts::table(&texts);
@@ -362,18 +498,18 @@ fn write_records(
 
 /// `v` as little-endian bytes: borrowed in place on a little-endian target (the 150 MB of a
 /// 100k-chunk segment's vectors are not copied), converted elsewhere.
-fn f32_le_bytes(v: &[f32]) -> std::borrow::Cow<'_, [u8]> {
+fn f32_le_bytes(v: &[f32]) -> Cow<'_, [u8]> {
     #[cfg(target_endian = "little")]
     {
         // SAFETY: f32 has no padding and any byte pattern is a valid u8; the slice covers
         // exactly the floats' memory, and u8's alignment (1) divides f32's.
-        std::borrow::Cow::Borrowed(unsafe {
+        Cow::Borrowed(unsafe {
             std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v))
         })
     }
     #[cfg(not(target_endian = "little"))]
     {
-        std::borrow::Cow::Owned(v.iter().flat_map(|f| f.to_le_bytes()).collect())
+        Cow::Owned(v.iter().flat_map(|f| f.to_le_bytes()).collect())
     }
 }
 
