@@ -32,10 +32,10 @@
 //! A document is a chunk; its terms are the tokens of its text, its path, and its symbol name
 //! and qualified name repeated [`NAME_BOOST`] times so symbol names weigh more.
 //!
-//! Layout: this file holds the archive, the writer ([`build`]), [`validate`] and the block
-//! decoder; `bm25/merge.rs` the block encoder and [`merge`] (a merged segment's postings from
-//! its parts', without tokenizing again); `bm25/search.rs` the query side (cursors, MaxScore,
-//! exhaustive scoring).
+//! Layout: this file holds the archive, the tokenizing of documents, [`validate`] and the
+//! block decoder; `bm25/write.rs` the writers, [`build`] (from documents' fields) and [`merge`]
+//! (a merged segment's postings from its parts', without tokenizing again), over one block
+//! encoder; `bm25/search.rs` the query side (cursors, MaxScore, exhaustive scoring).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -44,11 +44,11 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::{corrupt, text, Result};
 
-mod merge;
 mod pack;
 mod search;
+mod write;
 
-pub use merge::{merge, MergePart};
+pub use write::{build, build_for_tests, merge, MergePart};
 
 /// The first byte of the data of postings whose full blocks are bit-packed (format 5).
 pub const PACKED: u8 = 1;
@@ -545,29 +545,6 @@ fn range_postings(first: u32, docs: &[DocFields<'_>]) -> RangePostings {
     r
 }
 
-/// Builds the postings for documents `0..docs.len()`. Tokenization runs in parallel over
-/// fixed ranges of documents; the ranges' lists are appended in document order, so the output
-/// does not depend on thread timing (and is the same as one range's).
-pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
-    build_as(docs, true)
-}
-
-/// The postings of documents that are just `texts`, with full blocks bit-packed or as format
-/// 4's varints: fixtures for tests and fuzz seeds.
-#[doc(hidden)]
-pub fn build_for_tests(texts: &[String], packed: bool) -> PostingsArchive {
-    let fields: Vec<DocFields> = texts
-        .iter()
-        .map(|t| DocFields {
-            text: t,
-            path: "",
-            name: "",
-            qualified: "",
-        })
-        .collect();
-    build_as(&fields, packed)
-}
-
 /// 700 documents whose terms fill several blocks at gap and frequency widths from 0 to 9 bits
 /// (dense terms, one in five, and a term repeated 300 times in every 300th): the fixture of
 /// the block tests and the fuzz seeds.
@@ -607,45 +584,6 @@ pub fn with_archive<R>(data: &[u8], f: impl FnOnce(&ArchivedPostingsArchive) -> 
     rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes)
         .ok()
         .map(f)
-}
-
-/// [`build`], with full blocks bit-packed or (`packed` false: the encoding of format 4 and
-/// older, which readers still decode) as varints.
-pub(crate) fn build_as(docs: &[DocFields<'_>], packed: bool) -> PostingsArchive {
-    use rayon::prelude::*;
-    let ranges: Vec<RangePostings> = docs
-        .par_chunks(TOKENIZE_RANGE)
-        // One range per job, so no thread is left with a long run of ranges at the end.
-        .with_max_len(1)
-        .enumerate()
-        .map(|(k, part)| range_postings((k * TOKENIZE_RANGE) as u32, part))
-        .collect();
-    let mut ids: FxMap<String, u32> = FxMap::default();
-    let mut lists: Vec<Vec<(u32, u32)>> = Vec::new();
-    let mut doc_lens = Vec::with_capacity(docs.len());
-    for r in ranges {
-        doc_lens.extend_from_slice(&r.doc_lens);
-        let mut range_lists = r.lists;
-        for (term, lid) in r.ids {
-            let part = std::mem::take(&mut range_lists[lid as usize]);
-            match ids.get(term.as_str()) {
-                // Ranges arrive in document order, so each list stays sorted.
-                Some(&id) => lists[id as usize].extend_from_slice(&part),
-                None => {
-                    ids.insert(term, lists.len() as u32);
-                    lists.push(part);
-                }
-            }
-        }
-    }
-    let mut dict: Vec<(String, u32)> = ids.into_iter().collect();
-    dict.sort_unstable();
-    let mut enc = merge::Encoder::new(doc_lens, packed);
-    for (term, id) in dict {
-        let list = std::mem::take(&mut lists[id as usize]);
-        enc.push(term, &list);
-    }
-    enc.finish()
 }
 
 /// Structural checks beyond rkyv's, run at open without decoding a block (O(terms + blocks)):

@@ -1,14 +1,80 @@
-//! The block encoder of the postings writer ([`Encoder`]) and [`merge`]: the postings of a
-//! merged segment made from its parts' postings instead of from its texts. Every document of a
-//! merge keeps its fields (text, path, names), so its terms and their frequencies are the ones
-//! it had; decoding the parts' lists, renumbering their documents and encoding them again gives
-//! the archive [`super::build`] would give, byte for byte (a test checks it), without
-//! tokenizing a single text or holding every (term, document) pair of the segment at once.
+//! The postings writers: [`build`] (documents tokenized) and [`merge`] (the postings of a
+//! merged segment made from its parts' postings instead of from its texts), over one block
+//! encoder ([`Encoder`]). Every document of a merge keeps its fields (text, path, names), so
+//! its terms and their frequencies are the ones it had; decoding the parts' lists, renumbering
+//! their documents and encoding them again gives the archive [`build`] would give, byte for
+//! byte (a test checks it), without tokenizing a single text or holding every (term,
+//! document) pair of the segment at once.
 
 use std::path::Path;
 
-use super::{ArchivedPostingsArchive, Params, PostingsArchive, BLOCK, PACKED};
+use super::{
+    range_postings, ArchivedPostingsArchive, DocFields, FxMap, Params, PostingsArchive,
+    RangePostings, BLOCK, PACKED, TOKENIZE_RANGE,
+};
 use crate::{corrupt, FormatError, Result};
+
+/// Builds the postings for documents `0..docs.len()`. Tokenization runs in parallel over
+/// fixed ranges of documents; the ranges' lists are appended in document order, so the output
+/// does not depend on thread timing (and is the same as one range's).
+pub fn build(docs: &[DocFields<'_>]) -> PostingsArchive {
+    build_as(docs, true)
+}
+
+/// The postings of documents that are just `texts`, with full blocks bit-packed or as format
+/// 4's varints: fixtures for tests and fuzz seeds.
+#[doc(hidden)]
+pub fn build_for_tests(texts: &[String], packed: bool) -> PostingsArchive {
+    let fields: Vec<DocFields> = texts
+        .iter()
+        .map(|t| DocFields {
+            text: t,
+            path: "",
+            name: "",
+            qualified: "",
+        })
+        .collect();
+    build_as(&fields, packed)
+}
+
+/// [`build`], with full blocks bit-packed or (`packed` false: the encoding of format 4 and
+/// older, which readers still decode) as varints.
+pub(crate) fn build_as(docs: &[DocFields<'_>], packed: bool) -> PostingsArchive {
+    use rayon::prelude::*;
+    let ranges: Vec<RangePostings> = docs
+        .par_chunks(TOKENIZE_RANGE)
+        // One range per job, so no thread is left with a long run of ranges at the end.
+        .with_max_len(1)
+        .enumerate()
+        .map(|(k, part)| range_postings((k * TOKENIZE_RANGE) as u32, part))
+        .collect();
+    let mut ids: FxMap<String, u32> = FxMap::default();
+    let mut lists: Vec<Vec<(u32, u32)>> = Vec::new();
+    let mut doc_lens = Vec::with_capacity(docs.len());
+    for r in ranges {
+        doc_lens.extend_from_slice(&r.doc_lens);
+        let mut range_lists = r.lists;
+        for (term, lid) in r.ids {
+            let part = std::mem::take(&mut range_lists[lid as usize]);
+            match ids.get(term.as_str()) {
+                // Ranges arrive in document order, so each list stays sorted.
+                Some(&id) => lists[id as usize].extend_from_slice(&part),
+                None => {
+                    ids.insert(term, lists.len() as u32);
+                    lists.push(part);
+                }
+            }
+        }
+    }
+    let mut dict: Vec<(String, u32)> = ids.into_iter().collect();
+    dict.sort_unstable();
+    let mut enc = Encoder::new(doc_lens, packed);
+    for (term, id) in dict {
+        let list = std::mem::take(&mut lists[id as usize]);
+        enc.push(term, &list);
+    }
+    enc.finish()
+}
 
 /// Encodes term lists, in term order, into a [`PostingsArchive`]: blocks of [`BLOCK`]
 /// postings (full ones bit-packed when `packed`), each with its last document and its largest
