@@ -758,18 +758,12 @@ fn merged_postings_equal_postings_built_from_the_merged_texts() {
     let a = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&ba).unwrap();
     let b = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bb).unwrap();
     let path = Path::new("postings.rkyv");
-    let parts = [
-        MergePart {
-            postings: a,
-            map: &map_a,
-            path,
-        },
-        MergePart {
-            postings: b,
-            map: &map_b,
-            path,
-        },
-    ];
+    let part = |postings, map| MergePart {
+        postings,
+        map,
+        path,
+    };
+    let parts = [part(a, &map_a), part(b, &map_b)];
     let got = merge(&parts, merged.len() as u32).unwrap();
     let want = build_for_tests(&merged, true);
     assert!(!got.terms.iter().any(|t| t == "only_in_dropped"));
@@ -780,18 +774,7 @@ fn merged_postings_equal_postings_built_from_the_merged_texts() {
     assert!(merge(&parts, merged.len() as u32 + 1).is_err());
     let mut twice = map_b.clone();
     twice[1] = map_a[1];
-    let bad = [
-        MergePart {
-            postings: a,
-            map: &map_a,
-            path,
-        },
-        MergePart {
-            postings: b,
-            map: &twice,
-            path,
-        },
-    ];
+    let bad = [part(a, &map_a), part(b, &twice)];
     assert!(merge(&bad, merged.len() as u32).is_err());
 
     // A damaged full block of A: its packed width byte past 32.
@@ -800,18 +783,7 @@ fn merged_postings_equal_postings_built_from_the_merged_texts() {
     damaged.data[off] = 40;
     let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&damaged).unwrap();
     let d = rkyv::access::<ArchivedPostingsArchive, rkyv::rancor::Error>(&bytes).unwrap();
-    let parts = [
-        MergePart {
-            postings: d,
-            map: &map_a,
-            path,
-        },
-        MergePart {
-            postings: b,
-            map: &map_b,
-            path,
-        },
-    ];
+    let parts = [part(d, &map_a), part(b, &map_b)];
     let err = merge(&parts, merged.len() as u32).unwrap_err();
     assert!(err.to_string().contains("does not decode"), "{err}");
 }

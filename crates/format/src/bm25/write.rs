@@ -176,7 +176,7 @@ pub struct MergePart<'a> {
 
 /// The postings of `docs` merged documents from their parts' postings: each term's lists
 /// decoded part by part, their documents renumbered (dropped ones left out) and joined, the
-/// document lengths copied, and all encoded as [`super::build`] encodes. Every block is
+/// document lengths copied, and all encoded as [`build`] encodes. Every block is
 /// checked as it decodes: a damaged part fails the merge (nothing is dropped silently).
 pub fn merge(parts: &[MergePart<'_>], docs: u32) -> Result<PostingsArchive> {
     let bad = |m: String| Err(FormatError::InvalidInput(m));

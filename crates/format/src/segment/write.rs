@@ -64,7 +64,10 @@ impl SegmentBuilder {
                 if b.texts.len() != n {
                     return bad(format!("{} carried texts for {n} chunks", b.texts.len()));
                 }
-                if dim == 0 || b.vectors.iter().any(|r| !r.len().is_multiple_of(dim)) {
+                if b.vectors
+                    .iter()
+                    .any(|r| !r.len().is_multiple_of(dim.max(1)))
+                {
                     return bad(format!("carried vectors are not whole rows of {dim}"));
                 }
                 if b.postings.as_ref().is_some_and(|p| p.doc_lens.len() != n) {
@@ -349,7 +352,7 @@ fn put_vectors(
     model_id: &str,
     runs: &[&[f32]],
 ) -> Result<(FileEntry, memmap2::Mmap)> {
-    let bytes: Vec<std::borrow::Cow<'_, [u8]>> = runs.iter().map(|r| f32_le_bytes(r)).collect();
+    let bytes: Vec<Cow<'_, [u8]>> = runs.iter().map(|r| f32_le_bytes(r)).collect();
     let parts: Vec<&[u8]> = bytes.iter().map(|b| b.as_ref()).collect();
     let entry = put_framed_parts(tmp, Component::Vectors, d, model_id, &parts)?;
     let p = tmp.join(Component::Vectors.file_name());
