@@ -669,23 +669,9 @@ pub fn validate(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Res
 /// that end at its recorded last id.
 pub fn validate_blocks(path: &Path, p: &ArchivedPostingsArchive, doc_count: u32) -> Result<()> {
     validate(path, p, doc_count)?;
-    let mut docs = [0u32; BLOCK];
-    let mut tfs = [0u32; BLOCK];
+    let mut bufs = ([0u32; BLOCK], [0u32; BLOCK]);
     for t in 0..p.terms.len() {
-        let (b0, b1) = (
-            p.term_blocks[t].to_native() as usize,
-            p.term_blocks[t + 1].to_native() as usize,
-        );
-        let df = p.term_df[t].to_native() as usize;
-        for b in b0..b1 {
-            let n = p.block_len(b0, b, df);
-            if p.decode(b0, b, n, &mut docs, &mut tfs) != Some(n) {
-                return Err(corrupt(
-                    path,
-                    "postings: a block does not decode to ascending document ids",
-                ));
-            }
-        }
+        p.decode_term_checked(t, path, &mut bufs, |_, _| Ok(()))?;
     }
     Ok(())
 }
@@ -731,6 +717,36 @@ impl ArchivedPostingsArchive {
     pub fn df(&self, term: &str) -> u32 {
         self.term_id(term)
             .map_or(0, |i| self.term_df[i].to_native())
+    }
+
+    /// Decodes term `t`'s blocks in order into `bufs`, handing each block's documents and
+    /// term frequencies to `each`; a block that does not decode to its length of ascending
+    /// document ids is a corruption error naming `path` (what [`validate_blocks`] checks and
+    /// a merge reads its parts with). `t` must be a term of this dictionary.
+    pub(crate) fn decode_term_checked(
+        &self,
+        t: usize,
+        path: &Path,
+        bufs: &mut ([u32; BLOCK], [u32; BLOCK]),
+        mut each: impl FnMut(&[u32], &[u32]) -> Result<()>,
+    ) -> Result<()> {
+        let (b0, b1) = (
+            self.term_blocks[t].to_native() as usize,
+            self.term_blocks[t + 1].to_native() as usize,
+        );
+        let df = self.term_df[t].to_native() as usize;
+        let (docs, tfs) = bufs;
+        for b in b0..b1 {
+            let n = self.block_len(b0, b, df);
+            if self.decode(b0, b, n, docs, tfs) != Some(n) {
+                return Err(corrupt(
+                    path,
+                    "postings: a block does not decode to ascending document ids",
+                ));
+            }
+            each(&docs[..n], &tfs[..n])?;
+        }
+        Ok(())
     }
 
     /// Postings in block `b` of a term whose first block is `b0` and whose df is `df`.

@@ -455,11 +455,8 @@ impl Segment {
 
     /// All vectors, row-major.
     pub fn vectors(&self) -> &[f32] {
-        let bytes = &self.vectors[HEADER_LEN..];
-        // SAFETY: the map is page-aligned and the payload starts at byte 64, so it is 4-byte
-        // aligned; `open` checked its length is `chunk_count × dim × 4`; any bit pattern is a
-        // valid f32; the host is little-endian (compile-time check in lib.rs).
-        unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
+        // `open` checked the length: the header and `chunk_count × dim × 4` bytes.
+        mapped_floats(&self.vectors)
     }
 
     /// The vector of chunk `i`.
@@ -647,4 +644,14 @@ impl Segment {
         }
         problems
     }
+}
+
+/// The floats of a mapped `vectors.f32` after its header (none if the map is shorter than
+/// the header); a trailing partial float is left out. Callers check the length first.
+pub(crate) fn mapped_floats(map: &memmap2::Mmap) -> &[f32] {
+    let bytes = map.get(HEADER_LEN..).unwrap_or(&[]);
+    // SAFETY: a map is page-aligned and the payload starts at byte 64, so it is 4-byte
+    // aligned; the slice covers whole floats inside it; any bit pattern is a valid f32 and the
+    // host is little-endian (compile-time check in lib.rs).
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
 }

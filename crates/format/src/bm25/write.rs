@@ -241,29 +241,17 @@ fn decode_into(
     p: &MergePart<'_>,
     t: usize,
     list: &mut Vec<(u32, u32)>,
-    (docs, tfs): &mut ([u32; BLOCK], [u32; BLOCK]),
+    bufs: &mut ([u32; BLOCK], [u32; BLOCK]),
 ) -> Result<()> {
-    let q = p.postings;
-    let (b0, b1) = (
-        q.term_blocks[t].to_native() as usize,
-        q.term_blocks[t + 1].to_native() as usize,
-    );
-    let df = q.term_df[t].to_native() as usize;
-    for b in b0..b1 {
-        let n = q.block_len(b0, b, df);
-        if q.decode(b0, b, n, docs, tfs) != Some(n) {
-            return Err(corrupt(
-                p.path,
-                "postings: a block does not decode to ascending document ids",
-            ));
-        }
-        for (&d, &tf) in docs[..n].iter().zip(&tfs[..n]) {
-            match p.map.get(d as usize) {
-                Some(&u32::MAX) => {}
-                Some(&new) => list.push((new, tf)),
-                None => return Err(corrupt(p.path, "postings: a document past the end")),
+    p.postings
+        .decode_term_checked(t, p.path, bufs, |docs, tfs| {
+            for (&d, &tf) in docs.iter().zip(tfs) {
+                match p.map.get(d as usize) {
+                    Some(&u32::MAX) => {}
+                    Some(&new) => list.push((new, tf)),
+                    None => return Err(corrupt(p.path, "postings: a document past the end")),
+                }
             }
-        }
-    }
-    Ok(())
+            Ok(())
+        })
 }

@@ -230,7 +230,7 @@ impl SegmentBuilder {
             mapped = Some(map);
         }
         let rows: &[f32] = match &mapped {
-            Some(m) => mapped_floats(m),
+            Some(m) => super::mapped_floats(m),
             None => runs.first().copied().unwrap_or(&[]),
         };
         let (ivf, rest) = std::thread::scope(|scope| {
@@ -368,15 +368,6 @@ fn put_vectors(
         )));
     }
     Ok((entry, map))
-}
-
-/// The floats of a mapped `vectors.f32` (after its header).
-fn mapped_floats(map: &memmap2::Mmap) -> &[f32] {
-    let bytes = &map[HEADER_LEN..];
-    // SAFETY: the map is page-aligned and the payload starts at byte 64, so it is 4-byte
-    // aligned; its length is a multiple of 4 ([`put_vectors`]); any bit pattern is a valid
-    // f32 and the host is little-endian (compile-time check in lib.rs).
-    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
 }
 
 /// Every component but the IVF index: the vectors (unless written already) on a thread of
