@@ -649,9 +649,12 @@ impl Segment {
 /// The floats of a mapped `vectors.f32` after its header (none if the map is shorter than
 /// the header); a trailing partial float is left out. Callers check the length first.
 pub(crate) fn mapped_floats(map: &memmap2::Mmap) -> &[f32] {
-    let bytes = map.get(HEADER_LEN..).unwrap_or(&[]);
-    // SAFETY: a map is page-aligned and the payload starts at byte 64, so it is 4-byte
-    // aligned; the slice covers whole floats inside it; any bit pattern is a valid f32 and the
-    // host is little-endian (compile-time check in lib.rs).
+    // Not an empty `&[u8]` cast below: its dangling pointer need not be 4-byte aligned.
+    let Some(bytes) = map.get(HEADER_LEN..) else {
+        return &[];
+    };
+    // SAFETY: a non-empty map (at least the header) is page-aligned and the payload starts at
+    // byte 64, so it is 4-byte aligned; the slice covers whole floats inside it; any bit
+    // pattern is a valid f32 and the host is little-endian (compile-time check in lib.rs).
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
 }
