@@ -40,9 +40,7 @@ pub use types::{EdgeKind, FileFacts, NodeRef, ResolvedEdge};
 use calls::{resolve_call, CallCtx, Confidence, Scope};
 use index::Index;
 
-use std::borrow::Cow;
-
-use crate::chunk::{Call, Language, MODULE_ALIAS};
+use crate::chunk::{Call, CallRef, Language, PackedCalls, MODULE_ALIAS};
 use rayon::prelude::*;
 
 /// Whether `path` is the file of a module named `name` (`b.rs`, `b/mod.rs`, `b.py`,
@@ -61,24 +59,30 @@ fn is_module_file(path: &str, name: &str) -> bool {
 pub fn resolve(files: &[FileFacts]) -> Vec<ResolvedEdge> {
     let calls = files
         .iter()
-        .map(|f| Cow::Borrowed(&f.extract.calls[..]))
+        .map(|f| FileCalls::Borrowed(&f.extract.calls))
         .collect();
     resolve_with(files, calls)
 }
 
-/// [`resolve`] with each file's calls handed over instead of read from its facts (`calls[i]`
-/// are file `i`'s; its `extract.calls` are not read): each file's list is freed as soon as
-/// that file is resolved, so a build does not hold all the calls of the tree beside the
-/// lookup tables and the edges growing from them (on the cargo registry, 1.6M calls,
-/// 141 MB). The same edges as [`resolve`] over the same calls.
+/// [`resolve`] with each file's calls handed over packed instead of read from its facts
+/// (`calls[i]` are file `i`'s; its `extract.calls` are not read): a build holds the calls of
+/// the whole tree from the parse to here, packed (on the cargo registry, 1.6M calls, 141 MB
+/// as values), and each file's are freed as soon as that file is resolved. The same edges
+/// as [`resolve`] over the same calls.
 ///
 /// # Panics
 /// If `calls` does not hold one list per file (a caller's bug, not bad input).
-pub fn resolve_owning_calls(files: &[FileFacts], calls: Vec<Vec<Call>>) -> Vec<ResolvedEdge> {
-    resolve_with(files, calls.into_iter().map(Cow::Owned).collect())
+pub fn resolve_packed_calls(files: &[FileFacts], calls: Vec<PackedCalls>) -> Vec<ResolvedEdge> {
+    resolve_with(files, calls.into_iter().map(FileCalls::Packed).collect())
 }
 
-fn resolve_with(files: &[FileFacts], calls: Vec<Cow<'_, [Call]>>) -> Vec<ResolvedEdge> {
+/// One file's calls, as [`resolve`] or [`resolve_packed_calls`] was given them.
+enum FileCalls<'a> {
+    Borrowed(&'a [Call]),
+    Packed(PackedCalls),
+}
+
+fn resolve_with(files: &[FileFacts], calls: Vec<FileCalls<'_>>) -> Vec<ResolvedEdge> {
     assert_eq!(calls.len(), files.len(), "one call list per file");
     let idx = Index::build(files);
     let mut edges: Vec<ResolvedEdge> = Vec::new();
@@ -124,9 +128,14 @@ fn resolve_with(files: &[FileFacts], calls: Vec<Cow<'_, [Call]>>) -> Vec<Resolve
         scopes.push(sc);
     }
 
-    // CALLS. Each file's call list is dropped once resolved (when owned).
+    // CALLS. Each file's packed calls are dropped once resolved.
     let calls: Vec<Vec<ResolvedEdge>> = (calls.into_par_iter().enumerate())
-        .map(|(fi, calls)| file_calls(&idx, files, &scopes, fi, &calls))
+        .map(|(fi, calls)| match calls {
+            FileCalls::Borrowed(c) => {
+                file_calls(&idx, files, &scopes, fi, c.iter().map(Call::view))
+            }
+            FileCalls::Packed(p) => file_calls(&idx, files, &scopes, fi, p.iter()),
+        })
         .collect();
     // Sized once (growing by doubling while 800k edges of 56 bytes came in left up to twice
     // that reserved), and sorted in place: equal edges are equal in every field, so an
@@ -219,12 +228,12 @@ fn file_scope<'a>(idx: &Index<'a>, fi: usize, f: &FileFacts<'a>) -> (Scope<'a>, 
 }
 
 /// The resolved calls made from file `fi`'s chunks.
-fn file_calls<'a>(
+fn file_calls<'a, 'c>(
     idx: &Index<'a>,
     files: &[FileFacts<'a>],
     scopes: &[Scope<'a>],
     fi: usize,
-    calls: &[Call],
+    calls: impl Iterator<Item = CallRef<'c>>,
 ) -> Vec<ResolvedEdge> {
     let mut edges = Vec::new();
     let chunks = &files[fi].extract.chunks;
@@ -238,13 +247,7 @@ fn file_calls<'a>(
             caller_file: fi,
             caller: &chunks[call.from].qualified,
         };
-        let hit = resolve_call(
-            idx,
-            &ctx,
-            &call.callee,
-            call.qualifier.as_deref(),
-            call.receiver.as_deref(),
-        );
+        let hit = resolve_call(idx, &ctx, call.callee, call.qualifier, call.receiver);
         if let Some((dst, confidence)) = hit {
             edges.push(ResolvedEdge {
                 kind: EdgeKind::Calls,

@@ -520,6 +520,8 @@ fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value
         "segment_ids": r.segment_ids,
         "files_reread": r.files_reread,
         "files_rechunked": r.files_rechunked,
+        "calls_held": r.calls_held,
+        "calls_held_bytes": r.calls_held_bytes,
         "generation": r.generation,
         "live_chunks": r.live_chunks,
         "seconds": r.phase_times().iter().map(|(k, d)| (k.to_string(), d.as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),

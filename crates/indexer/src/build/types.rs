@@ -126,6 +126,10 @@ pub struct BuildReport {
     /// Of [`BuildReport::files_reread`], those chunked again (a long body's part was among
     /// the dropped texts); the others had their texts sliced from the bytes.
     pub files_rechunked: usize,
+    /// Call sites held from the parse until the graph was resolved, and the bytes they took
+    /// packed ([`crate::chunk::PackedCalls`]).
+    pub calls_held: usize,
+    pub calls_held_bytes: u64,
     pub generation: u64,
     pub live_chunks: u64,
     pub timings: Vec<(&'static str, Duration)>,

@@ -5,7 +5,8 @@
 //! Layout: this file holds [`extract`] and re-exports; the shared types are in `types.rs`, the
 //! [`Spec`] interface in `spec.rs` (both leaves, so the other files never import this one). The
 //! language-independent chunking engine (symbol tree → chunks, long-body splitting, top-level
-//! leftovers) and the call/import walk are in `builder.rs`, fed by `parse.rs` (grammar choice,
+//! leftovers) and the call/import walk are in `builder.rs`, a file's calls packed for a build to
+//! hold in `packed.rs`, fed by `parse.rs` (grammar choice,
 //! per-thread parsers) and `defs.rs` (the symbol tree a [`Spec`] finds); `text.rs` cuts line
 //! windows; `lines.rs` (line offsets and cuts) and `syntax.rs` (node text, name normalisation)
 //! are leaf helpers. Each language family has a small [`Spec`] implementation in its own file
@@ -24,6 +25,7 @@ pub mod header;
 mod java;
 mod js;
 mod lines;
+mod packed;
 mod parse;
 mod python;
 mod rust;
@@ -33,6 +35,7 @@ mod text;
 mod types;
 
 pub(crate) use lines::{floor_boundary, trim_end, LineIndex};
+pub use packed::{CallRef, PackedCalls, PackedIter};
 pub(crate) use spec::{Class, Def, Spec};
 pub(crate) use syntax::{
     base_type_name, compact, field_text, item_type, loop_item, named_kids, node_text, split_top,

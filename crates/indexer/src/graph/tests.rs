@@ -1,5 +1,5 @@
 use super::*;
-use crate::chunk::{extract, ChunkKind, ChunkOptions, FileExtract, Language};
+use crate::chunk::{extract, ChunkKind, ChunkOptions, FileExtract, Language, PackedCalls};
 
 fn build(files: &[(&str, &str)]) -> (Vec<String>, Vec<FileExtract>, Vec<Language>) {
     let mut paths = Vec::new();
@@ -14,15 +14,16 @@ fn build(files: &[(&str, &str)]) -> (Vec<String>, Vec<FileExtract>, Vec<Language
     (paths, fxs, langs)
 }
 
-/// Resolves `files`; every test also checks that resolution reads no chunk text: the same
-/// files with every text dropped after [`Declarations::of`] give the same edges (a build drops
-/// them before resolving).
+/// Resolves `files`; every test also checks that resolution as a build runs it reads no chunk
+/// text and resolves packed calls as it does the values: the same files with every text
+/// dropped after [`Declarations::of`] and their calls handed over packed
+/// ([`resolve_packed_calls`]) give the same edges.
 fn edges(files: &[(&str, &str)]) -> (Vec<ResolvedEdge>, Vec<String>, Vec<FileExtract>) {
     let (paths, fxs, langs) = build(files);
     let decls: Vec<Declarations> = (paths.iter().zip(&fxs).zip(&langs))
         .map(|((p, e), l)| Declarations::of(p, *l, e))
         .collect();
-    let resolve_over = |fxs: &[FileExtract]| {
+    let resolve_over = |fxs: &[FileExtract], packed: Option<Vec<PackedCalls>>| {
         let facts: Vec<FileFacts> = (paths.iter().zip(fxs).zip(&langs).zip(&decls))
             .map(|(((p, e), l), d)| FileFacts {
                 path: p,
@@ -31,14 +32,25 @@ fn edges(files: &[(&str, &str)]) -> (Vec<ResolvedEdge>, Vec<String>, Vec<FileExt
                 decls: d,
             })
             .collect();
-        resolve(&facts)
+        match packed {
+            Some(calls) => resolve_packed_calls(&facts, calls),
+            None => resolve(&facts),
+        }
     };
-    let e = resolve_over(&fxs);
+    let e = resolve_over(&fxs, None);
     let mut dropped = fxs.clone();
     for c in dropped.iter_mut().flat_map(|x| x.chunks.iter_mut()) {
         c.text = String::new();
     }
-    assert_eq!(resolve_over(&dropped), e, "resolution read a chunk's text");
+    let packed = dropped
+        .iter_mut()
+        .map(|x| PackedCalls::pack(&std::mem::take(&mut x.calls)))
+        .collect();
+    assert_eq!(
+        resolve_over(&dropped, Some(packed)),
+        e,
+        "resolution read a chunk's text, or resolved packed calls differently"
+    );
     (e, paths, fxs)
 }
 
