@@ -5,11 +5,11 @@
 //! Layout: this file holds [`extract`] and re-exports; the shared types are in `types.rs`, the
 //! [`Spec`] interface in `spec.rs` (both leaves, so the other files never import this one). The
 //! language-independent chunking engine (symbol tree → chunks, long-body splitting, top-level
-//! leftovers) and the call/import walk are in `builder.rs`, a file's calls packed for a build to
-//! hold in `packed.rs`, fed by `parse.rs` (grammar choice,
-//! per-thread parsers) and `defs.rs` (the symbol tree a [`Spec`] finds); `text.rs` cuts line
-//! windows; `lines.rs` (line offsets and cuts) and `syntax.rs` (node text, name normalisation)
-//! are leaf helpers. Each language family has a small [`Spec`] implementation in its own file
+//! leftovers) and the call/import walk are in `builder.rs`, fed by `parse.rs` (grammar choice,
+//! per-thread parsers) and `defs.rs` (the symbol tree a [`Spec`] finds); `packed.rs` packs a
+//! file's calls for a build to hold until its graph is resolved; `text.rs` cuts line windows;
+//! `lines.rs` (line offsets and cuts) and `syntax.rs` (node text, name normalisation) are leaf
+//! helpers. Each language family has a small [`Spec`] implementation in its own file
 //! that says which tree-sitter nodes are symbols, imports and calls.
 //!
 //! Call filtering: Rust macros are not calls (they are `macro_invocation` nodes); a short list of

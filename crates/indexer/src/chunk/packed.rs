@@ -4,7 +4,7 @@
 //! whole tree at once. As values a call is 88 bytes (an index, a line and three 24-byte
 //! strings, two of them usually absent); packed it is its bytes: varints for the index and the
 //! line, each string as a length and its bytes (1.6M calls on this machine's cargo registry:
-//! 141 MB as values). [`PackedCalls::unpack`] gives back the same calls in the same order.
+//! 141 MB as values). [`PackedCalls::iter`] gives back the same calls in the same order.
 //!
 //! Layout, per call: `from`, `line` (LEB128 varints), the callee (length, bytes), then the
 //! qualifier and the receiver (0 when absent, else length + 1, then the bytes).
@@ -21,7 +21,7 @@ pub struct PackedCalls {
 impl PackedCalls {
     /// Packs `calls` (their order is kept).
     pub fn pack(calls: &[Call]) -> PackedCalls {
-        let mut out = Vec::with_capacity(calls.iter().map(packed_len).sum());
+        let mut out = Vec::new();
         for c in calls {
             put_varint(&mut out, c.from as u64);
             put_varint(&mut out, u64::from(c.line));
@@ -29,8 +29,8 @@ impl PackedCalls {
             put_opt(&mut out, c.qualifier.as_deref());
             put_opt(&mut out, c.receiver.as_deref());
         }
-        debug_assert_eq!(out.len(), out.capacity());
         PackedCalls {
+            // No spare capacity: the buffer is held for the whole tree.
             bytes: out.into_boxed_slice(),
             // A file's calls are far fewer than its bytes, which are at most `u32::MAX`.
             len: u32::try_from(calls.len()).unwrap_or(u32::MAX),
@@ -58,14 +58,6 @@ impl PackedCalls {
             bytes: &self.bytes,
             at: 0,
         }
-    }
-
-    /// The calls as [`PackedCalls::pack`] was given them.
-    pub fn unpack(&self) -> Vec<Call> {
-        let mut calls = Vec::with_capacity(self.len());
-        calls.extend(self.iter().map(CallRef::to_call));
-        debug_assert_eq!(calls.len(), self.len());
-        calls
     }
 }
 
@@ -127,25 +119,6 @@ impl<'a> Iterator for PackedIter<'a> {
         }
         c
     }
-}
-
-fn varint_len(mut v: u64) -> usize {
-    let mut n = 1;
-    while v >= 0x80 {
-        v >>= 7;
-        n += 1;
-    }
-    n
-}
-
-fn packed_len(c: &Call) -> usize {
-    let opt = |s: Option<&str>| s.map_or(1, |s| varint_len(s.len() as u64 + 1) + s.len());
-    varint_len(c.from as u64)
-        + varint_len(u64::from(c.line))
-        + varint_len(c.callee.len() as u64)
-        + c.callee.len()
-        + opt(c.qualifier.as_deref())
-        + opt(c.receiver.as_deref())
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -242,9 +215,10 @@ mod tests {
             call(16_384, "x", Some(&long), None, 0),
         ];
         let packed = PackedCalls::pack(&calls);
+        let unpack = |p: &PackedCalls| p.iter().map(CallRef::to_call).collect::<Vec<_>>();
         assert_eq!(packed.len(), calls.len());
         assert!(!packed.is_empty());
-        assert_eq!(packed.unpack(), calls);
+        assert_eq!(unpack(&packed), calls);
         assert!(packed.iter().eq(calls.iter().map(Call::view)));
         // Its bytes are what the calls' strings and varints take, nothing spare.
         let strings: usize = calls
@@ -283,7 +257,7 @@ mod tests {
         let packed = PackedCalls::pack(&[]);
         assert!(packed.is_empty());
         assert_eq!(packed.heap_bytes(), 0);
-        assert_eq!(packed.unpack(), Vec::new());
+        assert_eq!(packed.iter().count(), 0);
         assert_eq!(packed, PackedCalls::default());
     }
 
@@ -302,7 +276,10 @@ mod tests {
         assert!(fx.calls.iter().any(|c| c.qualifier.is_some()));
         assert!(fx.calls.iter().any(|c| c.receiver.is_some()));
         let packed = PackedCalls::pack(&fx.calls);
-        assert_eq!(packed.unpack(), fx.calls);
+        assert!(packed
+            .iter()
+            .map(CallRef::to_call)
+            .eq(fx.calls.iter().cloned()));
         assert!(packed.heap_bytes() < fx.calls.len() * std::mem::size_of::<Call>() / 2);
     }
 }
