@@ -173,6 +173,7 @@ impl Engine {
         let options = OpenOptions {
             lenient: true,
             quarantine: self.integrity.quarantined(),
+            ..OpenOptions::default()
         };
         let index: Index = Index::open_with(self.dir(), Some(&cur.code.index), options)?;
         self.install_index(cur, index, cur.manifest_mtime);

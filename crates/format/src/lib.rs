@@ -234,6 +234,37 @@ pub fn populate(map: &memmap2::Mmap) -> usize {
     map.len()
 }
 
+/// Drops the pages of `map`'s bytes `range` (clamped to the map, widened down to a page
+/// boundary) from the process's page tables (`MADV_DONTNEED`; nothing elsewhere). They stay
+/// in the page cache, and the next read of them faults them in again with the same bytes. For
+/// a writer that reads a large map once and would otherwise keep all of it resident (a merge's
+/// parts, the rows FAISS adds): the process then holds what it is reading, not all it has
+/// read. Advisory: a refusal is ignored. Returns the bytes released.
+pub(crate) fn release(map: &memmap2::Mmap, range: std::ops::Range<usize>) -> usize {
+    let end = range.end.min(map.len());
+    let start = range.start.min(end);
+    if start == end {
+        return 0;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: every map this crate makes is a read-only shared mapping (`Mmap::map`) of a
+        // segment file nothing writes or truncates once it is written (segment files are
+        // immutable; the writer maps only files it has written, synced and closed). For such
+        // a mapping MADV_DONTNEED only removes the pages from this process's page tables: a
+        // later read faults them in again from the file, with the same contents, so no
+        // reference into the map ever sees other bytes (it would zero an anonymous or
+        // written private mapping, which this is not).
+        let r = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+        };
+        if r.is_ok() {
+            return end - start;
+        }
+    }
+    0
+}
+
 /// Hex of the blake3 hash of `bytes`.
 pub fn blake3_hex(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()

@@ -109,7 +109,10 @@ pub fn merge<'a>(parts: &[&'a LiveSegment]) -> Result<Merged<'a>> {
         .collect();
     let dim = parts.first().map_or(0, |p| p.segment.meta().dim as usize);
     let mut b = SegmentBuilder::default();
-    let mut content = Carried::default();
+    let mut content = Carried {
+        sources: parts.iter().map(|p| &*p.segment).collect(),
+        ..Carried::default()
+    };
     // Vector rows to copy, as (part, first chunk, end chunk).
     let mut runs: Vec<(usize, u32, u32)> = Vec::new();
     for (nf, &(p, fi)) in kept.iter().enumerate() {

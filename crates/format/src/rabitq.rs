@@ -182,27 +182,42 @@ fn fwht(x: &mut [f32]) {
     }
 }
 
-/// One vector's code before packing: sign bits by dimension, `f` and `g`.
-struct Code {
-    bits: Vec<bool>,
+/// One vector's code before packing: sign bits by dimension (dimension `i` is bit `i % 64`
+/// of word `i / 64`), `f` and `g`.
+struct Code<'a> {
+    bits: &'a [u64],
     f: f32,
     g: f32,
 }
 
-/// Encodes `vector` of the list with centroid `centroid`.
-fn encode_one(rot: &Rotation, vector: &[f32], centroid: &[f32]) -> Code {
+impl Code<'_> {
+    fn bit(&self, i: usize) -> bool {
+        (self.bits[i / 64] >> (i % 64)) & 1 == 1
+    }
+}
+
+/// Words of sign bits per code at `dim`.
+fn words(dim: usize) -> usize {
+    dim.div_ceil(64)
+}
+
+/// Encodes `vector` of the list with centroid `centroid`: its sign bits into `bits`
+/// ([`words`]`(dim)` words, overwritten), and returns `(f, g)`.
+fn encode_one(rot: &Rotation, vector: &[f32], centroid: &[f32], bits: &mut [u64]) -> (f32, f32) {
     let mut r: Vec<f32> = vector.iter().zip(centroid).map(|(o, c)| o - c).collect();
     let sq: f32 = crate::vectors::dot(&r, &r);
     rot.apply(&mut r);
     let l1: f32 = r.iter().map(|v| v.abs()).sum();
-    let bits: Vec<bool> = r.iter().map(|v| *v > 0.0).collect();
-    let ones = bits.iter().filter(|b| **b).count() as f32;
-    let f = if l1 > 0.0 { sq / l1 } else { 0.0 };
-    Code {
-        g: f * (2.0 * ones - r.len() as f32),
-        f,
-        bits,
+    bits.fill(0);
+    let mut ones = 0usize;
+    for (i, v) in r.iter().enumerate() {
+        if *v > 0.0 {
+            bits[i / 64] |= 1 << (i % 64);
+            ones += 1;
+        }
     }
+    let f = if l1 > 0.0 { sq / l1 } else { 0.0 };
+    (f, f * (2.0 * ones as f32 - r.len() as f32))
 }
 
 /// Appends one block of up to [`BLOCK`] codes (with their chunk ids) to `out`; missing slots
@@ -213,7 +228,7 @@ fn pack_block(codes: &[(Code, u32)], dim: usize, out: &mut Vec<u8>) {
         let Some((c, _)) = codes.get(v) else { return 0 };
         (0..4).fold(0u8, |acc, t| {
             let i = 4 * grp + t;
-            acc | (u8::from(i < dim && c.bits[i]) << t)
+            acc | (u8::from(i < dim && c.bit(i)) << t)
         })
     };
     for grp in 0..g {
@@ -232,13 +247,69 @@ fn pack_block(codes: &[(Code, u32)], dim: usize, out: &mut Vec<u8>) {
     }
 }
 
+/// Rows [`encode_streamed`] encodes between two calls of its `consumed`.
+const ENCODE_PASS: usize = 16_384;
+
 /// The payload of `ivf.rbq` for the segment whose `ivf.faiss` is `ivf` and whose rows are
-/// `vectors`: lists encoded in parallel, concatenated in list order (the bytes do not depend
-/// on the thread count).
+/// `vectors` ([`encode_streamed`], told of nothing).
 pub fn encode(ivf: &MappedIvf, vectors: &[f32], dim: usize) -> Result<Vec<u8>> {
+    encode_streamed(ivf, vectors, dim, &|_| {})
+}
+
+/// The payload of `ivf.rbq`: every row's code (its residual to the centroid of the list that
+/// holds it), computed in row order [`ENCODE_PASS`] rows at a time, each pass in parallel and
+/// followed by `consumed(rows)` (the segment writer drops those rows' mapped pages there: read
+/// by list, the rows of every list are spread over the whole file, which then stayed mapped
+/// in full); then the lists' blocks, packed in parallel and concatenated in list order. The
+/// bytes depend neither on the thread count nor on the passes. The codes are held packed
+/// until then: 8 bytes per 64 dimensions and two floats per row.
+pub fn encode_streamed(
+    ivf: &MappedIvf,
+    vectors: &[f32],
+    dim: usize,
+    consumed: &(dyn Fn(std::ops::Range<usize>) + Sync),
+) -> Result<Vec<u8>> {
     let n = vectors.len() / dim.max(1);
     let nlist = ivf.nlist();
     let rot = Rotation::new(dim, SEED);
+    // Which list holds each row.
+    let mut list_of = vec![u32::MAX; n];
+    for l in 0..nlist {
+        for id in ivf.list_ids(l) {
+            let row = usize::try_from(id).ok().filter(|&i| i < n).ok_or_else(|| {
+                FormatError::InvalidInput(format!("IVF list {l} names vector {id} of {n}"))
+            })?;
+            if list_of[row] != u32::MAX {
+                return Err(FormatError::InvalidInput(format!(
+                    "IVF lists {} and {l} both name vector {id}",
+                    list_of[row]
+                )));
+            }
+            list_of[row] = l as u32;
+        }
+    }
+    let centroids = ivf.centroids();
+    let w = words(dim);
+    let mut bits = vec![0u64; n * w];
+    let mut factors = vec![(0f32, 0f32); n];
+    let mut start = 0;
+    while start < n {
+        let end = (start + ENCODE_PASS).min(n);
+        bits[start * w..end * w]
+            .par_chunks_mut(w.max(1))
+            .zip(factors[start..end].par_iter_mut())
+            .enumerate()
+            .for_each(|(i, (b, fg))| {
+                let row = start + i;
+                let l = list_of[row] as usize;
+                if l < nlist {
+                    let centroid = &centroids[l * dim..(l + 1) * dim];
+                    *fg = encode_one(&rot, &vectors[row * dim..(row + 1) * dim], centroid, b);
+                }
+            });
+        consumed(start..end);
+        start = end;
+    }
     let blocks: usize = (0..nlist).map(|l| ivf.list_len(l).div_ceil(BLOCK)).sum();
     let mut out = Vec::with_capacity(PRELUDE + 8 * nlist + blocks * block_bytes(dim));
     out.extend_from_slice(&(dim as u32).to_le_bytes());
@@ -249,28 +320,33 @@ pub fn encode(ivf: &MappedIvf, vectors: &[f32], dim: usize) -> Result<Vec<u8>> {
     for l in 0..nlist {
         out.extend_from_slice(&(ivf.list_len(l) as u64).to_le_bytes());
     }
-    let lists: Vec<Result<Vec<u8>>> = (0..nlist)
+    let lists: Vec<Vec<u8>> = (0..nlist)
         .into_par_iter()
         .with_max_len(1)
         .map(|l| {
-            let centroid = &ivf.centroid(l)[..];
-            let mut codes = Vec::with_capacity(ivf.list_len(l));
-            for id in ivf.list_ids(l) {
-                let row = usize::try_from(id).ok().filter(|&i| i < n).ok_or_else(|| {
-                    FormatError::InvalidInput(format!("IVF list {l} names vector {id} of {n}"))
-                })?;
-                let code = encode_one(&rot, &vectors[row * dim..(row + 1) * dim], centroid);
-                codes.push((code, row as u32));
-            }
+            // Every id was checked above.
+            let codes: Vec<(Code<'_>, u32)> = ivf
+                .list_ids(l)
+                .map(|id| {
+                    let row = id as usize;
+                    let (f, g) = factors[row];
+                    let code = Code {
+                        bits: &bits[row * w..(row + 1) * w],
+                        f,
+                        g,
+                    };
+                    (code, row as u32)
+                })
+                .collect();
             let mut part = Vec::with_capacity(codes.len().div_ceil(BLOCK) * block_bytes(dim));
             for block in codes.chunks(BLOCK) {
                 pack_block(block, dim, &mut part);
             }
-            Ok(part)
+            part
         })
         .collect();
     for part in lists {
-        out.extend_from_slice(&part?);
+        out.extend_from_slice(&part);
     }
     Ok(out)
 }

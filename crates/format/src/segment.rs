@@ -597,6 +597,22 @@ impl Segment {
         bytes
     }
 
+    /// Drops every page of the segment's memory maps from the process's page tables
+    /// ([`crate::release`]): they stay in the page cache and are faulted in again when next
+    /// read. What a merge does with its parts once it has read what it needs of them, so
+    /// that the pages it has read do not all stay resident at once. Returns the bytes
+    /// released; a later [`Self::populate`] enters them again.
+    pub fn release_pages(&self) -> usize {
+        let bytes = self
+            .maps()
+            .into_iter()
+            .map(|m| crate::release(m, 0..m.len()))
+            .sum();
+        self.populated
+            .store(false, std::sync::atomic::Ordering::Release);
+        bytes
+    }
+
     /// Chunks named `key` ([`crate::records::ArchivedChunkTable::name_chunks`]), through the
     /// name-key fences once [`Segment::populate`] has gathered them.
     pub fn name_chunks(&self, key: &str) -> impl Iterator<Item = u32> + '_ {

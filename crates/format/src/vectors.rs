@@ -150,6 +150,49 @@ pub fn write_ivf_with(
     dim: usize,
     centroids: Option<&[f32]>,
 ) -> Result<()> {
+    write_ivf_streamed(path, vectors, dim, centroids, &|_| {})
+}
+
+/// Rows handed to FAISS per `add` by [`write_ivf_streamed`]: FAISS's own batch
+/// (`IndexIVF::add_core` encodes 65,536 rows at a time) and a multiple of the 4,096 rows its
+/// coarse assignment multiplies at a time (`distance_compute_blas_query_bs`), so the batches
+/// meet the same matrix products in the same blocks as one `add` of every row.
+pub const ADD_BATCH: usize = 65_536;
+
+/// Below this many rows FAISS's coarse assignment takes its non-BLAS path
+/// (`distance_compute_blas_threshold`); a last batch that short joins the one before it.
+const BLAS_ROWS: usize = 20;
+
+/// The ranges of rows [`write_ivf_streamed`] adds, in order: [`ADD_BATCH`] rows each, the
+/// last one longer by a remainder under [`BLAS_ROWS`].
+pub fn add_batches(n: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= n {
+            return None;
+        }
+        let mut end = (start + ADD_BATCH).min(n);
+        if n - end < BLAS_ROWS {
+            end = n;
+        }
+        let r = start..end;
+        start = end;
+        Some(r)
+    })
+}
+
+/// [`write_ivf_with`], reading `vectors` in order: after the training sample is taken,
+/// `consumed(0..n)`; then the rows are added to FAISS in [`add_batches`] (the same index as one
+/// `add` of all of them, tested) and each batch is passed to `consumed` once FAISS has encoded
+/// it. The segment writer drops the pages of rows it mapped back from disk there, so that the
+/// process holds the batch being added rather than every row it has read.
+pub fn write_ivf_streamed(
+    path: &Path,
+    vectors: &[f32],
+    dim: usize,
+    centroids: Option<&[f32]>,
+    consumed: &dyn Fn(std::ops::Range<usize>),
+) -> Result<()> {
     let n = vectors.len() / dim;
     let nlist = nlist_for(n);
     let err = |e: faiss::error::Error| FormatError::Faiss {
@@ -193,7 +236,13 @@ pub fn write_ivf_with(
     index
         .train(&ivf_training_sample(vectors, dim))
         .map_err(err)?;
-    index.add(vectors).map_err(err)?;
+    consumed(0..n);
+    for rows in add_batches(n) {
+        index
+            .add(&vectors[rows.start * dim..rows.end * dim])
+            .map_err(err)?;
+        consumed(rows);
+    }
     faiss::write_index(&index, path.to_string_lossy().as_ref()).map_err(err)?;
     Ok(())
 }
@@ -399,6 +448,38 @@ mod tests {
         let own = Ivf::load(&p2, dim, n).unwrap().centroids().unwrap();
         assert_eq!(own.len(), nlist * dim);
         assert_ne!(own, centroids);
+    }
+
+    /// Adding in batches writes the file one `add` of every row writes, here with a last
+    /// batch too short for FAISS's matrix path on its own (it joins the one before), and
+    /// `consumed` hears of the sample and then of every batch, in order.
+    #[test]
+    fn batched_adds_write_what_one_add_writes() {
+        let dim = 8;
+        let n = 2 * ADD_BATCH + 7;
+        let v = clustered(n, dim, 64);
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join(IVF_FILE);
+        let seen = std::cell::RefCell::new(Vec::new());
+        write_ivf_streamed(&p, &v, dim, None, &|r| seen.borrow_mut().push(r)).unwrap();
+        let mut index = faiss::index_factory(
+            dim as u32,
+            format!("IVF{},SQ8", nlist_for(n)),
+            MetricType::InnerProduct,
+        )
+        .unwrap();
+        index.train(&ivf_training_sample(&v, dim)).unwrap();
+        index.add(&v).unwrap();
+        let one = tmp.path().join("one-add");
+        faiss::write_index(&index, one.to_str().unwrap()).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), std::fs::read(&one).unwrap());
+        assert_eq!(seen.into_inner(), vec![0..n, 0..ADD_BATCH, ADD_BATCH..n]);
+        assert_eq!(
+            add_batches(ADD_BATCH + 20).collect::<Vec<_>>(),
+            vec![0..ADD_BATCH, ADD_BATCH..ADD_BATCH + 20]
+        );
+        assert_eq!(add_batches(5).collect::<Vec<_>>(), vec![0..5]);
+        assert_eq!(add_batches(0).count(), 0);
     }
 
     #[test]

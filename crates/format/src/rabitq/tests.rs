@@ -134,12 +134,28 @@ fn packed_blocks_sum_the_set_levels() {
     let dim = 130;
     let rot = Rotation::new(dim, SEED);
     let centroid = vec![0f32; dim];
-    let codes: Vec<(Code, u32)> = (0..20u32)
-        .map(|i| {
+    let w = words(dim);
+    let mut bits = vec![0u64; 20 * w];
+    let factors: Vec<(f32, f32)> = bits
+        .chunks_mut(w)
+        .enumerate()
+        .map(|(i, b)| {
             let v: Vec<f32> = (0..dim)
-                .map(|d| ((d as u32 * 7 + i * 13) as f32).sin())
+                .map(|d| ((d as u32 * 7 + i as u32 * 13) as f32).sin())
                 .collect();
-            (encode_one(&rot, &v, &centroid), i)
+            encode_one(&rot, &v, &centroid, b)
+        })
+        .collect();
+    let codes: Vec<(Code, u32)> = factors
+        .iter()
+        .enumerate()
+        .map(|(i, &(f, g))| {
+            let code = Code {
+                bits: &bits[i * w..(i + 1) * w],
+                f,
+                g,
+            };
+            (code, i as u32)
         })
         .collect();
     let mut block = Vec::new();
@@ -153,7 +169,7 @@ fn packed_blocks_sum_the_set_levels() {
     rot.apply(&mut rq);
     for (v, (c, _)) in codes.iter().enumerate() {
         let want: u32 = (0..dim)
-            .filter(|&i| c.bits[i])
+            .filter(|&i| c.bit(i))
             .map(|i| level(&q, &rq, i))
             .sum();
         assert_eq!(sums[v] as u32, want, "code {v}");
@@ -184,6 +200,61 @@ fn filters_apply_inside_the_scan() {
     assert_eq!(got.len(), 10);
     assert!(got.iter().all(|(c, _)| c % 5 == 0 && *c >= 500));
     assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
+}
+
+/// Encoding row by row in passes writes what encoding list by list writes (each list's rows
+/// encoded as they come, as the codes were first computed), and `consumed` hears of every
+/// row once, in order.
+#[test]
+fn codes_in_row_passes_equal_codes_by_list() {
+    let (n, dim) = (2 * ENCODE_PASS + 333, 130);
+    let v = clustered(n, dim, 60, 11, 0.4);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join(crate::vectors::IVF_FILE);
+    write_ivf(&p, &v, dim).unwrap();
+    let ivf = MappedIvf::open(&p, dim, n).unwrap();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let got = encode_streamed(&ivf, &v, dim, &|r| seen.lock().unwrap().push(r)).unwrap();
+    assert_eq!(
+        seen.into_inner().unwrap(),
+        vec![
+            0..ENCODE_PASS,
+            ENCODE_PASS..2 * ENCODE_PASS,
+            2 * ENCODE_PASS..n
+        ]
+    );
+    let rot = Rotation::new(dim, SEED);
+    let mut want = got[..PRELUDE + 8 * ivf.nlist()].to_vec();
+    for l in 0..ivf.nlist() {
+        let centroid = ivf.centroid(l);
+        let rows: Vec<(Vec<u64>, (f32, f32), u32)> = ivf
+            .list_ids(l)
+            .map(|id| {
+                let row = id as usize;
+                let mut b = vec![0u64; words(dim)];
+                let fg = encode_one(&rot, &v[row * dim..(row + 1) * dim], &centroid, &mut b);
+                (b, fg, row as u32)
+            })
+            .collect();
+        let codes: Vec<(Code, u32)> = rows
+            .iter()
+            .map(|(b, (f, g), row)| {
+                (
+                    Code {
+                        bits: b,
+                        f: *f,
+                        g: *g,
+                    },
+                    *row,
+                )
+            })
+            .collect();
+        for block in codes.chunks(BLOCK) {
+            pack_block(block, dim, &mut want);
+        }
+    }
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "codes differ");
 }
 
 #[test]

@@ -46,6 +46,11 @@ pub struct Carried<'a> {
     pub vectors: Vec<&'a [f32]>,
     /// The chunks' postings (`None`: built from the texts, names and paths).
     pub postings: Option<bm25::PostingsArchive>,
+    /// The segments the texts and vectors are borrowed from. The writer drops their pages
+    /// from the process ([`super::Segment::release_pages`]) once it has read what it needs of
+    /// them: before it writes (the records and postings were read into the builder), after
+    /// the vectors and after the texts.
+    pub sources: Vec<&'a super::Segment>,
 }
 
 impl SegmentBuilder {
@@ -206,7 +211,7 @@ impl SegmentBuilder {
             ivf_centroids,
         } = self;
         // The texts leave the records (format 4 keeps them in `texts.bin` only).
-        let (texts, runs, postings): (Vec<Cow<'_, str>>, Vec<&[f32]>, _) = match from {
+        let (texts, runs, postings, sources): (Vec<Cow<'_, str>>, Vec<&[f32]>, _, _) = match from {
             None => (
                 chunks
                     .iter_mut()
@@ -214,13 +219,21 @@ impl SegmentBuilder {
                     .collect(),
                 vec![&vectors[..]],
                 None,
+                Vec::new(),
             ),
             Some(b) => (
                 b.texts.into_iter().map(Cow::Borrowed).collect(),
                 b.vectors,
                 b.postings,
+                b.sources,
             ),
         };
+        let release_sources = || {
+            for s in &sources {
+                s.release_pages();
+            }
+        };
+        release_sources();
         // Rows in several runs are written now and mapped back: FAISS wants them in one slice.
         let mut written = None;
         let mut mapped = None;
@@ -228,7 +241,18 @@ impl SegmentBuilder {
             let (entry, map) = put_vectors(tmp, d, model_id, &runs)?;
             written = Some(entry);
             mapped = Some(map);
+            release_sources();
         }
+        // Rows FAISS and the one-bit encoder have read, dropped from the process where they
+        // are mapped back from disk (they are read in order, so this holds a batch at a time).
+        let consumed = |r: std::ops::Range<usize>| {
+            if let Some(m) = &mapped {
+                crate::release(
+                    m,
+                    HEADER_LEN + r.start * dim * 4..HEADER_LEN + r.end * dim * 4,
+                );
+            }
+        };
         let rows: &[f32] = match &mapped {
             Some(m) => super::mapped_floats(m),
             None => runs.first().copied().unwrap_or(&[]),
@@ -236,7 +260,8 @@ impl SegmentBuilder {
         let (ivf, rest) = std::thread::scope(|scope| {
             let ivf = (n as usize >= vectors::IVF_THRESHOLD).then(|| {
                 let centroids = ivf_centroids.as_deref();
-                scope.spawn(move || write_ivf_file(tmp, rows, dim, centroids, model_id))
+                let consumed = &consumed;
+                scope.spawn(move || write_ivf_file(tmp, rows, dim, centroids, model_id, consumed))
             });
             let rest = write_components(
                 tmp,
@@ -253,6 +278,7 @@ impl SegmentBuilder {
                 edges,
                 external_edges,
                 memories,
+                &release_sources,
             );
             let ivf = ivf.map(|h| {
                 h.join().unwrap_or_else(|_| {
@@ -385,6 +411,7 @@ fn write_components(
     edges: Vec<EdgeInput>,
     external_edges: Vec<ExternalEdge>,
     memories: Vec<MemoryRecord>,
+    after_texts: &dyn Fn(),
 ) -> Result<Vec<FileEntry>> {
     std::thread::scope(|scope| {
         // The vectors are final already: their write, hash and fsync (most of it waiting on
@@ -406,6 +433,7 @@ fn write_components(
             edges,
             external_edges,
             memories,
+            after_texts,
         )?;
         files.push(vectors.or_else(|h| {
             h.join().unwrap_or_else(|_| {
@@ -419,7 +447,7 @@ fn write_components(
 }
 
 /// The components but the vectors and the IVF index, each encoded, written and dropped in
-/// turn.
+/// turn; `after_texts` runs once `texts.bin` is written.
 #[allow(clippy::too_many_arguments)]
 fn write_records(
     tmp: &Path,
@@ -432,6 +460,7 @@ fn write_records(
     edges: Vec<EdgeInput>,
     external_edges: Vec<ExternalEdge>,
     memories: Vec<MemoryRecord>,
+    after_texts: &dyn Fn(),
 ) -> Result<Vec<FileEntry>> {
     let archived = |what: &str, r: std::result::Result<rkyv::util::AlignedVec, rancor::Error>| {
         r.map_err(|e| FormatError::InvalidInput(format!("cannot archive {what}: {e}")))
@@ -468,6 +497,7 @@ fn write_records(
     )?);
     drop(parts);
     drop(texts);
+    after_texts();
     {
         let table = ChunkTable::with_lookups(file_inputs, chunks);
         let bytes = archived("chunks", rkyv::to_bytes(&table))?;
@@ -509,22 +539,24 @@ fn f32_le_bytes(v: &[f32]) -> Cow<'_, [u8]> {
 
 /// Trains, fills and writes `ivf.faiss`, fsyncs it and hashes it as it is on disk; then
 /// encodes its lists' one-bit codes into `ivf.rbq` ([`crate::rabitq`]) when the dimension
-/// gets them ([`crate::rabitq::applies`]).
+/// gets them ([`crate::rabitq::applies`]). Both read the rows in order and tell `consumed`
+/// of each range once read.
 fn write_ivf_file(
     tmp: &Path,
     vectors: &[f32],
     dim: usize,
     centroids: Option<&[f32]>,
     model_id: &str,
+    consumed: &(dyn Fn(std::ops::Range<usize>) + Sync),
 ) -> Result<Vec<FileEntry>> {
     let p = tmp.join(IVF_FILE);
-    vectors::write_ivf_with(&p, vectors, dim, centroids)?;
+    vectors::write_ivf_streamed(&p, vectors, dim, centroids, consumed)?;
     let faiss = hash_synced(&p)?;
     if !crate::rabitq::applies(dim) {
         return Ok(vec![faiss]);
     }
     let ivf = MappedIvf::open(&p, dim, vectors.len() / dim)?;
-    let codes = crate::rabitq::encode(&ivf, vectors, dim)?;
+    let codes = crate::rabitq::encode_streamed(&ivf, vectors, dim, consumed)?;
     drop(ivf);
     let rbq = put_framed(tmp, Component::Rabitq, dim as u32, model_id, &codes)?;
     Ok(vec![faiss, rbq])
