@@ -234,8 +234,8 @@ pub fn populate(map: &memmap2::Mmap) -> usize {
     map.len()
 }
 
-/// Drops the pages of `map`'s bytes `range` (clamped to the map, widened down to a page
-/// boundary) from the process's page tables (`MADV_DONTNEED`; nothing elsewhere). They stay
+/// Drops the pages of `map`'s bytes `range` (clamped to the map, widened to whole pages)
+/// from the process's page tables (`MADV_DONTNEED`; nothing elsewhere). They stay
 /// in the page cache, and the next read of them faults them in again with the same bytes. For
 /// a writer that reads a large map once and would otherwise keep all of it resident (a merge's
 /// parts, the rows FAISS adds): the process then holds what it is reading, not all it has

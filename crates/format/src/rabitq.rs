@@ -262,7 +262,8 @@ pub fn encode(ivf: &MappedIvf, vectors: &[f32], dim: usize) -> Result<Vec<u8>> {
 /// by list, the rows of every list are spread over the whole file, which then stayed mapped
 /// in full); then the lists' blocks, packed in parallel and concatenated in list order. The
 /// bytes depend neither on the thread count nor on the passes. The codes are held packed
-/// until then: 8 bytes per 64 dimensions and two floats per row.
+/// until then: 8 bytes per 64 dimensions, two floats and the list index per row. A vector
+/// named by no list gets no code; one named twice (FAISS writes each id once) is an error.
 pub fn encode_streamed(
     ivf: &MappedIvf,
     vectors: &[f32],
@@ -281,7 +282,7 @@ pub fn encode_streamed(
             })?;
             if list_of[row] != u32::MAX {
                 return Err(FormatError::InvalidInput(format!(
-                    "IVF lists {} and {l} both name vector {id}",
+                    "IVF list {l} names vector {id}, which list {} names already",
                     list_of[row]
                 )));
             }

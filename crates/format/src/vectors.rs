@@ -153,14 +153,17 @@ pub fn write_ivf_with(
     write_ivf_streamed(path, vectors, dim, centroids, &|_| {})
 }
 
-/// Rows handed to FAISS per `add` by [`write_ivf_streamed`]: FAISS's own batch
-/// (`IndexIVF::add_core` encodes 65,536 rows at a time) and a multiple of the 4,096 rows its
-/// coarse assignment multiplies at a time (`distance_compute_blas_query_bs`), so the batches
-/// meet the same matrix products in the same blocks as one `add` of every row.
+/// Rows handed to FAISS per `add` by [`write_ivf_streamed`]: a multiple of the 4,096 rows
+/// FAISS's coarse assignment multiplies at a time (`distance_compute_blas_query_bs`), so the
+/// batches meet the same matrix products in the same blocks as one `add` of every row; the
+/// IVF-SQ encoding after it (`IndexIVFScalarQuantizer::add_core`) takes the rows one by one,
+/// appending each to its list in row order.
 pub const ADD_BATCH: usize = 65_536;
 
 /// Below this many rows FAISS's coarse assignment takes its non-BLAS path
-/// (`distance_compute_blas_threshold`); a last batch that short joins the one before it.
+/// (`distance_compute_blas_threshold`), whose rounding may differ from the matrix product
+/// that one `add` of every row applies to the same rows: a last batch that short joins the
+/// one before it.
 const BLAS_ROWS: usize = 20;
 
 /// The ranges of rows [`write_ivf_streamed`] adds, in order: [`ADD_BATCH`] rows each, the

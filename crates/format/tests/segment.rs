@@ -597,8 +597,10 @@ fn a_merge_streams_texts_and_vectors_and_writes_what_a_copy_would() {
     let new = Segment::open(out.path(), &id, MODEL, dim as u32).unwrap();
     assert!(new.verify().is_empty(), "{:?}", new.verify());
     let (a, b) = (&index.segments[0].segment, &index.segments[1].segment);
-    // The write dropped the parts' pages as it read them (`Carried::sources`), and so does
-    // an open that asks to; what is read from them afterwards (below) is the same.
+    // The write dropped the parts' pages as it read them (`Carried::sources`; here they are
+    // dropped once more), and so does an open that asks to: what is read from them
+    // afterwards (below) is the same. (That the pages left the process is measured, not
+    // tested: README, "A merge's pages leave the process".)
     #[cfg(target_os = "linux")]
     assert!(a.release_pages() > 0 && b.release_pages() > 0);
     let released = Index::open_with(
