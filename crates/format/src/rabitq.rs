@@ -247,16 +247,11 @@ fn pack_block(codes: &[(Code, u32)], dim: usize, out: &mut Vec<u8>) {
     }
 }
 
-/// Rows [`encode_streamed`] encodes between two calls of its `consumed`.
+/// Rows [`encode`] encodes between two calls of its `consumed`.
 const ENCODE_PASS: usize = 16_384;
 
 /// The payload of `ivf.rbq` for the segment whose `ivf.faiss` is `ivf` and whose rows are
-/// `vectors` ([`encode_streamed`], told of nothing).
-pub fn encode(ivf: &MappedIvf, vectors: &[f32], dim: usize) -> Result<Vec<u8>> {
-    encode_streamed(ivf, vectors, dim, &|_| {})
-}
-
-/// The payload of `ivf.rbq`: every row's code (its residual to the centroid of the list that
+/// `vectors`: every row's code (its residual to the centroid of the list that
 /// holds it), computed in row order [`ENCODE_PASS`] rows at a time, each pass in parallel and
 /// followed by `consumed(rows)` (the segment writer drops those rows' mapped pages there: read
 /// by list, the rows of every list are spread over the whole file, which then stayed mapped
@@ -264,7 +259,7 @@ pub fn encode(ivf: &MappedIvf, vectors: &[f32], dim: usize) -> Result<Vec<u8>> {
 /// bytes depend neither on the thread count nor on the passes. The codes are held packed
 /// until then: 8 bytes per 64 dimensions, two floats and the list index per row. A vector
 /// named by no list gets no code; one named twice (FAISS writes each id once) is an error.
-pub fn encode_streamed(
+pub fn encode(
     ivf: &MappedIvf,
     vectors: &[f32],
     dim: usize,

@@ -15,7 +15,7 @@ fn build(dir: &Path, v: &[f32], dim: usize) -> (MappedIvf, MappedRbq) {
     let p = dir.join(crate::vectors::IVF_FILE);
     write_ivf(&p, v, dim).unwrap();
     let ivf = MappedIvf::open(&p, dim, n).unwrap();
-    let payload = encode(&ivf, v, dim).unwrap();
+    let payload = encode(&ivf, v, dim, &|_| {}).unwrap();
     let rp = dir.join(Component::Rabitq.file_name());
     std::fs::write(
         &rp,
@@ -214,7 +214,7 @@ fn codes_in_row_passes_equal_codes_by_list() {
     write_ivf(&p, &v, dim).unwrap();
     let ivf = MappedIvf::open(&p, dim, n).unwrap();
     let seen = std::sync::Mutex::new(Vec::new());
-    let got = encode_streamed(&ivf, &v, dim, &|r| seen.lock().unwrap().push(r)).unwrap();
+    let got = encode(&ivf, &v, dim, &|r| seen.lock().unwrap().push(r)).unwrap();
     assert_eq!(
         seen.into_inner().unwrap(),
         vec![
@@ -273,8 +273,8 @@ fn codes_do_not_depend_on_threads() {
         .num_threads(3)
         .build()
         .unwrap();
-    let a = one.install(|| encode(&ivf, &v, dim).unwrap());
-    let b = three.install(|| encode(&ivf, &v, dim).unwrap());
+    let a = one.install(|| encode(&ivf, &v, dim, &|_| {}).unwrap());
+    let b = three.install(|| encode(&ivf, &v, dim, &|_| {}).unwrap());
     assert!(a == b);
     let blocks: usize = (0..ivf.nlist())
         .map(|l| ivf.list_len(l).div_ceil(BLOCK))

@@ -556,7 +556,7 @@ fn write_ivf_file(
         return Ok(vec![faiss]);
     }
     let ivf = MappedIvf::open(&p, dim, vectors.len() / dim)?;
-    let codes = crate::rabitq::encode_streamed(&ivf, vectors, dim, consumed)?;
+    let codes = crate::rabitq::encode(&ivf, vectors, dim, consumed)?;
     drop(ivf);
     let rbq = put_framed(tmp, Component::Rabitq, dim as u32, model_id, &codes)?;
     Ok(vec![faiss, rbq])
