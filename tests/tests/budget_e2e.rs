@@ -147,9 +147,12 @@ fn a_small_budget_cuts_segments_that_answer_like_one() {
     assert_eq!(r1.segment_ids.len(), 1, "{r1:?}");
     assert!(r2.segment_ids.len() >= 3, "{:?}", r2.segment_ids);
     assert!(r2.files_reread > 0, "nothing was read again: {r2:?}");
-    // Texts come back sliced from the bytes, or with the file chunked again (unit tests in
-    // `build/shed.rs` take each way); the content hashes compared below cover what came back.
-    assert!(r2.files_rechunked <= r2.files_reread, "{r2:?}");
+    // Texts come back sliced from the bytes after what the spill file holds of them (headers,
+    // signatures repeated by body parts), so no file is chunked again (unit tests in
+    // `build/shed.rs` take the way without a spill too); the content hashes compared below
+    // cover what came back.
+    assert_eq!(r2.files_rechunked, 0, "{r2:?}");
+    assert!(r2.spilled_bytes > 0, "nothing was spilled: {r2:?}");
     assert_eq!(r1.chunks_written, r2.chunks_written);
     assert_eq!(r1.live_chunks, r2.live_chunks);
     assert_eq!(r1.edges, r2.edges);

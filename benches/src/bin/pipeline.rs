@@ -131,12 +131,13 @@ fn main() -> anyhow::Result<()> {
             phases.join(", ")
         );
         println!(
-            "  peak RSS {} MB (before the run {} MB); {} segments; {} files read again ({} chunked again); {} calls held until resolved, {:.1} MB packed",
+            "  peak RSS {} MB (before the run {} MB); {} segments; {} files read again ({} chunked again, {:.1} MB spilled); {} calls held until resolved, {:.1} MB packed",
             peak / 1_000_000,
             base_rss / 1_000_000,
             r.segment_ids.len(),
             r.files_reread,
             r.files_rechunked,
+            r.spilled_bytes as f64 / 1e6,
             r.calls_held,
             r.calls_held_bytes as f64 / 1e6
         );

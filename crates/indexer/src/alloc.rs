@@ -68,6 +68,18 @@ pub fn use_mimalloc_for_tree_sitter() -> bool {
     })
 }
 
+/// Gives the memory freed so far back to the system, on every thread of rayon's pool and this
+/// one. mimalloc returns a page when its owner thread next allocates or frees, after a short
+/// delay; a block freed by another thread waits for its owner to collect it. After a build,
+/// the tree's facts (allocated by the parse's pool threads, freed here at once) stayed
+/// resident for a while, and the merge after the build, mapping segments, peaked on top of
+/// them. Harmless where mimalloc is not the allocator (it finds nothing to return).
+pub fn return_freed() {
+    // SAFETY: mi_collect only frees pages no block lives in, of the calling thread's heaps.
+    rayon::broadcast(|_| unsafe { libmimalloc_sys::mi_collect(true) });
+    unsafe { libmimalloc_sys::mi_collect(true) };
+}
+
 /// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`: every
 /// mapping, those made before included, is then faulted in 4 KiB pages; see the module docs
 /// for why). Returns whether the kernel accepted it; elsewhere than Linux it does nothing.

@@ -51,7 +51,7 @@ pub use types::{
 };
 
 use commit::write_and_commit;
-use shed::{drop_texts, restore_texts, shed_texts, Shed};
+use shed::{drop_texts, restore_texts, shed_texts, Shed, Spill};
 use vectors::{embed_vectors, gpu_ivf_centroids, known_vectors};
 
 /// A file after reading and chunking.
@@ -76,9 +76,6 @@ struct Parsed {
 struct Budget {
     /// Parsed chunk text kept after parsing, all files together.
     text: u64,
-    /// Of the shed files' texts, the prefixes and short composed texts kept so that they come
-    /// back without a parse ([`shed_texts`]), all files together.
-    composed: u64,
     /// Estimated in-memory size at which a segment is cut.
     segment: u64,
     dim: u64,
@@ -94,7 +91,6 @@ impl Budget {
         }
         Ok(Budget {
             text: bytes / 4,
-            composed: bytes / 16,
             segment: bytes / 2,
             dim: dim as u64,
         })
@@ -154,7 +150,11 @@ pub fn build(
     let mut report = BuildReport::default();
     let existing = open_existing(&opts.out, embedder, &mut report)?;
     let cands = walk_roots(opts, &mut report, progress)?;
-    let mut files = parse_files(opts, cands, &budget, &mut report, progress);
+    // Created by the first file whose texts are shed; gone (unnamed) when the build ends.
+    let spill = std::sync::OnceLock::new();
+    let mut files = parse_files(opts, cands, &budget, &spill, &mut report, progress);
+    let spill: Option<&Spill> = spill.get().and_then(Option::as_ref);
+    report.spilled_bytes = spill.map_or(0, Spill::bytes);
     let plan = plan_changes(opts, &files, existing.as_ref(), &mut report);
     let roots = manifest_roots(opts);
     if let Some(ix) = &existing {
@@ -235,6 +235,7 @@ pub fn build(
                     embedder,
                     existing: existing.as_ref(),
                     known: &known,
+                    spill,
                 },
                 &mut report,
                 progress,
@@ -285,6 +286,7 @@ pub fn build(
         })
     })?;
     drop(files);
+    crate::alloc::return_freed();
     write_and_commit(
         &opts.out,
         embedder,
@@ -306,6 +308,7 @@ struct Inputs<'a> {
     embedder: &'a dyn Embedder,
     existing: Option<&'a Index>,
     known: &'a vectors::Known,
+    spill: Option<&'a Spill>,
 }
 
 /// One segment's builder, ready to write: its files' texts back ([`reread`]), its graph, its
@@ -320,7 +323,7 @@ fn prepare_segment(
     report: &mut BuildReport,
     progress: &Progress,
 ) -> Result<SegmentBuilder, IndexerError> {
-    reread(files, cut, inp.opts, report)?;
+    reread(files, cut, inp.opts, inp.spill, report)?;
     let graph = segment_graph(files, cut, resolved, edges, report);
     let (mut builder, texts) = segment_records(files, cut, &graph.numbering);
     builder.edges = graph.edges;
@@ -529,11 +532,13 @@ fn walk_roots(
 /// Reads and chunks every candidate, in parallel (rayon). Files that cannot be read
 /// (or are not UTF-8) are counted as skipped, with an error or a warning. Chunk text is kept
 /// while the total kept stays within `budget.text`; past it, files are [`shed_texts`] (which
-/// ones depends on thread timing, what is written does not: shed text is read again).
+/// ones depends on thread timing, what is written does not: shed text is read again), what
+/// their bytes cannot give back written to `spill`, made when first needed ([`Spill`]).
 fn parse_files(
     opts: &BuildOptions,
     cands: Vec<Candidate>,
     budget: &Budget,
+    spill: &std::sync::OnceLock<Option<Spill>>,
     report: &mut BuildReport,
     progress: &Progress,
 ) -> Vec<Parsed> {
@@ -541,14 +546,6 @@ fn parse_files(
     let t = Instant::now();
     let bar = progress.bar(cands.len() as u64, "parse");
     let kept = AtomicU64::new(0);
-    let composed = AtomicU64::new(0);
-    let reserve = |n: u64| {
-        let fits = composed.fetch_add(n, Ordering::Relaxed) + n <= budget.composed;
-        if !fits {
-            composed.fetch_sub(n, Ordering::Relaxed);
-        }
-        fits
-    };
     let results: Vec<Result<Parsed, (SkipReason, String)>> = cands
         .into_par_iter()
         // One file per job: rayon otherwise cuts the list into 2 × threads runs up front and
@@ -576,7 +573,8 @@ fn parse_files(
                 let mut shed = None;
                 if kept.fetch_add(bytes, Ordering::Relaxed) + bytes > budget.text {
                     kept.fetch_sub(bytes, Ordering::Relaxed);
-                    shed = Some(shed_texts(&mut extract, &text, &reserve));
+                    let sp = spill.get_or_init(|| Spill::create(&opts.out).ok());
+                    shed = Some(shed_texts(&mut extract, &text, sp.as_ref()));
                 }
                 drop(text);
                 Parsed {
@@ -815,14 +813,15 @@ fn plan_cuts(files: &[Parsed], changed: &[bool], budget: &Budget) -> Vec<Vec<usi
     cuts
 }
 
-/// Reads the shed files of `cut` again (in parallel) and restores their texts: sliced from
-/// the bytes, or by chunking the file again when a composed text was dropped ([`Shed`]); the
-/// same bytes give the same texts. A file whose bytes changed since it was parsed fails the build
-/// ([`IndexerError::ChangedDuringBuild`]); nothing is committed.
+/// Reads the shed files of `cut` again (in parallel) and restores their texts ([`Shed`]); the
+/// same bytes give the same texts. A file whose bytes changed since it was parsed fails the
+/// build ([`IndexerError::ChangedDuringBuild`]), as does a spill that cannot be read
+/// ([`IndexerError::Io`] on the index directory); nothing is committed.
 fn reread(
     files: &mut [Parsed],
     cut: &[usize],
     opts: &BuildOptions,
+    spill: Option<&Spill>,
     report: &mut BuildReport,
 ) -> Result<(), IndexerError> {
     let t = Instant::now();
@@ -849,9 +848,10 @@ fn reread(
                 return Err(changed());
             }
             let shed = f.shed.take().unwrap_or_default();
-            let (lang, repo, path) = (f.cand.language, &f.cand.repo, &f.cand.rel_path);
-            let again = restore_texts(&mut f.extract, shed, &text, (lang, repo, path), &opts.chunk)
-                .ok_or_else(changed);
+            let c = &f.cand;
+            let at = (c.language, c.repo.as_str(), c.rel_path.as_str());
+            let again = restore_texts(&mut f.extract, shed, &text, spill, at, &opts.chunk)
+                .map_err(|e| e.into_error(&f.cand.abs_path, &opts.out));
             // A file chunked again has its calls back; nothing reads them any more.
             f.extract.calls = Vec::new();
             f.extract.module_bindings = Vec::new();

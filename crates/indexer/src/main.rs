@@ -520,6 +520,7 @@ fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value
         "segment_ids": r.segment_ids,
         "files_reread": r.files_reread,
         "files_rechunked": r.files_rechunked,
+        "spilled_bytes": r.spilled_bytes,
         "calls_held": r.calls_held,
         "calls_held_bytes": r.calls_held_bytes,
         "generation": r.generation,
@@ -568,8 +569,11 @@ fn print_summary(r: &BuildReport, out: &Path, total: std::time::Duration) {
     println!("time: {:.2?} total ({})", total, phases.join(", "));
     if r.files_reread > 0 {
         println!(
-            "memory budget: {} files read again when written ({} of them chunked again)",
-            r.files_reread, r.files_rechunked
+            "memory budget: {} files read again when written ({} of them chunked again; {:.1} MB \
+             of their texts spilled to disk)",
+            r.files_reread,
+            r.files_rechunked,
+            r.spilled_bytes as f64 / 1e6
         );
     }
     match &r.segment_id {

@@ -1,23 +1,76 @@
 //! Chunk text dropped after parsing to stay within the memory budget, and how it comes back
 //! when its segment is written ([`super::reread`]).
 
-use crate::chunk::{self, ChunkOptions, FileExtract, Language};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How the texts [`shed_texts`] dropped come back ([`super::reread`]). A chunk whose text is its
-/// byte range of the file after a short prefix (none for most; a long body's part repeats
-/// the signature) keeps the prefix and gets the range sliced from the bytes again. When any
-/// other text was dropped, the file is chunked again.
-#[derive(Debug, Default)]
-pub(super) struct Shed {
-    /// (chunk, prefix of its text before its byte range)
-    sliced: Vec<(u32, String)>,
-    extract_again: bool,
+use crate::chunk::{self, ChunkOptions, FileExtract, Language};
+use crate::IndexerError;
+
+/// The shed texts that the file's bytes cannot give back by slicing: composed texts (a header
+/// line, a large type reduced to its header and members) and the prefixes of body parts (a
+/// long function's part repeats its signature). They are written to an unnamed scratch file in
+/// the index directory right after the parse and read back when their segment is written, so
+/// a shed file is neither held in memory for them nor chunked again. Unnamed, it is gone when
+/// the build ends, however it ends.
+pub(super) struct Spill {
+    file: File,
+    /// Bytes reserved so far; each file's texts are written at an offset it reserves.
+    end: AtomicU64,
 }
 
-/// Composed texts (a header line) and prefixes up to this size may stay in memory when a
-/// file's texts are shed (within [`super::Budget`]'s `composed` share), so that the file can
-/// come back by slicing instead of a parse.
-const KEEP_COMPOSED: usize = 512;
+impl Spill {
+    /// An empty spill file in `dir`.
+    pub(super) fn create(dir: &Path) -> io::Result<Spill> {
+        Ok(Spill {
+            file: tempfile::tempfile_in(dir)?,
+            end: AtomicU64::new(0),
+        })
+    }
+
+    /// Writes `bytes` after every earlier write (from any thread); returns where.
+    fn put(&self, bytes: &[u8]) -> io::Result<u64> {
+        let at = self.end.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        self.file.write_all_at(bytes, at)?;
+        Ok(at)
+    }
+
+    /// The `len` bytes written at `at`.
+    fn get(&self, at: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0; len];
+        self.file.read_exact_at(&mut buf, at)?;
+        Ok(buf)
+    }
+
+    /// Bytes written to it.
+    pub(super) fn bytes(&self) -> u64 {
+        self.end.load(Ordering::Relaxed)
+    }
+}
+
+/// One dropped text: its chunk, and how many bytes of it are in the spill (a prefix before
+/// the chunk's byte range of the file, often none; with `composed`, the whole text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ShedText {
+    chunk: u32,
+    spilled: u32,
+    composed: bool,
+}
+
+/// How the texts [`shed_texts`] dropped come back ([`super::reread`]): byte ranges sliced from
+/// the file again, after what the spill holds of them. A file is chunked again only when there
+/// is no spill to write to (it could not be created, or a write failed).
+#[derive(Debug, Default)]
+pub(super) struct Shed {
+    /// The dropped texts, in chunk order.
+    texts: Vec<ShedText>,
+    /// Where the spilled parts of `texts` begin in the spill, one after another.
+    spilled_at: u64,
+    extract_again: bool,
+}
 
 /// Drops the parsed text of every chunk of a file (graph resolution reads none:
 /// [`crate::graph::Declarations`] holds what it needs of them), freeing its buffers.
@@ -28,19 +81,12 @@ pub(super) fn drop_texts(ex: &mut FileExtract) {
 }
 
 /// [`drop_texts`] for a file that will be written: `source` is the text it was chunked from,
-/// and the result says how [`super::reread`] gets the dropped texts back. What stays in memory
-/// for that (prefixes, short composed texts) is asked of `reserve` in one amount; when it is
-/// refused, or a long composed text is dropped, every text goes and the file is chunked again.
-pub(super) fn shed_texts(
-    ex: &mut FileExtract,
-    source: &str,
-    reserve: &dyn Fn(u64) -> bool,
-) -> Shed {
-    // Per chunk with a text: its text's prefix before its byte range, or none (a composed
-    // text, kept whole when short). A prefix's entry in `Shed::sliced` is counted too.
-    let mut plan: Vec<(usize, Option<String>)> = Vec::new();
-    let mut keep = 0u64;
-    let mut again = false;
+/// and the result says how [`super::reread`] gets the dropped texts back. What `source` cannot
+/// give back (composed texts, prefixes) goes to `spill` in one write; without a spill, or when
+/// the write fails, the file is to be chunked again.
+pub(super) fn shed_texts(ex: &mut FileExtract, source: &str, spill: Option<&Spill>) -> Shed {
+    let mut texts = Vec::new();
+    let mut bytes: Vec<u8> = Vec::new();
     for (i, c) in ex.chunks.iter().enumerate() {
         if c.text.is_empty() {
             continue;
@@ -48,59 +94,124 @@ pub(super) fn shed_texts(
         let range = c.start_byte as usize..c.end_byte as usize;
         let prefix = (source.get(range))
             .filter(|tail| c.text.ends_with(*tail))
-            .and_then(|tail| c.text.get(..c.text.len() - tail.len()))
-            .filter(|p| p.len() <= KEEP_COMPOSED)
-            // A copy (empty for most): the text's own buffer is freed below.
-            .map(str::to_string);
-        match &prefix {
-            Some(p) => keep += (p.len() + std::mem::size_of::<(u32, String)>()) as u64,
-            None if c.text.len() <= KEEP_COMPOSED => keep += c.text.len() as u64,
-            None => again = true,
-        }
-        plan.push((i, prefix));
+            .and_then(|tail| c.text.get(..c.text.len() - tail.len()));
+        let kept = prefix.unwrap_or(&c.text);
+        let (Ok(chunk), Ok(spilled)) = (u32::try_from(i), u32::try_from(kept.len())) else {
+            return again(ex);
+        };
+        bytes.extend_from_slice(kept.as_bytes());
+        texts.push(ShedText {
+            chunk,
+            spilled,
+            composed: prefix.is_none(),
+        });
     }
-    if !again && keep > 0 && !reserve(keep) {
-        again = true;
-    }
-    let mut shed = Shed {
-        extract_again: again,
-        ..Shed::default()
+    let spilled_at = match spill {
+        _ if bytes.is_empty() => 0,
+        Some(sp) => match sp.put(&bytes) {
+            Ok(at) => at,
+            Err(_) => return again(ex),
+        },
+        None => return again(ex),
     };
-    for (i, prefix) in plan {
-        let c = &mut ex.chunks[i];
-        match prefix {
-            _ if again => c.text = String::new(),
-            Some(p) => {
-                c.text = String::new();
-                shed.sliced.push((i as u32, p));
-            }
-            None => {} // short composed text: stays
+    drop_texts(ex);
+    texts.shrink_to_fit();
+    Shed {
+        texts,
+        spilled_at,
+        extract_again: false,
+    }
+}
+
+/// Every text dropped, to come back by chunking the file again.
+fn again(ex: &mut FileExtract) -> Shed {
+    drop_texts(ex);
+    Shed {
+        extract_again: true,
+        ..Shed::default()
+    }
+}
+
+/// Why [`restore_texts`] could not give the texts back.
+#[derive(Debug)]
+pub(super) enum Restore {
+    /// A chunk's byte range is not in the bytes (the file changed).
+    Changed,
+    /// The spill could not be read, or did not hold text.
+    Spill(io::Error),
+}
+
+impl Restore {
+    /// The build's error: the file at `path` changed, or an I/O error on the spill in `out`.
+    pub(super) fn into_error(self, path: &Path, out: &Path) -> IndexerError {
+        match self {
+            Restore::Changed => IndexerError::ChangedDuringBuild {
+                path: path.to_path_buf(),
+            },
+            Restore::Spill(source) => IndexerError::Io {
+                path: out.to_path_buf(),
+                source,
+            },
         }
     }
-    shed
 }
 
 /// Gives back the texts `shed` dropped from `extract`, from `source` (the file's bytes, hash
-/// checked by the caller): prefixes and slices, or the file chunked again. `Some(true)` when
-/// it was chunked again, `None` when a chunk's range is not in `source`.
+/// checked by the caller) and `spill`: prefixes and slices, or the file chunked again.
+/// `Ok(true)` when it was chunked again.
 pub(super) fn restore_texts(
     extract: &mut FileExtract,
     shed: Shed,
     source: &str,
+    spill: Option<&Spill>,
     (lang, repo, path): (Language, &str, &str),
     opts: &ChunkOptions,
-) -> Option<bool> {
+) -> Result<bool, Restore> {
     if shed.extract_again {
         *extract = chunk::extract(lang, repo, path, source, opts);
-        return Some(true);
+        return Ok(true);
     }
-    // The same bytes give the same ranges.
-    for (i, mut prefix) in shed.sliced {
-        let c = extract.chunks.get_mut(i as usize)?;
-        prefix.push_str(source.get(c.start_byte as usize..c.end_byte as usize)?);
-        c.text = prefix;
+    let total: usize = shed.texts.iter().map(|t| t.spilled as usize).sum();
+    let spilled = match spill {
+        _ if total == 0 => String::new(),
+        Some(sp) => {
+            let bytes = sp.get(shed.spilled_at, total).map_err(Restore::Spill)?;
+            String::from_utf8(bytes).map_err(|e| {
+                Restore::Spill(io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()))
+            })?
+        }
+        None => {
+            let e = io::Error::new(io::ErrorKind::NotFound, "no spill file holds the texts");
+            return Err(Restore::Spill(e));
+        }
+    };
+    let mut at = 0;
+    for t in shed.texts {
+        let end = at + t.spilled as usize;
+        let kept = spilled.get(at..end).ok_or_else(|| {
+            Restore::Spill(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "spilled texts split inside a character",
+            ))
+        })?;
+        at = end;
+        let c = extract
+            .chunks
+            .get_mut(t.chunk as usize)
+            .ok_or(Restore::Changed)?;
+        c.text = if t.composed {
+            kept.to_string()
+        } else {
+            // The same bytes give the same ranges.
+            let tail =
+                (source.get(c.start_byte as usize..c.end_byte as usize)).ok_or(Restore::Changed)?;
+            let mut text = String::with_capacity(kept.len() + tail.len());
+            text.push_str(kept);
+            text.push_str(tail);
+            text
+        };
     }
-    Some(false)
+    Ok(false)
 }
 
 #[cfg(test)]
@@ -140,50 +251,146 @@ mod tests {
 
     const AT: (Language, &str, &str) = (Language::Rust, "r", "src/lib.rs");
 
+    fn spill() -> (tempfile::TempDir, Spill) {
+        let dir = tempfile::tempdir().unwrap();
+        let sp = Spill::create(dir.path()).unwrap();
+        (dir, sp)
+    }
+
+    fn restore(ex: &mut FileExtract, shed: Shed, src: &str, sp: Option<&Spill>) -> bool {
+        restore_texts(ex, shed, src, sp, AT, &ChunkOptions::default()).unwrap()
+    }
+
     #[test]
     fn sliced_texts_come_back_byte_for_byte() {
         let src = source(false);
         let opts = ChunkOptions::default();
         let whole = chunk::extract(AT.0, AT.1, AT.2, &src, &opts);
+        let (_dir, sp) = spill();
+        // Something before it in the spill: offsets are not all zero.
+        sp.put(b"other file").unwrap();
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, &src, &|_| true);
+        let shed = shed_texts(&mut ex, &src, Some(&sp));
         assert!(!shed.extract_again, "{shed:?}");
+        assert_eq!(shed.spilled_at, 10);
         assert!(
-            shed.sliced.iter().any(|(_, p)| !p.is_empty()),
+            shed.texts.iter().any(|t| !t.composed && t.spilled > 0),
             "no body part kept a prefix: {shed:?}"
         );
-        assert!(shed.sliced.iter().any(|(_, p)| p.is_empty()));
-        let sliced = shed.sliced.len();
-        assert_eq!(
-            ex.chunks.iter().filter(|c| c.text.is_empty()).count(),
-            sliced
-        );
-        assert_eq!(restore_texts(&mut ex, shed, &src, AT, &opts), Some(false));
+        assert!(shed.texts.iter().any(|t| t.spilled == 0));
+        // The module's header line.
+        assert!(shed.texts.iter().any(|t| t.composed), "{shed:?}");
+        let spilled: u64 = shed.texts.iter().map(|t| u64::from(t.spilled)).sum();
+        assert_eq!(sp.bytes(), 10 + spilled);
+        assert!(ex.chunks.iter().all(|c| c.text.is_empty()));
+        assert_eq!(shed.texts.len(), whole.chunks.len());
+        assert!(!restore(&mut ex, shed, &src, Some(&sp)));
         assert_eq!(texts(&ex), texts(&whole));
 
-        // Nothing may stay in memory: the file is chunked again.
+        // No spill: the prefixes have nowhere to go, so the file is chunked again.
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, &src, &|_| false);
-        assert!(shed.extract_again && shed.sliced.is_empty(), "{shed:?}");
-        assert_eq!(restore_texts(&mut ex, shed, &src, AT, &opts), Some(true));
+        let shed = shed_texts(&mut ex, &src, None);
+        assert!(shed.extract_again && shed.texts.is_empty(), "{shed:?}");
+        assert!(ex.chunks.iter().all(|c| c.text.is_empty()));
+        assert!(restore(&mut ex, shed, &src, None));
         assert_eq!(texts(&ex), texts(&whole));
 
         // Bytes that no longer hold a range are refused, not guessed.
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, &src, &|_| true);
-        assert_eq!(restore_texts(&mut ex, shed, &src[..10], AT, &opts), None);
+        let shed = shed_texts(&mut ex, &src, Some(&sp));
+        let r = restore_texts(&mut ex, shed, &src[..10], Some(&sp), AT, &opts);
+        assert!(matches!(r, Err(Restore::Changed)), "{r:?}");
     }
 
     #[test]
-    fn a_long_composed_text_brings_the_file_back_by_chunking() {
+    fn composed_texts_come_back_from_the_spill_without_a_parse() {
         let src = source(true);
         let opts = ChunkOptions::default();
         let whole = chunk::extract(AT.0, AT.1, AT.2, &src, &opts);
+        let (_dir, sp) = spill();
         let mut ex = whole.clone();
-        let shed = shed_texts(&mut ex, &src, &|_| true);
-        assert!(shed.extract_again && shed.sliced.is_empty(), "{shed:?}");
+        let shed = shed_texts(&mut ex, &src, Some(&sp));
+        assert!(!shed.extract_again, "{shed:?}");
+        // The big type reduced to its header and members, longer than a line.
+        assert!(
+            shed.texts.iter().any(|t| t.composed && t.spilled > 512),
+            "{shed:?}"
+        );
         assert_ne!(texts(&ex), texts(&whole));
-        assert_eq!(restore_texts(&mut ex, shed, &src, AT, &opts), Some(true));
+        assert!(!restore(&mut ex, shed, &src, Some(&sp)));
         assert_eq!(texts(&ex), texts(&whole));
+
+        // Without a spill, by chunking again.
+        let mut ex = whole.clone();
+        let shed = shed_texts(&mut ex, &src, None);
+        assert!(shed.extract_again, "{shed:?}");
+        assert!(restore(&mut ex, shed, &src, None));
+        assert_eq!(texts(&ex), texts(&whole));
+    }
+
+    #[test]
+    fn files_shed_from_several_threads_each_get_their_own_texts() {
+        let (_dir, sp) = spill();
+        let opts = ChunkOptions::default();
+        let sources: Vec<String> = (0..16)
+            .map(|i| source(i % 2 == 0).replace("long_one", &format!("long_{i}")))
+            .collect();
+        let shed: Vec<(FileExtract, FileExtract, Shed)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = sources
+                .iter()
+                .map(|src| {
+                    let sp = &sp;
+                    let opts = &opts;
+                    scope.spawn(move || {
+                        let whole = chunk::extract(AT.0, AT.1, AT.2, src, opts);
+                        let mut ex = whole.clone();
+                        let shed = shed_texts(&mut ex, src, Some(sp));
+                        (whole, ex, shed)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for ((whole, mut ex, shed), src) in shed.into_iter().zip(&sources) {
+            assert!(!shed.extract_again);
+            assert!(!restore(&mut ex, shed, src, Some(&sp)));
+            assert_eq!(texts(&ex), texts(&whole));
+        }
+    }
+
+    #[test]
+    fn a_damaged_spill_is_an_error_not_a_text() {
+        let src = source(true);
+        let opts = ChunkOptions::default();
+        let whole = chunk::extract(AT.0, AT.1, AT.2, &src, &opts);
+
+        // Bytes that are not UTF-8 where the texts were.
+        let (_dir, sp) = spill();
+        let mut ex = whole.clone();
+        let shed = shed_texts(&mut ex, &src, Some(&sp));
+        sp.file.write_all_at(&[0xff; 4], shed.spilled_at).unwrap();
+        let r = restore_texts(&mut ex, shed, &src, Some(&sp), AT, &opts);
+        assert!(
+            matches!(&r, Err(Restore::Spill(e)) if e.kind() == io::ErrorKind::InvalidData),
+            "{r:?}"
+        );
+
+        // A spill cut short.
+        let (_dir, sp) = spill();
+        let mut ex = whole.clone();
+        let shed = shed_texts(&mut ex, &src, Some(&sp));
+        sp.file.set_len(sp.bytes() / 2).unwrap();
+        let r = restore_texts(&mut ex, shed, &src, Some(&sp), AT, &opts);
+        assert!(
+            matches!(&r, Err(Restore::Spill(e)) if e.kind() == io::ErrorKind::UnexpectedEof),
+            "{r:?}"
+        );
+
+        // The spill gone.
+        let mut ex = whole.clone();
+        let (_dir, sp) = spill();
+        let shed = shed_texts(&mut ex, &src, Some(&sp));
+        let r = restore_texts(&mut ex, shed, &src, None, AT, &opts);
+        assert!(matches!(r, Err(Restore::Spill(_))), "{r:?}");
     }
 }

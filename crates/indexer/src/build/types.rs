@@ -123,9 +123,13 @@ pub struct BuildReport {
     /// Files whose text was dropped after parsing to stay within the budget and read again
     /// when their segment was written.
     pub files_reread: usize,
-    /// Of [`BuildReport::files_reread`], those chunked again (a long body's part was among
-    /// the dropped texts); the others had their texts sliced from the bytes.
+    /// Of [`BuildReport::files_reread`], those chunked again (there was no spill file for
+    /// the texts their bytes cannot give back); the others had their texts sliced from the
+    /// bytes after what the spill held of them.
     pub files_rechunked: usize,
+    /// Bytes of shed texts written to the build's spill file (composed texts and the
+    /// prefixes of body parts: what a file's bytes cannot give back).
+    pub spilled_bytes: u64,
     /// Call sites held from the parse until the graph was resolved, and the bytes they took
     /// packed ([`crate::chunk::PackedCalls`]).
     pub calls_held: usize,
