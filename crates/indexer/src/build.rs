@@ -153,7 +153,7 @@ pub fn build(
     // Created by the first file whose texts are shed; gone (unnamed) when the build ends.
     let spill = std::sync::OnceLock::new();
     let mut files = parse_files(opts, cands, &budget, &spill, &mut report, progress);
-    let spill: Option<&Spill> = spill.get().and_then(Option::as_ref);
+    let spill = shed::settled(&spill, &opts.out, progress);
     report.spilled_bytes = spill.map_or(0, Spill::bytes);
     let plan = plan_changes(opts, &files, existing.as_ref(), &mut report);
     let roots = manifest_roots(opts);
@@ -538,7 +538,7 @@ fn parse_files(
     opts: &BuildOptions,
     cands: Vec<Candidate>,
     budget: &Budget,
-    spill: &std::sync::OnceLock<Option<Spill>>,
+    spill: &std::sync::OnceLock<std::io::Result<Spill>>,
     report: &mut BuildReport,
     progress: &Progress,
 ) -> Vec<Parsed> {
@@ -573,8 +573,8 @@ fn parse_files(
                 let mut shed = None;
                 if kept.fetch_add(bytes, Ordering::Relaxed) + bytes > budget.text {
                     kept.fetch_sub(bytes, Ordering::Relaxed);
-                    let sp = spill.get_or_init(|| Spill::create(&opts.out).ok());
-                    shed = Some(shed_texts(&mut extract, &text, sp.as_ref()));
+                    let sp = spill.get_or_init(|| Spill::create(&opts.out));
+                    shed = Some(shed_texts(&mut extract, &text, sp.as_ref().ok()));
                 }
                 drop(text);
                 Parsed {

@@ -20,6 +20,8 @@ pub(super) struct Spill {
     file: File,
     /// Bytes reserved so far; each file's texts are written at an offset it reserves.
     end: AtomicU64,
+    /// Bytes written (a failed write's reservation is left as a hole nothing points at).
+    written: AtomicU64,
 }
 
 impl Spill {
@@ -28,6 +30,7 @@ impl Spill {
         Ok(Spill {
             file: tempfile::tempfile_in(dir)?,
             end: AtomicU64::new(0),
+            written: AtomicU64::new(0),
         })
     }
 
@@ -35,6 +38,8 @@ impl Spill {
     fn put(&self, bytes: &[u8]) -> io::Result<u64> {
         let at = self.end.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         self.file.write_all_at(bytes, at)?;
+        self.written
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(at)
     }
 
@@ -47,8 +52,35 @@ impl Spill {
 
     /// Bytes written to it.
     pub(super) fn bytes(&self) -> u64 {
-        self.end.load(Ordering::Relaxed)
+        self.written.load(Ordering::Relaxed)
     }
+}
+
+/// The build's spill once the parse is over: `None` when no file needed one, or when it could
+/// not be made (said once on `progress`: the files that needed it were chunked again).
+pub(super) fn settled<'a>(
+    slot: &'a std::sync::OnceLock<io::Result<Spill>>,
+    dir: &Path,
+    progress: &crate::progress::Progress,
+) -> Option<&'a Spill> {
+    match slot.get()? {
+        Ok(sp) => Some(sp),
+        Err(e) => {
+            progress.line(&format!(
+                "warning: no spill file could be made in {} ({e}); the files whose texts \
+                 would have gone there are chunked again when written",
+                dir.display()
+            ));
+            None
+        }
+    }
+}
+
+/// The first 8 bytes of the blake3 of `bytes`: what a file's spilled texts must hash to when
+/// they are read back.
+fn check(bytes: &[u8]) -> u64 {
+    let h = blake3::hash(bytes);
+    u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default())
 }
 
 /// One dropped text: its chunk, and how many bytes of it are in the spill (a prefix before
@@ -69,6 +101,8 @@ pub(super) struct Shed {
     texts: Vec<ShedText>,
     /// Where the spilled parts of `texts` begin in the spill, one after another.
     spilled_at: u64,
+    /// [`check`] of those bytes.
+    check: u64,
     extract_again: bool,
 }
 
@@ -119,6 +153,7 @@ pub(super) fn shed_texts(ex: &mut FileExtract, source: &str, spill: Option<&Spil
     Shed {
         texts,
         spilled_at,
+        check: check(&bytes),
         extract_again: false,
     }
 }
@@ -148,9 +183,12 @@ impl Restore {
             Restore::Changed => IndexerError::ChangedDuringBuild {
                 path: path.to_path_buf(),
             },
-            Restore::Spill(source) => IndexerError::Io {
+            Restore::Spill(e) => IndexerError::Io {
                 path: out.to_path_buf(),
-                source,
+                source: io::Error::new(
+                    e.kind(),
+                    format!("the build's spill file could not be read back: {e}"),
+                ),
             },
         }
     }
@@ -176,6 +214,13 @@ pub(super) fn restore_texts(
         _ if total == 0 => String::new(),
         Some(sp) => {
             let bytes = sp.get(shed.spilled_at, total).map_err(Restore::Spill)?;
+            if check(&bytes) != shed.check {
+                let e = "spilled texts do not hash as they did when written";
+                return Err(Restore::Spill(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    e,
+                )));
+            }
             String::from_utf8(bytes).map_err(|e| {
                 Restore::Spill(io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()))
             })?
@@ -351,11 +396,39 @@ mod tests {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
+        let spilled: u64 = (shed.iter())
+            .flat_map(|(_, _, s)| &s.texts)
+            .map(|t| u64::from(t.spilled))
+            .sum();
+        assert!(spilled > 0);
+        assert_eq!(sp.bytes(), spilled);
         for ((whole, mut ex, shed), src) in shed.into_iter().zip(&sources) {
             assert!(!shed.extract_again);
             assert!(!restore(&mut ex, shed, src, Some(&sp)));
             assert_eq!(texts(&ex), texts(&whole));
         }
+    }
+
+    #[test]
+    fn a_spill_that_cannot_be_written_has_the_file_chunked_again() {
+        let src = source(true);
+        let opts = ChunkOptions::default();
+        let whole = chunk::extract(AT.0, AT.1, AT.2, &src, &opts);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("read-only");
+        std::fs::write(&path, b"").unwrap();
+        let sp = Spill {
+            file: File::open(&path).unwrap(),
+            end: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+        };
+        let mut ex = whole.clone();
+        let shed = shed_texts(&mut ex, &src, Some(&sp));
+        assert!(shed.extract_again && shed.texts.is_empty(), "{shed:?}");
+        assert!(ex.chunks.iter().all(|c| c.text.is_empty()));
+        assert_eq!(sp.bytes(), 0);
+        assert!(restore(&mut ex, shed, &src, Some(&sp)));
+        assert_eq!(texts(&ex), texts(&whole));
     }
 
     #[test]
@@ -374,6 +447,23 @@ mod tests {
             matches!(&r, Err(Restore::Spill(e)) if e.kind() == io::ErrorKind::InvalidData),
             "{r:?}"
         );
+
+        // Other text, still UTF-8, where the texts were: the hash tells.
+        let (_dir, sp) = spill();
+        let mut ex = whole.clone();
+        let shed = shed_texts(&mut ex, &src, Some(&sp));
+        let was = sp.get(shed.spilled_at, 4).unwrap();
+        assert!(was.is_ascii(), "{was:?}");
+        sp.file.write_all_at(b"abcd", shed.spilled_at).unwrap();
+        let r = restore_texts(&mut ex, shed, &src, Some(&sp), AT, &opts);
+        assert!(
+            matches!(&r, Err(Restore::Spill(e)) if e.kind() == io::ErrorKind::InvalidData),
+            "{r:?}"
+        );
+        let e = r
+            .unwrap_err()
+            .into_error(Path::new("/src/lib.rs"), Path::new("/idx"));
+        assert!(e.to_string().contains("spill file"), "{e}");
 
         // A spill cut short.
         let (_dir, sp) = spill();
