@@ -63,6 +63,7 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     indexer::alloc::use_mimalloc_for_tree_sitter();
     indexer::alloc::disable_transparent_huge_pages();
+    indexer::alloc::purge_promptly();
     let hash = HashEmbedder { dim: args.dim };
     let device = args.device_rate.map(|rate| DeviceStandIn {
         hash: HashEmbedder { dim: args.dim },

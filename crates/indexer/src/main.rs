@@ -172,6 +172,7 @@ static GLOBAL: indexer::alloc::MiMalloc = indexer::alloc::MiMalloc;
 fn main() -> ExitCode {
     indexer::alloc::use_mimalloc_for_tree_sitter();
     indexer::alloc::disable_transparent_huge_pages();
+    indexer::alloc::purge_promptly();
     match run() {
         Ok(code) => code,
         Err(e) => {
