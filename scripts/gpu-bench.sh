@@ -8,7 +8,7 @@
 #                                # together with the model into pieces of 55 MiB in
 #                                # target/gpu-carry/ (the device tool carries at most 64 MiB per
 #                                # call: carry one or two pieces per call, in quick succession)
-#   scripts/gpu-bench.sh run [tests] [cuda] [group] [wgpu] [f32] [ivf] [cache] [corpus]
+#   scripts/gpu-bench.sh run [tests] [cuda] [latency] [group] [buildgroup] [scaling] [wgpu] [f32] [ivf] [cache] [corpus]
 #                                # on the GPU machine (no cargo needed), each step under its own
 #                                # time limit, everything also written to $OUT/gpu-bench.log:
 #                                # (all parts when none is named):
@@ -18,10 +18,15 @@
 #        machine's torch and transformers packages, copied out of the venv): CUDA and wgpu at
 #        auto precision (f16 after its parity check) beside sentence-transformers fp16 at batch
 #        sizes CIX_ST_BATCHES (default 256,512: the best two of 32-512 on an H100), the ratio to its best; then f32 on 10,000
-#     4. query embedding latency, one question at a time, GPU vs CPU (queryd --device)
+#     4. query embedding latency, one question at a time, GPU vs CPU (queryd --device; also
+#        alone as `latency`)
 #     4b. (group) the build's grouping: groups of 256 in chunk order vs longest first (`embed
 #        --group 256`: tokens/s, padding, forward passes of each), then groups of 4096 (what
 #        `indexer build --embed-group 4096` would do)
+#     4c. (buildgroup) the same on the real build: `indexer build --device cuda` over the torch and
+#        transformers corpus (or CIX_BUILD_CORPUS) at --embed-group 256 and 4096, interleaved
+#        (CIX_BUILD_GROUPS)
+#     4d. (scaling) the non-embedding pipeline bench on 1-16 of the host's cores
 #     5. IVF k-means 1M x 384 on CUDA vs FAISS on the CPU
 #     6. (cache) the GPU kernel cache: the same CUDA throughput and query-latency run twice, each
 #        in a new process, over one fresh CIX_GPU_CACHE: the first compiles every kernel, the
@@ -43,9 +48,9 @@ build)
   target="${CARGO_TARGET_DIR:-$here/target}"
   cargo build --release -p cix-benches -p cix-indexer -p cix-queryd \
     --features cix-benches/wgpu,cix-benches/cuda,cix-indexer/wgpu,cix-indexer/cuda,cix-queryd/wgpu,cix-queryd/cuda \
-    --bin embed --bin ivf_train --bin corpus --bin indexer --bin queryd
+    --bin embed --bin ivf_train --bin corpus --bin indexer --bin queryd --bin pipeline
   rm -rf "$out" && mkdir -p "$out"
-  for b in embed ivf_train corpus indexer queryd; do cp "$target/release/$b" "$out/"; done
+  for b in embed ivf_train corpus indexer queryd pipeline; do cp "$target/release/$b" "$out/"; done
   # The kernel tests (unit tests: cubecl kernels vs CPU references; parity.rs: the encoder on
   # the GPU vs the numpy reference, f16/bf16 parity).
   cargo test --release -p cix-kernels --features wgpu,cuda --no-run --message-format=json 2>/dev/null |
@@ -57,10 +62,12 @@ for line in sys.stdin:
         shutil.copy(m["executable"], sys.argv[1] + "/test-" + m["target"]["name"])
 ' "$out"
   strip "$out"/*
-  # Shared libraries the binaries link that a bare GPU image may lack (OpenBLAS for FAISS).
+  # Shared libraries the binaries link that a bare GPU image may lack or hold in another build
+  # (OpenBLAS and its libblas.so.3 front for FAISS: a machine's own libblas.so.3 may be a
+  # different BLAS than the libopenblas.so.0 carried beside it).
   mkdir -p "$out/lib"
   for b in "$out"/embed "$out"/ivf_train "$out"/indexer "$out"/queryd; do
-    ldd "$b" | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath|gomp' || true
+    ldd "$b" | awk '/=> \// {print $3}' | grep -E 'blas|lapack|gfortran|quadmath|gomp' || true
   done | sort -u | xargs -r -I{} cp -L {} "$out/lib/"
   carry="$here/target/gpu-carry"
   rm -rf "$carry" && mkdir -p "$carry"
@@ -71,7 +78,7 @@ for line in sys.stdin:
 run)
   cd "$here"
   carry="$here/target/gpu-carry"
-  if [ ! -x "$out/embed" ] || [ ! -f models/all-MiniLM-L6-v2/model.safetensors ]; then
+  if [ ! -x "$out/indexer" ] || [ ! -f models/all-MiniLM-L6-v2/model.safetensors ]; then
     cat "${CIX_CARRY_DIR:-$carry}"/gpu.tar.xz.part-* | xz -d | tar -C "$here" -xif - --transform 's,^gpu-bench,target/gpu-bench,'
   fi
   log="${OUT:-$here/target}/gpu-bench.log"
@@ -108,6 +115,11 @@ run)
   want cuda && step 300 "cuda auto vs sentence-transformers" "$out/embed" "$corpus" --chunks "$n" \
     --runs "$runs" --device cuda --precision auto --st-peer \
     --st-batches "${CIX_ST_BATCHES:-256,512}" --query-latency 200
+  # Query embedding as queryd does it (`embed_query`: the CPU's half-precision query path, the
+  # GPU's batch path), one question at a time, beside the host CPU, without the throughput run's
+  # cost (2,000 chunks, one run).
+  want latency && step 90 "query embedding latency, cuda vs cpu" "$out/embed" "$corpus" \
+    --chunks 2000 --runs 1 --device cuda --precision auto --no-st-peer --query-latency 200
   # The build's way of embedding (groups of 256 texts, each read back before the next): chunk
   # order (what the build does) against longest first, on the first 20,000 chunks in walk order.
   want group && step 150 "cuda auto, groups of 256: chunk order vs longest first" "$out/embed" \
@@ -117,6 +129,30 @@ run)
   want group && step 150 "cuda auto, groups of 4096: chunk order vs longest first" "$out/embed" \
     "$corpus" --chunks "${CIX_GROUP_CHUNKS:-20000}" --runs 2 --device cuda --precision auto \
     --no-st-peer --group 4096
+  # The same question on the real build: `indexer build --device cuda` over the torch and
+  # transformers corpus at --embed-group 256 (the default) and 4096, twice each, interleaved,
+  # after a small build that fills this executable's kernel cache; the `time:` line has the
+  # phases (embed is the one that changes).
+  if want buildgroup; then
+    small=$(find "$corpus/transformers/models" -maxdepth 1 -type d -name 'bert*' | head -1)
+    step 120 "buildgroup: warm-up build (kernel cache)" "$out/indexer" build "${small:-$corpus}" \
+      --out /tmp/cix-bg-warm --device cuda --rebuild --quiet
+    for g in ${CIX_BUILD_GROUPS:-256 4096 256 4096}; do
+      rm -rf /tmp/cix-bg
+      step 200 "buildgroup: indexer build --device cuda --embed-group $g" "$out/indexer" build \
+        ${CIX_BUILD_CORPUS:-$corpus} --out /tmp/cix-bg --device cuda --embed-group "$g" --quiet
+    done
+  fi
+  # The non-embedding pipeline (walk, parse, graph, BM25, writes; the hash stand-in for the
+  # model) on 16, 8, 4, 2 and 1 of the host's cores (taskset, rayon's and OpenMP's threads), on
+  # the transformers corpus (or CIX_SCALING_CORPUS): how it scales with cores.
+  if want scaling; then
+    for c in ${CIX_SCALING_CORES:-16 8 4 2 1}; do
+      step 150 "scaling: pipeline on $c core(s)" env RAYON_NUM_THREADS="$c" OMP_NUM_THREADS="$c" \
+        taskset -c "0-$((c - 1))" "$out/pipeline" ${CIX_SCALING_CORPUS:-$corpus/transformers} \
+        --runs 1 --no-peer
+    done
+  fi
   want ivf && step 120 "ivf k-means on cuda vs faiss" "$out/ivf_train" --device cuda --n 1000000
   want wgpu && step 150 "wgpu auto" "$out/embed" "$corpus" --chunks "$n" --runs "$runs" \
     --device wgpu --precision auto --no-st-peer --query-latency 200
@@ -140,7 +176,8 @@ run)
     fi
     echo "corpus: $(find "$big" -name '*.py' | wc -l) files, $(du -sm "$big" | cut -f1) MB"
     step 420 "corpus: build on cuda, queryd on all cores" "$out/corpus" --corpus "$big" \
-      --index /tmp/cix-big-index --device cuda --bin "$out" --rebuild
+      --index /tmp/cix-big-index --device cuda --bin "$out" --rebuild \
+      --embed-group "${CIX_EMBED_GROUP:-256}"
     step 150 "corpus: queryd pinned to one core" taskset -c 3 "$out/corpus" --corpus "$big" \
       --index /tmp/cix-big-index --bin "$out"
   fi

@@ -54,6 +54,10 @@ struct Args {
     /// `indexer build --memory-budget`.
     #[arg(long, default_value = "1GiB")]
     memory_budget: String,
+    /// `indexer build --embed-group` (texts per embedding call; default: the indexer's, by
+    /// device).
+    #[arg(long)]
+    embed_group: Option<u32>,
     /// Queries of each style.
     #[arg(long, default_value_t = 200)]
     queries: usize,
@@ -80,8 +84,12 @@ fn build(a: &Args, index: &Path, model: &Path) -> anyhow::Result<(Value, f64)> {
     if index.exists() {
         std::fs::remove_dir_all(index)?;
     }
-    let mut child = Command::new(a.bin.join("indexer"))
-        .arg("build")
+    let mut cmd = Command::new(a.bin.join("indexer"));
+    cmd.arg("build");
+    if let Some(g) = a.embed_group {
+        cmd.arg("--embed-group").arg(g.to_string());
+    }
+    let mut child = cmd
         .arg(&a.corpus)
         .arg("--out")
         .arg(index)
@@ -254,9 +262,11 @@ fn main() -> anyhow::Result<()> {
         let secs = t.elapsed().as_secs_f64();
         let mb = r["source_bytes"].as_f64().unwrap_or(0.0) / 1e6;
         println!(
-            "build ({cores} cores, --device {}, --memory-budget {}): {} files, {mb:.1} MB, {} chunks, {} tokens embedded ({:.0} tokens/s in the embed phase), {} segment(s), {secs:.1} s, peak RSS {peak_mb:.0} MB",
+            "build ({cores} cores, --device {}, --memory-budget {}, --embed-group {}): {} files, {mb:.1} MB, {} chunks, {} tokens embedded ({:.0} tokens/s in the embed phase), {} segment(s), {secs:.1} s, peak RSS {peak_mb:.0} MB",
             a.device,
             a.memory_budget,
+            a.embed_group
+                .map_or_else(|| "default".to_string(), |g| g.to_string()),
             r["files_indexed"],
             r["chunks_written"],
             r["tokens_embedded"],

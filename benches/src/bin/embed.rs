@@ -70,7 +70,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     query_latency: usize,
     /// Embed the first `--chunks` chunks in walk order (a build's order) in groups of this many
-    /// texts, as `indexer build` does (`BuildOptions::embed_group`, 256), once in chunk order
+    /// texts, as `indexer build` does (`--embed-group`; by default 256 on the CPU, 4096 on a GPU), once in chunk order
     /// (what the build does) and once longest first (the candidate order, [`longest_first`]),
     /// instead of one call over an evenly spread sample; prints tokens/s, padding and forward
     /// passes of each, and how far the two orders' vectors of one text differ.
@@ -354,8 +354,9 @@ fn grouped(
     Ok(())
 }
 
-/// Times `n` single-text embeddings (queryd embeds one query per search) on `enc`'s device and,
-/// in the same run, on a CPU encoder: p50/p99 ms of each and the ratio of the p50s.
+/// Times `n` single-text embeddings as queryd makes them (`Encoder::embed_query`, one query per
+/// search: on the CPU the half-precision query path, on a GPU the batch path) on `enc`'s device
+/// and, in the same run, on a CPU encoder: p50/p99 ms of each and the ratio of the p50s.
 fn query_latency(enc: &kernels::Encoder, model: &Path, n: usize) -> anyhow::Result<()> {
     let mut queries = Vec::new();
     for part in 1..=3 {
@@ -378,12 +379,12 @@ fn query_latency(enc: &kernels::Encoder, model: &Path, n: usize) -> anyhow::Resu
         .collect();
     let time = |e: &kernels::Encoder| -> anyhow::Result<(f64, f64)> {
         for q in queries.iter().take(10) {
-            e.embed(&[q])?; // warm-up: kernel compilation, allocator pools
+            e.embed_query(q)?; // warm-up: kernel compilation, allocator pools, half weights
         }
         let mut ms = Vec::with_capacity(queries.len());
         for q in &queries {
             let t = Instant::now();
-            e.embed(&[q])?;
+            e.embed_query(q)?;
             ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         ms.sort_by(|a, b| a.total_cmp(b));

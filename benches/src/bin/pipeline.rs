@@ -59,11 +59,10 @@ struct Args {
 static GLOBAL: indexer::alloc::MiMalloc = indexer::alloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    // As `indexer` does: mimalloc for Rust's heap and tree-sitter's, no transparent huge pages.
+    // As `indexer` does: mimalloc for Rust's heap and tree-sitter's, no transparent huge pages,
+    // freed pages returned promptly.
     let args = Args::parse();
-    indexer::alloc::use_mimalloc_for_tree_sitter();
-    indexer::alloc::disable_transparent_huge_pages();
-    indexer::alloc::purge_promptly();
+    indexer::alloc::set_up_process();
     let hash = HashEmbedder { dim: args.dim };
     let device = args.device_rate.map(|rate| DeviceStandIn {
         hash: HashEmbedder { dim: args.dim },

@@ -63,6 +63,38 @@ pub fn set_faiss_threads(n: usize) {
     unsafe { omp_set_num_threads(n.clamp(1, 1024) as std::os::raw::c_int) }
 }
 
+/// Turns OpenBLAS's own threading off for this process (each BLAS call FAISS makes runs on the
+/// thread that calls it), once; FAISS parallelises with OpenMP around its BLAS calls. Returns
+/// whether an OpenBLAS was found (another BLAS is left as it is). Called before this module
+/// hands FAISS anything ([`write_ivf_streamed`], [`Ivf::load`]).
+///
+/// Why: Debian's default OpenBLAS is the pthreads build, and FAISS calls it from OpenMP
+/// threads while the build's rayon threads run beside them. On a 16-core H200 host
+/// (2026-12-04) the `pipeline` bench crashed or hung whenever OpenBLAS ran 2 or 4 threads of
+/// its own: under `taskset -c 0-3` (SIGSEGV, or glibc's `arena.c: attached_threads == 0`
+/// abort), `taskset -c 0-1`, or `OMP_NUM_THREADS=4` without taskset (hung until killed),
+/// while `OPENBLAS_NUM_THREADS=1` with the same cores and threads ran through; OpenBLAS's
+/// documentation asks for one thread when the caller is itself multi-threaded. On the 2-core
+/// VM one thread measured no slower. The call goes through `dlsym`, so a FAISS linked against
+/// another BLAS builds and runs unchanged.
+pub fn single_threaded_blas() -> bool {
+    static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_DEFAULT looks a symbol up among the loaded objects; the
+        // symbol, where present, is OpenBLAS's `void openblas_set_num_threads(int)`, which
+        // stores the thread count for later calls.
+        unsafe {
+            let f = libc::dlsym(libc::RTLD_DEFAULT, c"openblas_set_num_threads".as_ptr());
+            if f.is_null() {
+                return false;
+            }
+            let set: extern "C" fn(std::os::raw::c_int) = std::mem::transmute(f);
+            set(1);
+            true
+        }
+    })
+}
+
 /// Number of IVF lists for `n` vectors: about 2·√n (training cost grows with the list count;
 /// SQ8 codes keep the scan of the probed lists cheap), with at least 39 training points per list.
 pub fn nlist_for(n: usize) -> usize {
@@ -196,6 +228,7 @@ pub fn write_ivf_streamed(
     centroids: Option<&[f32]>,
     consumed: &dyn Fn(std::ops::Range<usize>),
 ) -> Result<()> {
+    single_threaded_blas();
     let n = vectors.len() / dim;
     let nlist = nlist_for(n);
     let err = |e: faiss::error::Error| FormatError::Faiss {
@@ -264,6 +297,7 @@ impl std::fmt::Debug for Ivf {
 impl Ivf {
     /// Loads `path`; the caller has checked its blake3 against the segment manifest.
     pub fn load(path: &Path, dim: usize, n: usize) -> Result<Ivf> {
+        single_threaded_blas();
         let err = |detail: String| FormatError::Faiss {
             path: path.to_path_buf(),
             detail,
@@ -408,6 +442,31 @@ pub(crate) fn clustered_for_tests(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where FAISS runs on OpenBLAS (Debian's, as here and in CI), OpenBLAS then reports one
+    /// thread; where no OpenBLAS is loaded, nothing is claimed.
+    #[test]
+    fn blas_runs_one_thread_per_call() {
+        let found = single_threaded_blas();
+        // SAFETY: as in `single_threaded_blas`; `int openblas_get_num_threads(void)` only
+        // reads the stored count.
+        let get = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"openblas_get_num_threads".as_ptr()) };
+        if get.is_null() {
+            assert!(!found, "set found without get");
+            return;
+        }
+        assert!(found);
+        let get: extern "C" fn() -> std::os::raw::c_int = unsafe { std::mem::transmute(get) };
+        assert_eq!(get(), 1);
+        // A FAISS index trained after it still works (k-means goes through BLAS).
+        let dim = 16;
+        let v: Vec<f32> = (0..IVF_THRESHOLD * dim)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        write_ivf(&dir.path().join(IVF_FILE), &v, dim).unwrap();
+        assert_eq!(get(), 1);
+    }
 
     /// The default nprobe grows as √nlist above the floor: the values its doc comment gives.
     #[test]

@@ -45,7 +45,7 @@ mod shed;
 mod types;
 mod vectors;
 
-pub use embedder::{EmbedError, Embedder, HashEmbedder};
+pub use embedder::{EmbedError, Embedder, HashEmbedder, CPU_EMBED_GROUP, DEVICE_EMBED_GROUP};
 pub use types::{
     parse_budget, BuildOptions, BuildReport, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET,
 };

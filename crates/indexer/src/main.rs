@@ -73,12 +73,13 @@ enum Cmd {
         /// written while the next is embedded: two such halves). At least 1MiB.
         #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = build::parse_budget)]
         memory_budget: u64,
-        /// Texts per embedding call. The encoder sorts by length and batches within a call and,
-        /// on a GPU, reads each call's vectors back before the next call's batches run; larger
-        /// groups mean fewer waits and less padding, at the cost of progress granularity.
-        #[arg(long, value_name = "N", default_value_t = 256,
+        /// Texts per embedding call (default: 256 on the CPU, 4096 on a GPU). The encoder sorts
+        /// by length and batches within a call and, on a GPU, reads each call's vectors back
+        /// before the next call's batches run; larger groups mean fewer waits and less padding,
+        /// at the cost of progress granularity.
+        #[arg(long, value_name = "N",
               value_parser = clap::value_parser!(u32).range(1..=65_536))]
-        embed_group: u32,
+        embed_group: Option<u32>,
         /// Build the code from scratch: the code segments of --out are dropped and re-indexed;
         /// memories (memory segments, memory.wal) are kept. Also repairs an index whose MANIFEST
         /// is damaged (moved aside as MANIFEST.bak-<time>; the memories are recovered from their
@@ -170,9 +171,7 @@ enum Cmd {
 static GLOBAL: indexer::alloc::MiMalloc = indexer::alloc::MiMalloc;
 
 fn main() -> ExitCode {
-    indexer::alloc::use_mimalloc_for_tree_sitter();
-    indexer::alloc::disable_transparent_huge_pages();
-    indexer::alloc::purge_promptly();
+    indexer::alloc::set_up_process();
     match run() {
         Ok(code) => code,
         Err(e) => {
@@ -262,7 +261,7 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             opts.rules = indexer::walk::Rules { no_ignore, hidden };
             opts.memory_budget = memory_budget;
-            opts.embed_group = embed_group as usize;
+            opts.embed_group = embed_group.map(|g| g as usize);
             let t = Instant::now();
             let report = build::build(&opts, &encoder, &progress)?;
             let total = t.elapsed();

@@ -90,7 +90,48 @@ fn opts(src: &std::path::Path, out: &std::path::Path) -> BuildOptions {
     let mut o = BuildOptions::new(vec![src.to_path_buf()], out.to_path_buf());
     // Segments of ~5,000 chunks: every one gets an IVF index (and so asks for centroids).
     o.memory_budget = 10 << 20;
+    // Several embed calls per segment (the failure points below count them), on a device too.
+    o.embed_group = Some(256);
     o
+}
+
+/// Without `embed_group`, a build embeds in the embedder's own groups: 4,096 texts on a device,
+/// 256 on the CPU (each segment's new texts cut into such groups), with the same segments.
+#[test]
+fn the_default_group_follows_the_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    repo(&src, 20, 1000, "1");
+    let mut calls = Vec::new();
+    let mut ids = Vec::new();
+    for device in [true, false] {
+        let out = tmp.path().join(format!("device-{device}"));
+        let mut o = opts(&src, &out);
+        o.embed_group = None;
+        let e = Flaky {
+            device,
+            ..Flaky::new(None, None)
+        };
+        build(&o, &e, &Progress::silent()).unwrap();
+        let ix = format::Index::open(&out).unwrap();
+        let group = if device {
+            indexer::build::DEVICE_EMBED_GROUP
+        } else {
+            indexer::build::CPU_EMBED_GROUP
+        };
+        let want: usize = ix
+            .manifest
+            .segments
+            .iter()
+            .map(|s| (s.chunks as usize).div_ceil(group))
+            .sum();
+        assert!(ix.manifest.segments.len() >= 3);
+        assert_eq!(e.embeds.load(Ordering::SeqCst), want, "device {device}");
+        calls.push(want);
+        ids.push(segment_ids(&out).1);
+    }
+    assert!(calls[0] < calls[1], "{calls:?}");
+    assert_eq!(ids[0], ids[1], "the grouping changes no hash vector");
 }
 
 /// Names in the index directory that a build leaves only while it runs.

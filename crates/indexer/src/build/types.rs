@@ -19,8 +19,10 @@ pub struct BuildOptions {
     pub repo: Option<String>,
     pub max_file_bytes: u64,
     pub chunk: ChunkOptions,
-    /// Texts per embedding call (progress granularity; the encoder batches inside).
-    pub embed_group: usize,
+    /// Texts per embedding call (the encoder batches inside; on a GPU each call is read back
+    /// before the next runs). `None`: the embedder's own (`Embedder::default_group`: 256 on
+    /// the CPU, 4,096 on a GPU).
+    pub embed_group: Option<usize>,
     /// Restricts what may change: (repository, repo-relative path prefix) pairs. Files
     /// outside every prefix keep their indexed version (neither re-indexed nor deleted), even
     /// if they changed on disk; all files are still parsed, for cross-file graph edges. `None`
@@ -80,7 +82,7 @@ impl BuildOptions {
             repo: None,
             max_file_bytes: walk::DEFAULT_MAX_FILE_BYTES,
             chunk: ChunkOptions::default(),
-            embed_group: 256,
+            embed_group: None,
             only: None,
             symlinks: walk::Symlinks::Confined,
             rules: walk::Rules::default(),

@@ -73,7 +73,8 @@ fn reuse_vectors(
 }
 
 /// The vectors of a new segment (`chunks.len() × dim`): reused by content hash
-/// ([`reuse_vectors`]), the rest embedded in groups of `opts.embed_group` texts, in chunk order.
+/// ([`reuse_vectors`]), the rest embedded in groups of `opts.embed_group` texts (else the
+/// embedder's default), in chunk order.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn embed_vectors(
     opts: &BuildOptions,
@@ -93,7 +94,11 @@ pub(super) fn embed_vectors(
         copies,
     } = reuse_vectors(existing, known, chunks, dim);
     let bar = progress.bar(todo.len() as u64, "embed");
-    let index_groups: Vec<&[usize]> = todo.chunks(opts.embed_group.max(1)).collect();
+    let group = opts
+        .embed_group
+        .unwrap_or_else(|| embedder.default_group())
+        .max(1);
+    let index_groups: Vec<&[usize]> = todo.chunks(group).collect();
     let text_groups: Vec<Vec<&str>> = index_groups
         .iter()
         .map(|g| g.iter().map(|&i| texts[i].as_str()).collect())
