@@ -22,7 +22,7 @@
 #        alone as `latency`)
 #     4b. (group) the build's grouping: groups of 256 in chunk order vs longest first (`embed
 #        --group 256`: tokens/s, padding, forward passes of each), then groups of 4096 (what
-#        `indexer build --embed-group 4096` would do)
+#        `indexer build` does on a GPU)
 #     4c. (buildgroup) the same on the real build: `indexer build --device cuda` over the torch and
 #        transformers corpus (or CIX_BUILD_CORPUS) at --embed-group 256 and 4096, interleaved
 #        (CIX_BUILD_GROUPS)
@@ -130,9 +130,9 @@ run)
     "$corpus" --chunks "${CIX_GROUP_CHUNKS:-20000}" --runs 2 --device cuda --precision auto \
     --no-st-peer --group 4096
   # The same question on the real build: `indexer build --device cuda` over the torch and
-  # transformers corpus at --embed-group 256 (the default) and 4096, twice each, interleaved,
-  # after a small build that fills this executable's kernel cache; the `time:` line has the
-  # phases (embed is the one that changes).
+  # transformers corpus at --embed-group 256 (the CPU's default) and 4096 (the GPU's), twice
+  # each, interleaved, after a small build that fills this executable's kernel cache; the
+  # `time:` line has the phases (embed is the one that changes).
   if want buildgroup; then
     small=$(find "$corpus/transformers/models" -maxdepth 1 -type d -name 'bert*' | head -1)
     step 120 "buildgroup: warm-up build (kernel cache)" "$out/indexer" build "${small:-$corpus}" \
@@ -177,7 +177,7 @@ run)
     echo "corpus: $(find "$big" -name '*.py' | wc -l) files, $(du -sm "$big" | cut -f1) MB"
     step 420 "corpus: build on cuda, queryd on all cores" "$out/corpus" --corpus "$big" \
       --index /tmp/cix-big-index --device cuda --bin "$out" --rebuild \
-      --embed-group "${CIX_EMBED_GROUP:-256}"
+      ${CIX_EMBED_GROUP:+--embed-group "$CIX_EMBED_GROUP"}
     step 150 "corpus: queryd pinned to one core" taskset -c 3 "$out/corpus" --corpus "$big" \
       --index /tmp/cix-big-index --bin "$out"
   fi
