@@ -739,11 +739,17 @@ fn admitted_mask(scores: &[f32; BLOCK], floor: f32) -> u32 {
     mask
 }
 
-/// [`block_sums_scalar`], with AVX2 where the CPU has it.
+/// [`block_sums_scalar`], with AVX-512 (BW) or AVX2 where the CPU has them.
 #[inline]
 fn block_sums(codes: &[u8], luts: &[u8], out: &mut [u16; BLOCK]) {
     #[cfg(target_arch = "x86_64")]
     {
+        if simd::avx512_available() && codes.len().is_multiple_of(32) && luts.len() == codes.len() {
+            // SAFETY: AVX-512F and BW are present (checked once, cached); the lengths were
+            // just checked.
+            unsafe { simd::block_sums_avx512(codes, luts, out) };
+            return;
+        }
         if crate::ivf_map::avx2_available()
             && codes.len().is_multiple_of(32)
             && luts.len() == codes.len()
@@ -759,8 +765,79 @@ fn block_sums(codes: &[u8], luts: &[u8], out: &mut [u16; BLOCK]) {
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::*;
+    use std::sync::OnceLock;
 
     use super::BLOCK;
+
+    /// Whether the CPU has AVX-512F and AVX-512BW (checked once). `CIX_NO_AVX512=1` in the
+    /// environment turns the AVX-512 kernel off (the AVX2 one runs), for A/B measurements
+    /// and for machines where 512-bit instructions lower the clock.
+    pub fn avx512_available() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            std::env::var_os("CIX_NO_AVX512").is_none_or(|v| v.is_empty() || v == "0")
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+        })
+    }
+
+    /// [`block_sums_avx2`] four groups per step: a 64-byte load holds groups `4s` to `4s + 3`
+    /// in its four 128-bit lanes (the shuffle looks up within each lane), so a 384-dimension
+    /// block takes 24 steps instead of 48. A last half step (when the group count is not a
+    /// multiple of four) loads its 32 bytes with the upper half zeroed: a zero table byte adds
+    /// nothing. The four lanes hold the same 16 codes' sums over different groups and are
+    /// added at the end; every sum is exact as in the AVX2 kernel (modulo 2^16, no code's sum
+    /// above 65535).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and AVX-512BW; `codes.len() == luts.len()`, a multiple
+    /// of 32.
+    #[target_feature(enable = "avx512f,avx512bw,avx2")]
+    pub unsafe fn block_sums_avx512(codes: &[u8], luts: &[u8], out: &mut [u16; BLOCK]) {
+        let low = _mm512_set1_epi8(0x0f);
+        let (mut lo_all, mut lo_odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let (mut hi_all, mut hi_odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let full = codes.len() / 64;
+        let half = codes.len() % 64 == 32;
+        let mut step = |c: __m512i, t: __m512i| {
+            let r_lo = _mm512_shuffle_epi8(t, _mm512_and_si512(c, low));
+            let r_hi = _mm512_shuffle_epi8(t, _mm512_and_si512(_mm512_srli_epi16(c, 4), low));
+            lo_all = _mm512_add_epi16(lo_all, r_lo);
+            lo_odd = _mm512_add_epi16(lo_odd, _mm512_srli_epi16(r_lo, 8));
+            hi_all = _mm512_add_epi16(hi_all, r_hi);
+            hi_odd = _mm512_add_epi16(hi_odd, _mm512_srli_epi16(r_hi, 8));
+        };
+        for s in 0..full {
+            // SAFETY: 64·s + 64 ≤ both lengths; unaligned loads.
+            let c = _mm512_loadu_si512(codes.as_ptr().add(64 * s) as *const _);
+            let t = _mm512_loadu_si512(luts.as_ptr().add(64 * s) as *const _);
+            step(c, t);
+        }
+        if half {
+            // SAFETY: the masked loads read the 32 bytes from 64·full, which both slices hold.
+            let m: __mmask64 = 0xFFFF_FFFF;
+            let c = _mm512_maskz_loadu_epi8(m, codes.as_ptr().add(64 * full) as *const i8);
+            let t = _mm512_maskz_loadu_epi8(m, luts.as_ptr().add(64 * full) as *const i8);
+            step(c, t);
+        }
+        let lo_even = _mm512_sub_epi16(lo_all, _mm512_slli_epi16(lo_odd, 8));
+        let hi_even = _mm512_sub_epi16(hi_all, _mm512_slli_epi16(hi_odd, 8));
+        // The four lanes: two 256-bit halves added, then the two lanes of that.
+        let fold = |x: __m512i| {
+            let y = _mm256_add_epi16(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x));
+            _mm_add_epi16(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
+        };
+        let mut lanes = [[0u16; 8]; 4];
+        for (dst, x) in lanes.iter_mut().zip([lo_even, lo_odd, hi_even, hi_odd]) {
+            _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, fold(x));
+        }
+        for t in 0..8 {
+            out[2 * t] = lanes[0][t];
+            out[2 * t + 1] = lanes[1][t];
+            out[16 + 2 * t] = lanes[2][t];
+            out[17 + 2 * t] = lanes[3][t];
+        }
+    }
 
     /// Two groups per step: a 32-byte load holds group `2s` in its low lane and `2s + 1` in
     /// its high lane, and so does the table register, so one shuffle looks up 16 codes' low

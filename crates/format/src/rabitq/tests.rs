@@ -117,7 +117,9 @@ fn block_sums_match_the_scalar_lookup() {
         x ^= x << 17;
         (x >> 24) as u8
     };
-    for dim in [128, 384, 768] {
+    // 136 and 392 dimensions: group counts that are not multiples of four (the AVX-512
+    // kernel's half step).
+    for dim in [128, 136, 384, 392, 768] {
         let g = groups(dim);
         let codes: Vec<u8> = (0..16 * g).map(|_| byte()).collect();
         let luts: Vec<u8> = (0..16 * g).map(|_| byte() % 61).collect();
@@ -125,6 +127,41 @@ fn block_sums_match_the_scalar_lookup() {
         block_sums_scalar(&codes, &luts, &mut a);
         block_sums(&codes, &luts, &mut b);
         assert_eq!(a, b, "dim {dim}");
+        #[cfg(target_arch = "x86_64")]
+        {
+            // Each SIMD kernel the CPU has, whichever `block_sums` picked.
+            if crate::ivf_map::avx2_available() {
+                let mut c = [0u16; BLOCK];
+                // SAFETY: AVX2 checked; equal lengths, a multiple of 32.
+                unsafe { simd::block_sums_avx2(&codes, &luts, &mut c) };
+                assert_eq!(a, c, "AVX2, dim {dim}");
+            }
+            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw")
+            {
+                let mut c = [0u16; BLOCK];
+                // SAFETY: AVX-512F/BW checked; equal lengths, a multiple of 32.
+                unsafe { simd::block_sums_avx512(&codes, &luts, &mut c) };
+                assert_eq!(a, c, "AVX-512, dim {dim}");
+            }
+        }
+    }
+}
+
+/// The largest sums (every table entry 60, every bit set) stay exact in both SIMD kernels:
+/// 16-bit lanes that wrap in between give the same result modulo 2^16.
+#[test]
+fn block_sums_are_exact_at_the_largest_tables() {
+    // 4,368: the largest multiple of 8 whose full sum (60 per group) fits 16 bits.
+    for dim in [384, 392, 4368] {
+        let g = groups(dim);
+        let codes = vec![0xffu8; 16 * g];
+        let luts = vec![60u8; 16 * g];
+        let (mut a, mut b) = ([0u16; BLOCK], [0u16; BLOCK]);
+        block_sums_scalar(&codes, &luts, &mut a);
+        block_sums(&codes, &luts, &mut b);
+        assert_eq!(a, b, "dim {dim}");
+        assert_eq!(a[0] as usize, 60 * g, "dim {dim}");
+        assert!(dim <= MAX_DIM);
     }
 }
 
