@@ -153,7 +153,7 @@ run)
         --runs 1 --no-peer
     done
   fi
-  want ivf && step 120 "ivf k-means on cuda vs faiss" "$out/ivf_train" --device cuda --n 1000000
+  want ivf && step 150 "ivf k-means on cuda vs faiss, top-k kernels" "$out/ivf_train" --device cuda --n 1000000
   want wgpu && step 150 "wgpu auto" "$out/embed" "$corpus" --chunks "$n" --runs "$runs" \
     --device wgpu --precision auto --no-st-peer --query-latency 200
   if want cache; then

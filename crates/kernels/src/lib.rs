@@ -197,6 +197,19 @@ impl Encoder {
         dim: usize,
         k: usize,
     ) -> Option<Result<(Vec<Vec<(u32, f32)>>, topk::TopKTimes), ModelError>> {
+        self.exact_top_k_with(queries, base, dim, k, topk::TopKKernel::default())
+    }
+
+    /// [`Encoder::exact_top_k`] with the given kernel (the benchmark runs both).
+    #[allow(clippy::type_complexity)]
+    pub fn exact_top_k_with(
+        &self,
+        queries: &[f32],
+        base: &[f32],
+        dim: usize,
+        k: usize,
+        kernel: topk::TopKKernel,
+    ) -> Option<Result<(Vec<Vec<(u32, f32)>>, topk::TopKTimes), ModelError>> {
         if self.model.host_kernels() {
             return None;
         }
@@ -210,13 +223,16 @@ impl Encoder {
         {
             let client = gpu::client_of(self.model.device())?;
             Some(guarded(|| {
-                Ok(gpu::top_k_inner_product_timed(
-                    &client, queries, base, dim, k,
+                Ok(gpu::top_k_inner_product_with(
+                    &client, queries, base, dim, k, kernel,
                 ))
             }))
         }
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-        None
+        {
+            let _ = kernel; // no GPU kernels in this build
+            None
+        }
     }
 
     /// The precision the encoder computes in (never `Auto`).

@@ -5,6 +5,21 @@
 /// WebGPU's 16 KiB of workgroup memory with room to spare.
 pub const MAX_K: usize = 32;
 
+/// Which exact top-k kernel runs (`gpu::top_k_inner_product_with`). Both sum every inner product
+/// in dimension order, as the CPU reference does, and return the same lists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TopKKernel {
+    #[default]
+    /// The base tile is staged through shared memory a few dimensions at a time, read so that
+    /// neighbouring units load neighbouring floats of a row (coalesced), and each unit scores
+    /// `gpu::TOPK_ROWS_PER_UNIT` rows against the group's queries from registers. The default.
+    Staged,
+    /// Each unit reads its own row straight from global memory (neighbouring units a row apart:
+    /// one memory transaction per unit and load) and scores it alone: the first kernel, kept as
+    /// the peer the benchmark compares with.
+    RowWise,
+}
+
 /// Where the time of one GPU top-k call went (wall clock on the host).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TopKTimes {

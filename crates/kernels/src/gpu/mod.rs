@@ -18,6 +18,8 @@
 use cubecl::ir::FloatKind;
 use cubecl::prelude::*;
 
+pub use crate::topk::TopKKernel;
+
 /// Units per cube (rows are pooled by this many units; hidden sizes up to 4096 are fine).
 pub const POOL_UNITS: usize = 128;
 
@@ -305,6 +307,159 @@ fn top_k_kernel(
     }
 }
 
+/// Base rows each unit of the staged top-k kernel scores (a register tile): every query value
+/// read from shared memory feeds this many fused multiply-adds, and a tile is
+/// `TOPK_UNITS * TOPK_ROWS_PER_UNIT` rows.
+pub const TOPK_ROWS_PER_UNIT: usize = 4;
+
+/// [`TopKKernel::Staged`]: one cube per (group of `qg` queries, block of `tiles * tile` rows),
+/// `tile = units * per`. For each tile and each step of `chunk` dimensions, the cube copies
+/// the group's queries and the tile's rows for those dimensions into shared memory (rows padded
+/// to `pad = chunk + 1` floats, so that units reading a dimension of their rows hit different
+/// banks), then unit `u` adds `chunk` products to the sums of its rows `u + j * units`
+/// (j < `per`) for every query. After the last step, the sums go through the same buffer one
+/// row slot (`units` rows) at a time, and unit `q` (one per query) folds them in row order into
+/// its sorted top-k, as [`top_k_kernel`] does. `stage` is the shared buffer's length
+/// (`max(tile * pad, qg * units)`); `steps = dim / chunk`; `qloads` and `bloads` are the loads
+/// per unit of the query and row chunks. Barriers sit in uniform control flow.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn top_k_staged_kernel(
+    queries: &[f32],
+    base: &[f32],
+    out_idx: &mut [u32],
+    out_score: &mut [f32],
+    nq: u32,
+    rows: u32,
+    #[comptime] dim: usize,
+    #[comptime] k: usize,
+    #[comptime] qg: usize,
+    #[comptime] units: usize,
+    #[comptime] per: usize,
+    #[comptime] tile: usize,
+    #[comptime] tiles: usize,
+    #[comptime] chunk: usize,
+    #[comptime] pad: usize,
+    #[comptime] stage: usize,
+    #[comptime] steps: usize,
+    #[comptime] qloads: usize,
+    #[comptime] bloads: usize,
+    #[comptime] accs: usize,
+) {
+    let q0 = CUBE_POS_X as usize * qg;
+    let bi = CUBE_POS_Y as usize;
+    let blocks = CUBE_COUNT_Y as usize;
+    let u = UNIT_POS_X as usize;
+    let nq = nq as usize;
+    let rows = rows as usize;
+    let first = bi * tiles * tile;
+    #[allow(clippy::manual_div_ceil)] // a runtime value in the kernel: no `div_ceil` there
+    let mut ntiles = (rows - first + tile - 1) / tile;
+    if ntiles > tiles {
+        ntiles = tiles;
+    }
+    let mut sq = Shared::<[f32]>::new_slice(qg * chunk);
+    let mut sm = Shared::<[f32]>::new_slice(stage);
+    let mut best_s = Array::<f32>::new(k);
+    let mut best_i = Array::<u32>::new(k);
+    for j in 0..k {
+        best_s[j] = f32::new(-3.4e38f32); // WGSL has no infinity literal
+        best_i[j] = u32::MAX;
+    }
+    for t in 0..ntiles {
+        let row0 = first + t * tile;
+        let mut acc = Array::<f32>::new(accs);
+        #[unroll]
+        for a in 0..accs {
+            acc[a] = 0.0f32;
+        }
+        for c in 0..steps {
+            sync_cube(); // the previous step's (or tile's fold's) readers are done
+            for l in 0..qloads {
+                let p = l * units + u;
+                if p < qg * chunk {
+                    let q = q0 + p / chunk;
+                    let mut v = 0.0f32;
+                    if q < nq {
+                        v = queries[q * dim + c * chunk + p % chunk];
+                    }
+                    sq[p] = v;
+                }
+            }
+            for l in 0..bloads {
+                // Neighbouring units, neighbouring floats of a row.
+                let p = l * units + u;
+                let r = p / chunk;
+                let row = row0 + r;
+                let mut v = 0.0f32;
+                if row < rows {
+                    v = base[row * dim + c * chunk + p % chunk];
+                }
+                sm[r * pad + p % chunk] = v;
+            }
+            sync_cube();
+            for d in 0..chunk {
+                let mut xs = Array::<f32>::new(per);
+                #[unroll]
+                for j in 0..per {
+                    xs[j] = sm[(j * units + u) * pad + d];
+                }
+                #[unroll]
+                for q in 0..qg {
+                    let w = sq[q * chunk + d];
+                    #[unroll]
+                    for j in 0..per {
+                        acc[j * qg + q] += w * xs[j];
+                    }
+                }
+            }
+        }
+        #[unroll]
+        for j in 0..per {
+            sync_cube(); // the last step's (or the previous slot's) readers are done
+            #[unroll]
+            for q in 0..qg {
+                sm[q * units + u] = acc[j * qg + q];
+            }
+            sync_cube();
+            if u < qg {
+                for r in 0..units {
+                    let rr = row0 + j * units + r;
+                    let sc = sm[u * units + r];
+                    // Rows come in ascending order: an equal score never displaces an earlier row.
+                    if rr < rows && sc > best_s[k - 1] {
+                        let mut placed = false;
+                        for jj in 0..k - 1 {
+                            let i = k - 1 - jj;
+                            if !placed {
+                                if best_s[i - 1] < sc {
+                                    best_s[i] = best_s[i - 1];
+                                    best_i[i] = best_i[i - 1];
+                                } else {
+                                    best_s[i] = sc;
+                                    best_i[i] = rr as u32;
+                                    placed = true;
+                                }
+                            }
+                        }
+                        if !placed {
+                            best_s[0] = sc;
+                            best_i[0] = rr as u32;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if u < qg && q0 + u < nq {
+        for j in 0..k {
+            let slot = ((q0 + u) * blocks + bi) * k + j;
+            out_score[slot] = best_s[j];
+            out_idx[slot] = best_i[j];
+        }
+    }
+}
+
 /// [`crate::topk::top_k_inner_product_cpu`] on the device of `client`; `k` at most
 /// [`crate::topk::MAX_K`].
 pub fn top_k_inner_product(
@@ -325,6 +480,18 @@ pub fn top_k_inner_product_timed(
     dim: usize,
     k: usize,
 ) -> (Vec<Vec<(u32, f32)>>, crate::topk::TopKTimes) {
+    top_k_inner_product_with(client, queries, base, dim, k, TopKKernel::Staged)
+}
+
+/// [`top_k_inner_product_timed`] with the given kernel (the benchmark runs both).
+pub fn top_k_inner_product_with(
+    client: &cubecl::client::Client,
+    queries: &[f32],
+    base: &[f32],
+    dim: usize,
+    k: usize,
+    kernel: TopKKernel,
+) -> (Vec<Vec<(u32, f32)>>, crate::topk::TopKTimes) {
     assert!(
         crate::topk::valid_input(queries, base, dim, k),
         "whole rows of dimension {dim} and k in 1..={}",
@@ -336,11 +503,24 @@ pub fn top_k_inner_product_timed(
     if nq == 0 || n == 0 {
         return (vec![Vec::new(); nq], times);
     }
-    let blocks = n.div_ceil(TOPK_UNITS * TOPK_TILES);
+    // Both kernels scan `TOPK_UNITS * TOPK_TILES` rows per cube (the staged one in fewer,
+    // taller tiles), so the host merges the same number of k-lists.
+    let tile = match kernel {
+        TopKKernel::Staged => TOPK_UNITS * TOPK_ROWS_PER_UNIT,
+        TopKKernel::RowWise => TOPK_UNITS,
+    };
+    let tiles = TOPK_UNITS * TOPK_TILES / tile;
+    let blocks = n.div_ceil(tile * tiles);
     let groups = nq.div_ceil(TOPK_QUERIES);
-    // Dimensions staged per step: the largest of 64, 32, … that divides `dim`.
+    // Dimensions staged per step: the largest of 64, 32, … that divides `dim` (the staged
+    // kernel's row tile must fit WebGPU's 16 KiB of workgroup memory: at most 4).
+    let widest = match kernel {
+        TopKKernel::Staged => 4,
+        TopKKernel::RowWise => 64,
+    };
     let chunk = [64, 32, 16, 8, 4, 2, 1]
         .into_iter()
+        .filter(|c| *c <= widest)
         .find(|c| dim.is_multiple_of(*c))
         .unwrap_or(1);
     let t = std::time::Instant::now();
@@ -353,23 +533,54 @@ pub fn top_k_inner_product_timed(
     let out = nq * blocks * k;
     let ih = client.empty(out * core::mem::size_of::<u32>());
     let sh = client.empty(out * core::mem::size_of::<f32>());
-    top_k_kernel::launch(
-        client,
-        CubeCount::Static(groups as u32, blocks as u32, 1),
-        CubeDim::new_1d(TOPK_UNITS as u32),
-        unsafe { BufferArg::from_raw_parts(qh, queries.len()) },
-        unsafe { BufferArg::from_raw_parts(bh, base.len()) },
-        unsafe { BufferArg::from_raw_parts(ih.clone(), out) },
-        unsafe { BufferArg::from_raw_parts(sh.clone(), out) },
-        nq as u32,
-        n as u32,
-        dim,
-        k,
-        TOPK_QUERIES,
-        TOPK_UNITS,
-        TOPK_TILES,
-        chunk,
-    );
+    match kernel {
+        TopKKernel::Staged => {
+            let (units, per, qg) = (TOPK_UNITS, TOPK_ROWS_PER_UNIT, TOPK_QUERIES);
+            let pad = chunk + 1;
+            top_k_staged_kernel::launch(
+                client,
+                CubeCount::Static(groups as u32, blocks as u32, 1),
+                CubeDim::new_1d(units as u32),
+                unsafe { BufferArg::from_raw_parts(qh, queries.len()) },
+                unsafe { BufferArg::from_raw_parts(bh, base.len()) },
+                unsafe { BufferArg::from_raw_parts(ih.clone(), out) },
+                unsafe { BufferArg::from_raw_parts(sh.clone(), out) },
+                nq as u32,
+                n as u32,
+                dim,
+                k,
+                qg,
+                units,
+                per,
+                tile,
+                tiles,
+                chunk,
+                pad,
+                (tile * pad).max(qg * units),
+                dim / chunk,
+                (qg * chunk).div_ceil(units),
+                tile * chunk / units,
+                per * qg,
+            );
+        }
+        TopKKernel::RowWise => top_k_kernel::launch(
+            client,
+            CubeCount::Static(groups as u32, blocks as u32, 1),
+            CubeDim::new_1d(TOPK_UNITS as u32),
+            unsafe { BufferArg::from_raw_parts(qh, queries.len()) },
+            unsafe { BufferArg::from_raw_parts(bh, base.len()) },
+            unsafe { BufferArg::from_raw_parts(ih.clone(), out) },
+            unsafe { BufferArg::from_raw_parts(sh.clone(), out) },
+            nq as u32,
+            n as u32,
+            dim,
+            k,
+            TOPK_QUERIES,
+            TOPK_UNITS,
+            tiles,
+            chunk,
+        ),
+    }
     let idx = client.read_one_unchecked(ih);
     let sc = client.read_one_unchecked(sh);
     let idx = u32::from_bytes(&idx);
@@ -756,6 +967,9 @@ mod tests {
             // partial), an odd dimension (staged one at a time).
             (37, 2 * TOPK_UNITS * TOPK_TILES + 300, 20, 10),
             (17, 700, 7, 5),
+            // The staged kernel's cases: two dimensions per step, rows over three tiles (the
+            // last partial), fewer queries than a group.
+            (5, 2 * TOPK_UNITS * TOPK_ROWS_PER_UNIT + 77, 6, 7),
         ] {
             let q: Vec<f32> = (0..nq * dim).map(|_| rnd()).collect();
             let mut b: Vec<f32> = (0..n * dim).map(|_| rnd()).collect();
@@ -765,14 +979,16 @@ mod tests {
                 b[9 * dim..10 * dim].copy_from_slice(&row);
             }
             let want = crate::topk::top_k_inner_product_cpu(&q, &b, dim, k);
-            let got = top_k_inner_product(&client, &q, &b, dim, k);
-            assert_eq!(got.len(), want.len());
-            for (w, g) in want.iter().zip(&got) {
-                let wi: Vec<u32> = w.iter().map(|x| x.0).collect();
-                let gi: Vec<u32> = g.iter().map(|x| x.0).collect();
-                assert_eq!(gi, wi, "{nq}×{n}×{dim} k={k}");
-                for (a, b) in w.iter().zip(g) {
-                    assert!((a.1 - b.1).abs() < 1e-4, "{a:?} {b:?}");
+            for kernel in [TopKKernel::Staged, TopKKernel::RowWise] {
+                let (got, _) = top_k_inner_product_with(&client, &q, &b, dim, k, kernel);
+                assert_eq!(got.len(), want.len());
+                for (w, g) in want.iter().zip(&got) {
+                    let wi: Vec<u32> = w.iter().map(|x| x.0).collect();
+                    let gi: Vec<u32> = g.iter().map(|x| x.0).collect();
+                    assert_eq!(gi, wi, "{kernel:?} {nq}×{n}×{dim} k={k}");
+                    for (a, b) in w.iter().zip(g) {
+                        assert!((a.1 - b.1).abs() < 1e-4, "{kernel:?} {a:?} {b:?}");
+                    }
                 }
             }
         }
