@@ -827,9 +827,16 @@ mod simd {
             let y = _mm256_add_epi16(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x));
             _mm_add_epi16(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
         };
+        store_sums([lo_even, lo_odd, hi_even, hi_odd].map(fold), out);
+    }
+
+    /// Both kernels' epilogue: the folded 16-bit sums of the codes' low half-bytes (even and
+    /// odd codes of 0..16) and high half-bytes (16..32), in code order into `out`.
+    fn store_sums(folded: [__m128i; 4], out: &mut [u16; BLOCK]) {
         let mut lanes = [[0u16; 8]; 4];
-        for (dst, x) in lanes.iter_mut().zip([lo_even, lo_odd, hi_even, hi_odd]) {
-            _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, fold(x));
+        for (dst, x) in lanes.iter_mut().zip(folded) {
+            // SAFETY: an unaligned 16-byte store into 8 u16s (SSE2, part of x86-64).
+            unsafe { _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, x) };
         }
         for t in 0..8 {
             out[2 * t] = lanes[0][t];
@@ -870,16 +877,7 @@ mod simd {
         // The two lanes hold the even and odd groups of the same 16 codes: add them.
         let fold =
             |x: __m256i| _mm_add_epi16(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
-        let mut lanes = [[0u16; 8]; 4];
-        for (dst, x) in lanes.iter_mut().zip([lo_even, lo_odd, hi_even, hi_odd]) {
-            _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, fold(x));
-        }
-        for t in 0..8 {
-            out[2 * t] = lanes[0][t];
-            out[2 * t + 1] = lanes[1][t];
-            out[16 + 2 * t] = lanes[2][t];
-            out[17 + 2 * t] = lanes[3][t];
-        }
+        store_sums([lo_even, lo_odd, hi_even, hi_odd].map(fold), out);
     }
 }
 
