@@ -17,6 +17,38 @@ pub const TOPK_QUERIES: usize = 16;
 /// (queries × blocks × k entries read back).
 pub const TOPK_TILES: usize = 64;
 
+/// Inserts `(sc, row)` into the sorted k-list `best_s` / `best_i` (best first) when it beats
+/// the last entry; an equal score stays below the entries already there. Both kernels' fold.
+#[cube]
+fn push_best(
+    best_s: &mut Array<f32>,
+    best_i: &mut Array<u32>,
+    sc: f32,
+    row: u32,
+    #[comptime] k: usize,
+) {
+    if sc > best_s[k - 1] {
+        let mut placed = false;
+        for jj in 0..k - 1 {
+            let j = k - 1 - jj;
+            if !placed {
+                if best_s[j - 1] < sc {
+                    best_s[j] = best_s[j - 1];
+                    best_i[j] = best_i[j - 1];
+                } else {
+                    best_s[j] = sc;
+                    best_i[j] = row;
+                    placed = true;
+                }
+            }
+        }
+        if !placed {
+            best_s[0] = sc;
+            best_i[0] = row;
+        }
+    }
+}
+
 /// Exact top-k, one cube per (group of `qg` queries, block of `tiles * tile` base rows):
 /// for each tile of `tile` rows, every unit scores its row against the group's queries, which
 /// are staged through shared memory `chunk` dimensions at a time (sums in dimension order, as
@@ -103,25 +135,8 @@ fn top_k_kernel(
                 let rr = first + t * tile + r;
                 let sc = ss[u * tile + r];
                 // Rows come in ascending order: an equal score never displaces an earlier row.
-                if rr < rows && sc > best_s[k - 1] {
-                    let mut placed = false;
-                    for jj in 0..k - 1 {
-                        let j = k - 1 - jj;
-                        if !placed {
-                            if best_s[j - 1] < sc {
-                                best_s[j] = best_s[j - 1];
-                                best_i[j] = best_i[j - 1];
-                            } else {
-                                best_s[j] = sc;
-                                best_i[j] = rr as u32;
-                                placed = true;
-                            }
-                        }
-                    }
-                    if !placed {
-                        best_s[0] = sc;
-                        best_i[0] = rr as u32;
-                    }
+                if rr < rows {
+                    push_best(&mut best_s, &mut best_i, sc, rr as u32, k);
                 }
             }
         }
@@ -255,25 +270,8 @@ fn top_k_staged_kernel(
                     let rr = row0 + j * units + r;
                     let sc = sm[u * units + r];
                     // Rows come in ascending order: an equal score never displaces an earlier row.
-                    if rr < rows && sc > best_s[k - 1] {
-                        let mut placed = false;
-                        for jj in 0..k - 1 {
-                            let i = k - 1 - jj;
-                            if !placed {
-                                if best_s[i - 1] < sc {
-                                    best_s[i] = best_s[i - 1];
-                                    best_i[i] = best_i[i - 1];
-                                } else {
-                                    best_s[i] = sc;
-                                    best_i[i] = rr as u32;
-                                    placed = true;
-                                }
-                            }
-                        }
-                        if !placed {
-                            best_s[0] = sc;
-                            best_i[0] = rr as u32;
-                        }
+                    if rr < rows {
+                        push_best(&mut best_s, &mut best_i, sc, rr as u32, k);
                     }
                 }
             }
