@@ -948,6 +948,8 @@ SQ8 against one-bit codes for the candidates (planned lists, 1 thread; candidate
 }
 
 fn main() -> anyhow::Result<()> {
+    // As queryd does first: OpenBLAS's startup threads would spin beside the timed open.
+    format::vectors::single_threaded_blas();
     let args = Args::parse();
     if let Some(d) = &args.measure {
         return measure(d, args.dist.as_deref().unwrap_or("random"), &args);

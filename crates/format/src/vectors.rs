@@ -77,12 +77,24 @@ pub fn set_faiss_threads(n: usize) {
 /// documentation asks for one thread when the caller is itself multi-threaded. On the 2-core
 /// VM one thread measured no slower. The call goes through `dlsym`, so a FAISS linked against
 /// another BLAS builds and runs unchanged.
+///
+/// It also stops the pool of threads OpenBLAS starts when it is loaded, before `main` (one
+/// per core but one; `blas_thread_shutdown_`, the routine OpenBLAS itself runs before a
+/// `fork`). Until their first task each of them spins in `sched_yield` for 2^28 cycles (about
+/// 0.1 s) and then sleeps, and at one thread per call none ever gets a task. Those first 0.1 s
+/// are when `queryd` opens its index and answers its first query: on the 2-core VM, 6 of 20
+/// fresh processes opened the 1M-chunk index in 84.9-92.4 ms instead of 42-45 (the rayon open
+/// on one core, the spinner on the other); with the pool stopped, 0 of 20 did. So the
+/// binaries call this first thing in `main`, and it runs once.
 pub fn single_threaded_blas() -> bool {
     static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FOUND.get_or_init(|| {
         // SAFETY: dlsym with RTLD_DEFAULT looks a symbol up among the loaded objects; the
         // symbol, where present, is OpenBLAS's `void openblas_set_num_threads(int)`, which
-        // stores the thread count for later calls.
+        // stores the thread count for later calls. `int blas_thread_shutdown_(void)` wakes
+        // the pool's threads with an exit request and joins them; with one thread per call
+        // set first, no BLAS call starts the pool again (OpenBLAS restarts it only for a
+        // call it splits over threads).
         unsafe {
             let f = libc::dlsym(libc::RTLD_DEFAULT, c"openblas_set_num_threads".as_ptr());
             if f.is_null() {
@@ -90,6 +102,11 @@ pub fn single_threaded_blas() -> bool {
             }
             let set: extern "C" fn(std::os::raw::c_int) = std::mem::transmute(f);
             set(1);
+            let stop = libc::dlsym(libc::RTLD_DEFAULT, c"blas_thread_shutdown_".as_ptr());
+            if !stop.is_null() {
+                let stop: extern "C" fn() -> std::os::raw::c_int = std::mem::transmute(stop);
+                stop();
+            }
             true
         }
     })

@@ -124,10 +124,12 @@ pub fn disable_transparent_huge_pages() -> bool {
 
 /// What an indexing process's `main` does first, before any parse or large allocation:
 /// tree-sitter on mimalloc ([`use_mimalloc_for_tree_sitter`]), transparent huge pages off
-/// ([`disable_transparent_huge_pages`]) and freed pages returned after [`PURGE_DELAY_MS`]
-/// ([`purge_promptly`]). The `indexer` binary and the `pipeline` bench both call it, so the
-/// bench measures the process set-up a build runs with.
+/// ([`disable_transparent_huge_pages`]), freed pages returned after [`PURGE_DELAY_MS`]
+/// ([`purge_promptly`]) and OpenBLAS at one thread with its startup pool stopped
+/// ([`format::vectors::single_threaded_blas`]). The `indexer` binary and the `pipeline` bench
+/// both call it, so the bench measures the process set-up a build runs with.
 pub fn set_up_process() {
+    format::vectors::single_threaded_blas();
     use_mimalloc_for_tree_sitter();
     disable_transparent_huge_pages();
     purge_promptly();

@@ -202,6 +202,8 @@ fn secs(s: &str) -> Result<f64, String> {
 }
 
 fn main() -> ExitCode {
+    // Before the index is opened: OpenBLAS's startup threads would spin beside it.
+    format::vectors::single_threaded_blas();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
