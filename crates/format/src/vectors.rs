@@ -83,8 +83,8 @@ pub fn set_faiss_threads(n: usize) {
 /// `fork`). Until their first task each of them spins in `sched_yield` for 2^28 cycles (about
 /// 0.1 s) and then sleeps, and at one thread per call none ever gets a task. Those first 0.1 s
 /// are when `queryd` opens its index and answers its first query: on the 2-core VM, 6 of 20
-/// fresh processes opened the 1M-chunk index in 84.9-92.4 ms instead of 42-45 (the rayon open
-/// on one core, the spinner on the other); with the pool stopped, 0 of 20 did. So the
+/// fresh processes opened the 1M-chunk index in 81.7-84.1 ms instead of 41-45 (the rayon open
+/// sharing a core with the spinner); with the pool stopped, 0 of 20 did. So the
 /// binaries call this first thing in `main`, and it runs once.
 pub fn single_threaded_blas() -> bool {
     static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
