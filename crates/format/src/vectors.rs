@@ -426,9 +426,10 @@ impl Ivf {
 }
 
 /// Test data: `n` unit vectors, row `i` around centre `i % clusters` (centres and noise of
-/// scale `noise` from an xorshift seeded with `seed`, which must not be 0).
-#[cfg(test)]
-pub(crate) fn clustered_for_tests(
+/// scale `noise` from an xorshift seeded with `seed`, which must not be 0). Public for the
+/// crate's integration tests.
+#[doc(hidden)]
+pub fn clustered_for_tests(
     n: usize,
     dim: usize,
     clusters: usize,

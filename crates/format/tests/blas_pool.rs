@@ -31,21 +31,22 @@ fn the_openblas_pool_is_stopped_and_blas_still_computes() {
     format::vectors::set_faiss_threads(1);
     let before = threads();
     let per_call = openblas_threads();
+    // The pool holds one thread fewer than a call uses (none when OpenBLAS was set to one
+    // thread already, e.g. by OPENBLAS_NUM_THREADS=1).
+    let pool = per_call.map_or(0, |n| (n.max(1) - 1) as usize);
     let found = format::vectors::single_threaded_blas();
     // A joined thread can stay listed for a moment while the kernel reaps it.
-    let want = before - per_call.map_or(0, |n| (n.max(1) - 1) as usize);
     let t = std::time::Instant::now();
-    while threads() != want && t.elapsed() < std::time::Duration::from_secs(2) {
+    while threads() != before - pool && t.elapsed() < std::time::Duration::from_secs(2) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let after = threads();
     assert_eq!(found, per_call.is_some());
     if let Some(n) = per_call {
-        // The pool held n - 1 threads (none when OpenBLAS was set to one thread already,
-        // e.g. by OPENBLAS_NUM_THREADS=1); all of them are gone.
+        // All of the pool's threads are gone.
         assert_eq!(
             before - after,
-            (n.max(1) - 1) as usize,
+            pool,
             "{before} → {after} threads, OpenBLAS at {n}"
         );
         assert_eq!(openblas_threads(), Some(1));
@@ -57,19 +58,7 @@ fn the_openblas_pool_is_stopped_and_blas_still_computes() {
     assert_eq!(threads(), after);
     let dim = 16;
     let n = 2000;
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let mut v: Vec<f32> = (0..n * dim)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect();
-    for row in v.chunks_exact_mut(dim) {
-        let norm = row.iter().map(|a| a * a).sum::<f32>().sqrt();
-        row.iter_mut().for_each(|a| *a /= norm);
-    }
+    let v = format::vectors::clustered_for_tests(n, dim, 40, 0x2545_F491_4F6C_DD1D, 0.3);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format::vectors::IVF_FILE);
     format::vectors::write_ivf(&path, &v, dim).unwrap();
