@@ -204,6 +204,11 @@ impl Segment {
         let open = |c: Component| -> Result<Mmap> {
             let p = dir.join(c.file_name());
             let m = map(&p)?;
+            // The archives are read whole by the validation below (and the vectors by the
+            // populate after the first query), the records and postings at every query.
+            if c != Component::Vectors {
+                crate::advise_huge_pages(&m);
+            }
             header::check(&p, &m, c, Some(dim), model_id)?;
             Ok(m)
         };
