@@ -602,6 +602,15 @@ impl Segment {
         bytes
     }
 
+    /// Asks for every map of the segment to be mapped in 2 MiB pages
+    /// ([`crate::advise_huge_pages`]); what [`Self::populate`] does first (nothing once it
+    /// has run).
+    pub fn advise_huge_pages(&self) {
+        if !self.populated.load(std::sync::atomic::Ordering::Acquire) {
+            self.maps().into_iter().for_each(crate::advise_huge_pages);
+        }
+    }
+
     /// Drops every page of the segment's memory maps from the process's page tables
     /// ([`crate::release`]): they stay in the page cache and are faulted in again when next
     /// read. What a merge does with its parts once it has read what it needs of them, so
