@@ -24,6 +24,26 @@ fn normalised(v: &mut [f32]) {
     v.iter_mut().for_each(|x| *x /= n);
 }
 
+/// Whether this process maps `dir/file` (one mapping of it) with `MADV_HUGEPAGE` (`hg` among
+/// the mapping's `VmFlags` in `/proc/self/smaps`); `None` when it does not map it once.
+fn huge_page_advice(dir: &str, file: &str) -> Option<bool> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let suffix = format!("/{dir}/{file}");
+    let mut found = Vec::new();
+    let mut current = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            current = line.ends_with(&suffix);
+        } else if current {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                found.push(flags.split_whitespace().any(|f| f == "hg"));
+            }
+        }
+    }
+    (found.len() == 1).then(|| found[0])
+}
+
 /// `files` files of `per_file` chunks each, random unit vectors of `dim`.
 fn builder(files: usize, per_file: usize, dim: usize) -> SegmentBuilder {
     let mut b = SegmentBuilder::default();
@@ -264,8 +284,32 @@ fn one_bit_codes_search_and_verify() {
     assert_eq!(seg.mapped_bytes() as u64, files);
     let names: Vec<String> = seg.table().names().map(|(k, _)| k.to_string()).collect();
     let before: Vec<Vec<u32>> = names.iter().map(|k| seg.name_chunks(k).collect()).collect();
+    // The archives read whole at open are mapped asking for 2 MiB pages; the maps read at
+    // random are not, until they are populated (README, "Segments in 2 MiB pages").
+    let seg_dir = format!("seg-{id}");
+    let huge = |file: &str| huge_page_advice(&seg_dir, file);
+    let thp = Path::new("/sys/kernel/mm/transparent_hugepage").exists();
+    if cfg!(target_os = "linux") && thp {
+        for f in ["chunks.rkyv", "postings.rkyv", "graph.rkyv"] {
+            assert_eq!(huge(f), Some(true), "{f}");
+        }
+        for f in ["vectors.f32", "texts.bin", "ivf.faiss"] {
+            assert_eq!(huge(f), Some(false), "{f}");
+        }
+    }
     assert_eq!(index.populate() as u64, files);
     assert_eq!(index.populate(), 0);
+    if cfg!(target_os = "linux") && thp {
+        for f in [
+            "chunks.rkyv",
+            "vectors.f32",
+            "texts.bin",
+            "ivf.faiss",
+            "ivf.rbq",
+        ] {
+            assert_eq!(huge(f), Some(true), "{f}");
+        }
+    }
     // Populating also gathers the name keys' fences; lookups through them find the same.
     assert!(names.len() > 1000);
     for (k, want) in names.iter().zip(&before) {
