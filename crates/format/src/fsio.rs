@@ -14,7 +14,7 @@
 //! arm it (there is no environment variable or flag).
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Seek, Write};
+use std::io::{self, Write};
 use std::path::Path;
 
 /// The kinds of operation that can be made to fail.
@@ -90,22 +90,9 @@ pub fn create_dir_all(path: &Path) -> io::Result<()> {
     std::fs::create_dir_all(path)
 }
 
-/// Writes are cut at multiples of this many bytes of the file (the size of a PMD page on
-/// x86-64 and arm64 with 4 KiB pages): see [`write_all_parts`].
-pub const FOLIO_BYTES: usize = 2 << 20;
-
-/// `parts` written one after the other to `f` (at `path`, from its current position) as one
-/// operation, without joining them in memory: every `write` ends at a multiple of
-/// [`FOLIO_BYTES`] of the file (or at the end). Parts long enough go to the kernel where they
-/// are; what lies between two such cuts is copied into one buffer of at most that size. An
+/// `parts` written one after the other to `f` (at `path`) as one operation, without joining
+/// them in memory: vectored writes of up to 1,024 parts each, resumed after short writes. An
 /// injected failure writes the first half of the bytes first.
-///
-/// Why the cuts: a filesystem with large folios (ext4 since Linux 6.16, XFS) sizes the page
-/// cache folios a buffered write creates by the write, so a whole, aligned 2 MiB write becomes
-/// one 2 MiB folio, and a reader that maps the file then maps it with one page-table entry
-/// instead of 512. Small writes leave small folios; each one is a page fault (or a share of a
-/// fault-around) in every process that later maps the file. Opening the 1M-chunk index, which
-/// reads its record, postings and graph archives whole, spent about a third of its time so.
 pub fn write_all_parts(f: &mut File, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
     if let Err(e) = check(OpKind::Write, path) {
         if torn(&e) {
@@ -118,94 +105,20 @@ pub fn write_all_parts(f: &mut File, path: &Path, parts: &[&[u8]]) -> io::Result
         }
         return Err(e);
     }
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    let start = f.stream_position()?;
-    let mut w = FolioCuts::new(f, start, total);
-    for p in parts {
-        w.push(p)?;
-    }
-    w.finish().map(|_| ())
-}
-
-/// A writer that passes bytes on to `W` in writes cut at multiples of [`FOLIO_BYTES`] of the
-/// file (see [`write_all_parts`], which uses it): a long enough run of bytes pushed at a cut
-/// goes on where it is, the bytes between two cuts are gathered into one buffer of at most
-/// [`FOLIO_BYTES`] first. For writers of a stream (a download) into a fresh file: wrap the
-/// file in [`Checked`] so that each write is one operation of this module.
-pub struct FolioCuts<W: Write> {
-    f: W,
-    /// The file offset after the bytes pushed so far.
-    pos: u64,
-    /// The bytes pushed since the last cut and not yet written.
-    buf: Vec<u8>,
-    /// What `buf` reserves when first used.
-    cap: usize,
-}
-
-impl<W: Write> FolioCuts<W> {
-    /// A writer into `f`, whose next byte is the file's byte `start`, of about `total` bytes
-    /// (the buffer is no larger).
-    pub fn new(f: W, start: u64, total: usize) -> Self {
-        FolioCuts {
-            f,
-            pos: start,
-            buf: Vec::new(),
-            cap: total.min(FOLIO_BYTES),
-        }
-    }
-
-    /// Appends `p`, writing every piece that reaches a cut.
-    pub fn push(&mut self, mut p: &[u8]) -> io::Result<()> {
-        const FOLIO: u64 = FOLIO_BYTES as u64;
-        while !p.is_empty() {
-            let off = (self.pos % FOLIO) as usize;
-            if self.buf.is_empty() && off == 0 && p.len() >= FOLIO_BYTES {
-                let n = p.len() - p.len() % FOLIO_BYTES;
-                self.f.write_all(&p[..n])?;
-                self.pos += n as u64;
-                p = &p[n..];
-                continue;
-            }
-            let n = (FOLIO_BYTES - off).min(p.len());
-            if self.buf.capacity() == 0 {
-                self.buf.reserve_exact(self.cap.max(n));
-            }
-            self.buf.extend_from_slice(&p[..n]);
-            self.pos += n as u64;
-            p = &p[n..];
-            if self.pos.is_multiple_of(FOLIO) {
-                self.f.write_all(&self.buf)?;
-                self.buf.clear();
+    for batch in parts.chunks(1024) {
+        let mut slices: Vec<io::IoSlice> = batch.iter().map(|p| io::IoSlice::new(p)).collect();
+        let mut rest = &mut slices[..];
+        io::IoSlice::advance_slices(&mut rest, 0);
+        while !rest.is_empty() {
+            match f.write_vectored(rest) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => io::IoSlice::advance_slices(&mut rest, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
-        Ok(())
     }
-
-    /// Writes what is left (the piece after the last cut) and returns the writer.
-    pub fn finish(mut self) -> io::Result<W> {
-        if !self.buf.is_empty() {
-            self.f.write_all(&self.buf)?;
-        }
-        Ok(self.f)
-    }
-}
-
-/// `Write` through [`write_all`]: each `write` is one operation of this module (an injected
-/// failure fails it, having written half its bytes).
-pub struct Checked<'a> {
-    pub file: &'a mut File,
-    pub path: &'a Path,
-}
-
-impl Write for Checked<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        write_all(self.file, self.path, buf)?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    Ok(())
 }
 
 /// `write_all` on `f` (at `path`). An injected failure writes half of `buf` first.
@@ -457,100 +370,6 @@ mod parts_tests {
         write_all_parts(&mut f, &p, &[]).unwrap();
         drop(f);
         assert_eq!(std::fs::read(&p).unwrap(), owned.concat());
-    }
-
-    /// A stream of small pieces (a download) through [`Checked`] into a file: the file holds
-    /// exactly the stream.
-    #[test]
-    fn a_stream_through_checked_cuts_is_the_file() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("f");
-        let bytes: Vec<u8> = (0..(5 * FOLIO_BYTES + 7))
-            .map(|i| (i * 7 % 251) as u8)
-            .collect();
-        let mut f = create(&p).unwrap();
-        let mut w = FolioCuts::new(
-            Checked {
-                file: &mut f,
-                path: &p,
-            },
-            0,
-            bytes.len(),
-        );
-        for piece in bytes.chunks(3000) {
-            w.push(piece).unwrap();
-        }
-        w.finish().unwrap();
-        drop(f);
-        assert!(std::fs::read(&p).unwrap() == bytes);
-    }
-
-    /// Records each `write` call's range of the output.
-    struct Calls {
-        out: Vec<u8>,
-        ends: Vec<(usize, usize)>,
-    }
-
-    impl Write for Calls {
-        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            // Short writes, as a kernel may make them: `write_all` must resume them.
-            let n = b.len().min(3 << 20);
-            self.ends.push((self.out.len(), self.out.len() + n));
-            self.out.extend_from_slice(&b[..n]);
-            Ok(n)
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// Whatever the parts and the starting offset, every write starts at the start or at a
-    /// cut and ends at a cut or at the end, at most one cut's worth of bytes is held, and the
-    /// output is the parts' concatenation. Dropping the cuts (one write per part) or cutting
-    /// at part boundaries fails it.
-    #[test]
-    fn writes_end_at_folio_cuts() {
-        const F: usize = FOLIO_BYTES;
-        let shapes: Vec<(usize, Vec<usize>)> = vec![
-            (0, vec![64, 7 * F + 5]),
-            (0, vec![64, 3, 0, F - 67, F, 2 * F + 1, 10]),
-            (5, vec![F, F, 3 * F]),
-            (0, (0..5000).map(|i| (i * 977) % 4099).collect()),
-            (F - 1, vec![1, 1, 2 * F]),
-            (0, vec![F]),
-            (0, vec![]),
-        ];
-        for (start, lens) in shapes {
-            let owned: Vec<Vec<u8>> = (lens.iter().enumerate())
-                .map(|(i, &n)| (0..n).map(|j| (i * 31 + j) as u8).collect())
-                .collect();
-            let parts: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-            let mut calls = Calls {
-                out: vec![0xEE; start],
-                ends: Vec::new(),
-            };
-            let total: usize = lens.iter().sum();
-            let mut w = FolioCuts::new(&mut calls, start as u64, total);
-            for p in &parts {
-                w.push(p).unwrap();
-                assert!(w.buf.len() < F, "held {} bytes", w.buf.len());
-            }
-            w.finish().unwrap();
-            assert_eq!(&calls.out[start..], &owned.concat()[..], "{lens:?}");
-            let end = start + total;
-            let mut at = start;
-            for &(a, b) in &calls.ends {
-                assert_eq!(a, at, "writes are in order, without gaps");
-                at = b;
-                // A short write's end (3 MiB past its start) is the kernel's, not a cut.
-                let short = (b - a) == 3 << 20 && b != end;
-                assert!(
-                    b % F == 0 || b == end || short,
-                    "a write ends at {b} ({lens:?})"
-                );
-            }
-            assert_eq!(at, end);
-        }
     }
 }
 

@@ -217,14 +217,13 @@ pub fn prefetch_l2<T>(items: &[T]) {
 
 /// Asks for `map`'s pages to be mapped, and read from disk where the page cache lacks them,
 /// in 2 MiB pages (`MADV_HUGEPAGE`; Linux only, and only where the kernel has transparent huge
-/// pages and the filesystem large folios). For maps a reader goes through whole (the archives
-/// validated at open, a map being populated): a page fault then reads ahead and maps 2 MiB
-/// where it mapped one 4 KiB page (or a fault-around's 64 KiB), and the page tables and TLB
-/// hold 512 times fewer entries for the same bytes. Not for maps read at random before they
-/// are populated (a cold fault would read 2 MiB of disk for one row). Pages the page cache
-/// already holds in smaller folios stay as they are: the segment writer cuts its writes at 2
-/// MiB ([`fsio::write_all_parts`]) so that a fresh segment's pages are already whole. Advisory:
-/// a refusal changes nothing. No effect on program state.
+/// pages and the filesystem large folios, e.g. ext4 since Linux 6.16 or XFS). For maps a
+/// reader goes through whole (the archives validated at open, a map being populated): a
+/// page fault then reads ahead and maps 2 MiB where it mapped one 4 KiB page (or a
+/// fault-around's 64 KiB), and the page tables and TLB hold 512 times fewer entries for the
+/// same bytes. Not for maps read at random before they are populated (a cold fault would read
+/// 2-4 MiB of disk for one row). Pages the page cache already holds in smaller folios stay as
+/// they are. Advisory: a refusal changes nothing. No effect on program state.
 pub fn advise_huge_pages(map: &memmap2::Mmap) {
     #[cfg(target_os = "linux")]
     let _ = map.advise(memmap2::Advice::HugePage);

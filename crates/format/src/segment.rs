@@ -204,8 +204,8 @@ impl Segment {
         let open = |c: Component| -> Result<Mmap> {
             let p = dir.join(c.file_name());
             let m = map(&p)?;
-            // The archives are read whole by the validation below (and the vectors by the
-            // populate after the first query), the records and postings at every query.
+            // The archives are read whole by the validation below, the records and postings
+            // at every query; the vectors a row at a time until they are populated.
             if c != Component::Vectors {
                 crate::advise_huge_pages(&m);
             }

@@ -19,7 +19,6 @@ use std::time::Instant;
 use futures::{StreamExt, TryStreamExt};
 use roaring::RoaringBitmap;
 
-use format::fsio::{Checked, FolioCuts};
 use format::manifest::{DirLock, TombstoneRef};
 use format::segment::{dir_name, SEGMENT_JSON};
 use format::{FormatError, IndexManifest, Segment, SegmentEntry, SegmentMeta};
@@ -554,17 +553,6 @@ async fn fetch_file(
     let mut hasher = blake3::Hasher::new();
     let mut n: u64 = 0;
     let result: Result<()> = async {
-        // Written in writes cut at 2 MiB of the file, as the segment writer writes
-        // (`fsio::write_all_parts`): the page cache then holds the file in 2 MiB folios where
-        // the filesystem has them, which a server maps with one page-table entry each.
-        let mut out = FolioCuts::new(
-            Checked {
-                file: &mut f,
-                path: &part,
-            },
-            0,
-            usize::try_from(size).unwrap_or(usize::MAX),
-        );
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| remote.read_error(key, e))?;
             n += chunk.len() as u64;
@@ -575,9 +563,8 @@ async fn fetch_file(
                 )));
             }
             hasher.update(&chunk);
-            out.push(&chunk).map_err(io_err(&part))?;
+            format::fsio::write_all(&mut f, &part, &chunk).map_err(io_err(&part))?;
         }
-        out.finish().map_err(io_err(&part))?;
         if n != size {
             return Err(bad(format!(
                 "truncated: {n} of the {size} bytes segment.json says"

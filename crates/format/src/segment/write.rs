@@ -338,7 +338,7 @@ fn put_framed(
 }
 
 /// [`put_framed`] of the payload `parts` joined, without joining them: the header, then the
-/// parts, in writes cut at 2 MiB of the file (`fsio::write_all_parts`), fsynced.
+/// parts in one vectored write (`fsio::write_all_parts`), fsynced.
 fn put_framed_parts(
     tmp: &Path,
     c: Component,
@@ -350,13 +350,8 @@ fn put_framed_parts(
     let head = header::header(c, dim, model_id, len as u64);
     let path = tmp.join(c.file_name());
     let mut f = crate::fsio::create(&path).map_err(io_err(&path))?;
-    // The header goes in the same writes as the payload, so that the file's first 2 MiB is
-    // cut like the rest of it (`write_all_parts`).
-    let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
-    all.push(&head);
-    all.extend_from_slice(parts);
-    crate::fsio::write_all_parts(&mut f, &path, &all).map_err(io_err(&path))?;
-    drop(all);
+    crate::fsio::write_all(&mut f, &path, &head).map_err(io_err(&path))?;
+    crate::fsio::write_all_parts(&mut f, &path, parts).map_err(io_err(&path))?;
     crate::fsio::sync_all(&f, &path).map_err(io_err(&path))?;
     let mut h = blake3::Hasher::new();
     h.update(&head);
