@@ -298,7 +298,7 @@ fn one_bit_codes_search_and_verify() {
     let names: Vec<String> = seg.table().names().map(|(k, _)| k.to_string()).collect();
     let before: Vec<Vec<u32>> = names.iter().map(|k| seg.name_chunks(k).collect()).collect();
     // The archives read whole at open are mapped asking for 2 MiB pages; the maps read at
-    // random are not, until they are populated (README, "Segments in 2 MiB pages").
+    // random are not, until they are populated (README, "Segments mapped in 2 MiB pages").
     let seg_dir = dir.path().join(format!("seg-{id}"));
     let huge = |file: &str| huge_page_advice(&seg_dir.join(file));
     let probe = tempfile::tempdir().unwrap();
