@@ -95,6 +95,10 @@ struct Args {
     /// document frequency over the index.
     #[arg(long, hide = true)]
     slowest: Option<usize>,
+    /// Write the built segments' texts and raw vectors around the page cache, as `indexer
+    /// build --direct-io` does (the cache directory's name does not record it).
+    #[arg(long)]
+    direct_io: bool,
     /// With --measure: leave the index's pages to fault in as queries touch them, instead of
     /// populating them after the first query as queryd does (`Index::populate`).
     #[arg(long)]
@@ -365,6 +369,9 @@ fn build(dir: &Path, n: usize, dist: &str, vocab: &Vocab, args: &Args) -> anyhow
             0xCE17,
         );
         gen_s += t.elapsed().as_secs_f64();
+        if args.direct_io {
+            b.bulk_cache = format::fsio::PageCache::Bypass;
+        }
         let t = Instant::now();
         let (id, meta) = b.write(dir, MODEL, DIM)?;
         write_s += t.elapsed().as_secs_f64();

@@ -30,6 +30,9 @@ struct Args {
     /// Memory budget of the build (`indexer build --memory-budget`).
     #[arg(long, default_value = "1GiB", value_parser = build::parse_budget)]
     memory_budget: u64,
+    /// Write the texts and raw vectors around the page cache (`indexer build --direct-io`).
+    #[arg(long)]
+    direct_io: bool,
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Skip the peer (tree-sitter alone on the same files) before the runs.
@@ -82,9 +85,14 @@ fn main() -> anyhow::Result<()> {
     };
     rayon::ThreadPoolBuilder::new().build_global().ok();
     println!(
-        "threads: {}; memory budget {} bytes",
+        "threads: {}; memory budget {} bytes{}",
         rayon::current_num_threads(),
-        args.memory_budget
+        args.memory_budget,
+        if args.direct_io {
+            "; texts and vectors written around the page cache"
+        } else {
+            ""
+        }
     );
     let synthetic_dir = tempfile::tempdir().context("temp dir")?;
     let mut paths = args.paths.clone();
@@ -106,6 +114,9 @@ fn main() -> anyhow::Result<()> {
         let dir = tempfile::tempdir().context("temp dir")?;
         let mut opts = BuildOptions::new(paths.clone(), dir.path().join("index"));
         opts.memory_budget = args.memory_budget;
+        if args.direct_io {
+            opts.bulk_cache = format::fsio::PageCache::Bypass;
+        }
         let base_rss = reset_peak_rss();
         let t = Instant::now();
         let r = build::build(&opts, emb, &Progress::silent())?;

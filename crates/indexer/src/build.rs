@@ -342,6 +342,7 @@ fn prepare_segment(
     builder.ivf_centroids =
         gpu_ivf_centroids(inp.embedder, &vectors, builder.chunks.len(), report)?;
     builder.vectors = vectors;
+    builder.bulk_cache = inp.opts.bulk_cache;
     Ok(builder)
 }
 

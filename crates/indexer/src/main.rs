@@ -73,6 +73,12 @@ enum Cmd {
         /// written while the next is embedded: two such halves). At least 1MiB.
         #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = build::parse_budget)]
         memory_budget: u64,
+        /// Write the segments' texts and raw vectors around the page cache (O_DIRECT, where
+        /// the filesystem takes it), for a build whose output is uploaded (CI) or larger than
+        /// memory: the build spends less time copying into the cache, and a server that opens
+        /// the index right after reads those files from disk (slower first queries).
+        #[arg(long)]
+        direct_io: bool,
         /// Texts per embedding call (default: 256 on the CPU, 4096 on a GPU). The encoder sorts
         /// by length and batches within a call and, on a GPU, reads each call's vectors back
         /// before the next call's batches run; larger groups mean fewer waits and less padding,
@@ -203,6 +209,7 @@ fn run() -> anyhow::Result<ExitCode> {
             no_ignore,
             hidden,
             memory_budget,
+            direct_io,
             embed_group,
             rebuild,
             quiet,
@@ -261,6 +268,9 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             opts.rules = indexer::walk::Rules { no_ignore, hidden };
             opts.memory_budget = memory_budget;
+            if direct_io {
+                opts.bulk_cache = format::fsio::PageCache::Bypass;
+            }
             opts.embed_group = embed_group.map(|g| g as usize);
             let t = Instant::now();
             let report = build::build(&opts, &encoder, &progress)?;

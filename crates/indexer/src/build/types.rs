@@ -37,6 +37,10 @@ pub struct BuildOptions {
     /// declarations state): parsed text is kept up to a quarter of it (the rest is read again when its segment is written) and a segment is cut once its estimated in-memory
     /// size reaches half of it ([`DEFAULT_MEMORY_BUDGET`]; at least [`MIN_MEMORY_BUDGET`]).
     pub memory_budget: u64,
+    /// How the segments' texts and raw vectors are written: through the page cache (the
+    /// default) or around it (`--direct-io`: `format::fsio::StreamOut`), for a build whose
+    /// output is shipped elsewhere or larger than memory.
+    pub bulk_cache: format::fsio::PageCache,
 }
 
 /// `--memory-budget` by default: 1 GiB.
@@ -87,6 +91,7 @@ impl BuildOptions {
             symlinks: walk::Symlinks::Confined,
             rules: walk::Rules::default(),
             memory_budget: DEFAULT_MEMORY_BUDGET,
+            bulk_cache: format::fsio::PageCache::Keep,
         }
     }
 }
