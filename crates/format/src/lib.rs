@@ -252,6 +252,43 @@ pub fn populate(map: &memmap2::Mmap) -> usize {
     map.len()
 }
 
+/// Asks the kernel to read `map`'s bytes `range` (clamped to the map) into the page cache
+/// without waiting for them (`MADV_WILLNEED`): a reader about to touch
+/// scattered pages of a cold file queues their reads together instead of faulting them in one
+/// after another. Advisory: a refusal is ignored.
+pub fn will_need(map: &memmap2::Mmap, range: std::ops::Range<usize>) {
+    let end = range.end.min(map.len());
+    let start = range.start.min(end);
+    if start < end {
+        let _ = map.advise_range(memmap2::Advice::WillNeed, start, end - start);
+    }
+}
+
+/// Whether the page holding byte `at` of `map` is in the page cache (`mincore`; `true` where
+/// it cannot be told, and past the end).
+pub fn resident(map: &memmap2::Mmap, at: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    if at < map.len() {
+        let page = page_size();
+        let start = (map.as_ptr() as usize + at) / page * page;
+        let mut v = 0u8;
+        // SAFETY: `start` is the page-aligned address of a page inside the live mapping `map`
+        // (its start is page-aligned and `at` is within it); mincore writes one byte to `v`.
+        let r = unsafe { libc::mincore(start as *mut libc::c_void, 1, &mut v) };
+        return r != 0 || v & 1 == 1;
+    }
+    let _ = (map, at);
+    true
+}
+
+/// The system's page size.
+#[cfg(target_os = "linux")]
+fn page_size() -> usize {
+    static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: sysconf reads a constant of the system.
+    *SIZE.get_or_init(|| (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize)
+}
+
 /// Drops the pages of `map`'s bytes `range` (clamped to the map, widened to whole pages)
 /// from the process's page tables (`MADV_DONTNEED`; nothing elsewhere). They stay
 /// in the page cache, and the next read of them faults them in again with the same bytes. For

@@ -113,8 +113,11 @@ pub struct Segment {
     /// The record table's name-key fences, gathered by [`Segment::populate`] (lookups before
     /// then search the keys alone, with the same results).
     name_fences: OnceLock<bm25::TermFences>,
-    /// Whether [`Segment::populate`] ran.
+    /// Whether [`Segment::populate`] ran (set as it starts: it runs once).
     populated: std::sync::atomic::AtomicBool,
+    /// Whether [`Segment::populate`] has finished: every row is mapped, so a re-rank need
+    /// not ask for any ([`Segment::will_need_rows`]).
+    rows_mapped: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Segment {
@@ -248,6 +251,7 @@ impl Segment {
             term_fences: OnceLock::new(),
             name_fences: OnceLock::new(),
             populated: Default::default(),
+            rows_mapped: Default::default(),
         };
         seg.validate_structure()?;
         Ok(seg)
@@ -470,6 +474,33 @@ impl Segment {
         self.vectors().get(i as usize * d..(i as usize + 1) * d)
     }
 
+    /// Until [`Segment::populate`] has finished, when the rows of `candidates` look cold (the
+    /// pages of a few, spread over the list, are not all in the page cache: `mincore`), asks
+    /// the kernel to read every candidate's page at once (`MADV_WILLNEED`: the reads are
+    /// queued, not waited for), so that a query on a cold index waits for the disk about once
+    /// rather than once per row. Returns whether it asked. Warm rows cost the few residency
+    /// checks; once populated, nothing is checked.
+    pub fn will_need_rows(&self, candidates: &[(u32, f32)]) -> bool {
+        /// Rows whose residency is checked before all are asked for.
+        const SAMPLE: usize = 4;
+        if self.rows_mapped.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        let row = self.meta.dim as usize * 4;
+        let at = |i: u32| HEADER_LEN + i as usize * row;
+        // Spread over the list: `code::search` hands the candidates over in row order, and the
+        // first rows share pages with the header, which opening read.
+        let n = candidates.len();
+        let m = SAMPLE.min(n);
+        if (1..=m).all(|s| crate::resident(&self.vectors, at(candidates[n * s / m - 1].0))) {
+            return false;
+        }
+        for c in candidates {
+            crate::will_need(&self.vectors, at(c.0)..at(c.0) + row);
+        }
+        true
+    }
+
     /// The IVF index, loaded (after a checksum) on first use; `None` for flat segments.
     pub fn ivf(&self) -> Result<Option<&Ivf>> {
         if self.meta.vector_index == "flat" {
@@ -598,6 +629,8 @@ impl Segment {
             return 0;
         }
         let bytes = self.maps().into_iter().map(crate::populate).sum();
+        self.rows_mapped
+            .store(true, std::sync::atomic::Ordering::Release);
         let _ = self.name_fences.set(self.table().name_fences());
         bytes
     }
@@ -622,6 +655,8 @@ impl Segment {
             .into_iter()
             .map(|m| crate::release(m, 0..m.len()))
             .sum();
+        self.rows_mapped
+            .store(false, std::sync::atomic::Ordering::Release);
         self.populated
             .store(false, std::sync::atomic::Ordering::Release);
         bytes
