@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+#[cfg(target_os = "linux")]
+use format::fsio::PageCache;
 use format::header::HEADER_LEN;
 use format::manifest::{IndexManifest, SegmentEntry, TombstoneRef};
 use format::records::{
@@ -350,6 +352,187 @@ fn one_bit_codes_search_and_verify() {
         problems.iter().any(|e| e.to_string().contains("ivf.rbq")),
         "{problems:?}"
     );
+}
+
+/// Pages of `path` in the page cache (`mincore` over a map of it), and its page count.
+#[cfg(target_os = "linux")]
+fn cached_pages(path: &Path) -> (usize, usize) {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: a file of a segment this test wrote; nothing writes it while mapped.
+    let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    // SAFETY: sysconf reads a constant of the system.
+    let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+    let mut v = vec![0u8; map.len().div_ceil(page)];
+    // SAFETY: `v` has one byte per 4 KiB page of the live mapping `map`.
+    let r = unsafe { libc::mincore(map.as_ptr() as *mut _, map.len(), v.as_mut_ptr()) };
+    assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+    (v.iter().filter(|b| **b & 1 == 1).count(), v.len())
+}
+
+/// Whether `dir`'s filesystem takes an aligned `O_DIRECT` write and leaves it out of the page
+/// cache (tmpfs since Linux 6.6 takes it but keeps every byte in the cache; so may a
+/// filesystem that journals data).
+#[cfg(target_os = "linux")]
+fn takes_direct_io(dir: &Path) -> bool {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let p = dir.join("direct-probe");
+    let ok = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .and_then(|mut f| {
+            let buf = vec![7u8; 3 * 4096];
+            let at = buf.as_ptr().align_offset(4096);
+            f.write_all(&buf[at..at + 4096])
+        })
+        .is_ok()
+        && cached_pages(&p) == (0, 1);
+    let _ = std::fs::remove_file(&p);
+    ok
+}
+
+/// By default every file a writer writes is left in the page cache. With `bulk_cache` set to
+/// bypass it (`indexer build --direct-io`), the archives (read whole by opening) and the
+/// one-bit codes (scanned by the first query) still are, and the texts and raw vectors, most of
+/// a segment's bytes, are written around it: at most the page holding each file's tail,
+/// written through the cache, is there. The bytes are the same, and what the segment's
+/// manifest hashed.
+#[cfg(target_os = "linux")]
+#[test]
+fn texts_and_vectors_are_written_around_the_page_cache() {
+    format::vectors::set_faiss_threads(1);
+    let dim = 384;
+    let dir = tempfile::tempdir().unwrap();
+    if !takes_direct_io(dir.path()) {
+        eprintln!("skipped: the test directory's filesystem takes no direct I/O");
+        return;
+    }
+    let mut ids = Vec::new();
+    for bulk in [PageCache::Keep, PageCache::Bypass] {
+        let out = dir.path().join(format!("{bulk:?}"));
+        std::fs::create_dir(&out).unwrap();
+        let mut b = builder(50, 100, dim);
+        b.vectors = mixture(5000, dim, 100, 0.6, 3);
+        b.bulk_cache = bulk;
+        let (id, meta) = b.write(&out, MODEL, dim).unwrap();
+        let seg_dir = out.join(format!("seg-{id}"));
+        for name in ["texts.bin", "vectors.f32"] {
+            let (cached, pages) = cached_pages(&seg_dir.join(name));
+            assert!(pages > 16, "{name}: {pages} pages");
+            if bulk == PageCache::Bypass {
+                assert!(
+                    cached <= 1,
+                    "{name}: {cached} of {pages} pages in the page cache"
+                );
+            } else {
+                assert_eq!(
+                    cached, pages,
+                    "{name}: {cached} of {pages} pages in the cache"
+                );
+            }
+        }
+        for name in ["chunks.rkyv", "postings.rkyv", "graph.rkyv", "ivf.rbq"] {
+            let (cached, pages) = cached_pages(&seg_dir.join(name));
+            assert_eq!(
+                cached, pages,
+                "{name}: {cached} of {pages} pages in the page cache"
+            );
+        }
+        for f in &meta.files {
+            let bytes = std::fs::read(seg_dir.join(&f.name)).unwrap();
+            assert_eq!(bytes.len() as u64, f.size, "{}", f.name);
+            assert_eq!(
+                blake3::hash(&bytes).to_hex().to_string(),
+                f.blake3,
+                "{}",
+                f.name
+            );
+        }
+        let seg = Segment::open(&out, &id, MODEL, dim as u32).unwrap();
+        assert!(seg.verify().is_empty(), "{:?}", seg.verify());
+        ids.push(id);
+    }
+    assert_eq!(ids[0], ids[1], "the same segment, written either way");
+}
+
+/// Drops `path`'s pages that no process maps from the page cache (`POSIX_FADV_DONTNEED`).
+#[cfg(target_os = "linux")]
+fn evict(path: &Path) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: an advisory call on a descriptor this function owns.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+}
+
+/// Whether the page holding byte `at` of `path` is in the page cache.
+#[cfg(target_os = "linux")]
+fn page_cached(path: &Path, at: usize) -> bool {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: a segment file this test wrote; nothing writes it while mapped.
+    let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    format::resident(&map, at)
+}
+
+/// A query on a cold segment asks for its re-rank's rows all at once, before reading them,
+/// where the rows look cold (`Segment::will_need_rows`); where the rows it samples are in the
+/// page cache, it asks for none.
+#[cfg(target_os = "linux")]
+#[test]
+fn cold_rerank_rows_are_asked_for_together() {
+    let dim = 384;
+    let dir = tempfile::tempdir().unwrap();
+    // 4,000 chunks: a flat segment of 6 MB of rows.
+    let (id, _) = builder(40, 100, dim).write(dir.path(), MODEL, dim).unwrap();
+    let seg = Segment::open(dir.path(), &id, MODEL, dim as u32).unwrap();
+    let p = dir.path().join(format!("seg-{id}/vectors.f32"));
+    let at = |r: u32| HEADER_LEN + r as usize * dim * 4;
+    // Eight rows 500 apart, past the pages opening mapped around the header.
+    let rows: Vec<(u32, f32)> = (0..8).map(|k| (300 + 500 * k, 0.0)).collect();
+    evict(&p);
+    if rows.iter().any(|r| page_cached(&p, at(r.0))) {
+        eprintln!("skipped: the filesystem keeps dropped pages in the page cache");
+        return;
+    }
+    // Cold: every row is asked for, without being read.
+    assert!(seg.will_need_rows(&rows), "a cold list was not asked for");
+    let t = std::time::Instant::now();
+    while !rows.iter().all(|r| page_cached(&p, at(r.0))) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "rows asked for are not in the page cache"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Warm sample: the rows the check samples (every second one of eight) are read in by a
+    // map that reads no more than the page it faults (`MADV_RANDOM`); the others stay out.
+    evict(&p);
+    let f = std::fs::File::open(&p).unwrap();
+    // SAFETY: as above.
+    let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    map.advise(memmap2::Advice::Random).unwrap();
+    for r in rows.iter().skip(1).step_by(2) {
+        std::hint::black_box(map[at(r.0)]);
+    }
+    let others: Vec<u32> = rows.iter().step_by(2).map(|r| r.0).collect();
+    if others.iter().any(|&r| page_cached(&p, at(r))) {
+        eprintln!("skipped: reading a page brought in its neighbours");
+        return;
+    }
+    assert!(
+        !seg.will_need_rows(&rows),
+        "asked for although the sample was warm"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for r in others {
+        assert!(
+            !page_cached(&p, at(r)),
+            "row {r} asked for although the sample was warm"
+        );
+    }
 }
 
 #[test]
