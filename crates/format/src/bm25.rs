@@ -214,11 +214,48 @@ impl Params {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn factor(self, tf: u32, dl: u32) -> f32 {
         let tf = tf as f32;
         tf * (K1 + 1.0) / (tf + self.base + self.norm * dl as f32)
     }
+
+    /// `out[j] = w * self.factor(tfs[j], dls[j])` for every `j`: the same operations in the
+    /// same order as one posting at a time (no fused multiply-adds), so the same bits, but
+    /// several lanes per instruction (the division was most of a posting's cost). On x86-64
+    /// with AVX2 eight lanes, else what the baseline target vectorises (four with SSE2).
+    #[inline]
+    fn factors(self, w: f32, tfs: &[u32], dls: &[u32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2() {
+            // SAFETY: the CPU has AVX2 (checked above).
+            unsafe { self.factors_avx2(w, tfs, dls, out) };
+            return;
+        }
+        self.factors_portable(w, tfs, dls, out);
+    }
+
+    #[inline(always)]
+    fn factors_portable(self, w: f32, tfs: &[u32], dls: &[u32], out: &mut [f32]) {
+        for ((o, &tf), &dl) in out.iter_mut().zip(tfs).zip(dls) {
+            *o = w * self.factor(tf, dl);
+        }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn factors_avx2(self, w: f32, tfs: &[u32], dls: &[u32], out: &mut [f32]) {
+        self.factors_portable(w, tfs, dls, out);
+    }
+}
+
+/// Whether the CPU has AVX2 (checked once).
+#[cfg(target_arch = "x86_64")]
+fn avx2() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| std::is_x86_feature_detected!("avx2"))
 }
 
 /// The average document length of `n` documents of `total_len` tokens, at least 1.

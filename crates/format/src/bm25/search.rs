@@ -4,7 +4,9 @@
 
 use roaring::RoaringBitmap;
 
-use super::{weight, ArchivedPostingsArchive, QueryTerms, TermFences, TermIds, TermStats, BLOCK};
+use super::{
+    weight, ArchivedPostingsArchive, Params, QueryTerms, TermFences, TermIds, TermStats, BLOCK,
+};
 
 impl ArchivedPostingsArchive {
     /// (document, term frequency) pairs of `term`, in document order.
@@ -276,16 +278,7 @@ impl ArchivedPostingsArchive {
                 }
                 for (j, &i) in essential.iter().enumerate() {
                     let row = &mut acc[j * ROW..j * ROW + BULK_USIZE];
-                    let c = &mut cursors[i];
-                    let mut d = c.seek(start);
-                    while d <= end {
-                        let off = (d - start) as usize;
-                        let dl = self.doc_lens[d as usize].to_native();
-                        row[off] = c.w * params.factor(c.tfs[c.pos], dl);
-                        bits[off >> 6] |= 1u64 << (off & 63);
-                        c.next();
-                        d = c.doc;
-                    }
+                    self.score_window(&mut cursors[i], params, start, end, row, Some(&mut bits));
                 }
                 let words = ((end - start) as usize >> 6) + 1;
                 // The documents the essential lists bring that may enter under the threshold
@@ -341,15 +334,7 @@ impl ArchivedPostingsArchive {
                         acc.resize((r + 1) * ROW, 0.0);
                     }
                     let row = &mut acc[r * ROW..r * ROW + BULK_USIZE];
-                    let c = &mut cursors[i];
-                    let mut d = c.seek(start);
-                    while d <= end {
-                        let off = (d - start) as usize;
-                        let dl = self.doc_lens[d as usize].to_native();
-                        row[off] = c.w * params.factor(c.tfs[c.pos], dl);
-                        c.next();
-                        d = c.doc;
-                    }
+                    self.score_window(&mut cursors[i], params, start, end, row, None);
                     dn += 1;
                     let rest = (nne - dn).checked_sub(1).map_or(0.0, |j| prefix[j]);
                     passing = 0;
@@ -487,6 +472,62 @@ impl ArchivedPostingsArchive {
             }
         }
         heap.into_sorted()
+    }
+
+    /// Scores the postings of `c` with ids in `start..=end` into `row` (at id − `start`),
+    /// setting each one's bit in `bits` when given, and leaves `c` at its first posting past
+    /// `end`. A decoded block's run of such postings is scored in one batch
+    /// ([`Params::factors`]: the same bits as one at a time).
+    #[inline]
+    fn score_window(
+        &self,
+        c: &mut Cursor,
+        params: Params,
+        start: u32,
+        end: u32,
+        row: &mut [f32],
+        mut bits: Option<&mut [u64; BULK_USIZE / 64]>,
+    ) {
+        let mut dls = [0u32; BLOCK];
+        let mut xs = [0f32; BLOCK];
+        let mut d = c.seek(start);
+        while d <= end {
+            // The cursor is in a decoded block (`seek` and `load` leave it so while `d` is a
+            // document): its postings from `pos` up to the first past `end`.
+            let (p, n) = (c.pos, c.n);
+            let docs = &c.docs[p..n];
+            let m = if docs[docs.len() - 1] <= end {
+                docs.len()
+            } else {
+                docs.partition_point(|&x| x <= end)
+            };
+            let docs = &docs[..m];
+            for (l, &x) in dls.iter_mut().zip(docs) {
+                *l = self.doc_lens[x as usize].to_native();
+            }
+            params.factors(c.w, &c.tfs[p..p + m], &dls[..m], &mut xs[..m]);
+            match bits.as_deref_mut() {
+                Some(bits) => {
+                    for (&x, &s) in docs.iter().zip(&xs[..m]) {
+                        let off = (x - start) as usize;
+                        row[off] = s;
+                        bits[off >> 6] |= 1u64 << (off & 63);
+                    }
+                }
+                None => {
+                    for (&x, &s) in docs.iter().zip(&xs[..m]) {
+                        row[(x - start) as usize] = s;
+                    }
+                }
+            }
+            c.pos = p + m;
+            if c.pos < n {
+                c.doc = c.docs[c.pos];
+            } else {
+                c.load(c.decoded + 1);
+            }
+            d = c.doc;
+        }
     }
 
     /// The BM25 scores of `docs` for `query` under `stats` (0 for an id past the end): bit for

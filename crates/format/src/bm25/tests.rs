@@ -787,3 +787,46 @@ fn merged_postings_equal_postings_built_from_the_merged_texts() {
     let err = merge(&parts, merged.len() as u32).unwrap_err();
     assert!(err.to_string().contains("does not decode"), "{err}");
 }
+
+/// The batched score factors are bit for bit the per-posting ones (every kernel the CPU runs:
+/// the AVX2 one where it has AVX2, and the portable one), over run lengths that are not
+/// multiples of the lanes, the smallest and largest frequencies and lengths, and
+/// frequencies and lengths at and past 2^31 (where a conversion through i32 would differ).
+#[test]
+fn batched_factors_equal_one_at_a_time() {
+    let mut rnd = xorshift(0xB10C_FAC7_0000_0001);
+    for avg in [1.0f32, 3.7, 57.25, 4096.0] {
+        let params = Params::with_avg(avg);
+        for m in [0usize, 1, 3, 7, 8, 9, 31, 64, 127, 128] {
+            let mut tfs: Vec<u32> = (0..m).map(|_| 1 + (rnd() % 40) as u32).collect();
+            let mut dls: Vec<u32> = (0..m).map(|_| (rnd() % 5000) as u32).collect();
+            if m > 4 {
+                tfs[0] = u32::MAX;
+                dls[1] = u32::MAX;
+                tfs[2] = 1 << 31;
+                dls[3] = (1 << 31) + 12345;
+                dls[4] = 0;
+            }
+            let w = (rnd() % 1000) as f32 / 97.0;
+            let want: Vec<u32> = tfs
+                .iter()
+                .zip(&dls)
+                .map(|(&tf, &dl)| (w * params.factor(tf, dl)).to_bits())
+                .collect();
+            let mut out = vec![0f32; m];
+            params.factors(w, &tfs, &dls, &mut out);
+            assert_eq!(
+                out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want,
+                "m {m}"
+            );
+            let mut out = vec![0f32; m];
+            params.factors_portable(w, &tfs, &dls, &mut out);
+            assert_eq!(
+                out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want,
+                "m {m}"
+            );
+        }
+    }
+}
