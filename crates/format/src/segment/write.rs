@@ -340,17 +340,17 @@ impl SegmentBuilder {
     }
 }
 
-/// Writes a framed component file (header, then `payload`, fsynced) without building the
-/// framed bytes in memory, and returns its [`FileEntry`] (blake3 of header + payload).
+/// Writes a framed component file (header, then `payload`, fsynced, through the page cache)
+/// without building the framed bytes in memory, and returns its [`FileEntry`] (blake3 of
+/// header + payload).
 fn put_framed(
     tmp: &Path,
     c: Component,
     dim: u32,
     model_id: &str,
     payload: &[u8],
-    cache: PageCache,
 ) -> Result<FileEntry> {
-    put_framed_parts(tmp, c, dim, model_id, &[payload], cache)
+    put_framed_parts(tmp, c, dim, model_id, &[payload], PageCache::Keep)
 }
 
 /// [`put_framed`] of the payload `parts` joined, without joining them: the header, then the
@@ -445,12 +445,12 @@ fn write_components(
         // the disk) run beside the encoding of the rest.
         let vectors = match vectors {
             VectorsFile::Rows(rows) => Err(scope.spawn(move || {
-                put_framed(
+                put_framed_parts(
                     tmp,
                     Component::Vectors,
                     d,
                     model_id,
-                    &f32_le_bytes(rows),
+                    &[f32_le_bytes(rows).as_ref()],
                     bulk,
                 )
             })),
@@ -539,48 +539,20 @@ fn write_records(
         let table = ChunkTable::with_lookups(file_inputs, chunks);
         let bytes = archived("chunks", rkyv::to_bytes(&table))?;
         drop(table);
-        files.push(put_framed(
-            tmp,
-            Component::Chunks,
-            d,
-            model_id,
-            &bytes,
-            PageCache::Keep,
-        )?);
+        files.push(put_framed(tmp, Component::Chunks, d, model_id, &bytes)?);
     }
     let bytes = archived("postings", rkyv::to_bytes(&postings))?;
     drop(postings);
-    files.push(put_framed(
-        tmp,
-        Component::Postings,
-        d,
-        model_id,
-        &bytes,
-        PageCache::Keep,
-    )?);
+    files.push(put_framed(tmp, Component::Postings, d, model_id, &bytes)?);
     drop(bytes);
     let bytes = archived("graph", rkyv::to_bytes(&graph))?;
     drop(graph);
-    files.push(put_framed(
-        tmp,
-        Component::Graph,
-        d,
-        model_id,
-        &bytes,
-        PageCache::Keep,
-    )?);
+    files.push(put_framed(tmp, Component::Graph, d, model_id, &bytes)?);
     drop(bytes);
     if !memories.is_empty() {
         let m = MemoryTable::new(memories);
         let bytes = archived("memories", rkyv::to_bytes(&m))?;
-        files.push(put_framed(
-            tmp,
-            Component::Memories,
-            d,
-            model_id,
-            &bytes,
-            PageCache::Keep,
-        )?);
+        files.push(put_framed(tmp, Component::Memories, d, model_id, &bytes)?);
     }
     Ok(files)
 }
@@ -623,14 +595,7 @@ fn write_ivf_file(
     let ivf = MappedIvf::open(&p, dim, vectors.len() / dim)?;
     let codes = crate::rabitq::encode(&ivf, vectors, dim, consumed)?;
     drop(ivf);
-    let rbq = put_framed(
-        tmp,
-        Component::Rabitq,
-        dim as u32,
-        model_id,
-        &codes,
-        PageCache::Keep,
-    )?;
+    let rbq = put_framed(tmp, Component::Rabitq, dim as u32, model_id, &codes)?;
     Ok(vec![faiss, rbq])
 }
 
