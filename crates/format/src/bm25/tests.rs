@@ -794,6 +794,7 @@ fn merged_postings_equal_postings_built_from_the_merged_texts() {
 /// frequencies and lengths at and past 2^31 (where a conversion through i32 would differ).
 #[test]
 fn batched_factors_equal_one_at_a_time() {
+    type Kernel = fn(Params, f32, &[u32], &[u32], &mut [f32]);
     let mut rnd = xorshift(0xB10C_FAC7_0000_0001);
     for avg in [1.0f32, 3.7, 57.25, 4096.0] {
         let params = Params::with_avg(avg);
@@ -813,20 +814,19 @@ fn batched_factors_equal_one_at_a_time() {
                 .zip(&dls)
                 .map(|(&tf, &dl)| (w * params.factor(tf, dl)).to_bits())
                 .collect();
-            let mut out = vec![0f32; m];
-            params.factors(w, &tfs, &dls, &mut out);
-            assert_eq!(
-                out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                want,
-                "m {m}"
-            );
-            let mut out = vec![0f32; m];
-            params.factors_portable(w, &tfs, &dls, &mut out);
-            assert_eq!(
-                out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                want,
-                "m {m}"
-            );
+            let kernels: [(&str, Kernel); 2] = [
+                ("dispatched", Params::factors),
+                ("portable", Params::factors_portable),
+            ];
+            for (name, kernel) in kernels {
+                let mut out = vec![0f32; m];
+                kernel(params, w, &tfs, &dls, &mut out);
+                assert_eq!(
+                    out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    want,
+                    "m {m}, {name}"
+                );
+            }
         }
     }
 }
