@@ -227,7 +227,7 @@ impl Params {
     #[inline]
     fn factors(self, w: f32, tfs: &[u32], dls: &[u32], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if avx2() {
+        if crate::cpu::avx2() {
             // SAFETY: the CPU has AVX2 (checked above).
             unsafe { self.factors_avx2(w, tfs, dls, out) };
             return;
@@ -249,13 +249,6 @@ impl Params {
     unsafe fn factors_avx2(self, w: f32, tfs: &[u32], dls: &[u32], out: &mut [f32]) {
         self.factors_portable(w, tfs, dls, out);
     }
-}
-
-/// Whether the CPU has AVX2 (checked once).
-#[cfg(target_arch = "x86_64")]
-fn avx2() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| std::is_x86_feature_detected!("avx2"))
 }
 
 /// The average document length of `n` documents of `total_len` tokens, at least 1.

@@ -791,18 +791,12 @@ impl Best {
     }
 }
 
-/// Whether the AVX2 + FMA kernels run on this CPU (checked once).
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn avx2_available() -> bool {
-    simd::available()
-}
-
 /// `Σ q_i · code_i` (codes as unsigned bytes).
 #[inline]
 pub fn dot_u8(q: &[f32], code: &[u8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
-        if simd::available() {
+        if crate::cpu::avx2_fma() {
             // SAFETY: the CPU supports AVX2 and FMA (checked once, cached).
             return unsafe { simd::dot_u8_avx2(q, code) };
         }
@@ -816,7 +810,7 @@ pub fn dot_u8(q: &[f32], code: &[u8]) -> f32 {
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
-        if simd::available() {
+        if crate::cpu::avx2_fma() {
             // SAFETY: the CPU supports AVX2 and FMA (checked once, cached).
             return unsafe { simd::dot_f32_avx2(a, b) };
         }
@@ -830,7 +824,7 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 pub fn dot_f32_le(a: &[f32], b: &[u8]) -> f32 {
     #[cfg(all(target_arch = "x86_64", target_endian = "little"))]
     {
-        if simd::available() {
+        if crate::cpu::avx2_fma() {
             // SAFETY: the CPU supports AVX2 and FMA (checked once, cached); the kernel reads
             // `min(a.len(), b.len() / 4)` floats of each.
             return unsafe { simd::dot_f32_le_avx2(a, b) };

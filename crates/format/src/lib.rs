@@ -7,6 +7,7 @@
 //! opened and then read it zero-copy through `memmap2`.
 
 pub mod bm25;
+pub mod cpu;
 pub mod fsio;
 pub mod graph;
 pub mod header;

@@ -744,16 +744,13 @@ fn admitted_mask(scores: &[f32; BLOCK], floor: f32) -> u32 {
 fn block_sums(codes: &[u8], luts: &[u8], out: &mut [u16; BLOCK]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if simd::avx512_available() && codes.len().is_multiple_of(32) && luts.len() == codes.len() {
+        if crate::cpu::avx512bw() && codes.len().is_multiple_of(32) && luts.len() == codes.len() {
             // SAFETY: AVX-512F and BW are present (checked once, cached); the lengths were
             // just checked.
             unsafe { simd::block_sums_avx512(codes, luts, out) };
             return;
         }
-        if crate::ivf_map::avx2_available()
-            && codes.len().is_multiple_of(32)
-            && luts.len() == codes.len()
-        {
+        if crate::cpu::avx2_fma() && codes.len().is_multiple_of(32) && luts.len() == codes.len() {
             // SAFETY: AVX2 is present (checked once, cached); the lengths were just checked.
             unsafe { simd::block_sums_avx2(codes, luts, out) };
             return;
@@ -765,21 +762,8 @@ fn block_sums(codes: &[u8], luts: &[u8], out: &mut [u16; BLOCK]) {
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::*;
-    use std::sync::OnceLock;
 
     use super::BLOCK;
-
-    /// Whether the CPU has AVX-512F and AVX-512BW (checked once). `CIX_NO_AVX512=1` in the
-    /// environment turns the AVX-512 kernel off (the AVX2 one runs), for A/B measurements
-    /// and for machines where 512-bit instructions lower the clock.
-    pub fn avx512_available() -> bool {
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| {
-            std::env::var_os("CIX_NO_AVX512").is_none_or(|v| v.is_empty() || v == "0")
-                && is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-        })
-    }
 
     /// [`block_sums_avx2`] four groups per step: a 64-byte load holds groups `4s` to `4s + 3`
     /// in its four 128-bit lanes (the shuffle looks up within each lane), so a 384-dimension

@@ -73,7 +73,7 @@ impl RouteQuery {
 pub(super) fn dot_u8_i16(w: &[i16], code: &[u8]) -> i64 {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::simd::available() {
+        if crate::cpu::avx2_fma() {
             // SAFETY: the CPU supports AVX2 (checked once, cached).
             return unsafe { super::simd::dot_u8_i16_avx2(w, code) };
         }
@@ -97,7 +97,7 @@ pub(super) fn dot_u8_i16_scalar(w: &[i16], code: &[u8]) -> i64 {
 pub(super) fn routing_codes(centroids: &[u8], dim: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::simd::available() {
+        if crate::cpu::avx2_fma() {
             // SAFETY: the CPU supports AVX2 (checked once, cached).
             return unsafe { routing_codes_avx2(centroids, dim) };
         }

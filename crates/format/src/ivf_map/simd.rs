@@ -1,14 +1,8 @@
 //! The AVX2 + FMA kernels of the mapped IVF: dot products for routing and exact centroid
 //! scores, the SQ8 code dot product, and the routing codes' reduction and quantisation. Each
-//! is called only after `available()` says the CPU has the features.
+//! is called only after [`crate::cpu::avx2_fma`] says the CPU has the features.
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
-
-pub fn available() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-}
 
 /// The sum of all lanes of four accumulators (both kernels' epilogue).
 ///

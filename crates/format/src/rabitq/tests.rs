@@ -130,7 +130,7 @@ fn block_sums_match_the_scalar_lookup() {
         #[cfg(target_arch = "x86_64")]
         {
             // Each SIMD kernel the CPU has, whichever `block_sums` picked.
-            if crate::ivf_map::avx2_available() {
+            if crate::cpu::avx2_fma() {
                 let mut c = [0u16; BLOCK];
                 // SAFETY: AVX2 checked; equal lengths, a multiple of 32.
                 unsafe { simd::block_sums_avx2(&codes, &luts, &mut c) };
