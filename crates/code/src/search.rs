@@ -63,8 +63,8 @@ pub fn candidate_depth(limit: usize) -> usize {
 /// list, ordered by their unclamped z-scores) and order such ties among themselves. There,
 /// with at most one named chunk and at most [`CANDIDATE_DEPTH`] results asked for, the
 /// lexical list stops at [`NORM_DEPTH`]: every chunk above those ties keeps its score and
-/// place (tested), and BM25 skips more (on the 1M-chunk bench, see README "Search over many
-/// segments"). Lexical mode, reciprocal rank fusion (which counts every rank), larger limits
+/// place (tested), and BM25 skips more (on the 1M-chunk bench, see docs/measurements.md,
+/// "Search over many segments"). Lexical mode, reciprocal rank fusion (which counts every rank), larger limits
 /// and queries naming several chunks (whose order among themselves the ties can decide) keep
 /// [`candidate_depth`].
 pub fn lexical_depth(o: &SearchOptions, named: usize) -> usize {

@@ -552,10 +552,10 @@ pub fn unix_secs(t: SystemTime) -> u64 {
 /// Maps the index's files into the page tables on a background thread ([`Index::populate`]),
 /// so that queries do not pay a page fault for each vector row, record or text they touch
 /// first (at 1M chunks: vector-only p99 2.6-5.1 → 1.8-2.1 ms over a server's first thousand
-/// queries; README, "Search over many segments"). Only segments not done before (a new
-/// generation shares its unchanged segments), and only when they fit in half of the memory the
-/// kernel reports available, since pages the page cache lacks are read from disk; elsewhere
-/// than Linux, never.
+/// queries; docs/measurements.md, "Search over many segments"). Only segments not done
+/// before (a new generation shares its unchanged segments), and only when they fit in half of
+/// the memory the kernel reports available, since pages the page cache lacks are read from
+/// disk; elsewhere than Linux, never.
 /// The memory check runs on that thread too, off the callers' paths (`install_index` holds
 /// the writer lock).
 fn populate_in_background(index: &Arc<Index>) {

@@ -455,7 +455,7 @@ pub fn default_nprobe(ivfs: &[Option<&MappedIvf>]) -> usize {
 /// centroids are not read. Rescoring the lists near the cut on them (`keep + keep/4 + 8`
 /// rows of `dim` floats at scattered offsets: 1.3 MB per query at 1M chunks in 9 segments)
 /// took up to a tenth of the vector search's time there, and the top 10 came out the same
-/// (README, "Search over many segments").
+/// (docs/measurements.md, "Search over many segments").
 pub fn plan_probes(
     ivfs: &[Option<&MappedIvf>],
     query: &[f32],

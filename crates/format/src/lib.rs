@@ -211,7 +211,8 @@ fn prefetch_hint<const HINT: i32, T>(items: &[T]) {
 /// document lengths). On the 2-core VM (AMD EPYC, Zen 4) a 1,920-byte block of codes asked for
 /// two blocks ahead into L1 stalled on the prefetch instructions themselves (27% of the
 /// scan's samples: the L1's miss buffers were full); into L2 the vector phase at 1M chunks
-/// took 27% less time (README, "Search over many segments"). No effect on program state.
+/// took 27% less time (docs/measurements.md, "Search over many segments"). No effect on
+/// program state.
 pub fn prefetch_l2<T>(items: &[T]) {
     prefetch_hint::<{ PREFETCH_L2 }, T>(items)
 }

@@ -619,8 +619,8 @@ impl Segment {
     /// ([`crate::populate`]), once per segment (a segment shared by the next generation is
     /// not done again; open the IVF maps first, or they are left out). Returns the bytes
     /// covered by this call. What a server runs beside its first queries, so that later ones
-    /// do not pay a page fault for each row, record or text they touch first (README, "Search
-    /// over many segments").
+    /// do not pay a page fault for each row, record or text they touch first (docs/measurements.md,
+    /// "Search over many segments").
     pub fn populate(&self) -> usize {
         if self
             .populated

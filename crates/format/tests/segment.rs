@@ -300,7 +300,8 @@ fn one_bit_codes_search_and_verify() {
     let names: Vec<String> = seg.table().names().map(|(k, _)| k.to_string()).collect();
     let before: Vec<Vec<u32>> = names.iter().map(|k| seg.name_chunks(k).collect()).collect();
     // The archives read whole at open are mapped asking for 2 MiB pages; the maps read at
-    // random are not, until they are populated (README, "Segments mapped in 2 MiB pages").
+    // random are not, until they are populated (docs/measurements.md, "Segments mapped in
+    // 2 MiB pages").
     let seg_dir = dir.path().join(format!("seg-{id}"));
     let huge = |file: &str| huge_page_advice(&seg_dir.join(file));
     let probe = tempfile::tempdir().unwrap();
@@ -841,7 +842,7 @@ fn a_merge_streams_texts_and_vectors_and_writes_what_a_copy_would() {
     // The write dropped the parts' pages as it read them (`Carried::sources`; here they are
     // dropped once more), and so does an open that asks to: what is read from them
     // afterwards (below) is the same. (That the pages left the process is measured, not
-    // tested: README, "A merge's pages leave the process".)
+    // tested: docs/measurements.md, "A merge's pages leave the process".)
     #[cfg(target_os = "linux")]
     assert!(a.release_pages() > 0 && b.release_pages() > 0);
     let released = Index::open_with(

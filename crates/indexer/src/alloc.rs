@@ -93,8 +93,8 @@ pub const PURGE_DELAY_MS: i64 = 10;
 /// force. A build frees memory in waves (each file's syntax tree, each segment's builder,
 /// the graph's tables), and the next wave allocated while the last one's pages were still
 /// held: on the whole cargo registry at `--memory-budget 256MiB`, peak RSS 635 / 638 MB with
-/// the default against 576 / 580 MB (two interleaved rounds each; see the README's
-/// "Bounded builds and merges").
+/// the default against 576 / 580 MB (two interleaved rounds each; see
+/// docs/measurements.md, "Bounded builds and merges").
 pub fn purge_promptly() -> i64 {
     // SAFETY: mi_option_get/mi_option_set read and store one integer in mimalloc's option
     // table; any value is valid for the purge delay (negative: never purge).
