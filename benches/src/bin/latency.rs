@@ -567,12 +567,13 @@ fn measure(dir: &Path, dist: &str, args: &Args) -> anyhow::Result<()> {
 
     // Latency per mode, code::search, limit 10, one thread.
     // One thread: segments searched in turn (rayon pool of 1), FAISS at one thread. The last
-    // row searches the segments in parallel on every core (`code::search::fans_out`).
+    // row runs the two rankings side by side on every core, and the segments in parallel
+    // when there are several (`code::search::pairs_rankings`, `fans_out`).
     let cores = std::thread::available_parallelism().map_or(1, |x| x.get());
     let one = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let all = rayon::ThreadPoolBuilder::new().num_threads(cores).build()?;
     println!("\n| mode (code::search, limit 10, 1 thread) | p50 ms | p99 ms | mean ms | mean filter / vector / BM25 / fusion ms |\n|---|---:|---:|---:|---:|");
-    let parallel_row = format!("hybrid, segments in parallel on {cores} threads");
+    let parallel_row = format!("hybrid, rankings and segments in parallel on {cores} threads");
     for (name, mode, pool) in [
         ("vector only (query vector given)", Mode::Vector, &one),
         ("BM25 only", Mode::Lexical, &one),

@@ -28,9 +28,15 @@ pub const PARALLEL_MIN_CHUNKS: u64 = 50_000;
 
 /// Whether `index`'s segments are searched in parallel (see [`PARALLEL_MIN_CHUNKS`]).
 pub fn fans_out(index: &Index) -> bool {
-    index.segments.len() > 1
-        && rayon::current_num_threads() > 1
-        && index.live_chunks() >= PARALLEL_MIN_CHUNKS
+    index.segments.len() > 1 && pairs_rankings(index)
+}
+
+/// Whether a hybrid search over `index` runs its two rankings (vector and BM25) side by side
+/// on rayon's pool: the pool has more than one thread and the index at least
+/// [`PARALLEL_MIN_CHUNKS`] live chunks, in one segment or in several (then each ranking also
+/// fans out over the segments, [`fans_out`]). The results are the same either way (tested).
+pub fn pairs_rankings(index: &Index) -> bool {
+    rayon::current_num_threads() > 1 && index.live_chunks() >= PARALLEL_MIN_CHUNKS
 }
 
 /// `f` over `0..n`, on rayon's pool when `parallel`, results in index order.
@@ -1034,8 +1040,9 @@ pub fn search(
         (lexical_list(index, &q, lex_depth, &allows), t.elapsed())
     };
     // With cores to spare, the two rankings run side by side (each also fans out over the
-    // segments): one ranking per thread wastes less than splitting each over the segments.
-    let (vec_res, (lex_list, bm25_time)) = if o.mode == Mode::Hybrid && fans_out(index) {
+    // segments when there are several): one ranking per thread wastes less than splitting
+    // each over the segments, and a large index in one segment has nothing else to split.
+    let (vec_res, (lex_list, bm25_time)) = if o.mode == Mode::Hybrid && pairs_rankings(index) {
         rayon::join(vector, lexical)
     } else {
         let v = vector();
@@ -1156,13 +1163,28 @@ mod tests {
         words: &[&str],
         max_len: usize,
         seed: u64,
+        vector: impl FnMut(&mut Lcg) -> Vec<f32>,
+    ) -> Index {
+        skewed_segments(dir, 3, dim, per, words, max_len, seed, vector)
+    }
+
+    /// [`skewed_index`] with `segments` segments.
+    #[allow(clippy::too_many_arguments)]
+    fn skewed_segments(
+        dir: &std::path::Path,
+        segments: usize,
+        dim: usize,
+        per: u32,
+        words: &[&str],
+        max_len: usize,
+        seed: u64,
         mut vector: impl FnMut(&mut Lcg) -> Vec<f32>,
     ) -> Index {
         use format::manifest::{IndexManifest, SegmentEntry};
         use format::records::{ChunkRecord, FileRecord, NO_PARENT};
         let mut rnd = Lcg(seed);
         let mut entries = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..segments {
             let mut b = format::SegmentBuilder::default();
             for i in 0..per {
                 let len = 1 + rnd.next() % max_len;
@@ -1453,6 +1475,56 @@ mod tests {
                 assert_eq!(a.len(), 50);
                 assert_eq!(key(&a), key(&b), "{q} {mode:?}");
             }
+        }
+    }
+
+    /// A large index in one segment, searched on a pool of several threads, runs a hybrid
+    /// search's two rankings side by side and answers exactly as on one thread.
+    #[test]
+    fn one_segment_rankings_side_by_side_equal_sequential() {
+        const DIM: usize = 8;
+        let dir = tempfile::tempdir().unwrap();
+        let words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"];
+        let per = PARALLEL_MIN_CHUNKS as u32;
+        let index = skewed_segments(dir.path(), 1, DIM, per, &words, 8, 13, |rnd| {
+            let mut v: Vec<f32> = (0..DIM)
+                .map(|_| (rnd.next() % 1000) as f32 - 500.0)
+                .collect();
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+            v.iter_mut().for_each(|x| *x /= n);
+            v
+        });
+        assert_eq!(index.segments.len(), 1);
+        let pool = |n: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .unwrap()
+        };
+        let (one, two) = (pool(1), pool(2));
+        assert!(!one.install(|| pairs_rankings(&index)));
+        assert!(two.install(|| pairs_rankings(&index) && !fans_out(&index)));
+        for (qi, q) in ["alpha", "beta sigma", "gamma delta omega"]
+            .into_iter()
+            .enumerate()
+        {
+            let qv: Vec<f32> = (0..DIM).map(|d| ((qi * 3 + d) % 7) as f32 - 3.0).collect();
+            let o = SearchOptions {
+                limit: 50,
+                ..SearchOptions::default()
+            };
+            let (a, _) = one.install(|| search(&index, q, Some(&qv), &o)).unwrap();
+            let (b, _) = two.install(|| search(&index, q, Some(&qv), &o)).unwrap();
+            assert_eq!(a.len(), 50);
+            let key = |hits: &[Hit]| -> Vec<(u32, u32, Option<usize>, Option<usize>)> {
+                hits.iter()
+                    .map(|h| (h.chunk, h.score.to_bits(), h.vector_rank, h.lexical_rank))
+                    .collect()
+            };
+            assert_eq!(key(&a), key(&b), "{q}");
+            // Both rankings ran and placed hits.
+            assert!(a.iter().any(|h| h.vector_rank.is_some()));
+            assert!(a.iter().any(|h| h.lexical_rank.is_some()));
         }
     }
 
