@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::jobs::{JobStatus, KEEP_JOBS};
-use crate::tools::common::{ms, ToolError, ToolResult};
+use crate::tools::common::{ms, Debug, ToolError, ToolResult};
 
 /// Longest `wait: true` call.
 const MAX_WAIT: Duration = Duration::from_secs(600);
@@ -48,6 +48,9 @@ pub struct ReindexArgs {
     /// Wait for the job to finish (at most 10 minutes) and return its final status.
     #[serde(default)]
     pub wait: bool,
+    /// Return a per-phase timing breakdown of this call (queueing, and waiting with `wait`).
+    #[serde(default)]
+    pub debug: bool,
 }
 
 /// State and counts of a reindex job (queued, running, done, failed), or of the recent jobs.
@@ -57,11 +60,16 @@ pub struct JobStatusArgs {
     /// A job id from `reindex`; without it, the recent jobs, newest first.
     #[serde(default)]
     pub job_id: Option<u64>,
+    /// Return a per-phase timing breakdown.
+    #[serde(default)]
+    pub debug: bool,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct JobStatusAnswer {
     pub jobs: Vec<JobStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
 }
 
 /// Resolves `p` to (root, repo-relative prefix with `/` separators) with the index's one
@@ -97,6 +105,7 @@ fn resolve(roots: &[RootEntry], p: &str) -> ToolResult<(RootEntry, String)> {
 impl Engine {
     /// Queues a re-index job (see the module doc) and returns its status (final with `wait`).
     pub fn reindex(self: &Arc<Self>, a: &ReindexArgs) -> ToolResult<JobStatus> {
+        let t0 = Instant::now();
         let snap = self.snapshot();
         let roots = snap.code.index.manifest.roots.clone();
         if roots.is_empty() {
@@ -161,6 +170,7 @@ impl Engine {
                 file_errors: Vec::new(),
                 outside_root: Vec::new(),
                 error: None,
+                debug: None,
             });
             while t.1.len() > KEEP_JOBS {
                 t.1.pop_front();
@@ -172,12 +182,21 @@ impl Engine {
             .name(format!("queryd-reindex-{id}"))
             .spawn(move || engine.run_job(id, targets))
             .map_err(|e| ToolError::Internal(format!("cannot start the job: {e}")))?;
-        Ok(if a.wait {
+        let mut job = if a.wait {
             self.jobs.wait(id, MAX_WAIT)
         } else {
             self.jobs.get(id)
         }
-        .expect("the job was just queued"))
+        .expect("the job was just queued");
+        if a.debug {
+            job.debug = Some(Debug {
+                other_ms: ms(t0.elapsed()),
+                total_ms: ms(t0.elapsed()),
+                generation: self.snapshot().generation(),
+                ..Debug::default()
+            });
+        }
+        Ok(job)
     }
 
     fn run_job(&self, id: u64, targets: Vec<(RootEntry, Vec<String>)>) {
@@ -265,6 +284,7 @@ impl Engine {
     }
 
     pub fn job_status(&self, a: &JobStatusArgs) -> ToolResult<JobStatusAnswer> {
+        let t0 = Instant::now();
         let t = self.jobs.table.lock().unwrap_or_else(|e| e.into_inner());
         let jobs: Vec<JobStatus> = match a.job_id {
             Some(id) => vec![t
@@ -280,7 +300,14 @@ impl Engine {
                 })?],
             None => t.1.iter().rev().take(20).cloned().collect(),
         };
-        Ok(JobStatusAnswer { jobs })
+        drop(t);
+        let debug = a.debug.then(|| Debug {
+            other_ms: ms(t0.elapsed()),
+            total_ms: ms(t0.elapsed()),
+            generation: self.snapshot().generation(),
+            ..Debug::default()
+        });
+        Ok(JobStatusAnswer { jobs, debug })
     }
 }
 

@@ -81,15 +81,21 @@ fn reindex_jobs_update_the_served_index() {
     assert_eq!(names(&h)[0], "hexagon_area", "{h:#}");
     let gone = call(&c, "search_code", q).unwrap();
     assert!(!names(&gone).contains(&"compute_invoice_total".to_string()));
-    // Nothing changed since: a no-op job.
-    let j = call(&c, "reindex", json!({"wait": true})).unwrap();
+    // Nothing changed since: a no-op job, asked with `debug` as every tool can be.
+    let j = call(&c, "reindex", json!({"wait": true, "debug": true})).unwrap();
     assert_eq!(
         (j["state"].as_str(), j["files_changed"].as_u64()),
         (Some("done"), Some(0))
     );
+    assert!(j["debug"]["total_ms"].as_f64().unwrap() > 0.0, "{j:#}");
+    assert_eq!(j["debug"]["generation"], j["generation"], "{j:#}");
     let all = call(&c, "job_status", json!({})).unwrap();
     assert_eq!(all["jobs"].as_array().unwrap().len(), 3);
     assert!(all["jobs"][0]["job_id"].as_u64() > all["jobs"][1]["job_id"].as_u64());
+    // The call's timing is the answer's, not the job's: the table keeps none.
+    assert!(all.get("debug").is_none() && all["jobs"][0].get("debug").is_none());
+    let d = call(&c, "job_status", json!({"debug": true})).unwrap();
+    assert!(d["debug"]["total_ms"].as_f64().is_some(), "{d:#}");
     // The memory written before is still there.
     call(&c, "get_memory", json!({"id": mem_id})).unwrap();
 
