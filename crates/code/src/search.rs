@@ -1168,6 +1168,24 @@ mod tests {
         skewed_segments(dir, 3, dim, per, words, max_len, seed, vector)
     }
 
+    /// A unit vector of `dim` uniform draws from `rnd`.
+    fn unit_vector(rnd: &mut Lcg, dim: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..dim)
+            .map(|_| (rnd.next() % 1000) as f32 - 500.0)
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+        v.iter_mut().for_each(|x| *x /= n);
+        v
+    }
+
+    /// A rayon pool of `n` threads.
+    fn pool_of(n: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .unwrap()
+    }
+
     /// [`skewed_index`] with `segments` segments.
     #[allow(clippy::too_many_arguments)]
     fn skewed_segments(
@@ -1425,24 +1443,13 @@ mod tests {
             "alpha", "beta", "gamma", "delta", "omega", "sigma", "tau", "rho",
         ];
         let index = skewed_index(dir.path(), DIM, 20_000, &words, 10, 11, |rnd| {
-            let mut v: Vec<f32> = (0..DIM)
-                .map(|_| (rnd.next() % 1000) as f32 - 500.0)
-                .collect();
-            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-            v.iter_mut().for_each(|x| *x /= n);
-            v
+            unit_vector(rnd, DIM)
         });
         assert!(index
             .segments
             .iter()
             .all(|ls| ls.segment.meta().vector_index.starts_with("ivf")));
-        let pool = |n: usize| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build()
-                .unwrap()
-        };
-        let (one, many) = (pool(1), pool(3));
+        let (one, many) = (pool_of(1), pool_of(3));
         assert!(!one.install(|| fans_out(&index)));
         assert!(many.install(|| fans_out(&index)));
         type Key = (usize, u32, u32, Option<usize>, Option<usize>);
@@ -1487,21 +1494,10 @@ mod tests {
         let words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"];
         let per = PARALLEL_MIN_CHUNKS as u32;
         let index = skewed_segments(dir.path(), 1, DIM, per, &words, 8, 13, |rnd| {
-            let mut v: Vec<f32> = (0..DIM)
-                .map(|_| (rnd.next() % 1000) as f32 - 500.0)
-                .collect();
-            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-            v.iter_mut().for_each(|x| *x /= n);
-            v
+            unit_vector(rnd, DIM)
         });
         assert_eq!(index.segments.len(), 1);
-        let pool = |n: usize| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build()
-                .unwrap()
-        };
-        let (one, two) = (pool(1), pool(2));
+        let (one, two) = (pool_of(1), pool_of(2));
         assert!(!one.install(|| pairs_rankings(&index)));
         assert!(two.install(|| pairs_rankings(&index) && !fans_out(&index)));
         for (qi, q) in ["alpha", "beta sigma", "gamma delta omega"]
