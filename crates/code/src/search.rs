@@ -21,9 +21,11 @@ use serde::Serialize;
 
 use crate::rank;
 
-/// An index with at least this many live chunks in two or more segments searches its segments
-/// on rayon's pool when the pool has more than one thread ("when cores are free"); below it
-/// the fan-out costs more than it saves. The results are the same either way (tested).
+/// An index with at least this many live chunks runs a hybrid search's two rankings side by
+/// side on rayon's pool when the pool has more than one thread ("when cores are free",
+/// [`pairs_rankings`]), and with two or more segments also searches its segments in parallel
+/// ([`fans_out`]); below it the fan-out costs more than it saves. The results are the same
+/// either way (tested).
 pub const PARALLEL_MIN_CHUNKS: u64 = 50_000;
 
 /// Whether `index`'s segments are searched in parallel (see [`PARALLEL_MIN_CHUNKS`]).
@@ -70,9 +72,9 @@ pub fn candidate_depth(limit: usize) -> usize {
 /// with at most one named chunk and at most [`CANDIDATE_DEPTH`] results asked for, the
 /// lexical list stops at [`NORM_DEPTH`]: every chunk above those ties keeps its score and
 /// place (tested), and BM25 skips more (on the 1M-chunk bench, see docs/measurements.md,
-/// "Search over many segments"). Lexical mode, reciprocal rank fusion (which counts every rank), larger limits
-/// and queries naming several chunks (whose order among themselves the ties can decide) keep
-/// [`candidate_depth`].
+/// "Search over many segments"). Lexical mode, reciprocal rank fusion (which counts every
+/// rank), larger limits and queries naming several chunks (whose order among themselves the
+/// ties can decide) keep [`candidate_depth`].
 pub fn lexical_depth(o: &SearchOptions, named: usize) -> usize {
     let depth = candidate_depth(o.limit);
     if o.mode == Mode::Hybrid
@@ -1485,8 +1487,8 @@ mod tests {
         }
     }
 
-    /// A large index in one segment, searched on a pool of several threads, runs a hybrid
-    /// search's two rankings side by side and answers exactly as on one thread.
+    /// A large index in one segment, on a pool of several threads, takes the side-by-side
+    /// path ([`pairs_rankings`] without [`fans_out`]) and answers exactly as on one thread.
     #[test]
     fn one_segment_rankings_side_by_side_equal_sequential() {
         const DIM: usize = 8;

@@ -55,9 +55,6 @@ pub struct JobStatus {
     /// Why the job failed (nothing was committed for the root that failed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// The `reindex` call's own timing, when it asked for `debug` (never kept in the table).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub debug: Option<crate::tools::common::Debug>,
 }
 
 /// The job table of an engine.

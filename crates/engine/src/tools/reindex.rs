@@ -48,9 +48,20 @@ pub struct ReindexArgs {
     /// Wait for the job to finish (at most 10 minutes) and return its final status.
     #[serde(default)]
     pub wait: bool,
-    /// Return a per-phase timing breakdown of this call (queueing, and waiting with `wait`).
+    /// Return a timing breakdown of this call: `other_ms` checking the paths and queueing
+    /// the job, `total_ms` the whole call (with `wait`, the job's run included).
     #[serde(default)]
     pub debug: bool,
+}
+
+/// `reindex`'s answer: the job's status (the fields of a `job_status` entry) and, with `debug`,
+/// the call's timing; its `generation` is the one serving when the call returned.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ReindexAnswer {
+    #[serde(flatten)]
+    pub job: JobStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<Debug>,
 }
 
 /// State and counts of a reindex job (queued, running, done, failed), or of the recent jobs.
@@ -104,7 +115,7 @@ fn resolve(roots: &[RootEntry], p: &str) -> ToolResult<(RootEntry, String)> {
 
 impl Engine {
     /// Queues a re-index job (see the module doc) and returns its status (final with `wait`).
-    pub fn reindex(self: &Arc<Self>, a: &ReindexArgs) -> ToolResult<JobStatus> {
+    pub fn reindex(self: &Arc<Self>, a: &ReindexArgs) -> ToolResult<ReindexAnswer> {
         let t0 = Instant::now();
         let snap = self.snapshot();
         let roots = snap.code.index.manifest.roots.clone();
@@ -170,7 +181,6 @@ impl Engine {
                 file_errors: Vec::new(),
                 outside_root: Vec::new(),
                 error: None,
-                debug: None,
             });
             while t.1.len() > KEEP_JOBS {
                 t.1.pop_front();
@@ -182,21 +192,20 @@ impl Engine {
             .name(format!("queryd-reindex-{id}"))
             .spawn(move || engine.run_job(id, targets))
             .map_err(|e| ToolError::Internal(format!("cannot start the job: {e}")))?;
-        let mut job = if a.wait {
+        let queued = t0.elapsed();
+        let job = if a.wait {
             self.jobs.wait(id, MAX_WAIT)
         } else {
             self.jobs.get(id)
         }
         .expect("the job was just queued");
-        if a.debug {
-            job.debug = Some(Debug {
-                other_ms: ms(t0.elapsed()),
-                total_ms: ms(t0.elapsed()),
-                generation: self.snapshot().generation(),
-                ..Debug::default()
-            });
-        }
-        Ok(job)
+        let debug = a.debug.then(|| Debug {
+            other_ms: ms(queued),
+            total_ms: ms(t0.elapsed()),
+            generation: self.snapshot().generation(),
+            ..Debug::default()
+        });
+        Ok(ReindexAnswer { job, debug })
     }
 
     fn run_job(&self, id: u64, targets: Vec<(RootEntry, Vec<String>)>) {
@@ -219,11 +228,26 @@ impl Engine {
                         .collect(),
                 );
             }
-            match build(
-                &opts,
-                self.encoder(),
-                &indexer::progress::Progress::silent(),
-            ) {
+            let run = || {
+                build(
+                    &opts,
+                    self.encoder(),
+                    &indexer::progress::Progress::silent(),
+                )
+            };
+            // The build's parallel phases run on a pool of their own: on rayon's global pool
+            // a search's work handed in from outside (its two rankings side by side, its
+            // segments in parallel) would wait behind the build's queued jobs until a
+            // parallel phase drained. One pool per job; without one, the global pool.
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(rayon::current_num_threads())
+                .thread_name(move |i| format!("queryd-reindex-{id}-{i}"))
+                .build();
+            let result = match &pool {
+                Ok(p) => p.install(run),
+                Err(_) => run(),
+            };
+            match result {
                 Ok(r) => self.jobs.update(id, |j| {
                     j.files_seen += r.files_seen;
                     j.files_changed += r.files_changed;

@@ -128,8 +128,8 @@ impl Segment {
         // whole rows (24 lines each at 384 dimensions) issued more requests than the core
         // tracks and the prefetch instructions stalled, so only a row's first two lines were
         // asked for (docs/measurements.md, "Search over many segments"); into L2
-        // (`prefetch_l2`) the whole row goes ahead without stalling: vector phase at 1M chunks 1.786 → 1.751 ms per query
-        // on top of the one-bit scan's prefetches into L2.
+        // (`prefetch_l2`) the whole row goes ahead without stalling: vector phase at 1M
+        // chunks 1.786 → 1.751 ms per query on top of the one-bit scan's prefetches into L2.
         // Before that, the first line of every row, into L2: the rows lie on as many pages as
         // there are candidates (a 1.5 GB file at 1M chunks), and asked for up front their
         // misses (and, likely, their page walks) overlap instead of each waiting for the row
