@@ -215,6 +215,14 @@ impl Engine {
             j.state = "running".into();
             j.started_at = Some(rfc3339(now_ms()));
         });
+        // The builds' parallel phases run on a pool of their own: on rayon's global pool a
+        // search's work handed in from outside (its two rankings side by side, its segments
+        // in parallel) would wait behind a build's queued jobs until a parallel phase drained.
+        // One pool per job, for all its roots; without one, the global pool.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(rayon::current_num_threads())
+            .thread_name(move |i| format!("queryd-reindex-{id}-{i}"))
+            .build();
         let mut error = None;
         for (root, prefixes) in targets {
             let mut opts = BuildOptions::new(vec![PathBuf::from(&root.path)], self.dir().into());
@@ -235,14 +243,6 @@ impl Engine {
                     &indexer::progress::Progress::silent(),
                 )
             };
-            // The build's parallel phases run on a pool of their own: on rayon's global pool
-            // a search's work handed in from outside (its two rankings side by side, its
-            // segments in parallel) would wait behind the build's queued jobs until a
-            // parallel phase drained. One pool per job; without one, the global pool.
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(rayon::current_num_threads())
-                .thread_name(move |i| format!("queryd-reindex-{id}-{i}"))
-                .build();
             let result = match &pool {
                 Ok(p) => p.install(run),
                 Err(_) => run(),
@@ -325,11 +325,14 @@ impl Engine {
             None => t.1.iter().rev().take(20).cloned().collect(),
         };
         drop(t);
-        let debug = a.debug.then(|| Debug {
-            other_ms: ms(t0.elapsed()),
-            total_ms: ms(t0.elapsed()),
-            generation: self.snapshot().generation(),
-            ..Debug::default()
+        let debug = a.debug.then(|| {
+            let took = ms(t0.elapsed());
+            Debug {
+                other_ms: took,
+                total_ms: took,
+                generation: self.snapshot().generation(),
+                ..Debug::default()
+            }
         });
         Ok(JobStatusAnswer { jobs, debug })
     }
