@@ -9,8 +9,12 @@ use std::time::{Duration, Instant};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-/// Jobs kept for `job_status`.
+/// Finished jobs kept for `job_status` (queued and running ones are always kept).
 pub const KEEP_JOBS: usize = 64;
+
+/// Jobs that may be queued or running at once: a `reindex` beyond them is refused (each
+/// queued job holds a thread waiting for its turn, and they run one at a time).
+pub const MAX_PENDING_JOBS: usize = 16;
 
 /// A re-index job.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -75,6 +79,33 @@ impl Jobs {
         self.changed.notify_all();
     }
 
+    /// Queues `job` (its `job_id` is set here) unless [`MAX_PENDING_JOBS`] are queued or
+    /// running already; then drops the oldest finished jobs beyond [`KEEP_JOBS`] (never a
+    /// queued or running one, which a caller may be waiting for). Returns the new id, or the
+    /// number of pending jobs when it was refused.
+    pub(crate) fn queue(&self, mut job: JobStatus) -> Result<u64, usize> {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = t.1.iter().filter(|j| !finished(j)).count();
+        if pending >= MAX_PENDING_JOBS {
+            return Err(pending);
+        }
+        t.0 += 1;
+        let id = t.0;
+        job.job_id = id;
+        t.1.push_back(job);
+        let mut done = t.1.iter().filter(|j| finished(j)).count();
+        while done > KEEP_JOBS {
+            match t.1.iter().position(finished) {
+                Some(i) => {
+                    t.1.remove(i);
+                    done -= 1;
+                }
+                None => break,
+            }
+        }
+        Ok(id)
+    }
+
     pub(crate) fn get(&self, id: u64) -> Option<JobStatus> {
         let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         t.1.iter().find(|j| j.job_id == id).cloned()
@@ -86,7 +117,7 @@ impl Jobs {
         loop {
             let j = t.1.iter().find(|j| j.job_id == id).cloned()?;
             let now = Instant::now();
-            if j.state == "done" || j.state == "failed" || now >= deadline {
+            if finished(&j) || now >= deadline {
                 return Some(j);
             }
             t = self
@@ -95,5 +126,75 @@ impl Jobs {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+}
+
+/// Whether `j` has finished (`done` or `failed`).
+fn finished(j: &JobStatus) -> bool {
+    j.state == "done" || j.state == "failed"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: &str) -> JobStatus {
+        JobStatus {
+            job_id: 0,
+            state: state.into(),
+            roots: Vec::new(),
+            paths: Vec::new(),
+            submitted_at: String::new(),
+            started_at: None,
+            finished_at: None,
+            elapsed_ms: None,
+            files_seen: 0,
+            files_changed: 0,
+            files_deleted: 0,
+            chunks_embedded: 0,
+            chunks_reused: 0,
+            chunks_tombstoned: 0,
+            generation: None,
+            refs_checked: 0,
+            refs_stale: 0,
+            refs_relocated: 0,
+            memories_updated: 0,
+            file_errors: Vec::new(),
+            outside_root: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// A job someone may be waiting for is never dropped, however many jobs finish after it
+    /// (dropping it made `reindex {"wait": true}` panic); finished ones beyond `KEEP_JOBS` are,
+    /// oldest first; and no more than `MAX_PENDING_JOBS` may be pending.
+    #[test]
+    fn pending_jobs_stay_and_are_capped() {
+        let jobs = Jobs::default();
+        let first = jobs.queue(job("queued")).unwrap();
+        for _ in 0..3 * KEEP_JOBS {
+            let id = jobs.queue(job("queued")).unwrap();
+            jobs.update(id, |j| j.state = "done".into());
+        }
+        assert_eq!(jobs.get(first).unwrap().state, "queued");
+        let t = jobs.table.lock().unwrap();
+        // Trimmed when a job is queued: the last one finished after that.
+        assert_eq!(t.1.len(), KEEP_JOBS + 2);
+        // The newest finished ones are the ones kept.
+        assert_eq!(t.1.back().unwrap().job_id, 3 * KEEP_JOBS as u64 + 1);
+        assert_eq!(t.1[1].job_id, 2 * KEEP_JOBS as u64 + 1);
+        drop(t);
+        for _ in 1..MAX_PENDING_JOBS {
+            jobs.queue(job("queued")).unwrap();
+        }
+        assert_eq!(jobs.queue(job("queued")), Err(MAX_PENDING_JOBS));
+        jobs.update(first, |j| j.state = "failed".into());
+        assert_eq!(
+            jobs.wait(first, Duration::from_millis(1)).unwrap().state,
+            "failed"
+        );
+        // A slot is free again; the oldest finished job (now `first`) makes room.
+        assert!(jobs.queue(job("queued")).is_ok());
+        assert!(jobs.get(first).is_none());
     }
 }

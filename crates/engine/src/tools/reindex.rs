@@ -27,7 +27,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
-use crate::jobs::{JobStatus, KEEP_JOBS};
+use crate::jobs::{JobStatus, KEEP_JOBS, MAX_PENDING_JOBS};
 use crate::tools::common::{ms, Debug, ToolError, ToolResult};
 
 /// Longest `wait: true` call.
@@ -151,12 +151,10 @@ impl Engine {
                 )));
             }
         }
-        let id = {
-            let mut t = self.jobs.table.lock().unwrap_or_else(|e| e.into_inner());
-            t.0 += 1;
-            let id = t.0;
-            t.1.push_back(JobStatus {
-                job_id: id,
+        let id = self
+            .jobs
+            .queue(JobStatus {
+                job_id: 0,
                 state: "queued".into(),
                 roots: targets.iter().map(|(r, _)| r.path.clone()).collect(),
                 paths: targets
@@ -181,24 +179,33 @@ impl Engine {
                 file_errors: Vec::new(),
                 outside_root: Vec::new(),
                 error: None,
-            });
-            while t.1.len() > KEEP_JOBS {
-                t.1.pop_front();
-            }
-            id
-        };
+            })
+            .map_err(|pending| {
+                ToolError::InvalidInput(format!(
+                    "{pending} re-index jobs are queued or running already (at most \
+                     {MAX_PENDING_JOBS}); wait for them (`job_status`) and call `reindex` again"
+                ))
+            })?;
         let engine = Arc::clone(self);
         std::thread::Builder::new()
             .name(format!("queryd-reindex-{id}"))
             .spawn(move || engine.run_job(id, targets))
-            .map_err(|e| ToolError::Internal(format!("cannot start the job: {e}")))?;
+            .map_err(|e| {
+                let error = format!("cannot start the job: {e}");
+                self.jobs.update(id, |j| {
+                    j.state = "failed".into();
+                    j.error = Some(error.clone());
+                });
+                ToolError::Internal(error)
+            })?;
         let queued = t0.elapsed();
+        // Queued and running jobs are never dropped from the table, so the job is there.
         let job = if a.wait {
             self.jobs.wait(id, MAX_WAIT)
         } else {
             self.jobs.get(id)
         }
-        .expect("the job was just queued");
+        .ok_or_else(|| ToolError::Internal(format!("job {id} is missing from the job table")))?;
         let debug = a.debug.then(|| Debug {
             other_ms: ms(queued),
             total_ms: ms(t0.elapsed()),
@@ -318,7 +325,8 @@ impl Engine {
                 .cloned()
                 .ok_or_else(|| ToolError::NotFound {
                     message: format!(
-                        "no job {id}; this server keeps its last {KEEP_JOBS} jobs until it restarts"
+                        "no job {id}; this server keeps every queued or running job and its last \
+                         {KEEP_JOBS} finished ones until it restarts"
                     ),
                     suggestions: vec!["job_status without job_id".into()],
                 })?],
