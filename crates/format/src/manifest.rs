@@ -20,6 +20,21 @@ pub const MANIFEST: &str = "MANIFEST";
 
 pub const BACKUP_MARK: &str = ".bak-";
 
+/// The memory log's file name in an index directory (written by the `memory` crate; the
+/// indexer and sync only look at whether it holds records).
+pub const MEMORY_WAL_FILE: &str = "memory.wal";
+
+/// Its header length: a longer file holds records.
+pub const MEMORY_WAL_HEADER_BYTES: u64 = 8;
+
+/// Whether `dir`'s memory log holds records (memories not yet flushed into a segment, or
+/// flushed ones a crash left before the log was truncated). What decides whether an index
+/// holds memories is this and [`IndexManifest::memory_segments`] and `memory_lsn`: a fresh
+/// server keeps its first memories only in the log until its first flush.
+pub fn memory_wal_holds_records(dir: &Path) -> bool {
+    std::fs::metadata(dir.join(MEMORY_WAL_FILE)).is_ok_and(|m| m.len() > MEMORY_WAL_HEADER_BYTES)
+}
+
 /// The modification time of `dir/MANIFEST`, if it can be read (readers use it with the
 /// generation to notice a new commit).
 pub fn manifest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
@@ -60,9 +75,9 @@ pub struct IndexManifest {
     /// re-index them (`reindex`). Sorted by repository name.
     #[serde(default)]
     pub roots: Vec<RootEntry>,
-    /// Memory segments a pull (`sync`) has merged in from a remote, ever: a later pull never adds
-    /// one of them again, so a memory deleted locally (its segment dropped or merged away) does
-    /// not come back.
+    /// Memory segments a pull (`sync`) has merged in from a remote, or a push with memories has
+    /// sent to one, ever: a later pull never adds one of them again, so a memory deleted
+    /// locally (its segment dropped or merged away) does not come back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pulled_memory_segments: Vec<String>,
 }

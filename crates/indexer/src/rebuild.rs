@@ -18,11 +18,6 @@ use format::{tombstones, FormatError, Index, Segment};
 
 use crate::IndexerError;
 
-/// The memory log's file name (owned by the memory crate; the indexer only looks at its size).
-const WAL_FILE: &str = "memory.wal";
-/// Its header length: a longer file holds records.
-const WAL_HEADER: u64 = 8;
-
 /// What a rebuild (or a repair) did before re-indexing.
 #[derive(Debug, Default, Clone)]
 pub struct RebuildReport {
@@ -77,7 +72,7 @@ fn fmt_err(e: FormatError) -> IndexerError {
 
 /// Whether `dir/memory.wal` holds records.
 fn wal_holds_records(dir: &Path) -> bool {
-    std::fs::metadata(dir.join(WAL_FILE)).is_ok_and(|m| m.len() > WAL_HEADER)
+    format::manifest::memory_wal_holds_records(dir)
 }
 
 fn refused(e: RecoverError) -> IndexerError {

@@ -170,9 +170,11 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
         );
     }
     let dim = index.manifest.dim;
+    let mut misfits = 0usize;
     let (delta, n) = replay(&index, &rec.ops, |lsn, id, len| {
+        misfits += 1;
         eprintln!(
-            "queryd: memory log record {lsn} (memory {id}) has a {len}-d vector, the index is {dim}-d (a different model?); not replayed: re-add it"
+            "queryd: memory log record {lsn} (memory {id}) has a {len}-d vector, the index is {dim}-d (a different model?); not replayed"
         )
     });
     if n > 0 {
@@ -188,6 +190,30 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
             delta,
             access: LogAccess::Damaged,
             damage: Some(d),
+            held: Some(wal),
+        };
+    }
+    if misfits > 0 {
+        // A flush would move `memory_lsn` past these records and truncate the log: they
+        // would be gone. Writes stop instead, and the log stays held so nothing else writes
+        // it; `queryd export` still reads them (it does not need their vectors).
+        let msg = format!(
+            "{misfits} record(s) of the memory log {} hold vectors of another dimension than \
+             the index's {dim} (embedded with another model); memory writes are disabled so \
+             that the log keeps them: stop queryd, save every memory with `queryd export \
+             --index {} --out FILE`, ingest FILE into the index with `indexer build \
+             --memories FILE` (re-embedded with its model), then move {WAL_FILE} away",
+            dir.join(WAL_FILE).display(),
+            dir.display(),
+        );
+        eprintln!("queryd: {msg}");
+        return Recovered {
+            wal: Err(WritesDisabled(msg)),
+            index,
+            manifest_mtime: mtime,
+            delta,
+            access: LogAccess::Disabled,
+            damage: None,
             held: Some(wal),
         };
     }
@@ -264,6 +290,22 @@ pub enum FlushError {
     Disabled,
     #[error("a memory flush was committed but could not be installed ({0}); restart queryd")]
     NotInstalled(String),
+    /// `MANIFEST` now names another model than the one the logged memories were embedded
+    /// with (an `indexer pull` or build replaced the index under the server): their vectors
+    /// would be written under the wrong model, so nothing is flushed and the log keeps them.
+    #[error(
+        "{dir}: MANIFEST now names model {now} ({now_dim} dims), but the memories in the log \
+         were embedded with {served} ({served_dim} dims); nothing was flushed and the log keeps \
+         them: save them (`queryd export --index {dir}`), then ingest the export into an index \
+         of the new model (`indexer build --memories FILE`)"
+    )]
+    ModelChanged {
+        dir: String,
+        now: String,
+        now_dim: u32,
+        served: String,
+        served_dim: u32,
+    },
     #[error(transparent)]
     Wal(#[from] WalError),
 }
@@ -287,6 +329,22 @@ pub fn flush(
     }
     if w.wal.is_err() {
         return Err(FlushError::Disabled);
+    }
+    let served = &cur.index.manifest;
+    if (m.model_id.as_str(), m.dim) != (served.model_id.as_str(), served.dim)
+        || cur
+            .delta
+            .entries
+            .values()
+            .any(|e| e.vector.len() != m.dim as usize)
+    {
+        return Err(FlushError::ModelChanged {
+            dir: dir.display().to_string(),
+            now: m.model_id.clone(),
+            now_dim: m.dim,
+            served: served.model_id.clone(),
+            served_dim: served.dim,
+        });
     }
     let base: Arc<Index> = if m.memory_segments == cur.index.manifest.memory_segments {
         Arc::clone(&cur.index)

@@ -34,10 +34,12 @@ use serde::Serialize;
 mod repair;
 pub use repair::{repair, KeptRecord, LostRange, RepairReport};
 
-pub const WAL_FILE: &str = "memory.wal";
+pub const WAL_FILE: &str = format::manifest::MEMORY_WAL_FILE;
 /// Beside the log: the pid of the process holding it.
 pub const PID_FILE: &str = "memory.wal.pid";
 const MAGIC: &[u8; 8] = b"CIXWAL01";
+// What the indexer and sync take for "the log holds records" (`format::manifest`).
+const _: () = assert!(MAGIC.len() as u64 == format::manifest::MEMORY_WAL_HEADER_BYTES);
 /// Largest payload accepted when reading (a corrupt length must not allocate gigabytes).
 const MAX_PAYLOAD: usize = 64 << 20;
 

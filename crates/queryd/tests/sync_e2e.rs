@@ -687,6 +687,10 @@ fn pushed_memories_arrive_once_and_local_deletes_stay_deleted() {
         ..PushOptions::default()
     };
     assert!(sync::push(&ix.index, &remote, &with).unwrap().committed);
+    // The pusher records what it sent, as a pull records what it added.
+    let sent = format::IndexManifest::read(&ix.index).unwrap();
+    assert_eq!(sent.pulled_memory_segments.len(), 1, "{sent:?}");
+    assert_eq!(sent.pulled_memory_segments[0], sent.memory_segments[0].id);
     let p = pull(&remote, &local);
     assert_eq!(p.memory_segments_added, 1, "{p:?}");
     let mut m = format::IndexManifest::read(&local).unwrap();
@@ -707,6 +711,60 @@ fn pushed_memories_arrive_once_and_local_deletes_stay_deleted() {
         "a deleted memory came back"
     );
     assert_eq!(answers(&local), answers(&ix.index));
+
+    // Deleted on the machine that pushed it: pulling its own push back does not revive it.
+    let mut m = format::IndexManifest::read(&ix.index).unwrap();
+    m.memory_segments.clear();
+    m.generation += 1;
+    m.commit(&ix.index).unwrap();
+    let p = pull(&remote, &ix.index);
+    assert_eq!(p.memory_segments_added, 0, "{p:?}");
+    assert!(
+        format::IndexManifest::read(&ix.index)
+            .unwrap()
+            .memory_segments
+            .is_empty(),
+        "a memory deleted by its pusher came back"
+    );
+}
+
+/// Memories that only the memory log holds (a server's first memories, before its first
+/// flush) count as memories: a pull of another model's index is refused and changes nothing,
+/// and so is a pull into a directory that holds a log but no MANIFEST.
+#[test]
+fn a_pull_of_another_model_keeps_memories_only_the_log_holds() {
+    let ix = cix_tests::indexed_fixture();
+    let store = ix.tmp.path().join("store");
+    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
+    push(&ix.index, &remote);
+    let local = ix.tmp.path().join("pulled");
+    pull(&remote, &local);
+    let mut m = format::IndexManifest::read(&local).unwrap();
+    assert!(m.memory_segments.is_empty() && m.memory_lsn == 0);
+    m.model_id = "another-model".into();
+    m.commit(&local).unwrap();
+    let log = local.join(format::manifest::MEMORY_WAL_FILE);
+    let logged = b"CIXWAL01 a record or two".to_vec();
+    std::fs::write(&log, &logged).unwrap();
+    let before = std::fs::read(local.join(format::manifest::MANIFEST)).unwrap();
+    match sync::pull(&remote, &local, &PullOptions::default()) {
+        Err(SyncError::Mismatch(why)) => assert!(why.contains("another-model"), "{why}"),
+        other => panic!("expected a model mismatch, got {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(local.join(format::manifest::MANIFEST)).unwrap(),
+        before
+    );
+    assert_eq!(std::fs::read(&log).unwrap(), logged);
+
+    let bare = ix.tmp.path().join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::write(bare.join(format::manifest::MEMORY_WAL_FILE), &logged).unwrap();
+    match sync::pull(&remote, &bare, &PullOptions::default()) {
+        Err(SyncError::Mismatch(why)) => assert!(why.contains("no MANIFEST"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!bare.join(format::manifest::MANIFEST).exists());
 }
 
 /// A web server over `dir` that, for any path ending in `stall`, sends the headers and half of

@@ -99,8 +99,13 @@ fn read_local(dir: &Path) -> Result<Option<IndexManifest>> {
     }
 }
 
-fn has_memories(m: &IndexManifest) -> bool {
-    !m.memory_segments.is_empty() || m.memory_lsn > 0
+/// Whether the index at `dir` (MANIFEST `m`) holds memories: memory segments, a flush
+/// position, or records in its memory log (a server keeps its first memories only there
+/// until it flushes).
+fn has_memories(dir: &Path, m: &IndexManifest) -> bool {
+    !m.memory_segments.is_empty()
+        || m.memory_lsn > 0
+        || format::manifest::memory_wal_holds_records(dir)
 }
 
 fn pull_manifest(
@@ -114,7 +119,7 @@ fn pull_manifest(
         ..PullReport::default()
     };
     let check_model = |local: &IndexManifest| {
-        if has_memories(local)
+        if has_memories(dir, local)
             && (local.model_id != head.index.model_id || local.dim != head.index.dim)
         {
             return Err(SyncError::Mismatch(format!(
@@ -133,7 +138,21 @@ fn pull_manifest(
         }
         Ok(())
     };
-    if let Some(local) = read_local(dir)? {
+    let local = read_local(dir)?;
+    if local.is_none() && format::manifest::memory_wal_holds_records(dir) {
+        // Which model embedded the log's memories is recorded only in a MANIFEST.
+        return Err(SyncError::Mismatch(format!(
+            "{}: the directory holds a memory log ({}) but no MANIFEST, so which model \
+             embedded its memories is unknown; pulling would serve them under generation {}'s \
+             model ({}). Save them first (`queryd export --index {0}`), or pull into a new \
+             directory",
+            dir.display(),
+            format::manifest::MEMORY_WAL_FILE,
+            head.generation,
+            head.index.model_id,
+        )));
+    }
+    if let Some(local) = local {
         check_model(&local)?;
         let local_mem: HashSet<&str> = local
             .memory_segments

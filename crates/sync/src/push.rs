@@ -198,6 +198,15 @@ impl PendingPush {
         let before = remote.stats().snapshot();
         let generation = manifest.generation;
         let key = manifest_key(generation);
+        // Before the remote can name them: a later pull into this index must not add back the
+        // memory segments it sent (a memory deleted here after the push would come back).
+        let sent: Vec<String> = manifest
+            .index
+            .memory_segments
+            .iter()
+            .map(|s| s.id.clone())
+            .collect();
+        remember_sent_memories(&dir, &sent)?;
         remote.block_on(async {
             match remote.put_raw(&key, bytes.clone(), PutMode::Create).await {
                 Ok(_) => {}
@@ -251,6 +260,30 @@ impl PendingPush {
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }
+}
+
+/// Adds `ids` (memory segments this index is sending to a remote) to its MANIFEST's
+/// `pulled_memory_segments`, the segments a pull never adds again; a new generation, under
+/// the directory lock (a server may flush meanwhile). Nothing to do when all are there.
+/// Recorded before the remote commit: if that fails, the ids name segments that are local
+/// anyway (or were deleted here, which a pull must not undo either).
+fn remember_sent_memories(dir: &Path, ids: &[String]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let _lock = format::manifest::DirLock::acquire(dir)?;
+    let mut m = IndexManifest::read(dir)?;
+    let before = m.pulled_memory_segments.len();
+    for id in ids {
+        if !m.pulled_memory_segments.contains(id) {
+            m.pulled_memory_segments.push(id.clone());
+        }
+    }
+    if m.pulled_memory_segments.len() != before {
+        m.generation += 1;
+        m.commit(dir)?;
+    }
+    Ok(())
 }
 
 fn diff(a: [u64; 7], b: [u64; 7]) -> [u64; 7] {

@@ -163,8 +163,16 @@ impl Engine {
             (LogAccess::Damaged, _) => "read-only (damaged log)".to_string(),
             (_, why) => format!("read-only ({})", why.unwrap_or_default()),
         };
-        let healthy =
-            failure.is_none() && damage.is_none() && left_out.is_empty() && problems.is_empty();
+        // A second server reading the log another one holds is normal; writes disabled for
+        // any other reason (a damaged log, records of another model, a log that could not be
+        // opened) leave memories that cannot be written, or not all served.
+        let writes_broken = self.memory_access() != LogAccess::HeldElsewhere
+            && self.memory_writes_disabled().is_some();
+        let healthy = failure.is_none()
+            && damage.is_none()
+            && !writes_broken
+            && left_out.is_empty()
+            && problems.is_empty();
         Ok(StatusAnswer {
             health: if healthy { "ok" } else { "degraded" },
             memories,

@@ -214,3 +214,113 @@ fn a_corrupt_vectors_file_is_caught_by_the_verifier() {
     // A second pass finds nothing new.
     assert!(e.verify_pass().is_empty());
 }
+
+/// A flush never writes the log's memories under a model they were not embedded with: when
+/// MANIFEST names another model than the served one (an index pulled or rebuilt under the
+/// server), the flush is refused, nothing is committed and the log keeps the memory, which a
+/// server of the right model then serves.
+#[test]
+fn a_flush_under_another_model_is_refused_and_the_log_keeps_the_memory() {
+    let ix = indexed_fixture();
+    let manifest = format::IndexManifest::read(&ix.index).unwrap();
+    let log = ix.index.join(format::manifest::MEMORY_WAL_FILE);
+    {
+        let e = engine(&ix.index);
+        call(
+            &e,
+            "add_memories",
+            json!({"memories": [{"text": "Releases are cut from the main branch on Fridays.", "category": "process"}]}),
+        )
+        .unwrap();
+        let logged = std::fs::read(&log).unwrap();
+        let mut other = manifest.clone();
+        other.model_id = "another-model".into();
+        other.generation += 1;
+        other.commit(&ix.index).unwrap();
+        match e.flush_memories() {
+            Err(memory::store::FlushError::ModelChanged { now, .. }) => {
+                assert_eq!(now, "another-model")
+            }
+            other => panic!("expected a refused flush, got {other:?}"),
+        }
+        let after = format::IndexManifest::read(&ix.index).unwrap();
+        assert_eq!(after.generation, other.generation);
+        assert!(after.memory_segments.is_empty() && after.memory_lsn == 0);
+        assert_eq!(std::fs::read(&log).unwrap(), logged);
+    }
+    manifest.commit(&ix.index).unwrap();
+    let e = engine(&ix.index);
+    let texts: Vec<String> = list_all(&e)
+        .iter()
+        .map(|m| m["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(texts, ["Releases are cut from the main branch on Fridays."]);
+    e.flush_memories().unwrap();
+}
+
+/// Log records whose vectors do not fit the index (embedded with another model) are not
+/// dropped: memory writes are disabled so that no flush truncates the log past them, the
+/// index reports itself degraded with the way out, the other memories are served, and
+/// `queryd export` still writes every one of them.
+#[test]
+fn log_records_of_another_dimension_stop_writes_and_are_kept() {
+    let ix = indexed_fixture();
+    {
+        let e = engine(&ix.index);
+        call(
+            &e,
+            "add_memories",
+            json!({"memories": [{"text": "The cache is warmed at start-up.", "category": "fact"}]}),
+        )
+        .unwrap();
+    }
+    let (mut wal, rec) = memory::wal::Wal::open(&ix.index, 1).unwrap();
+    let mut record = match &rec.ops[..] {
+        [(_, memory::wal::WalOp::Put { record, .. })] => record.clone(),
+        other => panic!("expected one logged put, got {other:?}"),
+    };
+    record.id = "0193a000-0000-7000-8000-000000000001".into();
+    record.text = "Written by a server of another model.".into();
+    wal.append(&[memory::wal::WalOp::Put {
+        record,
+        vector: vec![0.125; 8],
+    }])
+    .unwrap();
+    drop(wal);
+    let log = ix.index.join(format::manifest::MEMORY_WAL_FILE);
+    let logged = std::fs::read(&log).unwrap();
+
+    let e = engine(&ix.index);
+    assert_eq!(e.memory_access(), memory::store::LogAccess::Disabled);
+    let why = e.memory_writes_disabled().unwrap();
+    assert!(
+        why.contains("another dimension") && why.contains("queryd export"),
+        "{why}"
+    );
+    let status = call(&e, "index_status", json!({})).unwrap();
+    assert_eq!(status["health"], "degraded", "{status}");
+    let texts: Vec<String> = list_all(&e)
+        .iter()
+        .map(|m| m["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(texts, ["The cache is warmed at start-up."]);
+    assert!(call(
+        &e,
+        "add_memories",
+        json!({"memories": [{"text": "refused while the log is kept"}]}),
+    )
+    .is_err());
+    assert!(e.flush_memories().is_err());
+    drop(e);
+    assert_eq!(std::fs::read(&log).unwrap(), logged);
+    let exported = memory::store::export(&ix.index).unwrap();
+    let mut ids: Vec<&str> = exported.memories.iter().map(|m| m.text.as_str()).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [
+            "The cache is warmed at start-up.",
+            "Written by a server of another model."
+        ]
+    );
+}
