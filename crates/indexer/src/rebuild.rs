@@ -152,8 +152,28 @@ pub fn recovered_manifest(
     Ok(Some(m))
 }
 
-/// `m` without its code segments and roots; memory segments that cannot be opened are moved
-/// aside. Refuses when the memories need another model.
+/// An error reading `p` that says nothing about its bytes (permissions, I/O errors, memory):
+/// a refusal, since moving the file aside would take its memories out of the index (and a
+/// tombstone file's deletes out of them) for good. A missing, truncated or invalid file is
+/// damage, which the caller moves aside.
+fn refuse_if_passing(err: &FormatError, p: &Path) -> Result<(), IndexerError> {
+    use std::io::ErrorKind::{InvalidData, NotFound, UnexpectedEof};
+    match err {
+        FormatError::Io { source, .. }
+            if !matches!(source.kind(), NotFound | UnexpectedEof | InvalidData) =>
+        {
+            Err(IndexerError::RebuildRefused(format!(
+                "could not read {} ({err}); it holds memories, so it was not moved aside: fix \
+                 the cause (permissions, the disk) and run the rebuild again",
+                p.display()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `m` without its code segments and roots; memory segments that cannot be opened because
+/// they are damaged are moved aside (an I/O error that is not damage refuses the rebuild). Refuses when the memories need another model.
 fn keep_memories(
     dir: &Path,
     mut m: IndexManifest,
@@ -187,6 +207,7 @@ fn keep_memories(
                 if let Some(t) = &e.tombstones {
                     let p = dir.join(&t.file);
                     if let Err(err) = tombstones::read(&p, model_id, &t.blake3, e.chunks) {
+                        refuse_if_passing(&err, &p)?;
                         // Its memories count as live again: a deleted one may come back, none
                         // is lost. The damaged file is kept aside.
                         if p.exists() {
@@ -202,6 +223,7 @@ fn keep_memories(
             }
             Err(err) => {
                 let p = dir.join(format::segment::dir_name(&e.id));
+                refuse_if_passing(&err, &p)?;
                 if p.exists() {
                     let to = move_aside(&p).map_err(fmt_err)?;
                     report.moved_aside.push((to, err.to_string()));
@@ -216,4 +238,40 @@ fn keep_memories(
     m.memory_segments = kept;
     m.generation += 1;
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only damage moves a memory file aside; an error that says nothing about its bytes
+    /// refuses the rebuild.
+    #[test]
+    fn only_damage_moves_memories_aside() {
+        let p = Path::new("/idx/seg-x");
+        let io = |kind| FormatError::Io {
+            path: p.to_path_buf(),
+            source: std::io::Error::from(kind),
+        };
+        for kind in [
+            std::io::ErrorKind::PermissionDenied,
+            std::io::ErrorKind::OutOfMemory,
+            std::io::ErrorKind::Other,
+        ] {
+            let why = refuse_if_passing(&io(kind), p).unwrap_err().to_string();
+            assert!(why.contains("not moved aside"), "{why}");
+        }
+        for kind in [
+            std::io::ErrorKind::NotFound,
+            std::io::ErrorKind::UnexpectedEof,
+            std::io::ErrorKind::InvalidData,
+        ] {
+            assert!(refuse_if_passing(&io(kind), p).is_ok());
+        }
+        let corrupt = FormatError::Corrupt {
+            path: p.to_path_buf(),
+            detail: "bad magic".into(),
+        };
+        assert!(refuse_if_passing(&corrupt, p).is_ok());
+    }
 }
