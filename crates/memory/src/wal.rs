@@ -63,7 +63,12 @@ pub enum WalError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} is not a memory log (bad magic); move it away to start a new one")]
+    #[error(
+        "{path} does not start as a memory log does (its header is damaged, or it is another \
+         file): its records are neither replayed nor exported, and memory writes are \
+         disabled; stop queryd and run `queryd repair-wal --index <index dir>`, which keeps \
+         the file aside and salvages every record it can read"
+    )]
     BadMagic { path: PathBuf },
     #[error("{path} is in use by another queryd{}; only one server may write memories to an index", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     Busy { path: PathBuf, pid: Option<u32> },

@@ -64,6 +64,9 @@ pub struct RepairReport {
     /// Records of an unfinished last batch (never acknowledged), not kept.
     pub torn_tail_records: u64,
     pub torn_tail_bytes: u64,
+    /// The log's first 8 bytes were not its magic: they were rewritten, and the records after
+    /// them salvaged like any others.
+    pub header_rewritten: bool,
 }
 
 fn kept(r: &Found) -> KeptRecord {
@@ -128,11 +131,20 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
     }
     let mut b = Vec::new();
     file.read_to_end(&mut b).map_err(io)?;
+    let original = b.clone();
     if b.len() < MAGIC.len() && MAGIC.starts_with(&b) {
         return Ok(report);
     }
     if !b.starts_with(MAGIC) {
-        return Err(WalError::BadMagic { path });
+        // A damaged header hides every record after it from replay and export: salvage
+        // them as after any damage (the original is kept aside below). A file of another
+        // kind yields no record, and is kept aside all the same.
+        if b.len() < MAGIC.len() {
+            b = MAGIC.to_vec();
+        } else {
+            b[..MAGIC.len()].copy_from_slice(MAGIC);
+        }
+        report.header_rewritten = true;
     }
     let s = salvage(&b);
     // Records kept: up to the last end of a batch; after it, an unacknowledged torn tail.
@@ -183,7 +195,7 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
             }
         }
     }
-    if interior.is_empty() {
+    if interior.is_empty() && !report.header_rewritten {
         return Ok(report); // clean, or only a torn tail: nothing to repair
     }
     // The original, kept aside first (never overwritten, never deleted).
@@ -193,7 +205,7 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
         .create_new(true)
         .open(&aside)
         .map_err(io)?;
-    f.write_all(&b).map_err(io)?;
+    f.write_all(&original).map_err(io)?;
     f.sync_all().map_err(io)?;
     drop(f);
     sync_parent(&aside);
@@ -240,6 +252,12 @@ impl std::fmt::Display for RepairReport {
                 .join(", ")
         };
         writeln!(f, "repaired {}", self.path.display())?;
+        if self.header_rewritten {
+            writeln!(
+                f,
+                "  its header was damaged (not a memory log's first 8 bytes): rewritten"
+            )?;
+        }
         if let Some(a) = &self.kept_aside {
             writeln!(f, "  original kept in {}", a.display())?;
         }
@@ -295,6 +313,44 @@ mod tests {
     use super::super::tests::{put, rec};
     use super::super::{read_only, Wal};
     use super::*;
+
+    /// A damaged header hid every record (open and export refuse such a file): the repair
+    /// rewrites it, keeps every record and the original aside; a file of another kind is
+    /// kept aside and replaced by an empty log.
+    #[test]
+    fn a_damaged_header_is_rewritten_and_its_records_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(WAL_FILE);
+        let (mut w, _) = Wal::open(d.path(), 1).unwrap();
+        w.append(&[put(1)]).unwrap();
+        w.append(&[put(2), put(3)]).unwrap();
+        drop(w);
+        let mut b = std::fs::read(&path).unwrap();
+        b[0] ^= 0x20;
+        std::fs::write(&path, &b).unwrap();
+        assert!(matches!(
+            Wal::open(d.path(), 1),
+            Err(WalError::BadMagic { .. })
+        ));
+        let r = repair(d.path()).unwrap();
+        assert!(r.repaired && r.header_rewritten, "{r:?}");
+        assert_eq!((r.records_kept, r.records_lost), (3, 0));
+        assert!(r.to_string().contains("header was damaged"), "{r}");
+        assert_eq!(std::fs::read(r.kept_aside.as_ref().unwrap()).unwrap(), b);
+        let (_, rec) = Wal::open(d.path(), 1).unwrap();
+        assert_eq!(rec.ops.iter().map(|o| o.0).collect::<Vec<_>>(), [1, 2, 3]);
+
+        let other = tempfile::tempdir().unwrap();
+        std::fs::write(other.path().join(WAL_FILE), b"not a log at all").unwrap();
+        let r = repair(other.path()).unwrap();
+        assert!(r.repaired && r.header_rewritten && r.records_kept == 0);
+        assert_eq!(
+            std::fs::read(r.kept_aside.as_ref().unwrap()).unwrap(),
+            b"not a log at all"
+        );
+        let (_, rec) = Wal::open(other.path(), 1).unwrap();
+        assert!(rec.ops.is_empty());
+    }
 
     #[test]
     fn salvages_every_readable_record_and_keeps_the_original() {
