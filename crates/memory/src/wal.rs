@@ -448,7 +448,15 @@ impl Wal {
                 n += 1;
                 aside = path.with_extension(format!("wal.cut-{ms}-{n}"));
             }
-            fsio::write_file(&aside, &b[end..]).map_err(io)?;
+            // Durable before the log is cut: a power cut between the two must not lose both
+            // copies of the bytes.
+            let mut f = fsio::create(&aside).map_err(io)?;
+            fsio::write_all(&mut f, &aside, &b[end..]).map_err(io)?;
+            fsio::sync_all(&f, &aside).map_err(io)?;
+            drop(f);
+            if let Some(d) = aside.parent() {
+                fsio::sync_dir(d).map_err(io)?;
+            }
             rec.cut_reason = Some(format!(
                 "{}; the {} bytes cut are kept in {}",
                 why.unwrap_or_else(|| "corrupt record".into()),
