@@ -89,7 +89,9 @@ fn run<A: DeserializeOwned, R: Serialize>(
 ) -> Result<Value, CallError> {
     let a: A = serde_json::from_value(args).map_err(|e| CallError::InvalidArguments {
         tool: tool.to_string(),
-        reason: e.to_string(),
+        // Serde quotes the offending value (an unknown variant, a string where a number
+        // goes): cut like a tool error, so a megabyte argument is not echoed back whole.
+        reason: crate::tools::common::bounded(&e.to_string()).into_owned(),
     })?;
     f(&a)
         .and_then(|v| serde_json::to_value(v).map_err(|e| ToolError::Internal(e.to_string())))

@@ -247,6 +247,10 @@ pub const MAX_LIST: usize = 64;
 /// Longest tag key and tag value, in bytes.
 pub const MAX_TAG_KEY: usize = 64;
 pub const MAX_TAG_VALUE: usize = 256;
+/// Longest `symbol_id` of a new code reference, in bytes.
+pub const MAX_SYMBOL_ID_BYTES: usize = 1024;
+/// What a code reference's `code_hash` starts with; 64 lower-case hex digits follow.
+pub const CODE_HASH_PREFIX: &str = "sha256:";
 
 /// How a memory segment's reverse SIMILAR table disagrees with its records.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -286,6 +290,14 @@ pub enum RecordError {
     RefPath(String),
     #[error("code reference lines {start}-{end} are invalid: lines are 1-based and end ≥ start")]
     RefLines { start: u32, end: u32 },
+    #[error("code reference `{what}` is {len} bytes; at most {max} bytes are allowed")]
+    RefFieldTooLong {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("code_hash `{0}` must be `sha256:` followed by 64 lower-case hex digits; leave it out to have it computed from the file")]
+    RefCodeHash(String),
     #[error("`{0}` is not a memory id (a lower-case hyphenated UUID)")]
     BadId(String),
     #[error("the memory text is empty")]
@@ -399,8 +411,55 @@ pub fn is_uuid(s: &str) -> bool {
         })
 }
 
+/// True for `sha256:` followed by exactly 64 lower-case hex digits (the form of a code
+/// reference's `code_hash`).
+pub fn is_code_hash(s: &str) -> bool {
+    s.strip_prefix(CODE_HASH_PREFIX).is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Checks the fields of a code reference as a tool receives it, before it is completed:
+/// `repo` and `git_commit` one line of at most [`MAX_FIELD_BYTES`], `symbol_id` one line of
+/// at most [`MAX_SYMBOL_ID_BYTES`], no control characters, and `code_hash` empty or
+/// [`is_code_hash`]. Only new input is held to these rules: [`validate_record`] (which stored
+/// records, dumps and updates of other fields go through) does not apply them, so a record
+/// stored before them stays loadable and updatable.
+pub fn validate_new_code_ref(r: &CodeRef) -> Result<(), RecordError> {
+    for (what, label, v, max) in [
+        ("repo", "code reference repo", &r.repo, MAX_FIELD_BYTES),
+        (
+            "git_commit",
+            "code reference git_commit",
+            &r.git_commit,
+            MAX_FIELD_BYTES,
+        ),
+        (
+            "symbol_id",
+            "code reference symbol_id",
+            &r.symbol_id,
+            MAX_SYMBOL_ID_BYTES,
+        ),
+    ] {
+        if v.len() > max {
+            return Err(RecordError::RefFieldTooLong {
+                what,
+                len: v.len(),
+                max,
+            });
+        }
+        check_controls(label, v, false)?;
+    }
+    if !r.code_hash.is_empty() && !is_code_hash(&r.code_hash) {
+        return Err(RecordError::RefCodeHash(clip(&r.code_hash)));
+    }
+    Ok(())
+}
+
 /// Checks a code reference's shape: a relative path without `..`, lines 1-based with
-/// end ≥ start.
+/// end ≥ start. The other fields are checked only when new ([`validate_new_code_ref`]).
 pub fn validate_code_ref(r: &CodeRef) -> Result<(), RecordError> {
     if r.path.trim().is_empty() {
         return Err(RecordError::RefNoPath);
@@ -614,5 +673,99 @@ mod tests {
         assert!(validate_code_ref(&cr("src/a.rs", 5, 4)).is_err());
         assert!(validate_code_ref(&cr("../etc/passwd", 1, 1)).is_err());
         assert!(validate_code_ref(&cr("/etc/passwd", 1, 1)).is_err());
+    }
+
+    #[test]
+    fn code_hash_shape() {
+        let hex = "0123456789abcdef".repeat(4);
+        assert!(is_code_hash(&format!("sha256:{hex}")));
+        for bad in [
+            String::new(),
+            "sha256:".into(),
+            hex.clone(),
+            format!("sha256:{}", &hex[1..]),
+            format!("sha256:{hex}0"),
+            format!("sha256:{}", hex.to_uppercase()),
+            format!("SHA256:{hex}"),
+            format!("sha256:{}g", &hex[1..]),
+            format!("sha256: {}", &hex[1..]),
+            format!("md5:{hex}"),
+        ] {
+            assert!(!is_code_hash(&bad), "{bad}");
+        }
+    }
+
+    /// New code references: control characters and over-long `repo`, `git_commit` and
+    /// `symbol_id` are refused, and `code_hash` must be well formed; a stored record holding
+    /// such values still passes [`validate_record`] (it stays loadable and updatable).
+    #[test]
+    fn new_code_ref_fields() {
+        let ok = CodeRef {
+            repo: "app".into(),
+            path: "src/a.rs".into(),
+            start_line: 1,
+            end_line: 2,
+            symbol_id: "rust:src/a.rs:Thing::run".into(),
+            git_commit: "0123456789abcdef0123456789abcdef01234567".into(),
+            code_hash: format!("sha256:{}", "ab".repeat(32)),
+            created_at: 0,
+            last_verified_at: None,
+            stale_since: None,
+            confidence: None,
+            reason: String::new(),
+        };
+        assert!(validate_new_code_ref(&ok).is_ok());
+        assert!(validate_new_code_ref(&CodeRef {
+            repo: String::new(),
+            symbol_id: String::new(),
+            git_commit: String::new(),
+            code_hash: String::new(),
+            ..ok.clone()
+        })
+        .is_ok());
+        assert!(validate_new_code_ref(&CodeRef {
+            repo: "r".repeat(MAX_FIELD_BYTES),
+            git_commit: "g".repeat(MAX_FIELD_BYTES),
+            symbol_id: "s".repeat(MAX_SYMBOL_ID_BYTES),
+            ..ok.clone()
+        })
+        .is_ok());
+        let bad = |f: &dyn Fn(&mut CodeRef)| {
+            let mut r = ok.clone();
+            f(&mut r);
+            let e = validate_new_code_ref(&r).unwrap_err().to_string();
+            // Stored as is, the record still validates.
+            let rec = MemoryRecord {
+                code_refs: vec![r],
+                ..record()
+            };
+            assert!(validate_record(&rec).is_ok(), "{e}");
+            e
+        };
+        let e = bad(&|r| r.git_commit = format!("\x1b[31m{}", "a".repeat(100_000)));
+        assert!(
+            e.contains("`git_commit` is 100005 bytes; at most 256"),
+            "{e}"
+        );
+        let e = bad(&|r| r.git_commit = "abc\x1b[2J".into());
+        assert!(e.contains("git_commit") && e.contains("U+001B"), "{e}");
+        let e = bad(&|r| r.repo = "r".repeat(MAX_FIELD_BYTES + 1));
+        assert!(e.contains("`repo` is 257 bytes"), "{e}");
+        let e = bad(&|r| r.repo = "app\n".into());
+        assert!(e.contains("repo") && e.contains("U+000A"), "{e}");
+        let e = bad(&|r| r.symbol_id = "s".repeat(MAX_SYMBOL_ID_BYTES + 1));
+        assert!(e.contains("`symbol_id` is 1025 bytes; at most 1024"), "{e}");
+        let e = bad(&|r| r.symbol_id = "a\0b".into());
+        assert!(e.contains("symbol_id") && e.contains("U+0000"), "{e}");
+        let e = bad(&|r| r.code_hash = "sha256:xyz".into());
+        assert!(
+            e.contains("`sha256:xyz`") && e.contains("64 lower-case hex"),
+            "{e}"
+        );
+        let e = bad(&|r| r.code_hash = format!("sha256:{}", "A".repeat(100_000)));
+        assert!(
+            e.len() < 300 && e.contains("bytes)"),
+            "echo is clipped: {e}"
+        );
     }
 }

@@ -9,11 +9,15 @@
 //! - Paths resolve inside the roots `MANIFEST` records ([`resolve_path`]): `..`, absolute
 //!   paths, symlinks that leave the root and sibling-prefix tricks (`/src/app-old` for root
 //!   `/src/app`) are refused.
+//!   A path with a `.git` component is refused (the indexer never reads `.git`).
 //! - [`check_ref`]: the file is gone → stale (`deleted`); the lines still hash the same →
-//!   fresh; a same-length block elsewhere in the file hashes the same, or the symbol's current
-//!   lines do → relocated (fresh, new lines); otherwise stale (`changed`). Files are read
-//!   through a cache keyed by (path, mtime, size), so checking an unchanged file costs a
-//!   `stat` and a hash of the block.
+//!   fresh; a same-length block elsewhere in the file hashes the same (searched outward from
+//!   the old start, nearest first, the lower start on a tie, at most [`RELOCATE_BUDGET`] lines
+//!   hashed per check), or the symbol's current lines do → relocated (fresh, new lines);
+//!   otherwise stale (`changed`). A file over [`MAX_FILE_BYTES`], or one that cannot be read,
+//!   is not read: unverified. Files are read through a cache keyed by (path, mtime, size) and
+//!   bounded in files and bytes, so checking an unchanged file costs a `stat` and a hash of
+//!   the block.
 //! - [`confidence`]: 0.3·verification recency (1 → 0 over 30 days since `last_verified_at`;
 //!   0.5 if never verified; 0 when a reference is stale: the check refuted it) + 0.2·min(1,
 //!   evidence/3) + 0.3·(1.0 if no reference is stale, else 0.2) + 0.2·(1.0 for `user`, else
@@ -31,7 +35,7 @@ use sha2::{Digest, Sha256};
 
 use code::CodeView;
 
-pub const HASH_PREFIX: &str = "sha256:";
+pub const HASH_PREFIX: &str = format::memory::CODE_HASH_PREFIX;
 const DAY_MS: f64 = 86_400_000.0;
 
 /// `file:<path>#L<start>-L<end>` (`#L<n>` for one line).
@@ -55,6 +59,9 @@ pub enum CodeRefError {
     Escapes(String),
     #[error("code reference path `{0}` names no file")]
     NoFile(String),
+    /// Holds the clipped path.
+    #[error("code reference path `{0}` is inside a `.git` directory, which is never indexed; reference a source file instead")]
+    GitDir(String),
     #[error("no indexed repository `{repo}`; the index holds: {known}")]
     UnknownRepo { repo: String, known: String },
     #[error("code reference path `{path}` resolves to {resolved}, outside the root {root}")]
@@ -121,46 +128,155 @@ pub struct FileView {
     pub lines: Vec<String>,
 }
 
-/// A cached file: (mtime, size) it was read at, and its lines.
-type Cached = (SystemTime, u64, Arc<FileView>);
-
-/// Files read for checks, keyed by path and revalidated by (mtime, size).
-#[derive(Default)]
-pub struct FileCache {
-    files: Mutex<HashMap<PathBuf, Cached>>,
+impl FileView {
+    /// About how many bytes of memory the view holds: the text and one `String` per line.
+    fn cost(&self) -> u64 {
+        self.lines
+            .iter()
+            .map(|l| (l.capacity() + std::mem::size_of::<String>()) as u64)
+            .sum()
+    }
 }
 
+/// Largest file a code reference can name, in bytes: a larger one is never read.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+/// Most files and about the most bytes ([`FileView`]s' memory) [`FileCache`] keeps; past
+/// either it starts over.
 const CACHE_FILES: usize = 4096;
+const CACHE_BYTES: u64 = 256 << 20;
+
+/// Why [`FileCache::get`] has no lines for a path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    /// It does not exist or is not a regular file.
+    #[error("no such file")]
+    Missing,
+    #[error("the file is {size} bytes, over the {limit}-byte ({} MiB) limit on files code references name", limit >> 20)]
+    TooLarge { size: u64, limit: u64 },
+    /// It exists but reading it failed (the I/O error's text).
+    #[error("the file cannot be read: {0}")]
+    Unreadable(String),
+}
+
+/// A cached file: (mtime, size) it was read at, its lines and their cost.
+type Cached = (SystemTime, u64, Arc<FileView>, u64);
+
+#[derive(Default)]
+struct Files {
+    map: HashMap<PathBuf, Cached>,
+    /// The sum of the cached views' costs.
+    bytes: u64,
+}
+
+/// Files read for checks, keyed by path and revalidated by (mtime, size); at most
+/// [`MAX_FILE_BYTES`] per file, and bounded in files and bytes.
+pub struct FileCache {
+    files: Mutex<Files>,
+    max_file: u64,
+    max_files: usize,
+    max_bytes: u64,
+}
+
+impl Default for FileCache {
+    fn default() -> FileCache {
+        FileCache::with_limits(MAX_FILE_BYTES, CACHE_FILES, CACHE_BYTES)
+    }
+}
 
 impl FileCache {
-    /// The current content of `p`; `None` if it does not exist (or is not a readable file).
-    pub fn get(&self, p: &Path) -> Option<Arc<FileView>> {
-        let md = std::fs::metadata(p).ok().filter(|m| m.is_file())?;
-        let key = (md.modified().ok()?, md.len());
-        if let Some((t, n, v)) = self.lock().get(p) {
-            if (*t, *n) == key {
-                return Some(Arc::clone(v));
+    /// A cache reading files of at most `max_file` bytes and keeping at most `max_files`
+    /// files and about `max_bytes` bytes.
+    pub fn with_limits(max_file: u64, max_files: usize, max_bytes: u64) -> FileCache {
+        FileCache {
+            files: Mutex::default(),
+            max_file,
+            max_files,
+            max_bytes,
+        }
+    }
+
+    /// The current content of `p`. A file over the size limit is not read.
+    pub fn get(&self, p: &Path) -> Result<Arc<FileView>, FileError> {
+        let md = std::fs::metadata(p)
+            .ok()
+            .filter(|m| m.is_file())
+            .ok_or(FileError::Missing)?;
+        let key = (md.modified().ok(), md.len());
+        if md.len() > self.max_file {
+            return Err(FileError::TooLarge {
+                size: md.len(),
+                limit: self.max_file,
+            });
+        }
+        if let (Some(t), Some((ct, n, v, _))) = (key.0, self.lock().map.get(p)) {
+            if (*ct, *n) == (t, key.1) {
+                return Ok(Arc::clone(v));
             }
         }
-        let text = std::fs::read(p).ok()?;
+        let text = self.read(p)?;
         let text = String::from_utf8_lossy(&text);
         let v = Arc::new(FileView {
             lines: text.lines().map(str::to_string).collect(),
         });
+        // Without an mtime a file cannot be revalidated: not cached.
+        let Some(mtime) = key.0 else {
+            return Ok(v);
+        };
+        let cost = v.cost();
         let mut m = self.lock();
-        if m.len() >= CACHE_FILES {
-            m.clear();
+        if let Some(old) = m.map.remove(p) {
+            m.bytes = m.bytes.saturating_sub(old.3);
         }
-        m.insert(p.to_path_buf(), (key.0, key.1, Arc::clone(&v)));
-        Some(v)
+        // A view larger than the whole budget is served, not kept.
+        if cost <= self.max_bytes {
+            if m.map.len() >= self.max_files || m.bytes.saturating_add(cost) > self.max_bytes {
+                m.map.clear();
+                m.bytes = 0;
+            }
+            m.bytes += cost;
+            m.map
+                .insert(p.to_path_buf(), (mtime, key.1, Arc::clone(&v), cost));
+        }
+        Ok(v)
+    }
+
+    /// The bytes of `p`, at most the size limit (a file that grew past it since the `stat` is
+    /// refused, not read whole).
+    fn read(&self, p: &Path) -> Result<Vec<u8>, FileError> {
+        use std::io::Read;
+        let io = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => FileError::Missing,
+            _ => FileError::Unreadable(e.to_string()),
+        };
+        let f = std::fs::File::open(p).map_err(io)?;
+        let mut buf = Vec::new();
+        (&f).take(self.max_file.saturating_add(1))
+            .read_to_end(&mut buf)
+            .map_err(io)?;
+        if buf.len() as u64 > self.max_file {
+            let now = f.metadata().map_or(0, |m| m.len());
+            return Err(FileError::TooLarge {
+                size: now.max(buf.len() as u64),
+                limit: self.max_file,
+            });
+        }
+        Ok(buf)
     }
 
     /// Forgets every cached file (the next check reads from disk).
     pub fn clear(&self) {
-        self.lock().clear();
+        let mut m = self.lock();
+        m.map.clear();
+        m.bytes = 0;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Cached>> {
+    /// (files, bytes) held now.
+    pub fn held(&self) -> (usize, u64) {
+        let m = self.lock();
+        (m.map.len(), m.bytes)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Files> {
         self.files.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -172,9 +288,13 @@ pub fn clean_path(p: &str) -> Result<String, CodeRefError> {
     if p.is_empty() {
         return Err(CodeRefError::NoPath);
     }
-    let parts = clean_relative(Path::new(&p)).ok_or_else(|| CodeRefError::Escapes(p.clone()))?;
+    let parts = clean_relative(Path::new(&p))
+        .ok_or_else(|| CodeRefError::Escapes(format::memory::clip(&p)))?;
     if parts.is_empty() {
-        return Err(CodeRefError::NoFile(p));
+        return Err(CodeRefError::NoFile(format::memory::clip(&p)));
+    }
+    if parts.iter().any(|c| c.eq_ignore_ascii_case(".git")) {
+        return Err(CodeRefError::GitDir(format::memory::clip(&p)));
     }
     Ok(parts.join("/"))
 }
@@ -302,6 +422,46 @@ impl RefStatus {
     }
 }
 
+/// Most lines [`check_ref`] hashes looking for a moved block (a long stale block in a long
+/// file costs a bounded amount on every read).
+pub const RELOCATE_BUDGET: u64 = 200_000;
+
+/// The start of a `len`-line block of `lines` hashing to `hash`, nearest to `start` (at equal
+/// distance the lower start), searched outward from `start` (`start`, `start - 1`,
+/// `start + 1`, `start - 2`, …) until found or `budget` lines have been hashed.
+pub fn relocate(lines: &[String], hash: &str, start: u32, len: u32, budget: u64) -> Option<u32> {
+    let n = lines.len() as u64;
+    let len64 = u64::from(len);
+    if len == 0 || len64 > n {
+        return None;
+    }
+    // Starts 1..=last hold a whole block.
+    let last = n - len64 + 1;
+    let start = u64::from(start).clamp(1, last);
+    let mut spent = 0u64;
+    let mut try_at = |s: u64| -> Option<Option<u32>> {
+        spent += len64;
+        if spent > budget {
+            return None;
+        }
+        let s = s as u32;
+        Some((block_hash(lines, s, s + len - 1).as_deref() == Some(hash)).then_some(s))
+    };
+    for d in 0..last {
+        let below = start.checked_sub(d).filter(|&s| s >= 1);
+        let above = (d > 0).then_some(start + d).filter(|&s| s <= last);
+        if below.is_none() && above.is_none() {
+            break;
+        }
+        for s in [below, above].into_iter().flatten() {
+            if let Some(found) = try_at(s)? {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
 /// What checks need: the roots, the file cache and the snapshot (for symbol lookups).
 pub struct RefCtx<'a> {
     pub roots: &'a [RootEntry],
@@ -329,29 +489,39 @@ pub fn check_ref(ctx: &RefCtx<'_>, r: &CodeRef) -> RefStatus {
             }
         }
     };
-    let Some(view) = ctx.cache.get(&full) else {
-        return RefStatus::Stale {
-            reason: "deleted".into(),
+    if !format::memory::is_code_hash(&r.code_hash) {
+        return RefStatus::Unverified {
+            reason: format!(
+                "the recorded code hash `{}` is not sha256: + 64 hex digits",
+                format::memory::clip(&r.code_hash)
+            ),
         };
+    }
+    let view = match ctx.cache.get(&full) {
+        Ok(v) => v,
+        Err(FileError::Missing) => {
+            return RefStatus::Stale {
+                reason: "deleted".into(),
+            }
+        }
+        Err(e) => {
+            return RefStatus::Unverified {
+                reason: format!("not checked: {e}"),
+            }
+        }
     };
     if block_hash(&view.lines, r.start_line, r.end_line).as_deref() == Some(&r.code_hash) {
         return RefStatus::Fresh;
     }
     // Moved: the same block elsewhere, nearest to where it was.
     let len = r.end_line.saturating_sub(r.start_line) + 1;
-    let n = view.lines.len() as u32;
-    let mut best: Option<u32> = None;
-    if len <= n {
-        for s in 1..=n - len + 1 {
-            if best.is_some_and(|b| b.abs_diff(r.start_line) <= s.abs_diff(r.start_line)) {
-                continue;
-            }
-            if block_hash(&view.lines, s, s + len - 1).as_deref() == Some(&r.code_hash) {
-                best = Some(s);
-            }
-        }
-    }
-    if let Some(s) = best {
+    if let Some(s) = relocate(
+        &view.lines,
+        &r.code_hash,
+        r.start_line,
+        len,
+        RELOCATE_BUDGET,
+    ) {
         return RefStatus::Relocated {
             start: s,
             end: s + len - 1,
@@ -533,6 +703,272 @@ mod tests {
             git_head(none.path()).is_none()
                 || none.path().ancestors().any(|p| p.join(".git").exists())
         );
+    }
+
+    /// A checking context over `root` (repo `app`) with an empty code index.
+    struct Fixture {
+        _index: tempfile::TempDir,
+        roots: Vec<RootEntry>,
+        code: CodeView,
+        cache: FileCache,
+    }
+
+    impl Fixture {
+        fn new(root: &Path, cache: FileCache) -> Fixture {
+            let index = tempfile::tempdir().unwrap();
+            format::IndexManifest::empty("m", 4)
+                .commit(index.path())
+                .unwrap();
+            let code = CodeView::open(index.path()).unwrap();
+            Fixture {
+                _index: index,
+                roots: vec![RootEntry {
+                    repo: "app".into(),
+                    path: std::fs::canonicalize(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                    ..RootEntry::default()
+                }],
+                code,
+                cache,
+            }
+        }
+
+        fn check(&self, r: &CodeRef) -> RefStatus {
+            let ctx = RefCtx {
+                roots: &self.roots,
+                cache: &self.cache,
+                code: &self.code,
+            };
+            check_ref(&ctx, r)
+        }
+    }
+
+    fn code_ref(path: &str, start: u32, end: u32, hash: String) -> CodeRef {
+        CodeRef {
+            repo: String::new(),
+            path: path.into(),
+            start_line: start,
+            end_line: end,
+            symbol_id: String::new(),
+            git_commit: String::new(),
+            code_hash: hash,
+            created_at: 0,
+            last_verified_at: None,
+            stale_since: None,
+            confidence: None,
+            reason: String::new(),
+        }
+    }
+
+    fn numbered(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("line {i}")).collect()
+    }
+
+    #[test]
+    fn git_components_are_refused() {
+        for bad in [".git/config", "sub/.git/HEAD", ".GIT/config", "./.git"] {
+            let e = clean_path(bad).unwrap_err();
+            assert!(matches!(e, CodeRefError::GitDir(_)), "{bad}: {e}");
+            assert!(e.to_string().contains("`.git`"), "{e}");
+        }
+        for ok in [".github/workflows/ci.yml", ".gitignore", "src/git/mod.rs"] {
+            assert!(clean_path(ok).is_ok(), "{ok}");
+        }
+    }
+
+    /// The search goes outward from the old start: the nearest match wins, the lower start on
+    /// a tie; a start past the end of a shorter file searches down from the last block.
+    #[test]
+    fn relocation_is_nearest_first_lower_on_ties() {
+        let block = ["fn moved() {", "    body()", "}"];
+        let h = {
+            let l: Vec<String> = block.iter().map(|s| s.to_string()).collect();
+            block_hash(&l, 1, 3).unwrap()
+        };
+        let with_at = |n: usize, at: &[usize]| {
+            let mut l = numbered(n);
+            for &a in at {
+                for (i, b) in block.iter().enumerate() {
+                    l[a - 1 + i] = b.to_string();
+                }
+            }
+            l
+        };
+        // Equal distance (2) below and above: the lower start.
+        assert_eq!(
+            relocate(&with_at(100, &[48, 52]), &h, 50, 3, u64::MAX),
+            Some(48)
+        );
+        // Nearer above than below.
+        assert_eq!(
+            relocate(&with_at(100, &[46, 52]), &h, 50, 3, u64::MAX),
+            Some(52)
+        );
+        // Nearer below.
+        assert_eq!(
+            relocate(&with_at(100, &[49, 53]), &h, 50, 3, u64::MAX),
+            Some(49)
+        );
+        // At the start itself, and far away at either end.
+        assert_eq!(
+            relocate(&with_at(100, &[50]), &h, 50, 3, u64::MAX),
+            Some(50)
+        );
+        assert_eq!(relocate(&with_at(100, &[1]), &h, 50, 3, u64::MAX), Some(1));
+        assert_eq!(
+            relocate(&with_at(100, &[98]), &h, 50, 3, u64::MAX),
+            Some(98)
+        );
+        // The old start lies past the end of the file now.
+        assert_eq!(
+            relocate(&with_at(30, &[20, 28]), &h, 90, 3, u64::MAX),
+            Some(28)
+        );
+        assert_eq!(relocate(&with_at(100, &[]), &h, 50, 3, u64::MAX), None);
+        assert_eq!(relocate(&with_at(2, &[]), &h, 1, 3, u64::MAX), None);
+        // The budget: 56 is the 13th start tried (50, 49, 51, … 44, 56), 3 lines each.
+        let l = with_at(100, &[56]);
+        assert_eq!(relocate(&l, &h, 50, 3, 3 * 13), Some(56));
+        assert_eq!(relocate(&l, &h, 50, 3, 3 * 13 - 1), None);
+        // A block longer than the budget is never hashed.
+        assert_eq!(relocate(&with_at(100, &[50]), &h, 50, 3, 2), None);
+        // Same as an exhaustive scan for every start and every placement.
+        let l = with_at(20, &[5, 13]);
+        for start in 1..=25u32 {
+            let want = [5u32, 13]
+                .into_iter()
+                .min_by_key(|&s| (s.abs_diff(start), s));
+            assert_eq!(relocate(&l, &h, start, 3, u64::MAX), want, "start {start}");
+        }
+    }
+
+    /// check_ref on files: fresh, relocated, stale (changed, deleted); a long stale block in
+    /// a long file is answered promptly; a file over the size limit is unverified, not read
+    /// and not `deleted`; a malformed recorded hash is unverified.
+    #[test]
+    fn check_ref_on_files() {
+        let d = tempfile::tempdir().unwrap();
+        let fx = Fixture::new(d.path(), FileCache::default());
+        let text = |l: &[String]| l.join("\n") + "\n";
+        let mut l = numbered(200);
+        std::fs::write(d.path().join("a.rs"), text(&l)).unwrap();
+        let h = block_hash(&l, 10, 12).unwrap();
+        assert_eq!(
+            fx.check(&code_ref("a.rs", 10, 12, h.clone())),
+            RefStatus::Fresh
+        );
+        l.insert(0, "// new first line".into());
+        std::fs::write(d.path().join("a.rs"), text(&l)).unwrap();
+        fx.cache.clear();
+        assert_eq!(
+            fx.check(&code_ref("a.rs", 10, 12, h.clone())),
+            RefStatus::Relocated { start: 11, end: 13 }
+        );
+        l[11] = "edited".into();
+        std::fs::write(d.path().join("a.rs"), text(&l)).unwrap();
+        fx.cache.clear();
+        assert!(matches!(
+            fx.check(&code_ref("a.rs", 10, 12, h.clone())),
+            RefStatus::Stale { reason } if reason.starts_with("changed")
+        ));
+        assert_eq!(
+            fx.check(&code_ref("gone.rs", 10, 12, h.clone())),
+            RefStatus::Stale {
+                reason: "deleted".into()
+            }
+        );
+        let st = fx.check(&code_ref("a.rs", 10, 12, "sha256:abc".into()));
+        assert!(
+            matches!(&st, RefStatus::Unverified { reason } if reason.contains("sha256:abc")),
+            "{st:?}"
+        );
+        let st = fx.check(&code_ref(".git/config", 1, 1, h.clone()));
+        assert!(matches!(st, RefStatus::Unverified { .. }), "{st:?}");
+
+        // 15,000 stale lines in a 30,000-line file: bounded work, then stale.
+        let long = numbered(30_000);
+        std::fs::write(d.path().join("long.rs"), text(&long)).unwrap();
+        let t = std::time::Instant::now();
+        let st = fx.check(&code_ref("long.rs", 7_000, 21_999, h.clone()));
+        assert!(st.is_stale(), "{st:?}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            t.elapsed()
+        );
+
+        // Over the size limit: unverified with the reason, never read.
+        let big = std::fs::File::create(d.path().join("big.bin")).unwrap();
+        big.set_len(MAX_FILE_BYTES + 1).unwrap();
+        let st = fx.check(&code_ref("big.bin", 1, 1, h.clone()));
+        match &st {
+            RefStatus::Unverified { reason } => assert!(
+                reason.contains(&format!("{} bytes", MAX_FILE_BYTES + 1))
+                    && reason.contains("16 MiB"),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            fx.cache.get(&d.path().join("big.bin")).unwrap_err(),
+            FileError::TooLarge {
+                size: MAX_FILE_BYTES + 1,
+                limit: MAX_FILE_BYTES
+            }
+        );
+    }
+
+    /// The cache keeps at most its byte budget (starting over past it) and never holds a file
+    /// over the per-file limit.
+    #[test]
+    fn file_cache_is_bounded() {
+        let d = tempfile::tempdir().unwrap();
+        let c = FileCache::with_limits(4096, 100, 10_000);
+        let line = "x".repeat(99);
+        for i in 0..20 {
+            let p = d.path().join(format!("f{i}.rs"));
+            std::fs::write(&p, format!("{line}\n").repeat(30)).unwrap();
+            let v = c.get(&p).unwrap();
+            assert_eq!(v.lines.len(), 30);
+            let (files, bytes) = c.held();
+            assert!(
+                files >= 1 && bytes <= 10_000,
+                "{files} files, {bytes} bytes"
+            );
+        }
+        let (files, _) = c.held();
+        assert!(files < 20);
+        // Re-reading a changed file replaces its entry and its cost.
+        let p = d.path().join("f19.rs");
+        let before = c.held();
+        std::fs::write(&p, "short\n").unwrap();
+        assert_eq!(c.get(&p).unwrap().lines, ["short"]);
+        assert!(c.held().1 < before.1);
+        // Over the per-file limit: refused, whatever the cache holds.
+        let big = d.path().join("big.rs");
+        std::fs::write(&big, "y".repeat(5000)).unwrap();
+        assert_eq!(
+            c.get(&big).unwrap_err(),
+            FileError::TooLarge {
+                size: 5000,
+                limit: 4096
+            }
+        );
+        assert_eq!(
+            c.get(&d.path().join("nope.rs")).unwrap_err(),
+            FileError::Missing
+        );
+        assert_eq!(c.get(d.path()).unwrap_err(), FileError::Missing);
+        // The file count still bounds it.
+        let c = FileCache::with_limits(4096, 3, u64::MAX);
+        for i in 0..10 {
+            c.get(&d.path().join(format!("f{i}.rs"))).unwrap();
+            assert!(c.held().0 <= 3);
+        }
+        c.clear();
+        assert_eq!(c.held(), (0, 0));
     }
 
     #[test]

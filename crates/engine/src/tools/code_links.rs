@@ -75,7 +75,7 @@ pub fn suggest_links(
                 continue;
             };
             if let Ok(Some((_, full))) = coderefs::resolve_path(ctx.roots, "", &p) {
-                if let Some(v) = ctx.cache.get(&full) {
+                if let Ok(v) = ctx.cache.get(&full) {
                     if !v.lines.is_empty() {
                         add(
                             0.6,

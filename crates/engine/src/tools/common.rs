@@ -40,7 +40,7 @@ pub enum ToolError {
 pub const MAX_ERROR_BYTES: usize = 2048;
 
 /// `m`, cut to [`MAX_ERROR_BYTES`] on a character boundary with a note of what was cut.
-fn bounded(m: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn bounded(m: &str) -> std::borrow::Cow<'_, str> {
     if m.len() <= MAX_ERROR_BYTES {
         return m.into();
     }

@@ -49,6 +49,15 @@ fn memory_node(snap: &Snapshot, g: &MemGraph, id: &str) -> ToolResult<u32> {
 }
 
 fn entity_node(g: &MemGraph, name: &str) -> ToolResult<u32> {
+    if name.len() > format::memory::MAX_FIELD_BYTES {
+        // No entity is longer (they are memories' `entity` fields); the suggestions below
+        // would cost a Levenshtein row per character of `name` for every entity.
+        return Err(ToolError::InvalidInput(format!(
+            "entity `{}` is longer than any entity can be ({} bytes)",
+            format::memory::clip(name),
+            format::memory::MAX_FIELD_BYTES
+        )));
+    }
     g.entity(name).ok_or_else(|| {
         let key = entity_key(name);
         let mut close: Vec<(usize, &str)> = g
@@ -589,6 +598,14 @@ impl Engine {
         let t0 = Instant::now();
         let f = a.filter_args().filter()?;
         let by = a.group_by.trim();
+        const GROUPS: [&str; 6] = ["category", "scope", "entity", "tag", "source", "month"];
+        if !GROUPS.contains(&by) {
+            // Refused up front: with no memory to group, the loop below never checked it.
+            return Err(ToolError::InvalidInput(format!(
+                "unknown group_by `{}`; expected category, scope, entity, tag, source or month",
+                format::memory::clip(by)
+            )));
+        }
         let snap = self.snapshot();
         let g = snap.memory.mem_graph(&f);
         let mut c: HashMap<String, u32> = HashMap::new();
@@ -608,11 +625,7 @@ impl Engine {
                     }
                 }
                 "month" => add(&memory::time::rfc3339(node.created_at)[..7]),
-                _ => {
-                    return Err(ToolError::InvalidInput(format!(
-                        "unknown group_by `{by}`; expected category, scope, entity, tag, source or month"
-                    )))
-                }
+                _ => {} // checked above
             }
         }
         let mut groups: Vec<CountOut> = c

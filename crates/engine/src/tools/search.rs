@@ -149,9 +149,23 @@ impl Engine {
         let mut o = SearchOptions {
             limit,
             mode,
-            language: a.language.clone().filter(|s| !s.is_empty()),
-            kind: a.kind.clone().filter(|s| !s.is_empty()),
-            repo: a.repo.clone().filter(|s| !s.is_empty()),
+            // Languages and kinds are stored in lower case (`rust`, `function`): `Rust` or
+            // ` function` found nothing, silently.
+            language: a
+                .language
+                .as_deref()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .filter(|s| !s.is_empty()),
+            kind: a
+                .kind
+                .as_deref()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .filter(|s| !s.is_empty()),
+            repo: a
+                .repo
+                .as_deref()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty()),
             weights: a.weights.map(|[v, l]| (v, l)),
             ..SearchOptions::default()
         };

@@ -296,3 +296,28 @@ fn memory_graph_tools() {
     );
     drop(c);
 }
+
+/// Arguments checked before any work: an unknown `group_by` is refused with no memory to
+/// group too, an entity longer than any entity is refused without comparing it to every
+/// entity, and a megabyte argument that fails to parse is not echoed back whole.
+#[test]
+fn bad_graph_arguments_are_refused_up_front() {
+    let ix = crate::common::indexed_fixture();
+    let e = crate::common::engine(&ix.index);
+    let why = err_text(call(&e, "graph_aggregate", json!({"group_by": "bogus"})).unwrap_err());
+    assert!(why.contains("unknown group_by"), "{why}");
+    let long = "e".repeat(1 << 20);
+    let why = err_text(
+        call(
+            &e,
+            "graph_path_between_entities",
+            json!({"from": long, "to": "uploads"}),
+        )
+        .unwrap_err(),
+    );
+    assert!(why.contains("longer than any entity"), "{why}");
+    assert!(why.len() < 1024, "{} bytes", why.len());
+    let v = call(&e, "search_code", json!({"query": "x", "mode": long})).unwrap_err();
+    let text = v.to_string();
+    assert!(text.len() < 4096, "{} bytes", text.len());
+}

@@ -2,8 +2,10 @@
 //! and validated into records), the memory filters shared by listing, search and the graph
 //! tools, and the input checks.
 
-use format::memory::{normalize_tag, validate_record, CodeRef, MemoryRecord};
-use memory::coderefs::{self, RefCtx};
+use format::memory::{
+    clip, normalize_tag, validate_new_code_ref, validate_record, CodeRef, MemoryRecord,
+};
+use memory::coderefs::{self, FileError, RefCtx};
 use memory::search::MemFilter;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -43,7 +45,8 @@ pub struct CodeRefInput {
     /// Default: `HEAD` of the git work tree holding the file.
     #[serde(default)]
     pub git_commit: Option<String>,
-    /// `sha256:<hex>` of the referenced lines; default: computed from the file.
+    /// `sha256:` + 64 lower-case hex digits of the referenced lines; default: computed from
+    /// the file.
     #[serde(default)]
     pub code_hash: Option<String>,
 }
@@ -52,8 +55,24 @@ impl CodeRefInput {
     /// A complete reference: location from `uri`, path + lines or the symbol; path confined
     /// to the indexed roots; file and lines must exist; hash and git commit computed when not
     /// given. With no roots recorded in the index, the reference is kept as given (it cannot
-    /// be verified).
+    /// be verified). `repo`, `symbol_id`, `git_commit` and `code_hash` as given are checked
+    /// first ([`validate_new_code_ref`]).
     pub fn complete(self, ctx: &RefCtx<'_>, now: i64) -> Result<CodeRef, String> {
+        let given = CodeRef {
+            repo: self.repo.clone().unwrap_or_default(),
+            path: String::new(),
+            start_line: 1,
+            end_line: 1,
+            symbol_id: self.symbol_id.clone().unwrap_or_default(),
+            git_commit: self.git_commit.clone().unwrap_or_default(),
+            code_hash: self.code_hash.clone().unwrap_or_default(),
+            created_at: now,
+            last_verified_at: None,
+            stale_since: None,
+            confidence: None,
+            reason: String::new(),
+        };
+        validate_new_code_ref(&given).map_err(|e| e.to_string())?;
         let mut path = self.path.filter(|p| !p.trim().is_empty());
         let (mut start, mut end) = (self.start_line, self.end_line);
         if let Some(u) = &self.uri {
@@ -62,7 +81,10 @@ impl CodeRefInput {
                 || start.is_some_and(|x| x != a)
                 || end.is_some_and(|x| x != b)
             {
-                return Err(format!("`uri` {u} disagrees with path/start_line/end_line"));
+                return Err(format!(
+                    "`uri` {} disagrees with path/start_line/end_line",
+                    clip(u)
+                ));
             }
             path = Some(p);
             start = Some(a);
@@ -87,7 +109,8 @@ impl CodeRefInput {
                 [] => {
                     let close = ctx.code.suggest(&sym, 5);
                     return Err(format!(
-                        "no indexed symbol `{sym}`{}",
+                        "no indexed symbol `{}`{}",
+                        clip(&sym),
                         if close.is_empty() {
                             String::new()
                         } else {
@@ -97,7 +120,8 @@ impl CodeRefInput {
                 }
                 many => {
                     return Err(format!(
-                        "`{sym}` names {} symbols; pass one symbol_id: {}",
+                        "`{}` names {} symbols; pass one symbol_id: {}",
+                        clip(&sym),
                         many.len(),
                         many.iter()
                             .take(5)
@@ -150,11 +174,26 @@ impl CodeRefInput {
             return Ok(r);
         };
         r.repo = root.repo.clone();
-        let view = ctx.cache.get(&full).ok_or_else(|| {
-            format!(
+        let view = ctx.cache.get(&full).map_err(|e| match e {
+            FileError::Missing => format!(
                 "code reference `{}`: no such file under the root {} of `{}`",
-                r.path, root.path, root.repo
-            )
+                clip(&r.path),
+                root.path,
+                root.repo
+            ),
+            FileError::TooLarge { size, limit } => format!(
+                "code reference `{}` (under the root {} of `{}`): the file is {size} bytes, over the {limit}-byte ({} MiB) limit on files code references name; reference a smaller file",
+                clip(&r.path),
+                root.path,
+                root.repo,
+                limit >> 20
+            ),
+            FileError::Unreadable(why) => format!(
+                "code reference `{}` (under the root {} of `{}`): the file cannot be read: {why}",
+                clip(&r.path),
+                root.path,
+                root.repo
+            ),
         })?;
         let current = coderefs::block_hash(&view.lines, start, end).ok_or_else(|| {
             format!(
@@ -163,13 +202,9 @@ impl CodeRefInput {
                 view.lines.len()
             )
         })?;
+        // A given `code_hash` was checked by `validate_new_code_ref`.
         if r.code_hash.is_empty() {
             r.code_hash = current.clone();
-        } else if !r.code_hash.starts_with(coderefs::HASH_PREFIX) {
-            return Err(format!(
-                "code_hash `{}` must be `sha256:` followed by 64 hex digits",
-                r.code_hash
-            ));
         }
         if r.code_hash == current {
             r.last_verified_at = Some(now);
@@ -463,5 +498,168 @@ pub(crate) fn check_id(id: &str) -> ToolResult<()> {
             "`{}` is not a memory id; ids are lower-case UUIDs as returned by add_memories",
             id.chars().take(80).collect::<String>()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use format::manifest::RootEntry;
+    use memory::coderefs::{FileCache, MAX_FILE_BYTES};
+
+    struct Fx {
+        _index: tempfile::TempDir,
+        root: tempfile::TempDir,
+        roots: Vec<RootEntry>,
+        code: code::CodeView,
+        cache: FileCache,
+    }
+
+    fn fixture() -> Fx {
+        let index = tempfile::tempdir().unwrap();
+        format::IndexManifest::empty("m", 4)
+            .commit(index.path())
+            .unwrap();
+        let code = code::CodeView::open(index.path()).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("src")).unwrap();
+        std::fs::write(root.path().join("src/a.rs"), "fn a() {\n    1\n}\n").unwrap();
+        let roots = vec![RootEntry {
+            repo: "app".into(),
+            path: std::fs::canonicalize(root.path())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+            ..RootEntry::default()
+        }];
+        Fx {
+            _index: index,
+            root,
+            roots,
+            code,
+            cache: FileCache::default(),
+        }
+    }
+
+    impl Fx {
+        fn complete(&self, r: CodeRefInput) -> Result<CodeRef, String> {
+            self.complete_with(&self.roots, r)
+        }
+
+        fn complete_with(&self, roots: &[RootEntry], r: CodeRefInput) -> Result<CodeRef, String> {
+            let ctx = RefCtx {
+                roots,
+                cache: &self.cache,
+                code: &self.code,
+            };
+            r.complete(&ctx, 1_000)
+        }
+    }
+
+    fn at(path: &str, start: u32, end: u32) -> CodeRefInput {
+        CodeRefInput {
+            path: Some(path.into()),
+            start_line: Some(start),
+            end_line: Some(end),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn complete_computes_and_checks_the_hash() {
+        let fx = fixture();
+        let r = fx.complete(at("src/a.rs", 1, 3)).unwrap();
+        assert_eq!(r.repo, "app");
+        assert!(
+            format::memory::is_code_hash(&r.code_hash),
+            "{}",
+            r.code_hash
+        );
+        assert_eq!(r.last_verified_at, Some(1_000));
+        // The same hash given: verified; another well-formed one: kept, not verified.
+        let same = fx
+            .complete(CodeRefInput {
+                code_hash: Some(r.code_hash.clone()),
+                ..at("src/a.rs", 1, 3)
+            })
+            .unwrap();
+        assert_eq!(same.last_verified_at, Some(1_000));
+        let other = format!("sha256:{}", "0".repeat(64));
+        let kept = fx
+            .complete(CodeRefInput {
+                code_hash: Some(other.clone()),
+                ..at("src/a.rs", 1, 3)
+            })
+            .unwrap();
+        assert_eq!((kept.code_hash, kept.last_verified_at), (other, None));
+        // Malformed hashes are refused, with the value clipped, roots or not.
+        for bad in [
+            "sha256:abc".to_string(),
+            format!("sha256:{}", r.code_hash[7..].to_uppercase()),
+            format!("sha256:{}0", &r.code_hash[7..]),
+            format!("sha256:{}", "f".repeat(100_000)),
+        ] {
+            for roots in [&fx.roots[..], &[]] {
+                let e = fx
+                    .complete_with(
+                        roots,
+                        CodeRefInput {
+                            code_hash: Some(bad.clone()),
+                            ..at("src/a.rs", 1, 3)
+                        },
+                    )
+                    .unwrap_err();
+                assert!(e.contains("64 lower-case hex digits"), "{e}");
+                assert!(e.len() < 300, "clipped: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn complete_refuses_bad_fields() {
+        let fx = fixture();
+        let with = |f: &dyn Fn(&mut CodeRefInput)| {
+            let mut r = at("src/a.rs", 1, 3);
+            f(&mut r);
+            fx.complete(r).unwrap_err()
+        };
+        let e = with(&|r| r.git_commit = Some(format!("\x1b[31m{}", "a".repeat(100_000))));
+        assert!(
+            e.contains("`git_commit` is 100005 bytes; at most 256"),
+            "{e}"
+        );
+        let e = with(&|r| r.git_commit = Some("abc\x1b[2J".into()));
+        assert!(e.contains("git_commit") && e.contains("U+001B"), "{e}");
+        let e = with(&|r| r.symbol_id = Some("s".repeat(1025)));
+        assert!(e.contains("`symbol_id` is 1025 bytes; at most 1024"), "{e}");
+        let e = with(&|r| r.symbol_id = Some("a\u{7}b".into()));
+        assert!(e.contains("symbol_id") && e.contains("U+0007"), "{e}");
+        let e = with(&|r| r.repo = Some("app\u{0}".into()));
+        assert!(e.contains("repo") && e.contains("U+0000"), "{e}");
+        let e = with(&|r| r.repo = Some("r".repeat(300)));
+        assert!(e.contains("`repo` is 300 bytes"), "{e}");
+        let e = fx.complete(at(".git/config", 1, 1)).unwrap_err();
+        assert!(e.contains("`.git`"), "{e}");
+        let e = fx.complete(at("sub/.git/HEAD", 1, 1)).unwrap_err();
+        assert!(e.contains("`.git`"), "{e}");
+    }
+
+    /// A file over the size limit is not read: the error names the file, its size and the
+    /// limit (not "no such file").
+    #[test]
+    fn complete_refuses_files_over_the_limit() {
+        let fx = fixture();
+        let f = std::fs::File::create(fx.root.path().join("src/huge.rs")).unwrap();
+        f.set_len(MAX_FILE_BYTES + 10).unwrap();
+        let e = fx.complete(at("src/huge.rs", 1, 1)).unwrap_err();
+        assert!(
+            e.contains("src/huge.rs")
+                && e.contains(&format!("{} bytes", MAX_FILE_BYTES + 10))
+                && e.contains(&format!("{MAX_FILE_BYTES}-byte (16 MiB) limit")),
+            "{e}"
+        );
+        assert!(!e.contains("no such file"), "{e}");
+        let e = fx.complete(at("src/none.rs", 1, 1)).unwrap_err();
+        assert!(e.contains("no such file"), "{e}");
     }
 }
