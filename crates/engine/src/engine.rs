@@ -268,15 +268,12 @@ impl Engine {
     }
 
     /// Why memory writes are disabled on this engine (another queryd holds the log, a
-    /// read-only directory…), if they are.
+    /// read-only directory, a log a failed write could not be cut back in…), if they are.
     pub fn memory_writes_disabled(&self) -> Option<String> {
-        self.writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .wal
-            .as_ref()
-            .err()
-            .map(|e| e.0.clone())
+        match &self.writer.lock().unwrap_or_else(|e| e.into_inner()).wal {
+            Err(e) => Some(e.0.clone()),
+            Ok(w) => w.poisoned().map(str::to_string),
+        }
     }
 
     pub fn dir(&self) -> &Path {

@@ -352,31 +352,35 @@ pub fn git_head(dir: &Path) -> Option<String> {
         }
         if g.is_file() {
             // A worktree or submodule: `gitdir: <path>`.
-            let t = std::fs::read_to_string(&g).ok()?;
+            let t = read_small(&g, SMALL_GIT_FILE)?;
             let p = PathBuf::from(t.trim().strip_prefix("gitdir:")?.trim());
             break if p.is_absolute() { p } else { cur.join(p) };
         }
         d = cur.parent();
     };
-    let head = std::fs::read_to_string(git.join("HEAD")).ok()?;
+    let head = read_small(&git.join("HEAD"), SMALL_GIT_FILE)?;
     let head = head.trim();
     let is_sha = |s: &str| s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit());
     let Some(r) = head.strip_prefix("ref:").map(str::trim) else {
         return is_sha(head).then(|| head.to_string());
     };
+    // A ref is a name under `refs/`: never an absolute path or one that climbs out (a
+    // crafted `HEAD` of `ref: /dev/zero` would otherwise be read, without end).
+    if !r.starts_with("refs/") || r.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return None;
+    }
     // Worktrees keep shared refs in the common directory.
-    let common = std::fs::read_to_string(git.join("commondir"))
-        .ok()
+    let common = read_small(&git.join("commondir"), SMALL_GIT_FILE)
         .map(|c| git.join(c.trim()))
         .unwrap_or_else(|| git.clone());
     for base in [&git, &common] {
-        if let Ok(s) = std::fs::read_to_string(base.join(r)) {
+        if let Some(s) = read_small(&base.join(r), SMALL_GIT_FILE) {
             let s = s.trim();
             if is_sha(s) {
                 return Some(s.to_string());
             }
         }
-        if let Ok(p) = std::fs::read_to_string(base.join("packed-refs")) {
+        if let Some(p) = read_small(&base.join("packed-refs"), PACKED_REFS_MAX) {
             for l in p.lines() {
                 if let Some((sha, name)) = l.split_once(' ') {
                     if name.trim() == r && is_sha(sha) {
@@ -387,6 +391,29 @@ pub fn git_head(dir: &Path) -> Option<String> {
         }
     }
     None
+}
+
+/// Longest `HEAD`, loose ref, `.git` pointer or `commondir` file read (they hold one line).
+const SMALL_GIT_FILE: u64 = 4096;
+/// Longest `packed-refs` read (a large repository's holds tens of thousands of refs).
+const PACKED_REFS_MAX: u64 = 64 << 20;
+
+/// The text of the regular file `p`, read only when it is at most `max` bytes (a FIFO, a
+/// device or a huge file is not read).
+fn read_small(p: &Path, max: u64) -> Option<String> {
+    use std::io::Read;
+    // Checked before opening: opening a FIFO would wait for a writer.
+    let small = |md: std::fs::Metadata| md.is_file() && md.len() <= max;
+    if !small(std::fs::metadata(p).ok()?) {
+        return None;
+    }
+    let f = std::fs::File::open(p).ok()?;
+    if !small(f.metadata().ok()?) {
+        return None;
+    }
+    let mut s = String::new();
+    f.take(max).read_to_string(&mut s).ok()?;
+    Some(s)
 }
 
 /// What a check found.
@@ -703,6 +730,26 @@ mod tests {
             git_head(none.path()).is_none()
                 || none.path().ancestors().any(|p| p.join(".git").exists())
         );
+    }
+
+    /// `HEAD` names a ref under `refs/` only, and git files are read only when small and
+    /// regular: a crafted `HEAD` pointing at a device or outside the repository reads nothing.
+    #[test]
+    fn git_head_reads_only_small_ref_files() {
+        let d = tempfile::tempdir().unwrap();
+        let git = d.path().join(".git");
+        std::fs::create_dir_all(git.join("refs/heads")).unwrap();
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        std::fs::write(git.join("refs/heads/main"), format!("{sha}\n")).unwrap();
+        std::fs::write(d.path().join("outside"), format!("{sha}\n")).unwrap();
+        for head in ["ref: /dev/zero", "ref: refs/../../outside", "ref: ../outside"] {
+            std::fs::write(git.join("HEAD"), head).unwrap();
+            assert_eq!(git_head(d.path()), None, "{head}");
+        }
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(git_head(d.path()).as_deref(), Some(sha));
+        std::fs::write(git.join("refs/heads/main"), "x".repeat(5000)).unwrap();
+        assert_eq!(git_head(d.path()), None);
     }
 
     /// A checking context over `root` (repo `app`) with an empty code index.

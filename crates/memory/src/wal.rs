@@ -522,6 +522,12 @@ impl Wal {
         Ok(lsns)
     }
 
+    /// Why appends are refused, when a failed write could not be cut back (until a restart
+    /// recovers the log).
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poisoned.as_deref()
+    }
+
     /// Drops every record (after they were flushed into a committed segment).
     pub fn truncate(&mut self) -> Result<(), WalError> {
         let io = |source| WalError::Io {

@@ -6,6 +6,9 @@ use format::fsio::OpKind;
 use format::memory::MemoryRecord;
 use memory::wal::{Wal, WalOp};
 
+/// The fault switch is process-wide: one test at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn put(i: u32) -> WalOp {
     WalOp::Put {
         record: Box::new(MemoryRecord {
@@ -32,6 +35,7 @@ fn put(i: u32) -> WalOp {
 /// records, which recovery would cut, losing acknowledged writes).
 #[test]
 fn failed_truncate_sync_then_failed_append_loses_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
     fault::scope(Some(d.path()));
     let (mut w, _) = Wal::open(d.path(), 1).unwrap();
@@ -56,4 +60,22 @@ fn failed_truncate_sync_then_failed_append_loses_nothing() {
         [a[0], c[0]],
         "acknowledged writes after the truncation"
     );
+}
+
+/// A failed append whose cut-back fails too poisons the log: it says so (`poisoned`, which a
+/// server's status reports as writes disabled) and refuses appends until a restart.
+#[test]
+fn a_log_that_cannot_be_cut_back_says_it_is_poisoned() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tempfile::tempdir().unwrap();
+    fault::scope(Some(d.path()));
+    let (mut w, _) = Wal::open(d.path(), 1).unwrap();
+    w.append(&[put(1)]).unwrap();
+    assert!(w.poisoned().is_none());
+    fault::arm(None, 1, Mode::Sticky);
+    assert!(w.append(&[put(2)]).is_err());
+    fault::reset();
+    let why = w.poisoned().expect("poisoned").to_string();
+    assert!(why.contains("restart queryd"), "{why}");
+    assert!(w.append(&[put(3)]).is_err());
 }
