@@ -742,7 +742,11 @@ mod tests {
         let sha = "0123456789abcdef0123456789abcdef01234567";
         std::fs::write(git.join("refs/heads/main"), format!("{sha}\n")).unwrap();
         std::fs::write(d.path().join("outside"), format!("{sha}\n")).unwrap();
-        for head in ["ref: /dev/zero", "ref: refs/../../outside", "ref: ../outside"] {
+        for head in [
+            "ref: /dev/zero",
+            "ref: refs/../../outside",
+            "ref: ../outside",
+        ] {
             std::fs::write(git.join("HEAD"), head).unwrap();
             assert_eq!(git_head(d.path()), None, "{head}");
         }
