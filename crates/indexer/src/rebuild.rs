@@ -103,10 +103,12 @@ pub fn prepare_rebuild(
             }
         }
         Err(e @ FormatError::Corrupt { .. }) => {
+            // Recovered first: a refusal (memories of another model) leaves the damaged
+            // MANIFEST where it was, as every refusal changes nothing.
+            let m = recovered_manifest(dir, model_id, dim, &mut report)?;
             let p = move_aside(&dir.join(format::manifest::MANIFEST)).map_err(fmt_err)?;
             report.moved_aside.push((p, e.to_string()));
-            recovered_manifest(dir, model_id, dim, &mut report)?
-                .unwrap_or_else(|| IndexManifest::empty(model_id, dim))
+            m.unwrap_or_else(|| IndexManifest::empty(model_id, dim))
         }
         Err(e @ FormatError::Version { .. }) => {
             return Err(IndexerError::RebuildRefused(format!(
@@ -273,5 +275,40 @@ mod tests {
             detail: "bad magic".into(),
         };
         assert!(refuse_if_passing(&corrupt, p).is_ok());
+    }
+
+    /// A damaged MANIFEST beside memories of another model: the rebuild refuses and leaves
+    /// the MANIFEST where it was (it used to move it aside first).
+    #[test]
+    fn a_refused_rebuild_leaves_a_damaged_manifest_in_place() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let rec = format::memory::MemoryRecord {
+            id: "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e01".into(),
+            text: "kept".into(),
+            category: "decision".into(),
+            scope: "project".into(),
+            entity: String::new(),
+            tags: vec![],
+            source: "agent".into(),
+            evidence: vec![],
+            code_refs: vec![],
+            created_at: 1,
+            updated_at: 1,
+            state: "active".into(),
+            similar: vec![],
+        };
+        format::SegmentBuilder::for_memories(vec![rec], vec![1.0, 0.0, 0.0, 0.0])
+            .write(dir, "other-model", 4)
+            .unwrap();
+        let manifest = dir.join(format::manifest::MANIFEST);
+        std::fs::write(&manifest, b"{ damaged").unwrap();
+        assert!(matches!(
+            IndexManifest::read(dir),
+            Err(FormatError::Corrupt { .. })
+        ));
+        let err = prepare_rebuild(dir, "this-model", 4).unwrap_err();
+        assert!(matches!(err, IndexerError::RebuildRefused(_)), "{err}");
+        assert_eq!(std::fs::read(&manifest).unwrap(), b"{ damaged");
     }
 }
