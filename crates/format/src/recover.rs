@@ -225,9 +225,31 @@ pub fn recover_memory_segments(
     }
     // Oldest first (the order flushes append in).
     usable.sort_by(|a, b| a.3.cmp(&b.3).then_with(|| a.0.id().cmp(b.0.id())));
-    // One live copy per id: the newest `updated_at`, then the newest segment.
+    let usable: Vec<(Segment, RoaringBitmap, Option<TombstoneRef>)> =
+        usable.into_iter().map(|(s, b, t, _)| (s, b, t)).collect();
+    let generation = out.max_generation + 1;
+    let (entries, duplicates, live) = one_copy_per_id(dir, model_id, &usable, generation)?;
+    out.entries = entries;
+    out.duplicates = duplicates;
+    out.live = live;
+    if out.duplicates > 0 {
+        out.max_generation = generation;
+    }
+    Ok(out)
+}
+
+/// One live copy of each memory id among `usable` (segments oldest first, each with its
+/// tombstones and their file): the newest `updated_at`, then the later segment. A segment
+/// whose copies are hidden gets a new tombstone file named for `generation`; one with nothing
+/// live left is dropped. Returns the entries to keep, the copies hidden and the live records.
+fn one_copy_per_id(
+    dir: &Path,
+    model_id: &str,
+    usable: &[(Segment, RoaringBitmap, Option<TombstoneRef>)],
+    generation: u64,
+) -> Result<(Vec<SegmentEntry>, u64, u64)> {
     let mut best: HashMap<String, (i64, usize, u32)> = HashMap::new();
-    for (si, (seg, bits, _, _)) in usable.iter().enumerate() {
+    for (si, (seg, bits, _)) in usable.iter().enumerate() {
         let Some(t) = seg.memories() else { continue };
         for (i, r) in t.memories.iter().enumerate() {
             let i = i as u32;
@@ -243,8 +265,8 @@ pub fn recover_memory_segments(
             }
         }
     }
-    let generation = out.max_generation + 1;
-    for (si, (seg, bits, tref, _)) in usable.iter().enumerate() {
+    let (mut entries, mut duplicates, mut live) = (Vec::new(), 0u64, 0u64);
+    for (si, (seg, bits, tref)) in usable.iter().enumerate() {
         let Some(t) = seg.memories() else { continue };
         let mut bits = bits.clone();
         let before = bits.len();
@@ -260,7 +282,7 @@ pub fn recover_memory_segments(
         }
         let chunks = seg.meta().chunk_count;
         let newly = bits.len() - before;
-        out.duplicates += newly;
+        duplicates += newly;
         if bits.len() >= u64::from(chunks) {
             continue; // nothing live in it
         }
@@ -275,17 +297,43 @@ pub fn recover_memory_segments(
         } else {
             tref.clone()
         };
-        out.live += u64::from(chunks) - bits.len();
-        out.entries.push(SegmentEntry {
+        live += u64::from(chunks) - bits.len();
+        entries.push(SegmentEntry {
             id: seg.id().to_string(),
             chunks,
             tombstones,
         });
     }
-    if out.duplicates > 0 {
-        out.max_generation = generation;
+    Ok((entries, duplicates, live))
+}
+
+/// The memory segments `entries` (a MANIFEST's, in its order) with one live copy of each
+/// memory id: for an index whose tombstones were partly lost (a damaged tombstone file set
+/// aside), where older versions of updated memories became live again beside the newer ones.
+/// New tombstone files are named for a generation above every one on disk. Returns the
+/// entries, the copies hidden and the live records. The caller holds the directory lock.
+pub fn one_copy_per_memory_id(
+    dir: &Path,
+    model_id: &str,
+    dim: u32,
+    entries: &[SegmentEntry],
+) -> std::result::Result<(Vec<SegmentEntry>, u64, u64), RecoverError> {
+    let generation = newest_tombstones(dir)?
+        .values()
+        .map(|(g, _)| *g)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let mut usable = Vec::new();
+    for e in entries {
+        let seg = Segment::open(dir, &e.id, model_id, dim)?;
+        let bits = match &e.tombstones {
+            Some(t) => tombstones::read(&dir.join(&t.file), model_id, &t.blake3, e.chunks)?,
+            None => RoaringBitmap::new(),
+        };
+        usable.push((seg, bits, e.tombstones.clone()));
     }
-    Ok(out)
+    Ok(one_copy_per_id(dir, model_id, &usable, generation)?)
 }
 
 #[cfg(test)]

@@ -203,6 +203,7 @@ fn keep_memories(
     m.model_id = model_id.to_string();
     m.dim = dim;
     let mut kept: Vec<SegmentEntry> = Vec::new();
+    let mut tombstones_lost = false;
     for mut e in std::mem::take(&mut m.memory_segments) {
         match Segment::open(dir, &e.id, model_id, dim) {
             Ok(seg) => {
@@ -217,6 +218,7 @@ fn keep_memories(
                             report.moved_aside.push((to, err.to_string()));
                         }
                         e.tombstones = None;
+                        tombstones_lost = true;
                     }
                 }
                 report.memories += u64::from(seg.meta().chunk_count)
@@ -236,6 +238,15 @@ fn keep_memories(
                 }
             }
         }
+    }
+    if tombstones_lost {
+        // Older versions of updated memories are live again beside the newer ones: one copy
+        // of each id stays (the newest), as when a MANIFEST is recovered.
+        let (entries, hidden, live) =
+            format::recover::one_copy_per_memory_id(dir, model_id, dim, &kept).map_err(refused)?;
+        kept = entries;
+        report.duplicates += hidden;
+        report.memories = live;
     }
     m.memory_segments = kept;
     m.generation += 1;
@@ -275,6 +286,75 @@ mod tests {
             detail: "bad magic".into(),
         };
         assert!(refuse_if_passing(&corrupt, p).is_ok());
+    }
+
+    fn memory(i: u8, updated_at: i64) -> format::memory::MemoryRecord {
+        format::memory::MemoryRecord {
+            id: format!("0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e{i:02x}"),
+            text: format!("memory {i} at {updated_at}"),
+            category: "decision".into(),
+            scope: "project".into(),
+            entity: String::new(),
+            tags: vec![],
+            source: "agent".into(),
+            evidence: vec![],
+            code_refs: vec![],
+            created_at: 1,
+            updated_at,
+            state: "active".into(),
+            similar: vec![],
+        }
+    }
+
+    /// A damaged tombstone file is set aside by the rebuild; the older copy of an updated
+    /// memory it hid is hidden again (one copy per id, the newest), and nothing is lost.
+    #[test]
+    fn a_lost_tombstone_file_does_not_duplicate_updated_memories() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let seg = |recs: Vec<format::memory::MemoryRecord>| {
+            let vecs: Vec<f32> = (0..recs.len() * 4).map(|i| (i % 4) as f32).collect();
+            format::SegmentBuilder::for_memories(recs, vecs)
+                .write(dir, "m", 4)
+                .unwrap()
+                .0
+        };
+        let a = seg(vec![memory(1, 5), memory(2, 5)]);
+        let b = seg(vec![memory(1, 9)]);
+        // Memory 1 was updated: its first copy (a's record 0) is tombstoned.
+        let mut bits = roaring::RoaringBitmap::new();
+        bits.insert(0);
+        let name = format::tombstones::file_name(&a, 3);
+        let bytes = format::tombstones::write(&dir.join(&name), "m", &bits).unwrap();
+        let mut m = IndexManifest::empty("m", 4);
+        m.memory_segments = vec![
+            SegmentEntry {
+                id: a.clone(),
+                chunks: 2,
+                tombstones: Some(format::manifest::TombstoneRef {
+                    file: name.clone(),
+                    blake3: format::blake3_hex(&bytes),
+                    count: 1,
+                }),
+            },
+            SegmentEntry {
+                id: b.clone(),
+                chunks: 1,
+                tombstones: None,
+            },
+        ];
+        m.generation = 3;
+        m.commit(dir).unwrap();
+        std::fs::write(dir.join(&name), b"damaged").unwrap();
+
+        let report = prepare_rebuild(dir, "m", 4).unwrap();
+        assert_eq!((report.memories, report.duplicates), (2, 1), "{report}");
+        assert_eq!(report.moved_aside.len(), 1, "{report}");
+        let after = IndexManifest::read(dir).unwrap();
+        let ta = after.memory_segments[0].tombstones.as_ref().unwrap();
+        let hidden = format::tombstones::read(&dir.join(&ta.file), "m", &ta.blake3, 2).unwrap();
+        assert_eq!(hidden.iter().collect::<Vec<_>>(), [0]);
+        assert!(after.memory_segments[1].tombstones.is_none());
     }
 
     /// A damaged MANIFEST beside memories of another model: the rebuild refuses and leaves
