@@ -741,6 +741,13 @@ fn a_pull_of_another_model_keeps_memories_only_the_log_holds() {
     pull(&remote, &local);
     let mut m = format::IndexManifest::read(&local).unwrap();
     assert!(m.memory_segments.is_empty() && m.memory_lsn == 0);
+    // The pusher's roots (its paths and walk rules) are not taken over: a store's writer must
+    // not choose what this machine's `reindex` walks.
+    assert!(!format::IndexManifest::read(&ix.index)
+        .unwrap()
+        .roots
+        .is_empty());
+    assert!(m.roots.is_empty(), "{:?}", m.roots);
     m.model_id = "another-model".into();
     m.commit(&local).unwrap();
     let log = local.join(format::manifest::MEMORY_WAL_FILE);

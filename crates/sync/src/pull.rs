@@ -305,13 +305,11 @@ fn pull_manifest(
         }
     }
     report.memory_segments_added = added;
-    let mut roots = local.as_ref().map(|l| l.roots.clone()).unwrap_or_default();
-    for r in &head.index.roots {
-        if !roots.iter().any(|l| l.repo == r.repo) {
-            roots.push(r.clone());
-        }
-    }
-    roots.sort();
+    // The local roots only. A remote's roots are paths on the pushing machine, with that
+    // build's walk rules: taken over, they would let whoever writes the store choose what
+    // this machine's `reindex` walks and serves (a home directory, hidden files included).
+    // A local build adds this machine's checkout as a root.
+    let roots = local.as_ref().map(|l| l.roots.clone()).unwrap_or_default();
     let new = IndexManifest {
         format_version: format::FORMAT_VERSION,
         generation,

@@ -252,9 +252,34 @@ impl Remote {
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.err("GET", rel, e)),
         };
-        let b = r.bytes().await.map_err(|e| self.err("GET", rel, e))?;
+        let b = self.read_capped(rel, r).await?;
         Stats::add(&self.stats.bytes_down, b.len() as u64);
         Ok(Some(b))
+    }
+
+    /// The body of `r` (a GET of `rel`), refused past [`max_object_bytes`]: these objects are
+    /// read whole into memory, and a remote that serves an endless or enormous one must not
+    /// run a pull (or a following server) out of it.
+    async fn read_capped(&self, rel: &str, r: object_store::GetResult) -> Result<Bytes> {
+        let max = max_object_bytes(rel);
+        let too_large = |n: u64| SyncError::Corrupt {
+            key: rel.to_string(),
+            reason: format!("{n} bytes or more, over the {max} bytes such an object can hold"),
+        };
+        if r.meta.size > max {
+            return Err(too_large(r.meta.size));
+        }
+        let mut out: Vec<u8> = Vec::with_capacity(r.meta.size as usize);
+        use futures::StreamExt;
+        let mut body = r.into_stream();
+        while let Some(part) = body.next().await {
+            let part = part.map_err(|e| self.err("GET", rel, e))?;
+            if (out.len() + part.len()) as u64 > max {
+                return Err(too_large((out.len() + part.len()) as u64));
+            }
+            out.extend_from_slice(&part);
+        }
+        Ok(Bytes::from(out))
     }
 
     /// The whole object with the version a conditional update needs, `None` when absent.
@@ -269,7 +294,7 @@ impl Remote {
             e_tag: r.meta.e_tag.clone(),
             version: r.meta.version.clone(),
         };
-        let b = r.bytes().await.map_err(|e| self.err("GET", rel, e))?;
+        let b = self.read_capped(rel, r).await?;
         Stats::add(&self.stats.bytes_down, b.len() as u64);
         Ok(Some((b, version)))
     }
@@ -289,7 +314,7 @@ impl Remote {
         match self.store.get_opts(&self.key(rel), opts).await {
             Ok(r) => {
                 let etag = r.meta.e_tag.clone();
-                let b = r.bytes().await.map_err(|e| self.err("GET", rel, e))?;
+                let b = self.read_capped(rel, r).await?;
                 Stats::add(&self.stats.bytes_down, b.len() as u64);
                 Ok(Some(Some((b, etag))))
             }
@@ -451,9 +476,24 @@ impl Remote {
             None => 0,
         };
         let mut g = start;
+        let mut probed = 0u64;
         while let Some(next) = g.checked_add(1) {
             if self.head(&manifest_key(next)).await?.is_none() {
                 break;
+            }
+            probed += 1;
+            if probed > MAX_MANIFESTS_AHEAD {
+                // A push moves `latest` forward as it commits: this many manifests past it
+                // is a store that answers every HEAD (a web server's fallback page) or one
+                // that misleads, and the probe would never end.
+                return Err(SyncError::Corrupt {
+                    key: manifest_key(next),
+                    reason: format!(
+                        "more than {MAX_MANIFESTS_AHEAD} manifests exist past the one `latest` \
+                         names (generation {start}); does the store answer every request \
+                         (a web server's fallback page)?"
+                    ),
+                });
             }
             g = next;
         }
@@ -479,6 +519,24 @@ impl Remote {
     }
 }
 
+/// Manifests probed past the one `latest` names before the store is refused (see
+/// `head_manifest`).
+const MAX_MANIFESTS_AHEAD: u64 = 10_000;
+
+/// The largest object of key `rel` read whole into memory: `latest` (a pointer), a manifest, a
+/// segment's `segment.json`, a tombstone file. Segment files are streamed to disk, checked
+/// against the sizes their `segment.json` states.
+fn max_object_bytes(rel: &str) -> u64 {
+    if rel == crate::layout::LATEST {
+        64 << 10
+    } else if rel.ends_with(format::segment::SEGMENT_JSON) {
+        16 << 20
+    } else {
+        // Manifests (a few hundred bytes per segment) and tombstone files (a bit per chunk).
+        256 << 20
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,6 +554,32 @@ mod tests {
         let web = Remote::open("http://127.0.0.1:9/some/prefix").unwrap();
         let e = web.require_writable("push").unwrap_err().to_string();
         assert!(e.contains("pulls only"), "{e}");
+    }
+
+    /// Objects read whole are bounded: an enormous `latest` is refused, not buffered; and a
+    /// store answering every HEAD (here: more manifests than any push leaves past `latest`)
+    /// ends the probe with an error instead of probing for ever.
+    #[test]
+    fn a_remote_cannot_make_a_pull_read_without_end() {
+        use object_store::memory::InMemory;
+        let r = Remote::with_store("memory://", Arc::new(InMemory::new()));
+        let huge = Bytes::from(vec![b' '; (64 << 10) + 1]);
+        r.block_on(r.put_raw(LATEST, huge, PutMode::Overwrite))
+            .unwrap();
+        let e = r.block_on(r.head_manifest()).unwrap_err().to_string();
+        assert!(e.contains("over the 65536 bytes"), "{e}");
+
+        let r = Remote::with_store("memory://", Arc::new(InMemory::new()));
+        for g in 1..=MAX_MANIFESTS_AHEAD + 1 {
+            r.block_on(r.put_raw(
+                &manifest_key(g),
+                Bytes::from_static(b"{}"),
+                PutMode::Overwrite,
+            ))
+            .unwrap();
+        }
+        let e = r.block_on(r.head_manifest()).unwrap_err().to_string();
+        assert!(e.contains("answer every request"), "{e}");
     }
 
     #[test]
