@@ -103,6 +103,9 @@ pub struct Candidate {
     /// The canonical root the file must resolve inside when it is read; `None` when external
     /// symlinks are followed.
     pub confined_to: Option<PathBuf>,
+    /// The most bytes read (`--max-file-bytes`): the walk's size check is repeated on the read,
+    /// since the file may have grown or been swapped since.
+    pub max_bytes: u64,
 }
 
 /// What the walk produced.
@@ -289,6 +292,7 @@ pub fn walk(
             language,
             size,
             confined_to: confined_to.clone(),
+            max_bytes: max_file_bytes,
         });
     }
     let mut outside = std::mem::take(&mut *outside.lock().unwrap_or_else(|p| p.into_inner()));
@@ -404,21 +408,50 @@ fn opened_path(file: &std::fs::File, path: &Path) -> std::io::Result<PathBuf> {
     std::fs::canonicalize(path)
 }
 
-/// Reads a file, refusing it when it resolves outside `confined_to` (checked on the opened
-/// file, after the open).
-fn read_confined(path: &Path, confined_to: Option<&Path>) -> Result<Vec<u8>, (SkipReason, String)> {
+/// Reads a file of at most `max` bytes, refusing it when it resolves outside `confined_to`
+/// (checked on the opened file, after the open), when it is not a regular file, or when it
+/// holds more than `max` bytes now. The walk skipped FIFOs, devices and large files, but the
+/// path may have been swapped since: a FIFO is opened without blocking (opening one for
+/// reading waits for a writer) and then refused, and a `/dev/zero` or a growing log is read
+/// only up to the limit.
+fn read_confined(
+    path: &Path,
+    confined_to: Option<&Path>,
+    max: u64,
+) -> Result<Vec<u8>, (SkipReason, String)> {
     use std::io::Read;
     let unreadable =
         |e: std::io::Error| (SkipReason::Unreadable, format!("{}: {e}", path.display()));
-    let mut file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = opts.open(path).map_err(unreadable)?;
     if let Some(root) = confined_to {
         let real = opened_path(&file, path).map_err(unreadable)?;
         if !is_within(root, &real) {
             return Err((SkipReason::OutsideRoot, outside_message(path, &real, root)));
         }
     }
+    if !file.metadata().map_err(unreadable)?.is_file() {
+        return Err((
+            SkipReason::Unreadable,
+            format!("{}: not a regular file any more", path.display()),
+        ));
+    }
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(unreadable)?;
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > max {
+        return Err((
+            SkipReason::TooLarge,
+            format!("{}: more than {max} bytes when read", path.display()),
+        ));
+    }
     Ok(bytes)
 }
 
@@ -437,7 +470,7 @@ pub fn outside_message(link: &Path, target: &Path, root: &Path) -> String {
 /// Files resolving outside the candidate's root (a swap after the walk) are refused as
 /// [`SkipReason::OutsideRoot`].
 pub fn read_source(c: &Candidate) -> Result<(String, [u8; 32]), (SkipReason, String)> {
-    let bytes = read_confined(&c.abs_path, c.confined_to.as_deref())?;
+    let bytes = read_confined(&c.abs_path, c.confined_to.as_deref(), c.max_bytes)?;
     if bytes.iter().take(8192).any(|&b| b == 0) {
         return Err((SkipReason::Binary, c.abs_path.display().to_string()));
     }
@@ -727,5 +760,31 @@ mod tests {
         let (reason, msg) = read_source(&out.candidates[0]).unwrap_err();
         assert_eq!(reason, SkipReason::OutsideRoot);
         assert!(msg.contains("outside the root"), "{msg}");
+    }
+
+    /// The walk's checks hold at read time too: a file that grew past `--max-file-bytes` is
+    /// read only up to the limit and refused, and one swapped for a FIFO is refused at once
+    /// (opening a FIFO for reading would wait for a writer for ever).
+    #[cfg(unix)]
+    #[test]
+    fn a_file_that_grew_or_became_a_fifo_is_refused_at_read() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::write(repo.join("a.py"), "def a():\n    pass\n").unwrap();
+        std::fs::write(repo.join("b.py"), "def b():\n    pass\n").unwrap();
+        let out = walk(&repo, "r", 64, Symlinks::Confined, Rules::default());
+        assert_eq!(out.candidates.len(), 2);
+        std::fs::write(repo.join("a.py"), "x = 1\n".repeat(100)).unwrap();
+        let (reason, msg) = read_source(&out.candidates[0]).unwrap_err();
+        assert_eq!(reason, SkipReason::TooLarge, "{msg}");
+        std::fs::remove_file(repo.join("b.py")).unwrap();
+        let fifo =
+            std::ffi::CString::new(repo.join("b.py").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let (reason, msg) = read_source(&out.candidates[1]).unwrap_err();
+        assert_eq!(reason, SkipReason::Unreadable);
+        assert!(msg.contains("not a regular file"), "{msg}");
     }
 }
