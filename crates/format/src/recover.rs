@@ -105,9 +105,12 @@ fn memory_segment_dirs(
             continue;
         }
         let meta_path = entry.path().join(crate::segment::SEGMENT_JSON);
-        let meta = std::fs::read(&meta_path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<SegmentMeta>(&b).map_err(|e| e.to_string()));
+        let meta = match std::fs::read(&meta_path) {
+            // Not damage: the recovery stops, nothing is moved aside (see `is_passing`).
+            Err(e) if is_passing(&e) => return Err(io_err(&meta_path)(e)),
+            Err(e) => Err(e.to_string()),
+            Ok(b) => serde_json::from_slice::<SegmentMeta>(&b).map_err(|e| e.to_string()),
+        };
         match meta {
             Ok(m)
                 if !m
@@ -122,6 +125,15 @@ fn memory_segment_dirs(
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+/// Whether `e`, met reading a memory file, says nothing about its bytes (a permission, I/O
+/// or memory error): such a file is not damaged and must not be moved aside (its memories
+/// would leave the index), so recovery refuses instead. A missing, truncated or invalid file
+/// is damage.
+pub fn is_passing(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{InvalidData, NotFound, UnexpectedEof};
+    !matches!(e.kind(), NotFound | UnexpectedEof | InvalidData)
 }
 
 /// The newest tombstone file of each segment id: id → (generation, file name).
@@ -190,6 +202,9 @@ pub fn recover_memory_segments(
         }
         let seg = match Segment::open(dir, &id, model_id, dim) {
             Ok(s) => s,
+            Err(FormatError::Io { source, path }) if is_passing(&source) => {
+                return Err(FormatError::Io { path, source }.into())
+            }
             Err(e) => {
                 out.unusable.push((path, e.to_string()));
                 continue;
@@ -310,19 +325,24 @@ fn one_copy_per_id(
 /// The memory segments `entries` (a MANIFEST's, in its order) with one live copy of each
 /// memory id: for an index whose tombstones were partly lost (a damaged tombstone file set
 /// aside), where older versions of updated memories became live again beside the newer ones.
-/// New tombstone files are named for a generation above every one on disk. Returns the
-/// entries, the copies hidden and the live records. The caller holds the directory lock.
+/// New tombstone files are named for a generation above every one on disk and above `above`
+/// (the MANIFEST's generation). Returns the
+/// entries, the copies hidden, the live records and that generation (the MANIFEST that names
+/// the files must be at least that generation, or a later flush could write a tombstone file
+/// of the same name). The caller holds the directory lock.
 pub fn one_copy_per_memory_id(
     dir: &Path,
     model_id: &str,
     dim: u32,
     entries: &[SegmentEntry],
-) -> std::result::Result<(Vec<SegmentEntry>, u64, u64), RecoverError> {
+    above: u64,
+) -> std::result::Result<(Vec<SegmentEntry>, u64, u64, u64), RecoverError> {
     let generation = newest_tombstones(dir)?
         .values()
         .map(|(g, _)| *g)
         .max()
         .unwrap_or(0)
+        .max(above)
         + 1;
     let mut usable = Vec::new();
     for e in entries {
@@ -333,7 +353,8 @@ pub fn one_copy_per_memory_id(
         };
         usable.push((seg, bits, e.tombstones.clone()));
     }
-    Ok(one_copy_per_id(dir, model_id, &usable, generation)?)
+    let (kept, hidden, live) = one_copy_per_id(dir, model_id, &usable, generation)?;
+    Ok((kept, hidden, live, generation))
 }
 
 #[cfg(test)]

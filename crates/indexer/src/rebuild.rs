@@ -159,11 +159,8 @@ pub fn recovered_manifest(
 /// tombstone file's deletes out of them) for good. A missing, truncated or invalid file is
 /// damage, which the caller moves aside.
 fn refuse_if_passing(err: &FormatError, p: &Path) -> Result<(), IndexerError> {
-    use std::io::ErrorKind::{InvalidData, NotFound, UnexpectedEof};
     match err {
-        FormatError::Io { source, .. }
-            if !matches!(source.kind(), NotFound | UnexpectedEof | InvalidData) =>
-        {
+        FormatError::Io { source, .. } if format::recover::is_passing(source) => {
             Err(IndexerError::RebuildRefused(format!(
                 "could not read {} ({err}); it holds memories, so it was not moved aside: fix \
                  the cause (permissions, the disk) and run the rebuild again",
@@ -242,11 +239,16 @@ fn keep_memories(
     if tombstones_lost {
         // Older versions of updated memories are live again beside the newer ones: one copy
         // of each id stays (the newest), as when a MANIFEST is recovered.
-        let (entries, hidden, live) =
-            format::recover::one_copy_per_memory_id(dir, model_id, dim, &kept).map_err(refused)?;
+        let (entries, hidden, live, generation) =
+            format::recover::one_copy_per_memory_id(dir, model_id, dim, &kept, m.generation)
+                .map_err(refused)?;
         kept = entries;
         report.duplicates += hidden;
         report.memories = live;
+        if hidden > 0 {
+            // The MANIFEST naming the new tombstone files is at least their generation.
+            m.generation = m.generation.max(generation - 1);
+        }
     }
     m.memory_segments = kept;
     m.generation += 1;
@@ -352,6 +354,10 @@ mod tests {
         assert_eq!(report.moved_aside.len(), 1, "{report}");
         let after = IndexManifest::read(dir).unwrap();
         let ta = after.memory_segments[0].tombstones.as_ref().unwrap();
+        // Files on disk: generation 3 (the damaged one, set aside); the new one is 4, and the
+        // MANIFEST naming it is no older.
+        assert_eq!(ta.file, format::tombstones::file_name(&a, 4));
+        assert!(after.generation >= 4, "{}", after.generation);
         let hidden = format::tombstones::read(&dir.join(&ta.file), "m", &ta.blake3, 2).unwrap();
         assert_eq!(hidden.iter().collect::<Vec<_>>(), [0]);
         assert!(after.memory_segments[1].tombstones.is_none());

@@ -51,6 +51,10 @@ pub enum LogAccess {
     /// ([`Recovered::damage`]): the valid prefix is served and memory writes stop until
     /// `queryd repair-wal` (the log stays locked meanwhile).
     Damaged,
+    /// The log cannot be opened for writing because the directory or file system is
+    /// read-only (or not ours to write): a legitimate way to serve an index. Its records are
+    /// replayed read-only ([`replay_shared`]), so every memory is served.
+    ReadOnly,
     /// Memory writes are disabled for another reason (the `WritesDisabled` message says why).
     Disabled,
 }
@@ -118,6 +122,13 @@ pub fn replay_shared(dir: &Path, index: &Index) -> Result<Option<(Delta, Recover
     Ok(Some((delta, rec)))
 }
 
+/// Whether opening the log failed only because it cannot be written here (a read-only
+/// directory or file system, a file owned by someone else), not because it is damaged.
+fn read_only_open(e: &WalError) -> bool {
+    matches!(e, WalError::Io { source, .. }
+        if matches!(source.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem))
+}
+
 /// Recovery that serves `index` with memory writes disabled for `why` (no log replayed).
 fn disabled(index: Index, mtime: Option<SystemTime>, why: String) -> Recovered {
     Recovered {
@@ -140,6 +151,12 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
         Err(e @ WalError::Busy { .. }) => {
             eprintln!("queryd: memory writes are disabled: {e}; serving its memories read-only");
             return recover_shared(dir, index, mtime, e.to_string());
+        }
+        Err(e) if read_only_open(&e) => {
+            eprintln!("queryd: memory writes are disabled: {e}; serving its memories read-only");
+            let mut r = recover_shared(dir, index, mtime, e.to_string());
+            r.access = LogAccess::ReadOnly;
+            return r;
         }
         Err(e) => {
             eprintln!("queryd: memory writes are disabled: {e}");
@@ -517,4 +534,24 @@ pub fn export(dir: &Path) -> Result<Exported, ExportError> {
         memories: v,
         damage: rec.damage,
     })
+}
+
+#[cfg(test)]
+mod read_only_tests {
+    use super::*;
+
+    /// Only "cannot write here" serves the log read-only; other open errors disable writes.
+    #[test]
+    fn a_read_only_log_is_told_from_a_broken_one() {
+        let io = |kind| WalError::Io {
+            path: "memory.wal".into(),
+            source: std::io::Error::from(kind),
+        };
+        assert!(read_only_open(&io(std::io::ErrorKind::PermissionDenied)));
+        assert!(read_only_open(&io(std::io::ErrorKind::ReadOnlyFilesystem)));
+        assert!(!read_only_open(&io(std::io::ErrorKind::Other)));
+        assert!(!read_only_open(&WalError::BadMagic {
+            path: "memory.wal".into()
+        }));
+    }
 }

@@ -691,6 +691,19 @@ fn pushed_memories_arrive_once_and_local_deletes_stay_deleted() {
     let sent = format::IndexManifest::read(&ix.index).unwrap();
     assert_eq!(sent.pulled_memory_segments.len(), 1, "{sent:?}");
     assert_eq!(sent.pulled_memory_segments[0], sent.memory_segments[0].id);
+    // As pushed by a build that did not record it: pushing again (nothing new to send)
+    // records it.
+    let mut unrecorded = sent.clone();
+    unrecorded.pulled_memory_segments.clear();
+    unrecorded.generation += 1;
+    unrecorded.commit(&ix.index).unwrap();
+    assert!(!sync::push(&ix.index, &remote, &with).unwrap().committed);
+    assert_eq!(
+        format::IndexManifest::read(&ix.index)
+            .unwrap()
+            .pulled_memory_segments,
+        sent.pulled_memory_segments
+    );
     let p = pull(&remote, &local);
     assert_eq!(p.memory_segments_added, 1, "{p:?}");
     let mut m = format::IndexManifest::read(&local).unwrap();

@@ -83,7 +83,20 @@ pub struct PendingPush {
 pub fn push(dir: &Path, remote: &Remote, opts: &PushOptions) -> Result<PushReport> {
     match PendingPush::prepare(dir, remote, opts)? {
         Ok(pending) => pending.commit(),
-        Err(up_to_date) => Ok(up_to_date),
+        Err(up_to_date) => {
+            if opts.with_memories {
+                // The remote holds them already, perhaps from a push made before pushes
+                // recorded what they sent: recorded now. (A segment flushed since the check
+                // is local anyway; a pull must not add it back once deleted either.)
+                let sent: Vec<String> = IndexManifest::read(dir)?
+                    .memory_segments
+                    .iter()
+                    .map(|s| s.id.clone())
+                    .collect();
+                remember_sent_memories(dir, &sent)?;
+            }
+            Ok(up_to_date)
+        }
     }
 }
 

@@ -121,8 +121,9 @@ impl Engine {
         let roots = snap.code.index.manifest.roots.clone();
         if roots.is_empty() {
             return Err(ToolError::InvalidInput(
-                "this index records no source roots (it holds only memories, or was built \
-                 before roots were recorded): run `indexer build <root> --out <index>` once"
+                "this index records no source roots (it holds only memories, was pulled from \
+                 a shared store, whose roots are never taken over, or was built before roots \
+                 were recorded): run `indexer build <your checkout> --out <index>` once"
                     .into(),
             ));
         }

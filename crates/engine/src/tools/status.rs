@@ -163,11 +163,14 @@ impl Engine {
             (LogAccess::Damaged, _) => "read-only (damaged log)".to_string(),
             (_, why) => format!("read-only ({})", why.unwrap_or_default()),
         };
-        // A second server reading the log another one holds is normal; writes disabled for
-        // any other reason (a damaged log, records of another model, a log that could not be
-        // opened) leave memories that cannot be written, or not all served.
-        let writes_broken = self.memory_access() != LogAccess::HeldElsewhere
-            && self.memory_writes_disabled().is_some();
+        // A second server reading the log another one holds, or a server of a read-only
+        // index, is normal; writes disabled for any other reason (a damaged log, records of
+        // another model, a log that could not be opened) leave memories that cannot be
+        // written, or not all served.
+        let writes_broken = !matches!(
+            self.memory_access(),
+            LogAccess::HeldElsewhere | LogAccess::ReadOnly
+        ) && self.memory_writes_disabled().is_some();
         let healthy = failure.is_none()
             && damage.is_none()
             && !writes_broken
