@@ -253,6 +253,14 @@ pub fn walk(
             Ok(r) => r,
             Err(_) => path,
         };
+        if rel.to_str().is_none() {
+            // Stored paths are UTF-8: two such names would map to one path (`caf\xe9.py` and
+            // `caf\xe8.py` both to `caf\u{FFFD}.py`), and incremental builds would confuse
+            // the files. Left out, named in the summary.
+            out.skipped
+                .push((path.to_path_buf(), SkipReason::InvalidUtf8));
+            continue;
+        }
         let rel_path = rel
             .components()
             .map(|c| c.as_os_str().to_string_lossy())
@@ -760,6 +768,35 @@ mod tests {
         let (reason, msg) = read_source(&out.candidates[0]).unwrap_err();
         assert_eq!(reason, SkipReason::OutsideRoot);
         assert!(msg.contains("outside the root"), "{msg}");
+    }
+
+    /// A path that is not UTF-8 is left out (two such names would become one stored path).
+    #[cfg(unix)]
+    #[test]
+    fn paths_that_are_not_utf8_are_left_out() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        for name in [&b"caf\xe9.py"[..], &b"caf\xe8.py"[..]] {
+            std::fs::write(repo.join(std::ffi::OsStr::from_bytes(name)), "x = 1\n").unwrap();
+        }
+        std::fs::write(repo.join("ok.py"), "x = 1\n").unwrap();
+        let out = walk(
+            &repo,
+            "r",
+            DEFAULT_MAX_FILE_BYTES,
+            Symlinks::Confined,
+            Rules::default(),
+        );
+        let kept: Vec<&str> = out.candidates.iter().map(|c| c.rel_path.as_str()).collect();
+        assert_eq!(kept, ["ok.py"]);
+        let left_out = out
+            .skipped
+            .iter()
+            .filter(|(_, r)| *r == SkipReason::InvalidUtf8)
+            .count();
+        assert_eq!(left_out, 2);
     }
 
     /// The walk's checks hold at read time too: a file that grew past `--max-file-bytes` is
