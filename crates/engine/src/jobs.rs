@@ -70,6 +70,40 @@ pub struct Jobs {
     pub(crate) run: Mutex<()>,
 }
 
+impl JobStatus {
+    /// A job just submitted: `queued`, nothing counted yet (its id is set by [`Jobs::queue`]).
+    pub(crate) fn queued(
+        roots: Vec<String>,
+        paths: Vec<String>,
+        submitted_at: String,
+    ) -> JobStatus {
+        JobStatus {
+            job_id: 0,
+            state: "queued".into(),
+            roots,
+            paths,
+            submitted_at,
+            started_at: None,
+            finished_at: None,
+            elapsed_ms: None,
+            files_seen: 0,
+            files_changed: 0,
+            files_deleted: 0,
+            chunks_embedded: 0,
+            chunks_reused: 0,
+            chunks_tombstoned: 0,
+            generation: None,
+            refs_checked: 0,
+            refs_stale: 0,
+            refs_relocated: 0,
+            memories_updated: 0,
+            file_errors: Vec::new(),
+            outside_root: Vec::new(),
+            error: None,
+        }
+    }
+}
+
 impl Jobs {
     pub(crate) fn update(&self, id: u64, f: impl FnOnce(&mut JobStatus)) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
@@ -140,28 +174,8 @@ mod tests {
 
     fn job(state: &str) -> JobStatus {
         JobStatus {
-            job_id: 0,
             state: state.into(),
-            roots: Vec::new(),
-            paths: Vec::new(),
-            submitted_at: String::new(),
-            started_at: None,
-            finished_at: None,
-            elapsed_ms: None,
-            files_seen: 0,
-            files_changed: 0,
-            files_deleted: 0,
-            chunks_embedded: 0,
-            chunks_reused: 0,
-            chunks_tombstoned: 0,
-            generation: None,
-            refs_checked: 0,
-            refs_stale: 0,
-            refs_relocated: 0,
-            memories_updated: 0,
-            file_errors: Vec::new(),
-            outside_root: Vec::new(),
-            error: None,
+            ..JobStatus::queued(Vec::new(), Vec::new(), String::new())
         }
     }
 

@@ -154,33 +154,14 @@ impl Engine {
         }
         let id = self
             .jobs
-            .queue(JobStatus {
-                job_id: 0,
-                state: "queued".into(),
-                roots: targets.iter().map(|(r, _)| r.path.clone()).collect(),
-                paths: targets
+            .queue(JobStatus::queued(
+                targets.iter().map(|(r, _)| r.path.clone()).collect(),
+                targets
                     .iter()
                     .flat_map(|(r, v)| v.iter().map(move |p| format!("{}/{p}", r.repo)))
                     .collect(),
-                submitted_at: rfc3339(now_ms()),
-                started_at: None,
-                finished_at: None,
-                elapsed_ms: None,
-                files_seen: 0,
-                files_changed: 0,
-                files_deleted: 0,
-                chunks_embedded: 0,
-                chunks_reused: 0,
-                chunks_tombstoned: 0,
-                generation: None,
-                refs_checked: 0,
-                refs_stale: 0,
-                refs_relocated: 0,
-                memories_updated: 0,
-                file_errors: Vec::new(),
-                outside_root: Vec::new(),
-                error: None,
-            })
+                rfc3339(now_ms()),
+            ))
             .map_err(|pending| {
                 ToolError::InvalidInput(format!(
                     "{pending} re-index jobs are queued or running already (at most \
