@@ -15,7 +15,7 @@
 //! arm it (there is no environment variable or flag).
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::Path;
 
 /// The kinds of operation that can be made to fail.
@@ -75,6 +75,28 @@ fn torn(_e: &io::Error) -> bool {
 pub fn open(opts: &OpenOptions, path: &Path) -> io::Result<File> {
     check(OpKind::Create, path)?;
     opts.open(path)
+}
+
+/// Opens `path` for reading without blocking: a path swapped for a FIFO would otherwise wait
+/// for a writer in the open itself. (On a regular file the flag changes nothing.) Callers
+/// check what the descriptor is (`File::metadata`) before reading.
+pub fn open_for_read(path: &Path) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NONBLOCK);
+    }
+    opts.open(path)
+}
+
+/// At most `max` bytes of `f` from where it stands: `Ok(None)` when it holds more (only
+/// `max + 1` bytes are read to tell), so a file that grew, or a device, is never read whole.
+pub fn read_at_most(f: &File, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    f.take(max.saturating_add(1)).read_to_end(&mut buf)?;
+    Ok((buf.len() as u64 <= max).then_some(buf))
 }
 
 /// `File::create`.

@@ -70,11 +70,6 @@ fn fmt_err(e: FormatError) -> IndexerError {
     IndexerError::Format(e)
 }
 
-/// Whether `dir/memory.wal` holds records.
-fn wal_holds_records(dir: &Path) -> bool {
-    format::manifest::memory_wal_holds_records(dir)
-}
-
 fn refused(e: RecoverError) -> IndexerError {
     match e {
         RecoverError::Format(e) => IndexerError::Format(e),
@@ -140,7 +135,10 @@ pub fn recovered_manifest(
         let to = move_aside(p).map_err(fmt_err)?;
         report.moved_aside.push((to, why.clone()));
     }
-    if rec.entries.is_empty() && !wal_holds_records(dir) && report.moved_aside.is_empty() {
+    if rec.entries.is_empty()
+        && !format::manifest::memory_wal_holds_records(dir)
+        && report.moved_aside.is_empty()
+    {
         return Ok(None);
     }
     report.recovered = true;
@@ -180,7 +178,8 @@ fn keep_memories(
     dim: u32,
     report: &mut RebuildReport,
 ) -> Result<IndexManifest, IndexerError> {
-    let has_memories = !m.memory_segments.is_empty() || wal_holds_records(dir);
+    let has_memories =
+        !m.memory_segments.is_empty() || format::manifest::memory_wal_holds_records(dir);
     if (m.model_id != model_id || m.dim != dim) && has_memories {
         return Err(IndexerError::RebuildRefused(format!(
             "the index at {} holds memories embedded with model `{}` (dim {}), this build uses \

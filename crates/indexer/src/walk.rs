@@ -427,17 +427,9 @@ fn read_confined(
     confined_to: Option<&Path>,
     max: u64,
 ) -> Result<Vec<u8>, (SkipReason, String)> {
-    use std::io::Read;
     let unreadable =
         |e: std::io::Error| (SkipReason::Unreadable, format!("{}: {e}", path.display()));
-    let mut opts = std::fs::OpenOptions::new();
-    opts.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.custom_flags(libc::O_NONBLOCK);
-    }
-    let file = opts.open(path).map_err(unreadable)?;
+    let file = format::fsio::open_for_read(path).map_err(unreadable)?;
     if let Some(root) = confined_to {
         let real = opened_path(&file, path).map_err(unreadable)?;
         if !is_within(root, &real) {
@@ -450,17 +442,14 @@ fn read_confined(
             format!("{}: not a regular file any more", path.display()),
         ));
     }
-    let mut bytes = Vec::new();
-    file.take(max.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
-    if bytes.len() as u64 > max {
-        return Err((
-            SkipReason::TooLarge,
-            format!("{}: more than {max} bytes when read", path.display()),
-        ));
-    }
-    Ok(bytes)
+    format::fsio::read_at_most(&file, max)
+        .map_err(unreadable)?
+        .ok_or_else(|| {
+            (
+                SkipReason::TooLarge,
+                format!("{}: more than {max} bytes when read", path.display()),
+            )
+        })
 }
 
 /// The summary's line for a link left out because it leads outside its root.

@@ -243,24 +243,21 @@ impl FileCache {
     /// The bytes of `p`, at most the size limit (a file that grew past it since the `stat` is
     /// refused, not read whole).
     fn read(&self, p: &Path) -> Result<Vec<u8>, FileError> {
-        use std::io::Read;
         let io = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::NotFound => FileError::Missing,
             _ => FileError::Unreadable(e.to_string()),
         };
-        let f = std::fs::File::open(p).map_err(io)?;
-        let mut buf = Vec::new();
-        (&f).take(self.max_file.saturating_add(1))
-            .read_to_end(&mut buf)
-            .map_err(io)?;
-        if buf.len() as u64 > self.max_file {
-            let now = f.metadata().map_or(0, |m| m.len());
-            return Err(FileError::TooLarge {
-                size: now.max(buf.len() as u64),
-                limit: self.max_file,
-            });
+        let f = format::fsio::open_for_read(p).map_err(io)?;
+        match format::fsio::read_at_most(&f, self.max_file).map_err(io)? {
+            Some(buf) => Ok(buf),
+            None => {
+                let now = f.metadata().map_or(0, |m| m.len());
+                Err(FileError::TooLarge {
+                    size: now.max(self.max_file.saturating_add(1)),
+                    limit: self.max_file,
+                })
+            }
         }
-        Ok(buf)
     }
 
     /// Forgets every cached file (the next check reads from disk).
@@ -401,19 +398,13 @@ const PACKED_REFS_MAX: u64 = 64 << 20;
 /// The text of the regular file `p`, read only when it is at most `max` bytes (a FIFO, a
 /// device or a huge file is not read).
 fn read_small(p: &Path, max: u64) -> Option<String> {
-    use std::io::Read;
-    // Checked before opening: opening a FIFO would wait for a writer.
-    let small = |md: std::fs::Metadata| md.is_file() && md.len() <= max;
-    if !small(std::fs::metadata(p).ok()?) {
+    // Opened without blocking (a FIFO would wait for a writer), then checked.
+    let f = format::fsio::open_for_read(p).ok()?;
+    let md = f.metadata().ok()?;
+    if !md.is_file() || md.len() > max {
         return None;
     }
-    let f = std::fs::File::open(p).ok()?;
-    if !small(f.metadata().ok()?) {
-        return None;
-    }
-    let mut s = String::new();
-    f.take(max).read_to_string(&mut s).ok()?;
-    Some(s)
+    String::from_utf8(format::fsio::read_at_most(&f, max).ok()??).ok()
 }
 
 /// What a check found.
