@@ -8,7 +8,7 @@
 #                                # together with the model into pieces of 55 MiB in
 #                                # target/gpu-carry/ (the device tool carries at most 64 MiB per
 #                                # call: carry one or two pieces per call, in quick succession)
-#   scripts/gpu-bench.sh run [tests] [cuda] [latency] [group] [buildgroup] [scaling] [wgpu] [f32] [ivf] [cache] [corpus]
+#   scripts/gpu-bench.sh run [tests] [cuda] [fused] [latency] [group] [buildgroup] [scaling] [wgpu] [f32] [ivf] [cache] [corpus]
 #                                # on the GPU machine (no cargo needed), each step under its own
 #                                # time limit, everything also written to $OUT/gpu-bench.log:
 #                                # (all parts when none is named):
@@ -18,6 +18,9 @@
 #        machine's torch and transformers packages, copied out of the venv): CUDA and wgpu at
 #        auto precision (f16 after its parity check) beside sentence-transformers fp16 at batch
 #        sizes CIX_ST_BATCHES (default 256,512: the best two of 32-512 on an H100), the ratio to its best; then f32 on 10,000
+#     3b. (fused) the encoder's fused GPU kernels against burn's ops (CIX_FUSED): none, the
+#        default (norm,gelu) and all (attention too), on CUDA then wgpu at auto precision,
+#        interleaved twice, over CIX_FUSED_CHUNKS (default 20000) chunks
 #     4. query embedding latency, one question at a time, GPU vs CPU (queryd --device; also
 #        alone as `latency`)
 #     4b. (group) the build's grouping: groups of 256 in chunk order vs longest first (`embed
@@ -102,6 +105,8 @@ run)
     step 120 "kernels on cuda" env CIX_GPU_RUNTIME=cuda "$out/test-kernels" gpu
     step 120 "kernels on wgpu" env CIX_GPU_RUNTIME=wgpu "$out/test-kernels" gpu
     step 180 "parity (wgpu, cuda)" "$out/test-parity" cuda_ wgpu_ --nocapture --test-threads 1
+    step 180 "parity, every fused kernel (CIX_FUSED=all)" env CIX_FUSED=all "$out/test-parity" cuda_ wgpu_ --nocapture --test-threads 1
+    step 180 "parity, burn's ops only (CIX_FUSED=none)" env CIX_FUSED=none "$out/test-parity" cuda_ wgpu_ --nocapture --test-threads 1
     step 120 "kernel cache across processes on cuda" env CIX_GPU_RUNTIME=cuda "$out/test-gpu_cache" --nocapture
     cd "$here"
   fi
@@ -115,6 +120,16 @@ run)
   want cuda && step 300 "cuda auto vs sentence-transformers" "$out/embed" "$corpus" --chunks "$n" \
     --runs "$runs" --device cuda --precision auto --st-peer \
     --st-batches "${CIX_ST_BATCHES:-256,512}" --query-latency 200
+  # The fused kernels (attention; bias + residual + LayerNorm; bias + GELU) against burn's
+  # separate ops, same binary, interleaved so that drift hits every setting alike.
+  if want fused; then
+    for dev in cuda wgpu; do
+      for f in none norm,gelu all none norm,gelu all; do
+        step 120 "fused: CIX_FUSED=$f on $dev" env CIX_FUSED="$f" "$out/embed" "$corpus" \
+          --chunks "${CIX_FUSED_CHUNKS:-20000}" --runs 2 --device "$dev" --precision auto --no-st-peer
+      done
+    done
+  fi
   # Query embedding as queryd does it (`embed_query`: the CPU's half-precision query path, the
   # GPU's batch path), one question at a time, beside the host CPU, without the throughput run's
   # cost (2,000 chunks, one run).

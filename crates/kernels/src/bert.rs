@@ -340,11 +340,46 @@ impl Bert {
         self.cfg.max_tokens
     }
 
+    /// `LayerNorm(input @ W + b + residual)`: on a GPU device the matmul, then one fused
+    /// kernel for the rest ([`crate::gpu::layers`]); elsewhere burn ops.
+    fn add_norm(
+        &self,
+        lin: &Linear,
+        input: Tensor<2>,
+        residual: Tensor<2>,
+        norm: &LayerNorm,
+    ) -> Tensor<2> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if !self.host_kernels && crate::gpu::layers::fused(crate::gpu::layers::Fused::Norm) {
+            let y = linear(input.clone(), lin.weight.clone(), None);
+            if let Some(out) = crate::gpu::layers::bias_residual_norm_tensor(
+                &y,
+                &lin.bias,
+                &residual,
+                &norm.gamma,
+                &norm.beta,
+                norm.eps,
+            ) {
+                return out;
+            }
+        }
+        norm.forward(lin.forward(input) + residual)
+    }
+
     /// `act(x @ W_in + b_in)`: on the CPU backend a fused, vectorised, multi-threaded host
     /// pass (flex's GELU is scalar `libm::erff` and dominated the profile); elsewhere burn ops.
     fn ffn_in_act(&self, layer: &EncoderLayer, x: Tensor<2>) -> Result<Tensor<2>, ModelError> {
         let tanh = self.cfg.activation == Activation::GeluTanh;
         if !self.host_kernels {
+            #[cfg(any(feature = "wgpu", feature = "cuda"))]
+            if crate::gpu::layers::fused(crate::gpu::layers::Fused::Gelu) {
+                let pre = linear(x.clone(), layer.ffn_in.weight.clone(), None);
+                if let Some(out) =
+                    crate::gpu::layers::bias_gelu_tensor(&pre, &layer.ffn_in.bias, tanh)
+                {
+                    return Ok(out);
+                }
+            }
             let inner = layer.ffn_in.forward(x);
             return Ok(if tanh {
                 gelu_approximate(inner)
@@ -389,8 +424,10 @@ impl Bert {
         ids: Vec<i64>,
         lengths: &[usize],
         seq: usize,
-        mask: Option<Tensor<4, Bool>>,
+        key_mask: impl Fn() -> Option<Tensor<4, Bool>>,
     ) -> Result<Tensor<2>, ModelError> {
+        // burn's attention needs the key-padding mask: made on first use, once per batch.
+        let mut mask: Option<Option<Tensor<4, Bool>>> = None;
         let b = lengths.len();
         let h = self.cfg.hidden_size;
         let nh = self.cfg.num_attention_heads;
@@ -416,29 +453,48 @@ impl Bert {
                     }
                 };
                 Tensor::<2>::from_data(TensorData::new(ctx, [b * seq, h]), dev)
+            } else if let Some(ctx) = self.fused_attention(&qkv, lengths, seq) {
+                ctx
             } else {
+                let mask = mask.get_or_insert_with(&key_mask).clone();
                 // [b*seq, 3h] -> [3, b, nh, seq, dh]
                 let qkv = qkv.reshape([b, seq, 3, nh, dh]).permute([2, 0, 3, 1, 4]);
                 let q = qkv.clone().narrow(0, 0, 1).squeeze_dim::<4>(0);
                 let k = qkv.clone().narrow(0, 1, 1).squeeze_dim::<4>(0);
                 let v = qkv.narrow(0, 2, 1).squeeze_dim::<4>(0);
-                attention(
-                    q,
-                    k,
-                    v,
-                    mask.clone(),
-                    None,
-                    AttentionModuleOptions::default(),
-                )
-                .swap_dims(1, 2)
-                .reshape([b * seq, h])
+                attention(q, k, v, mask, None, AttentionModuleOptions::default())
+                    .swap_dims(1, 2)
+                    .reshape([b * seq, h])
             };
-            x = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
+            x = self.add_norm(&layer.attn_out, ctx, x, &layer.attn_norm);
 
             let inner = self.ffn_in_act(layer, x.clone())?;
-            x = layer.ffn_norm.forward(layer.ffn_out.forward(inner) + x);
+            x = self.add_norm(&layer.ffn_out, inner, x, &layer.ffn_norm);
         }
         Ok(x)
+    }
+
+    /// The context of one layer's attention from the fused kernel
+    /// ([`crate::gpu::attention`](mod@crate::gpu::attention)) on a GPU device; `None` on the
+    /// CPU backend, with `CIX_FUSED` not naming `attention`, or for a shape the kernel does not take.
+    #[allow(unused_variables)] // the CPU-only build has no kernel
+    fn fused_attention(&self, qkv: &Tensor<2>, lengths: &[usize], seq: usize) -> Option<Tensor<2>> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        {
+            if !crate::gpu::layers::fused(crate::gpu::layers::Fused::Attention) {
+                return None;
+            }
+            let nh = self.cfg.num_attention_heads;
+            crate::gpu::attention::attention_tensor(
+                qkv,
+                lengths,
+                seq,
+                nh,
+                self.cfg.hidden_size / nh,
+            )
+        }
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        None
     }
 
     /// Encodes one padded batch on the host path (fused CPU kernels).
@@ -454,7 +510,7 @@ impl Bert {
         let b = lengths.len();
         let h = self.cfg.hidden_size;
         let dev = &self.device;
-        let x = self.encode(ids, lengths, seq, None)?;
+        let x = self.encode(ids, lengths, seq, || None)?;
         let x = x.reshape([b, seq, h]);
         let pooled = match self.cfg.pooling {
             Pooling::Mean => {
@@ -497,13 +553,15 @@ impl Bert {
             .reshape([1, seq])
             .expand([b, seq]);
         let valid = positions.lower(lens); // [b, seq]: true for real tokens
-        let mask = lengths.iter().any(|&len| len < seq).then(|| {
-            valid
-                .clone()
-                .bool_not()
-                .reshape([b, 1, 1, seq])
-                .expand([b, 1, seq, seq])
-        });
+        let mask = || {
+            lengths.iter().any(|&len| len < seq).then(|| {
+                valid
+                    .clone()
+                    .bool_not()
+                    .reshape([b, 1, 1, seq])
+                    .expand([b, 1, seq, seq])
+            })
+        };
         let x = self.encode(ids, lengths, seq, mask)?.reshape([b, seq, h]);
         let pooled = match self.cfg.pooling {
             Pooling::Mean => {

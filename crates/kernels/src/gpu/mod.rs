@@ -14,13 +14,21 @@
 //! - [`kmeans`]: k-means for IVF centroids, every iteration on the device: the assignment
 //!   (n × k × dim, the bulk of the cost) one unit per point, the centroid update one cube per
 //!   centroid; the points go up once and only the final centroids come back.
+//! - [`attention`]: the encoder's multi-head self-attention in one kernel (flash-style online
+//!   softmax over keys staged in shared memory, Q/K/V read in place, no score matrix, no
+//!   mask): see [`attention`](mod@attention).
+//! - [`layers`]: the element-wise tails after the matmuls, bias + GELU and bias + residual +
+//!   LayerNorm, one kernel each.
 
 use cubecl::ir::FloatKind;
 use cubecl::prelude::*;
 
+pub mod attention;
+pub mod layers;
 mod topk;
 
 pub use crate::topk::TopKKernel;
+pub use attention::{attention, ATTN_KEYS, ATTN_MAX_HEAD_DIM, ATTN_QUERIES};
 pub use topk::{
     top_k_inner_product, top_k_inner_product_timed, top_k_inner_product_with, TOPK_QUERIES,
     TOPK_ROWS_PER_UNIT, TOPK_TILES, TOPK_UNITS,
@@ -415,6 +423,15 @@ mod tests {
         }
     }
 
+    /// The largest absolute difference between two equally long slices.
+    fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    }
+
     /// The [`runtime`]'s client; `None` (the test reports itself skipped) when it has no
     /// device, unless `CIX_REQUIRE_WGPU=1` or `CIX_REQUIRE_CUDA=1`.
     fn client() -> Option<cubecl::client::Client> {
@@ -467,11 +484,7 @@ mod tests {
             let want = crate::pool::pool_normalize_cpu(&x, &mask, rows, tokens, hidden);
             let got = pool_normalize(&client, &x, &mask, rows, tokens, hidden);
             assert_eq!(got.len(), want.len());
-            let worst = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
+            let worst = max_abs_diff(&got, &want);
             assert!(
                 worst < 1e-5,
                 "{rows}×{tokens}×{hidden}: max abs diff {worst}"
@@ -519,15 +532,173 @@ mod tests {
             let got = pool_normalize_tensor(&xt.clone().cast(dtype), &mt)
                 .expect("cube tensors take the kernel path");
             let got = got.into_data().try_into_vec::<f32>().unwrap();
-            let worst = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
+            let worst = max_abs_diff(&got, &want);
             assert!(worst < tol, "{dtype:?}: max abs diff {worst}");
         }
         // Shapes that do not fit are left to the caller (burn ops).
         assert!(pool_normalize_tensor(&xt, &mt.narrow(1, 0, 4)).is_none());
+    }
+
+    /// The fused attention equals the host kernel (itself tested against a naive softmax):
+    /// ragged lengths (a full row, one of a single token, one of none), sequences over one key
+    /// tile and one query block and shorter than either, head sizes of MiniLM (32) and BERT-base
+    /// (64) and odd ones; padded rows are zero on both.
+    #[test]
+    fn attention_matches_cpu_reference() {
+        let Some(client) = client() else { return };
+        let mut rnd = rng(0x6A09_E667_F3BC_C908u64);
+        for (lengths, seq, heads, dh) in [
+            (vec![7usize, 2, 5, 1], 7usize, 3usize, 4usize),
+            (vec![130, 64, 1, 0, 97], 130, 12, 32),
+            (vec![256, 200], 256, 2, 64),
+            (vec![33, 31, 32], 33, 5, 3),
+            (vec![5], 5, 1, 128),
+        ] {
+            let n = lengths.len() * seq * 3 * heads * dh;
+            // Large logits too: the online softmax must rescale, not overflow.
+            let qkv: Vec<f32> = (0..n).map(|_| rnd() * 4.0).collect();
+            let want = crate::cpu::attention(&qkv, &lengths, seq, heads, dh);
+            let got = attention(&client, &qkv, &lengths, seq, heads, dh);
+            assert_eq!(got.len(), want.len());
+            let worst = max_abs_diff(&got, &want);
+            assert!(
+                worst < 1e-4,
+                "{lengths:?} seq {seq}, {heads}×{dh}: max abs diff {worst}"
+            );
+        }
+    }
+
+    /// The encoder's path: the kernel on burn's cube tensors, f32 and f16, against the host
+    /// kernel; shapes it cannot take are left to burn's attention.
+    #[test]
+    fn attention_runs_on_burn_tensors() {
+        use burn::tensor::{DType, Tensor, TensorData};
+        if client().is_none() {
+            return;
+        }
+        let device = burn_device();
+        let (lengths, seq, heads, dh) = (vec![9usize, 3, 0], 9usize, 12usize, 32usize);
+        let n = lengths.len() * seq * 3 * heads * dh;
+        let qkv: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let want = crate::cpu::attention(&qkv, &lengths, seq, heads, dh);
+        let t = Tensor::<2>::from_data(
+            TensorData::new(qkv, [lengths.len() * seq, 3 * heads * dh]),
+            &device,
+        );
+        for (dtype, tol) in [(DType::F32, 1e-5f32), (DType::F16, 5e-3)] {
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            let got = attention::attention_tensor(&t.clone().cast(dtype), &lengths, seq, heads, dh)
+                .expect("cube tensors take the kernel path");
+            assert_eq!(got.dims(), [lengths.len() * seq, heads * dh]);
+            let got = got
+                .cast(DType::F32)
+                .into_data()
+                .try_into_vec::<f32>()
+                .unwrap();
+            let worst = max_abs_diff(&got, &want);
+            assert!(worst < tol, "{dtype:?}: max abs diff {worst}");
+        }
+        // A length past seq, a head too wide, a shape that does not match: burn's path.
+        assert!(attention::attention_tensor(&t, &[10, 3, 0], seq, heads, dh).is_none());
+        assert!(attention::attention_tensor(&t, &lengths, seq, 2, 192).is_none());
+        assert!(attention::attention_tensor(&t, &lengths, seq, heads, 16).is_none());
+    }
+
+    /// The fused element-wise tails against host references, f32 and f16: bias + GELU (both
+    /// forms, against the host kernel `cpu::bias_gelu`) and bias + residual + LayerNorm
+    /// (against an f64 computation), for MiniLM's widths and odd ones below and above the
+    /// kernel's unit count; shapes they cannot take are left to burn's ops.
+    #[test]
+    fn fused_layers_match_host_references() {
+        use burn::tensor::{DType, Tensor, TensorData};
+        if client().is_none() {
+            return;
+        }
+        let device = burn_device();
+        let mut rnd = rng(0xBB67_AE85_84CA_A73Bu64);
+        let up1 =
+            |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), &device);
+        let up2 = |v: &[f32], r: usize, c: usize| {
+            Tensor::<2>::from_data(TensorData::new(v.to_vec(), [r, c]), &device)
+        };
+        let read = |t: Tensor<2>| {
+            t.cast(DType::F32)
+                .into_data()
+                .try_into_vec::<f32>()
+                .unwrap()
+        };
+        for (rows, cols) in [(37usize, 1536usize), (5, 384), (3, 7), (2, 300), (1, 1000)] {
+            let y: Vec<f32> = (0..rows * cols).map(|_| rnd() * 3.0).collect();
+            let res: Vec<f32> = (0..rows * cols).map(|_| rnd() * 3.0 + 1.0).collect();
+            let bias: Vec<f32> = (0..cols).map(|_| rnd()).collect();
+            let gamma: Vec<f32> = (0..cols).map(|_| 1.0 + rnd() * 0.5).collect();
+            let beta: Vec<f32> = (0..cols).map(|_| rnd() * 0.1).collect();
+            let eps = 1e-12f64;
+            let mut norm_want = vec![0f32; rows * cols];
+            for r in 0..rows {
+                let v: Vec<f64> = (0..cols)
+                    .map(|c| (y[r * cols + c] + bias[c] + res[r * cols + c]) as f64)
+                    .collect();
+                let mean = v.iter().sum::<f64>() / cols as f64;
+                let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / cols as f64;
+                for c in 0..cols {
+                    norm_want[r * cols + c] = ((v[c] - mean) / (var + eps).sqrt() * gamma[c] as f64
+                        + beta[c] as f64) as f32;
+                }
+            }
+            for (dtype, tol_gelu, tol_norm) in
+                [(DType::F32, 1e-5f32, 1e-4f32), (DType::F16, 2e-2, 2e-2)]
+            {
+                if !device.supports_dtype(dtype) {
+                    continue;
+                }
+                let cast2 = |v: &[f32]| up2(v, rows, cols).cast(dtype);
+                let cast1 = |v: &[f32]| up1(v).cast(dtype);
+                for tanh in [false, true] {
+                    let mut want = y.clone();
+                    crate::cpu::bias_gelu(&mut want, &bias, tanh);
+                    let got = layers::bias_gelu_tensor(&cast2(&y), &cast1(&bias), tanh)
+                        .expect("cube tensors take the kernel path");
+                    let w = max_abs_diff(&read(got), &want);
+                    assert!(
+                        w < tol_gelu * 4.0,
+                        "gelu {rows}×{cols} {dtype:?} tanh {tanh}: {w}"
+                    );
+                }
+                let got = layers::bias_residual_norm_tensor(
+                    &cast2(&y),
+                    &cast1(&bias),
+                    &cast2(&res),
+                    &cast1(&gamma),
+                    &cast1(&beta),
+                    eps,
+                )
+                .expect("cube tensors take the kernel path");
+                let w = max_abs_diff(&read(got), &norm_want);
+                assert!(w < tol_norm, "norm {rows}×{cols} {dtype:?}: {w}");
+            }
+        }
+        // Mismatched shapes and mixed types: burn's ops.
+        let y = up2(&[1.0; 12], 3, 4);
+        assert!(layers::bias_gelu_tensor(&y, &up1(&[0.0; 3]), false).is_none());
+        assert!(layers::bias_residual_norm_tensor(
+            &y,
+            &up1(&[0.0; 4]),
+            &up2(&[1.0; 8], 2, 4),
+            &up1(&[1.0; 4]),
+            &up1(&[0.0; 4]),
+            1e-5
+        )
+        .is_none());
+        if device.supports_dtype(DType::F16) {
+            assert!(
+                layers::bias_gelu_tensor(&y.cast(DType::F16), &up1(&[0.0; 4]), false).is_none()
+            );
+        }
     }
 
     /// The top-k kernel returns the reference's rows (ties by index) with its scores, for
@@ -600,11 +771,7 @@ mod tests {
         ] {
             let want = crate::kmeans::kmeans_cpu(&pts, dim, k, 6, m);
             let got = kmeans(&client, &pts, dim, k, 6, m);
-            let worst = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
+            let worst = max_abs_diff(&got, &want);
             assert!(worst < 1e-4, "{m:?}: max centroid difference {worst}");
             assert_eq!(
                 crate::kmeans::assign_cpu(&pts, &got, dim, m),
@@ -623,11 +790,7 @@ mod tests {
             2,
             crate::kmeans::Metric::InnerProduct,
         );
-        let worst = got
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let worst = max_abs_diff(&got, &want);
         assert!(worst < 1e-3, "12000×384: max centroid difference {worst}");
         // Points 0 and 2 (the initial centroids for k = 2, n = 4) are equal: in the first
         // iteration centroid 1 gets no points and must stay where it started.
@@ -643,11 +806,7 @@ mod tests {
                 &[0.6, 0.8],
                 "{m:?}: reference moved the empty centroid"
             );
-            let worst = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
+            let worst = max_abs_diff(&got, &want);
             assert!(worst < 1e-6, "{m:?}: {got:?} vs {want:?}");
         }
     }
