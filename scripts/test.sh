@@ -30,7 +30,10 @@ cargo test --release --workspace
 # CUDA device) and run on a GPU through scripts/gpu-bench.sh.
 CIX_REQUIRE_WGPU=1 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" \
   cargo test --release -p cix-kernels --features wgpu,cuda
-# The encoder once more with every fused GPU kernel on (`CIX_FUSED=all`: the attention kernel
-# too, which the default leaves off), against the numpy reference in f32 and f16.
-CIX_FUSED=all CIX_REQUIRE_WGPU=1 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" \
-  cargo test --release -p cix-kernels --features wgpu,cuda --test parity wgpu_
+# The encoder again with our own attention kernel (`CIX_FUSED=attention,norm,gelu`) and with
+# burn's ops only (`none`), which the default (`norm,gelu,flash-unit`) leaves out, against the
+# numpy reference in f32 and f16.
+for fused in attention,norm,gelu none; do
+  CIX_FUSED=$fused CIX_REQUIRE_WGPU=1 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" \
+    cargo test --release -p cix-kernels --features wgpu,cuda --test parity wgpu_
+done

@@ -462,7 +462,10 @@ impl Bert {
                 let q = qkv.clone().narrow(0, 0, 1).squeeze_dim::<4>(0);
                 let k = qkv.clone().narrow(0, 1, 1).squeeze_dim::<4>(0);
                 let v = qkv.narrow(0, 2, 1).squeeze_dim::<4>(0);
-                attention(q, k, v, mask, None, AttentionModuleOptions::default())
+                self.flash_attention(&q, &k, &v, mask.as_ref())
+                    .unwrap_or_else(|| {
+                        attention(q, k, v, mask, None, AttentionModuleOptions::default())
+                    })
                     .swap_dims(1, 2)
                     .reshape([b * seq, h])
             };
@@ -472,6 +475,59 @@ impl Bert {
             x = self.add_norm(&layer.ffn_out, inner, x, &layer.ffn_norm);
         }
         Ok(x)
+    }
+
+    /// burn's flash attention with a fixed strategy when `CIX_FUSED` names `flash` (tensor
+    /// cores, else one unit per row) or `flash-unit` (the default), on a GPU device; `None`
+    /// otherwise, or when it cannot run (said once on stderr): the caller then runs burn's
+    /// attention.
+    #[allow(unused_variables)] // the CPU-only build has no kernel
+    fn flash_attention(
+        &self,
+        q: &Tensor<4>,
+        k: &Tensor<4>,
+        v: &Tensor<4>,
+        mask: Option<&Tensor<4, Bool>>,
+    ) -> Option<Tensor<4>> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        {
+            use crate::gpu::layers::{fused, Fused};
+            use std::sync::atomic::{AtomicBool, Ordering};
+            // Set once tensor cores were found missing: later calls go straight to the unit
+            // kernel.
+            static NO_TENSOR_CORES: AtomicBool = AtomicBool::new(false);
+            let accelerated = fused(Fused::Flash) && !NO_TENSOR_CORES.load(Ordering::Relaxed);
+            if !accelerated && !fused(Fused::Flash) && !fused(Fused::FlashUnit) {
+                return None;
+            }
+            let attempt = crate::gpu::attention::flash_tensor(q, k, v, mask, !accelerated);
+            let attempt = match attempt {
+                Err(e) if accelerated && e.unavailable => {
+                    NO_TENSOR_CORES.store(true, Ordering::Relaxed);
+                    eprintln!(
+                        "CIX_FUSED=flash: no tensor-core tiles here ({}); flash attention runs \
+                         one unit per row",
+                        e.why
+                    );
+                    crate::gpu::attention::flash_tensor(q, k, v, mask, true)
+                }
+                other => other,
+            };
+            match attempt {
+                Ok(ctx) => return Some(ctx),
+                Err(e) => {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| {
+                        eprintln!(
+                            "CIX_FUSED: burn's flash attention cannot run here ({}); burn's \
+                             attention runs instead",
+                            e.why
+                        )
+                    });
+                }
+            }
+        }
+        None
     }
 
     /// The context of one layer's attention from the fused kernel

@@ -26,34 +26,50 @@ const ELEMENT_UNITS: usize = 256;
 const MAX_CUBES: usize = 65_535;
 
 /// The encoder's fused GPU kernels, each of which can be turned on or off (to measure it
-/// against burn's ops): `CIX_FUSED` is a comma list of `attention`, `norm` and `gelu`, or
-/// `all`, or `none`; read once per process. The default is `norm,gelu`: the attention kernel
-/// is opt-in until it is measured on a GPU (on lavapipe, a CPU, it was slower than burn's
-/// attention; the other two were not).
+/// against burn's ops): `CIX_FUSED` is a comma list of `norm`, `gelu`, `flash-unit`, `flash`
+/// and `attention`, or `all` (`norm,gelu,flash`), or `none`; read once per process. The
+/// default is `norm,gelu,flash-unit`, chosen on lavapipe (a CPU: each was faster there than
+/// burn's ops, and parity held) until `scripts/gpu-bench.sh run fused` times them on a GPU.
+/// Of several attention kernels named, `attention` wins, then `flash`, then `flash-unit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fused {
+    /// Our attention kernel ([`super::attention`](mod@super::attention)); first when several
+    /// attention kernels are named.
     Attention,
+    /// bias + residual + LayerNorm.
     Norm,
+    /// bias + GELU.
     Gelu,
+    /// burn's flash attention on tensor cores (cubek's accelerated strategy, 4 planes), else
+    /// (no tensor cores) one unit per row.
+    Flash,
+    /// burn's flash attention, one unit per row (no tensor cores needed).
+    FlashUnit,
 }
 
 /// Whether the encoder uses the fused kernel `k` (see [`Fused`]).
 pub fn fused(k: Fused) -> bool {
-    static ON: std::sync::OnceLock<[bool; 3]> = std::sync::OnceLock::new();
+    static ON: std::sync::OnceLock<[bool; 5]> = std::sync::OnceLock::new();
     let on = ON.get_or_init(|| parse_fused(std::env::var("CIX_FUSED").ok().as_deref()));
     on[k as usize]
 }
 
-fn parse_fused(v: Option<&str>) -> [bool; 3] {
+fn parse_fused(v: Option<&str>) -> [bool; 5] {
     let v = v.unwrap_or("").trim().to_ascii_lowercase();
     if v.is_empty() {
-        return [false, true, true];
+        return [false, true, true, false, true];
     }
     if v == "all" {
-        return [true; 3];
+        return [false, true, true, true, false];
     }
     let has = |name: &str| v.split(',').any(|p| p.trim() == name);
-    [has("attention"), has("norm"), has("gelu")]
+    [
+        has("attention"),
+        has("norm"),
+        has("gelu"),
+        has("flash"),
+        has("flash-unit"),
+    ]
 }
 
 #[cube(launch)]
@@ -288,12 +304,27 @@ mod tests {
 
     #[test]
     fn fused_switch() {
-        assert_eq!(parse_fused(None), [false, true, true]);
-        assert_eq!(parse_fused(Some("")), [false, true, true]);
-        assert_eq!(parse_fused(Some("all")), [true; 3]);
-        assert_eq!(parse_fused(Some("none")), [false; 3]);
-        assert_eq!(parse_fused(Some("burn")), [false; 3]);
-        assert_eq!(parse_fused(Some("Attention, gelu")), [true, false, true]);
-        assert_eq!(parse_fused(Some("norm")), [false, true, false]);
+        let default = [false, true, true, false, true];
+        assert_eq!(parse_fused(None), default);
+        assert_eq!(parse_fused(Some("")), default);
+        assert_eq!(parse_fused(Some("all")), [false, true, true, true, false]);
+        assert_eq!(parse_fused(Some("none")), [false; 5]);
+        assert_eq!(parse_fused(Some("burn")), [false; 5]);
+        assert_eq!(
+            parse_fused(Some("Attention, gelu")),
+            [true, false, true, false, false]
+        );
+        assert_eq!(
+            parse_fused(Some("norm")),
+            [false, true, false, false, false]
+        );
+        assert_eq!(
+            parse_fused(Some("flash,norm,gelu")),
+            [false, true, true, true, false]
+        );
+        assert_eq!(
+            parse_fused(Some("flash-unit")),
+            [false, false, false, false, true]
+        );
     }
 }

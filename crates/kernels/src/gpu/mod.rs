@@ -608,6 +608,66 @@ mod tests {
         assert!(attention::attention_tensor(&t, &lengths, seq, heads, 16).is_none());
     }
 
+    /// burn's flash attention with our fixed strategies, on the encoder's tensors and key mask
+    /// (built as `Bert::forward_device` builds them), against the host kernel on the real
+    /// rows: the unit strategy everywhere; the tensor-core one where the device has them
+    /// (lavapipe has not: it must say so, not fail otherwise).
+    #[test]
+    fn flash_attention_matches_cpu_reference() {
+        use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
+        if client().is_none() {
+            return;
+        }
+        let device = burn_device();
+        let (lengths, seq, heads, dh) = (vec![9usize, 3, 1, 7], 9usize, 12usize, 32usize);
+        let b = lengths.len();
+        let n = b * seq * 3 * heads * dh;
+        let mut rnd = rng(0x3C6E_F372_FE94_F82Bu64);
+        let qkv: Vec<f32> = (0..n).map(|_| rnd() * 2.0).collect();
+        let want = crate::cpu::attention(&qkv, &lengths, seq, heads, dh);
+        let t = Tensor::<2>::from_data(TensorData::new(qkv, [b * seq, 3 * heads * dh]), &device);
+        let t = t.reshape([b, seq, 3, heads, dh]).permute([2, 0, 3, 1, 4]);
+        let part = |i| t.clone().narrow(0, i, 1).squeeze_dim::<4>(0);
+        let (q, k, v) = (part(0), part(1), part(2));
+        let lens: Vec<i64> = lengths.iter().map(|&l| l as i64).collect();
+        let lens = Tensor::<1, Int>::from_data(TensorData::new(lens, [b]), &device)
+            .reshape([b, 1])
+            .expand([b, seq]);
+        let pos = Tensor::<1, Int>::arange(0..seq as i64, &device)
+            .reshape([1, seq])
+            .expand([b, seq]);
+        let mask: Tensor<4, Bool> = pos
+            .lower(lens)
+            .bool_not()
+            .reshape([b, 1, 1, seq])
+            .expand([b, 1, seq, seq]);
+        for unit in [true, false] {
+            let got = match attention::flash_tensor(&q, &k, &v, Some(&mask), unit) {
+                Ok(g) => g,
+                Err(e) if !unit && e.unavailable => {
+                    eprintln!("tensor-core flash attention unavailable here: {}", e.why);
+                    continue;
+                }
+                Err(e) => panic!("flash attention (unit {unit}) failed: {}", e.why),
+            };
+            let got = got
+                .swap_dims(1, 2)
+                .reshape([b * seq, heads * dh])
+                .cast(DType::F32)
+                .into_data()
+                .try_into_vec::<f32>()
+                .unwrap();
+            // Padded query rows are not compared: burn fills them, the host kernel zeroes them.
+            let h = heads * dh;
+            let mut worst = 0f32;
+            for (bi, &len) in lengths.iter().enumerate() {
+                let rows = (bi * seq * h)..((bi * seq + len) * h);
+                worst = worst.max(max_abs_diff(&got[rows.clone()], &want[rows]));
+            }
+            assert!(worst < 1e-4, "unit {unit}: max abs diff {worst}");
+        }
+    }
+
     /// The fused element-wise tails against host references, f32 and f16: bias + GELU (both
     /// forms, against the host kernel `cpu::bias_gelu`) and bias + residual + LayerNorm
     /// (against an f64 computation), for MiniLM's widths and odd ones below and above the
