@@ -19,9 +19,9 @@
 #        auto precision (f16 after its parity check) beside sentence-transformers fp16 at batch
 #        sizes CIX_ST_BATCHES (default 256,512: the best two of 32-512 on an H100), the ratio to its best; then f32 on 10,000
 #     3b. (fused) the encoder's fused GPU kernels against burn's ops (CIX_FUSED): none,
-#        norm,gelu, the default (norm,gelu,flash-unit), all (norm,gelu,flash: tensor-core flash
-#        attention) and our attention kernel (attention,norm,gelu), interleaved, twice on CUDA
-#        and once on wgpu at auto precision, over CIX_FUSED_CHUNKS (default 20000) chunks
+#        norm,gelu, the default (norm,gelu,flash-unit) and our attention kernel
+#        (attention,norm,gelu), interleaved, twice on CUDA and once on wgpu at auto precision,
+#        over CIX_FUSED_CHUNKS (default 20000) chunks
 #     4. query embedding latency, one question at a time, GPU vs CPU (queryd --device; also
 #        alone as `latency`)
 #     4b. (group) the build's grouping: groups of 256 in chunk order vs longest first (`embed
@@ -106,7 +106,6 @@ run)
     step 120 "kernels on cuda" env CIX_GPU_RUNTIME=cuda "$out/test-kernels" gpu
     step 120 "kernels on wgpu" env CIX_GPU_RUNTIME=wgpu "$out/test-kernels" gpu
     step 180 "parity (wgpu, cuda)" "$out/test-parity" cuda_ wgpu_ --nocapture --test-threads 1
-    step 180 "parity, tensor-core flash attention (CIX_FUSED=all)" env CIX_FUSED=all "$out/test-parity" cuda_ wgpu_ --nocapture --test-threads 1
     step 180 "parity, our attention kernel (CIX_FUSED=attention,norm,gelu)" env CIX_FUSED=attention,norm,gelu "$out/test-parity" cuda_ wgpu_ --nocapture --test-threads 1
     step 180 "parity, burn's ops only (CIX_FUSED=none)" env CIX_FUSED=none "$out/test-parity" cuda_ wgpu_ --nocapture --test-threads 1
     step 120 "kernel cache across processes on cuda" env CIX_GPU_RUNTIME=cuda "$out/test-gpu_cache" --nocapture
@@ -125,7 +124,7 @@ run)
   # The fused kernels (attention; bias + residual + LayerNorm; bias + GELU) against burn's
   # separate ops, same binary, interleaved so that drift hits every setting alike.
   if want fused; then
-    settings="none norm,gelu norm,gelu,flash-unit all attention,norm,gelu"
+    settings="none norm,gelu norm,gelu,flash-unit attention,norm,gelu"
     for dev in cuda cuda wgpu; do
       for f in $settings; do
         step 120 "fused: CIX_FUSED=$f on $dev" env CIX_FUSED="$f" "$out/embed" "$corpus" \

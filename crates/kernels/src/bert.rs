@@ -351,17 +351,16 @@ impl Bert {
     ) -> Tensor<2> {
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
         if !self.host_kernels && crate::gpu::layers::fused(crate::gpu::layers::Fused::Norm) {
-            let y = linear(input.clone(), lin.weight.clone(), None);
-            if let Some(out) = crate::gpu::layers::bias_residual_norm_tensor(
+            let y = linear(input, lin.weight.clone(), None);
+            return crate::gpu::layers::bias_residual_norm_tensor(
                 &y,
                 &lin.bias,
                 &residual,
                 &norm.gamma,
                 &norm.beta,
                 norm.eps,
-            ) {
-                return out;
-            }
+            )
+            .unwrap_or_else(|| norm.forward(y + lin.bias.clone().unsqueeze() + residual));
         }
         norm.forward(lin.forward(input) + residual)
     }
@@ -373,12 +372,18 @@ impl Bert {
         if !self.host_kernels {
             #[cfg(any(feature = "wgpu", feature = "cuda"))]
             if crate::gpu::layers::fused(crate::gpu::layers::Fused::Gelu) {
-                let pre = linear(x.clone(), layer.ffn_in.weight.clone(), None);
+                let pre = linear(x, layer.ffn_in.weight.clone(), None);
                 if let Some(out) =
                     crate::gpu::layers::bias_gelu_tensor(&pre, &layer.ffn_in.bias, tanh)
                 {
                     return Ok(out);
                 }
+                let inner = pre + layer.ffn_in.bias.clone().unsqueeze();
+                return Ok(if tanh {
+                    gelu_approximate(inner)
+                } else {
+                    gelu(inner)
+                });
             }
             let inner = layer.ffn_in.forward(x);
             return Ok(if tanh {
@@ -405,10 +410,6 @@ impl Bert {
         Ok(Tensor::from_data(data, &self.device))
     }
 
-    /// The transformer over one padded batch: `ids` is `[lengths.len(), seq]` row-major,
-    /// right-padded; `lengths[b] <= seq` are the real token counts; `mask` the key-padding mask
-    /// for burn's attention (true = masked out; `None` on the host path, which skips padding
-    /// itself, or when nothing is padded). Returns the last hidden state `[b * seq, h]`.
     /// The embedding layer: word + (position + token type 0) of `ids` (`[b, seq]` row-major),
     /// then its LayerNorm; `[b * seq, h]`.
     fn embeddings(&self, ids: Vec<i64>, b: usize, seq: usize) -> Tensor<2> {
@@ -419,6 +420,11 @@ impl Bert {
         self.emb_norm.forward((words + pos).reshape([b * seq, h]))
     }
 
+    /// The transformer over one padded batch: `ids` is `[lengths.len(), seq]` row-major,
+    /// right-padded; `lengths[b] <= seq` are the real token counts; `key_mask` makes the
+    /// key-padding mask for burn's attention (true = masked out; `None` on the host path, which
+    /// skips padding itself, or when nothing is padded), called only if burn's attention runs.
+    /// Returns the last hidden state `[b * seq, h]`.
     fn encode(
         &self,
         ids: Vec<i64>,
@@ -477,10 +483,9 @@ impl Bert {
         Ok(x)
     }
 
-    /// burn's flash attention with a fixed strategy when `CIX_FUSED` names `flash` (tensor
-    /// cores, else one unit per row) or `flash-unit` (the default), on a GPU device; `None`
-    /// otherwise, or when it cannot run (said once on stderr): the caller then runs burn's
-    /// attention.
+    /// burn's flash attention with one unit per row when `CIX_FUSED` names `flash-unit` (the
+    /// default), on a GPU device; `None` otherwise, or when it cannot run (a refusal is said
+    /// once on stderr): the caller then runs burn's attention.
     #[allow(unused_variables)] // the CPU-only build has no kernel
     fn flash_attention(
         &self,
@@ -490,38 +495,15 @@ impl Bert {
         mask: Option<&Tensor<4, Bool>>,
     ) -> Option<Tensor<4>> {
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        {
-            use crate::gpu::layers::{fused, Fused};
-            use std::sync::atomic::{AtomicBool, Ordering};
-            // Set once tensor cores were found missing: later calls go straight to the unit
-            // kernel.
-            static NO_TENSOR_CORES: AtomicBool = AtomicBool::new(false);
-            let accelerated = fused(Fused::Flash) && !NO_TENSOR_CORES.load(Ordering::Relaxed);
-            if !accelerated && !fused(Fused::Flash) && !fused(Fused::FlashUnit) {
-                return None;
-            }
-            let attempt = crate::gpu::attention::flash_tensor(q, k, v, mask, !accelerated);
-            let attempt = match attempt {
-                Err(e) if accelerated && e.unavailable => {
-                    NO_TENSOR_CORES.store(true, Ordering::Relaxed);
-                    eprintln!(
-                        "CIX_FUSED=flash: no tensor-core tiles here ({}); flash attention runs \
-                         one unit per row",
-                        e.why
-                    );
-                    crate::gpu::attention::flash_tensor(q, k, v, mask, true)
-                }
-                other => other,
-            };
-            match attempt {
-                Ok(ctx) => return Some(ctx),
-                Err(e) => {
+        if crate::gpu::layers::fused(crate::gpu::layers::Fused::FlashUnit) {
+            match crate::gpu::attention::flash_tensor(q, k, v, mask) {
+                Ok(ctx) => return ctx,
+                Err(why) => {
                     static SAID: std::sync::Once = std::sync::Once::new();
                     SAID.call_once(|| {
                         eprintln!(
-                            "CIX_FUSED: burn's flash attention cannot run here ({}); burn's \
-                             attention runs instead",
-                            e.why
+                            "CIX_FUSED: burn's flash attention cannot run here ({why}); burn's \
+                             attention runs instead"
                         )
                     });
                 }

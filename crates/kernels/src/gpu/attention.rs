@@ -255,62 +255,44 @@ pub(crate) fn attention_tensor(
     Some(Tensor::from_primitive::<Cube>(ctx))
 }
 
-/// Why [`flash_tensor`] could not run.
-#[derive(Debug)]
-pub(crate) struct FlashError {
-    /// The strategy needs what the device lacks (tensor cores for the accelerated one).
-    pub unavailable: bool,
-    pub why: String,
-}
-
-/// burn's own flash attention (cubek's kernels, which burn reaches only through autotune)
-/// with a fixed strategy: tensor-core tiles of 4 planes (`unit == false`, the first of
-/// autotune's candidates) or one unit per row (`unit`). `q`, `k`, `v` are `[batch, heads, seq,
-/// head_dim]` and `mask` the key-padding mask as burn's `attention` takes them; the result is
-/// its output. A shape the accelerated strategy's tiles do not divide runs burn's separate
-/// kernels inside it; `Err` when it cannot run at all (the caller then runs burn's attention).
+/// burn's own flash attention with one unit per row (cubek's `FlashUnit`, which burn reaches
+/// only through its autotune feature), launched with that fixed strategy so that results do
+/// not depend on timing. `q`, `k`, `v` are `[batch, heads, seq, head_dim]` and `mask` the
+/// key-padding mask as burn's `attention` takes them; the result is its output. `Ok(None)`
+/// when the tensors are not cubecl tensors (burn's flex backend under
+/// `with_portable_kernels`); `Err` says why the kernel refused. Either way the caller runs
+/// burn's attention. (cubek's tensor-core strategy is not offered: it takes only sequences
+/// of a multiple of 4 × its tile, 64 on CUDA, which padded batches rarely are, and it rounds
+/// Q, K, V and the probabilities to f16 whatever the precision asked for.)
 pub(crate) fn flash_tensor(
     q: &burn::tensor::Tensor<4>,
     k: &burn::tensor::Tensor<4>,
     v: &burn::tensor::Tensor<4>,
     mask: Option<&burn::tensor::Tensor<4, burn::tensor::Bool>>,
-    unit: bool,
-) -> Result<burn::tensor::Tensor<4>, FlashError> {
+) -> Result<Option<burn::tensor::Tensor<4>>, String> {
     use burn::backend::Cube;
     use burn::tensor::ops::AttentionModuleOptions;
     use burn_cubecl::kernel::attention::{attention, AttentionStrategy};
-    use cubek::attention::forward::definition::AttentionSetupError;
-    use cubek::attention::forward::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
-    let not_cube = |e: burn::tensor::PrimitiveConversionError| FlashError {
-        unavailable: false,
-        why: format!("not a cubecl tensor: {e:?}"),
+    let prim = |t: &burn::tensor::Tensor<4>| t.clone().try_into_primitive::<Cube>().ok();
+    let (Some(qp), Some(kp), Some(vp)) = (prim(q), prim(k), prim(v)) else {
+        return Ok(None);
     };
-    let prim = |t: &burn::tensor::Tensor<4>| t.clone().try_into_primitive::<Cube>();
     let mask = match mask {
-        Some(m) => Some(m.clone().try_into_primitive::<Cube>().map_err(not_cube)?),
+        Some(m) => match m.clone().try_into_primitive::<Cube>() {
+            Ok(m) => Some(m),
+            Err(_) => return Ok(None),
+        },
         None => None,
     };
-    let strategy = if unit {
-        AttentionStrategy::FlashUnit
-    } else {
-        AttentionStrategy::FlashBlackboxAccelerated(BlackboxAcceleratedStrategy {
-            num_planes: 4,
-            seq_q: 1,
-            seq_kv: 1,
-        })
-    };
     let out = attention(
-        prim(q).map_err(not_cube)?,
-        prim(k).map_err(not_cube)?,
-        prim(v).map_err(not_cube)?,
+        qp,
+        kp,
+        vp,
         mask,
         None,
         AttentionModuleOptions::default(),
-        strategy,
+        AttentionStrategy::FlashUnit,
     )
-    .map_err(|e| FlashError {
-        unavailable: matches!(e, AttentionSetupError::Unavailable(_)),
-        why: format!("{e:?}"),
-    })?;
-    Ok(burn::tensor::Tensor::from_primitive::<Cube>(out))
+    .map_err(|e| format!("{e:?}"))?;
+    Ok(Some(burn::tensor::Tensor::from_primitive::<Cube>(out)))
 }

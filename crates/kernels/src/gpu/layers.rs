@@ -26,50 +26,58 @@ const ELEMENT_UNITS: usize = 256;
 const MAX_CUBES: usize = 65_535;
 
 /// The encoder's fused GPU kernels, each of which can be turned on or off (to measure it
-/// against burn's ops): `CIX_FUSED` is a comma list of `norm`, `gelu`, `flash-unit`, `flash`
-/// and `attention`, or `all` (`norm,gelu,flash`), or `none`; read once per process. The
-/// default is `norm,gelu,flash-unit`, chosen on lavapipe (a CPU: each was faster there than
-/// burn's ops, and parity held) until `scripts/gpu-bench.sh run fused` times them on a GPU.
-/// Of several attention kernels named, `attention` wins, then `flash`, then `flash-unit`.
+/// against burn's ops): `CIX_FUSED` is a comma list of `norm`, `gelu`, `flash-unit` and
+/// `attention`, or `none`; read once per process (a name it does not know is reported on
+/// stderr and ignored). The default is `norm,gelu,flash-unit`, chosen on lavapipe (a CPU:
+/// each was faster there than burn's ops, and parity held) until `scripts/gpu-bench.sh run
+/// fused` times them on a GPU. With both attention kernels named, `attention` wins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fused {
-    /// Our attention kernel ([`super::attention`](mod@super::attention)); first when several
-    /// attention kernels are named.
+    /// Our attention kernel ([`super::attention`](mod@super::attention)).
     Attention,
     /// bias + residual + LayerNorm.
     Norm,
     /// bias + GELU.
     Gelu,
-    /// burn's flash attention on tensor cores (cubek's accelerated strategy, 4 planes), else
-    /// (no tensor cores) one unit per row.
-    Flash,
-    /// burn's flash attention, one unit per row (no tensor cores needed).
+    /// burn's flash attention, one unit per row (cubek's `FlashUnit`).
     FlashUnit,
 }
 
+const FUSED_NAMES: [&str; 4] = ["attention", "norm", "gelu", "flash-unit"];
+
 /// Whether the encoder uses the fused kernel `k` (see [`Fused`]).
 pub fn fused(k: Fused) -> bool {
-    static ON: std::sync::OnceLock<[bool; 5]> = std::sync::OnceLock::new();
-    let on = ON.get_or_init(|| parse_fused(std::env::var("CIX_FUSED").ok().as_deref()));
+    static ON: std::sync::OnceLock<[bool; 4]> = std::sync::OnceLock::new();
+    let on = ON.get_or_init(|| {
+        let (on, unknown) = parse_fused(std::env::var("CIX_FUSED").ok().as_deref());
+        if !unknown.is_empty() {
+            eprintln!(
+                "CIX_FUSED: ignoring {} (known: {}, or none)",
+                unknown.join(", "),
+                FUSED_NAMES.join(", ")
+            );
+        }
+        on
+    });
     on[k as usize]
 }
 
-fn parse_fused(v: Option<&str>) -> [bool; 5] {
+/// The kernels `v` turns on, and the names in it that are not kernels.
+fn parse_fused(v: Option<&str>) -> ([bool; 4], Vec<String>) {
     let v = v.unwrap_or("").trim().to_ascii_lowercase();
     if v.is_empty() {
-        return [false, true, true, false, true];
+        return ([false, true, true, true], Vec::new());
     }
-    if v == "all" {
-        return [false, true, true, true, false];
+    let mut on = [false; 4];
+    let mut unknown = Vec::new();
+    for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match FUSED_NAMES.iter().position(|&k| k == name) {
+            Some(i) => on[i] = true,
+            None if name == "none" => {}
+            None => unknown.push(name.to_string()),
+        }
     }
-    let has = |name: &str| v.split(',').any(|p| p.trim() == name);
-    [
-        has("attention"),
-        has("norm"),
-        has("gelu"),
-        has("flash"),
-        has("flash-unit"),
-    ]
+    (on, unknown)
 }
 
 #[cube(launch)]
@@ -304,27 +312,21 @@ mod tests {
 
     #[test]
     fn fused_switch() {
-        let default = [false, true, true, false, true];
+        let default = ([false, true, true, true], Vec::<String>::new());
         assert_eq!(parse_fused(None), default);
-        assert_eq!(parse_fused(Some("")), default);
-        assert_eq!(parse_fused(Some("all")), [false, true, true, true, false]);
-        assert_eq!(parse_fused(Some("none")), [false; 5]);
-        assert_eq!(parse_fused(Some("burn")), [false; 5]);
+        assert_eq!(parse_fused(Some(" ")), default);
+        assert_eq!(parse_fused(Some("none")).0, [false; 4]);
         assert_eq!(
-            parse_fused(Some("Attention, gelu")),
-            [true, false, true, false, false]
+            parse_fused(Some("Attention, gelu")).0,
+            [true, false, true, false]
         );
         assert_eq!(
-            parse_fused(Some("norm")),
-            [false, true, false, false, false]
+            parse_fused(Some("norm,flash-unit")).0,
+            [false, true, false, true]
         );
-        assert_eq!(
-            parse_fused(Some("flash,norm,gelu")),
-            [false, true, true, true, false]
-        );
-        assert_eq!(
-            parse_fused(Some("flash-unit")),
-            [false, false, false, false, true]
-        );
+        // Unknown names are returned (and reported by `fused`), never taken for a kernel.
+        let (on, unknown) = parse_fused(Some("norm,flash_unit,all"));
+        assert_eq!(on, [false, true, false, false]);
+        assert_eq!(unknown, ["flash_unit", "all"]);
     }
 }
