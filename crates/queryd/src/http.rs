@@ -349,6 +349,15 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
+    // A browser's request from an allowed page (`Origin` in `--allow-origin`, or this server's
+    // own loopback origins) gets CORS headers, so the page can read the reply; one from any
+    // other page is refused below.
+    let cors_origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .filter(|o| origin_allowed(o, &st.cfg.allowed_origins))
+        .map(str::to_string);
     let resp = if !host_allowed(host, &st.cfg.allowed_hosts) {
         json(
             StatusCode::FORBIDDEN,
@@ -364,6 +373,15 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
             StatusCode::FORBIDDEN,
             &serde_json::json!({"error": format!("Origin `{origin}` is not allowed; start queryd with --allow-origin {origin} to accept it")}),
         )
+    } else if cors_origin.is_some()
+        && req.method() == http::Method::OPTIONS
+        && req
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+    {
+        // A CORS preflight carries no credentials (the Fetch standard): it is answered before
+        // the token check, and says only which methods and headers the real request may use.
+        preflight()
     } else if let Some(token) = st.cfg.token.as_ref().filter(|_| path != "/health") {
         let auth = req
             .headers()
@@ -392,10 +410,48 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
     } else {
         route(req, &path, &st).await
     };
+    let resp = match &cors_origin {
+        Some(origin) => with_cors(resp, origin),
+        None => resp,
+    };
     st.server
         .metrics
         .record_http(&endpoint, resp.status().as_u16());
     Ok(resp)
+}
+
+/// Request headers a browser page may send (the MCP Streamable HTTP transport's, and the
+/// bearer token).
+const CORS_ALLOW_HEADERS: &str =
+    "authorization, content-type, accept, mcp-session-id, mcp-protocol-version, last-event-id";
+/// Response headers a browser page may read: the session id an MCP client must send back, the
+/// authentication challenge and the retry hint.
+const CORS_EXPOSE_HEADERS: &str = "mcp-session-id, www-authenticate, retry-after";
+
+/// `204` to a CORS preflight from an allowed origin (`with_cors` adds the origin).
+fn preflight() -> Response<Body> {
+    let r = Response::builder()
+        .status(StatusCode::NO_CONTENT)
+        .body(Full::new(Bytes::new()).boxed())
+        .expect("a static response is valid");
+    let r = with_header(
+        r,
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        "GET, POST, DELETE, OPTIONS",
+    );
+    let r = with_header(r, header::ACCESS_CONTROL_ALLOW_HEADERS, CORS_ALLOW_HEADERS);
+    with_header(r, header::ACCESS_CONTROL_MAX_AGE, "600")
+}
+
+/// The CORS headers of a reply to a page of the allowed `origin`.
+fn with_cors(r: Response<Body>, origin: &str) -> Response<Body> {
+    let r = with_header(r, header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    let r = with_header(
+        r,
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        CORS_EXPOSE_HEADERS,
+    );
+    with_header(r, header::VARY, "Origin")
 }
 
 async fn route(req: Request<Incoming>, path: &str, st: &State) -> Response<Body> {

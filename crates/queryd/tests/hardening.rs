@@ -402,6 +402,30 @@ fn http_token_authentication() {
     assert!(r.message()["result"]["serverInfo"].is_object());
     // Liveness needs no token.
     assert_eq!(request(port, "GET", "/health", &[], "").status, 200);
+    // Nor does a browser's CORS preflight from an allowed origin (it never carries one); the
+    // request after it does.
+    let origin = format!("http://localhost:{port}");
+    let preflight = [
+        ("Origin", origin.as_str()),
+        ("Access-Control-Request-Method", "POST"),
+    ];
+    let r = request(port, "OPTIONS", "/mcp", &preflight, "");
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = request(
+        port,
+        "POST",
+        "/mcp",
+        &[ACCEPT, JSON, ("Origin", origin.as_str())],
+        &init_body("page"),
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some(origin.as_str())
+    );
+    // An OPTIONS that is not a preflight still needs the token.
+    let r = request(port, "OPTIONS", "/mcp", &[("Origin", origin.as_str())], "");
+    assert_eq!(r.status, 401);
     drop(srv);
 
     // Refused starts: remote without a token, a token file others can read, a short token.

@@ -314,6 +314,68 @@ fn http_serves_mcp_health_metrics_and_rejects_foreign_origins() {
     let ok_origin = format!("http://localhost:{port}");
     let r = request(port, "GET", "/health", &[("Origin", &ok_origin)], "");
     assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some(ok_origin.as_str())
+    );
+    // A browser page of an allowed origin: its preflight is answered, and the reply to its
+    // request names the origin and exposes the session id (an MCP client must send it back).
+    let r = request(
+        port,
+        "OPTIONS",
+        "/mcp",
+        &[
+            ("Origin", &ok_origin),
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "content-type, mcp-session-id",
+            ),
+        ],
+        "",
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some(ok_origin.as_str())
+    );
+    assert!(r
+        .header("access-control-allow-methods")
+        .unwrap()
+        .contains("POST"));
+    let allowed = r.header("access-control-allow-headers").unwrap();
+    assert!(allowed.contains("mcp-session-id") && allowed.contains("content-type"));
+    let r = request(
+        port,
+        "POST",
+        "/mcp",
+        &[ACCEPT, JSON, ("Origin", &ok_origin)],
+        &init.to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some(ok_origin.as_str())
+    );
+    assert!(r
+        .header("access-control-expose-headers")
+        .unwrap()
+        .contains("mcp-session-id"));
+    // No CORS headers without an Origin, and a foreign page's preflight is refused.
+    let r = request(port, "GET", "/health", &[], "");
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    let r = request(
+        port,
+        "OPTIONS",
+        "/mcp",
+        &[
+            ("Origin", "http://evil.example"),
+            ("Access-Control-Request-Method", "POST"),
+        ],
+        "",
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.header("access-control-allow-origin"), None);
     let r = request(
         port,
         "POST",
