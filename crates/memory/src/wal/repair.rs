@@ -81,11 +81,13 @@ fn kept(r: &Found) -> KeptRecord {
 fn probable_ids(b: &[u8]) -> Vec<String> {
     const KEY: &[u8] = b"\"id\":\"";
     let mut out = Vec::new();
+    // Seen ids (a damaged stretch can hold many: a lookup per id, not a scan of `out`).
+    let mut seen = std::collections::HashSet::new();
     let mut i = 0;
     while let Some(p) = b[i..].windows(KEY.len()).position(|w| w == KEY) {
         let at = i + p + KEY.len();
         if let Some(id) = b.get(at..at + 36).and_then(|s| std::str::from_utf8(s).ok()) {
-            if format::memory::is_uuid(id) && !out.iter().any(|x| x == id) {
+            if format::memory::is_uuid(id) && seen.insert(id) {
                 out.push(id.to_string());
             }
         }
