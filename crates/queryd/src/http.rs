@@ -381,7 +381,11 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
     {
         // A CORS preflight carries no credentials (the Fetch standard): it is answered before
         // the token check, and says only which methods and headers the real request may use.
-        preflight()
+        preflight(
+            req.headers()
+                .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+                .and_then(|h| h.to_str().ok()),
+        )
     } else if let Some(token) = st.cfg.token.as_ref().filter(|_| path != "/health") {
         let auth = req
             .headers()
@@ -420,16 +424,19 @@ async fn handle(req: Request<Incoming>, st: Arc<State>) -> Result<Response<Body>
     Ok(resp)
 }
 
-/// Request headers a browser page may send (the MCP Streamable HTTP transport's, and the
-/// bearer token).
+/// Request headers a browser page may send when its preflight names none: the MCP
+/// Streamable HTTP transport's and the bearer token. A preflight that names headers gets
+/// them back (the page's origin is allowed; newer MCP versions add open-ended ones such as
+/// `Mcp-Param-*`).
 const CORS_ALLOW_HEADERS: &str =
     "authorization, content-type, accept, mcp-session-id, mcp-protocol-version, last-event-id";
 /// Response headers a browser page may read: the session id an MCP client must send back, the
 /// authentication challenge and the retry hint.
 const CORS_EXPOSE_HEADERS: &str = "mcp-session-id, www-authenticate, retry-after";
 
-/// `204` to a CORS preflight from an allowed origin (`with_cors` adds the origin).
-fn preflight() -> Response<Body> {
+/// `204` to a CORS preflight from an allowed origin (`with_cors` adds the origin), allowing
+/// the headers it asks for (`requested`).
+fn preflight(requested: Option<&str>) -> Response<Body> {
     let r = Response::builder()
         .status(StatusCode::NO_CONTENT)
         .body(Full::new(Bytes::new()).boxed())
@@ -439,19 +446,26 @@ fn preflight() -> Response<Body> {
         header::ACCESS_CONTROL_ALLOW_METHODS,
         "GET, POST, DELETE, OPTIONS",
     );
-    let r = with_header(r, header::ACCESS_CONTROL_ALLOW_HEADERS, CORS_ALLOW_HEADERS);
+    let allow = requested
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .unwrap_or(CORS_ALLOW_HEADERS);
+    let r = with_header(r, header::ACCESS_CONTROL_ALLOW_HEADERS, allow);
     with_header(r, header::ACCESS_CONTROL_MAX_AGE, "600")
 }
 
 /// The CORS headers of a reply to a page of the allowed `origin`.
 fn with_cors(r: Response<Body>, origin: &str) -> Response<Body> {
     let r = with_header(r, header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-    let r = with_header(
+    let mut r = with_header(
         r,
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
         CORS_EXPOSE_HEADERS,
     );
-    with_header(r, header::VARY, "Origin")
+    // Added to any `Vary` the reply has, not in place of it.
+    r.headers_mut()
+        .append(header::VARY, header::HeaderValue::from_static("Origin"));
+    r
 }
 
 async fn route(req: Request<Incoming>, path: &str, st: &State) -> Response<Body> {
