@@ -48,6 +48,11 @@ pub struct Engine {
     snap: ArcSwap<Snapshot>,
     pub cache: EmbedCache,
     last_failure: Mutex<Option<ReloadFailure>>,
+    /// Set while `MANIFEST` names another model than the served one (an index pulled or
+    /// rebuilt under the server): memory writes are refused, since what they log could never
+    /// be flushed into this index, and a server of the new model would read their vectors
+    /// as its own. Cleared when `MANIFEST` names the served model again.
+    model_changed: Mutex<Option<String>>,
     reload_lock: Mutex<()>,
     /// (MANIFEST mtime, generation) last examined without error.
     seen: Mutex<(Option<SystemTime>, Option<u64>)>,
@@ -174,6 +179,7 @@ impl Engine {
             integrity: crate::integrity::Integrity::default(),
             cache: EmbedCache::new(EMBED_CACHE_ENTRIES),
             last_failure: Mutex::new(None),
+            model_changed: Mutex::new(None),
             reload_lock: Mutex::new(()),
             seen: Mutex::new((snap_key.0, Some(snap_key.1))),
             reloads: AtomicU64::new(0),
@@ -268,12 +274,39 @@ impl Engine {
     }
 
     /// Why memory writes are disabled on this engine (another queryd holds the log, a
-    /// read-only directory, a log a failed write could not be cut back in…), if they are.
+    /// read-only directory, a log a failed write could not be cut back in, `MANIFEST` naming
+    /// another model…), if they are.
     pub fn memory_writes_disabled(&self) -> Option<String> {
         match &self.writer.lock().unwrap_or_else(|e| e.into_inner()).wal {
             Err(e) => Some(e.0.clone()),
-            Ok(w) => w.poisoned().map(str::to_string),
+            Ok(w) => w
+                .poisoned()
+                .map(str::to_string)
+                .or_else(|| self.model_changed()),
         }
+    }
+
+    /// Why memory writes are refused because `MANIFEST` names another model, if it does.
+    fn model_changed(&self) -> Option<String> {
+        self.model_changed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records which model `MANIFEST` names: another than the served one refuses memory
+    /// writes until it names the served one again.
+    fn note_manifest_model(&self, model: &str, dim: u32) {
+        let served = (self.encoder.model_id(), self.encoder.dim());
+        *self.model_changed.lock().unwrap_or_else(|e| e.into_inner()) =
+            ((model, dim as usize) != served).then(|| {
+                format!(
+                    "MANIFEST now names model `{model}` ({dim} dims), this server runs `{}` ({} \
+                     dims): nothing was written; restart queryd with that model (memories the \
+                     log already holds are kept: `queryd export` saves them)",
+                    served.0, served.1
+                )
+            });
     }
 
     pub fn dir(&self) -> &Path {
@@ -324,6 +357,11 @@ impl Engine {
     ) -> ToolResult<T> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let flush_at = w.flush_at;
+        if let Some(why) = self.model_changed() {
+            return Err(ToolError::Internal(format!(
+                "memory writes are disabled on this server: {why}"
+            )));
+        }
         let wal = w.wal.as_mut().map_err(|e| {
             ToolError::Internal(format!("memory writes are disabled on this server: {e}"))
         })?;
@@ -370,7 +408,7 @@ impl Engine {
         let _lock = DirLock::acquire(&dir)?;
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let cur = self.snapshot();
-        memory::store::flush(
+        let out = memory::store::flush(
             &dir,
             &cur.memory,
             &mut w,
@@ -379,7 +417,11 @@ impl Engine {
                 self.store_snapshot(Snapshot::new(index, mtime, delta));
                 self.mark_seen(mtime, generation);
             },
-        )
+        );
+        if let Err(FlushError::ModelChanged { now, now_dim, .. }) = &out {
+            self.note_manifest_model(now, *now_dim);
+        }
+        out
     }
 
     /// Starts the thread that flushes the memory delta when a write finds it at the flush
@@ -432,6 +474,9 @@ impl Engine {
             }
         }
         let cur = self.snap.load_full();
+        if let Ok(m) = &manifest {
+            self.note_manifest_model(&m.model_id, m.dim);
+        }
         let result = manifest.and_then(|m| {
             if m.model_id != self.encoder.model_id() {
                 return Err(FormatError::Mismatch {

@@ -247,6 +247,25 @@ fn a_flush_under_another_model_is_refused_and_the_log_keeps_the_memory() {
         assert_eq!(after.generation, other.generation);
         assert!(after.memory_segments.is_empty() && after.memory_lsn == 0);
         assert_eq!(std::fs::read(&log).unwrap(), logged);
+        // Further writes are refused (they could never be flushed here, and a server of the
+        // other model would take their vectors for its own), and say why; the log is as it was.
+        let err = call(
+            &e,
+            "add_memories",
+            json!({"memories": [{"text": "Deploys need two approvals.", "category": "process"}]}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("another-model"), "{err}");
+        assert!(e
+            .memory_writes_disabled()
+            .unwrap()
+            .contains("another-model"));
+        assert_eq!(std::fs::read(&log).unwrap(), logged);
+        // MANIFEST naming the served model again (seen by the watcher's reload) lifts it.
+        manifest.commit(&ix.index).unwrap();
+        let _ = e.reload_if_changed();
+        assert_eq!(e.memory_writes_disabled(), None);
     }
     manifest.commit(&ix.index).unwrap();
     let e = engine(&ix.index);
