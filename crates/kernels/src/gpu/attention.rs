@@ -215,9 +215,7 @@ pub(crate) fn attention_tensor(
     heads: usize,
     head_dim: usize,
 ) -> Option<burn::tensor::Tensor<2>> {
-    use burn::backend::{BackendTypes, Cube};
-    use burn::tensor::{DType, Shape, Tensor};
-    use cubecl::ir::FloatKind;
+    use burn::backend::Cube;
     if unsupported(lengths, seq, heads, head_dim) {
         return None;
     }
@@ -229,12 +227,7 @@ pub(crate) fn attention_tensor(
     if !t.is_contiguous() {
         return None;
     }
-    let (elem, dtype) = match t.dtype {
-        DType::F32 => (F32, DType::F32),
-        DType::F16 => (ElemType::Float(FloatKind::F16), DType::F16),
-        DType::BF16 => (ElemType::Float(FloatKind::BF16), DType::BF16),
-        _ => return None,
-    };
+    let elem = super::elem_of(t.dtype)?;
     let client = t.client.clone();
     let out = launch_attention(
         &client,
@@ -245,14 +238,7 @@ pub(crate) fn attention_tensor(
         head_dim,
         elem,
     );
-    let ctx = <<Cube as BackendTypes>::FloatTensorPrimitive>::new_contiguous(
-        client,
-        t.device.clone(),
-        Shape::new([lengths.len() * seq, hidden]),
-        out,
-        dtype,
-    );
-    Some(Tensor::from_primitive::<Cube>(ctx))
+    Some(super::layers::wrap(&t, [lengths.len() * seq, hidden], out))
 }
 
 /// burn's own flash attention with one unit per row (cubek's `FlashUnit`, which burn reaches

@@ -12,10 +12,9 @@
 //! and [`attention`](mod@super::attention)'s kernels the encoder uses.
 
 use burn::tensor::Tensor;
-use cubecl::ir::FloatKind;
 use cubecl::prelude::*;
 
-use super::F32;
+use super::elem_of;
 
 /// Units per cube of the row kernels (a row of `hidden` values is spread over them).
 pub const NORM_UNITS: usize = 128;
@@ -190,16 +189,6 @@ fn bias_residual_norm_kernel<F: Float>(
     }
 }
 
-fn elem_of(dtype: burn::tensor::DType) -> Option<ElemType> {
-    use burn::tensor::DType;
-    match dtype {
-        DType::F32 => Some(F32),
-        DType::F16 => Some(ElemType::Float(FloatKind::F16)),
-        DType::BF16 => Some(ElemType::Float(FloatKind::BF16)),
-        _ => None,
-    }
-}
-
 type Prim = <burn::backend::Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
 
 /// The cube primitives of `ts`, if all are contiguous float tensors of one type on one device.
@@ -219,7 +208,8 @@ fn primitives<const N: usize>(ts: [&Tensor<2>; N], ones: &[&Tensor<1>]) -> Optio
     (same && elem_of(first.dtype).is_some()).then_some(out)
 }
 
-fn wrap(like: &Prim, shape: [usize; 2], out: cubecl::server::Handle) -> Tensor<2> {
+/// `out`, a buffer of `like`'s type and device, as a `shape` tensor.
+pub(super) fn wrap(like: &Prim, shape: [usize; 2], out: cubecl::server::Handle) -> Tensor<2> {
     use burn::backend::Cube;
     let p = Prim::new_contiguous(
         like.client.clone(),

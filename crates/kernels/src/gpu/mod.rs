@@ -119,6 +119,17 @@ pub fn pool_normalize(
 
 const F32: ElemType = ElemType::Float(FloatKind::F32);
 
+/// The cubecl element type of a float storage type the kernels take (f32, f16, bf16).
+fn elem_of(dtype: burn::tensor::DType) -> Option<ElemType> {
+    use burn::tensor::DType;
+    match dtype {
+        DType::F32 => Some(F32),
+        DType::F16 => Some(ElemType::Float(FloatKind::F16)),
+        DType::BF16 => Some(ElemType::Float(FloatKind::BF16)),
+        _ => None,
+    }
+}
+
 /// Launches the pooling kernel over device buffers (`x` of element type `elem`, `mask` f32);
 /// returns the `rows × hidden` f32 output buffer.
 fn launch_pool_normalize(
@@ -167,12 +178,7 @@ pub(crate) fn pool_normalize_tensor(
     if !xt.is_contiguous() || !mt.is_contiguous() || mt.dtype != DType::F32 {
         return None;
     }
-    let elem = match xt.dtype {
-        DType::F32 => F32,
-        DType::F16 => ElemType::Float(FloatKind::F16),
-        DType::BF16 => ElemType::Float(FloatKind::BF16),
-        _ => return None,
-    };
+    let elem = elem_of(xt.dtype)?;
     let client = xt.client.clone();
     let out = launch_pool_normalize(
         &client,
