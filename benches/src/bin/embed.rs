@@ -76,6 +76,11 @@ struct Args {
     /// passes of each, and how far the two orders' vectors of one text differ.
     #[arg(long)]
     group: Option<usize>,
+    /// With `--group`: tokenise and plan the batches only (no forward pass), and print the
+    /// padding and forward passes of both orders: what packing sequences instead of padding
+    /// them could save.
+    #[arg(long)]
+    plan_only: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -142,6 +147,9 @@ fn main() -> anyhow::Result<()> {
     let n = args.chunks.min(texts.len());
     let enc = kernels::Encoder::load_with(&model, args.device, args.precision)?;
     if let Some(group) = args.group {
+        if args.plan_only {
+            return plan_only(&enc, &texts[..n], group.max(1));
+        }
         return grouped(&enc, &texts[..n], group.max(1), args.runs);
     }
     // A deterministic, evenly spread sample.
@@ -284,6 +292,30 @@ fn longest_first(texts: &[String]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..texts.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(texts[i].len()), i));
     order
+}
+
+/// [`grouped`]'s batches planned but not run: padding and forward passes per order.
+fn plan_only(enc: &kernels::Encoder, texts: &[String], group: usize) -> anyhow::Result<()> {
+    let chunk_order: Vec<usize> = (0..texts.len()).collect();
+    for (name, order) in [
+        ("chunk order", chunk_order),
+        ("longest first", longest_first(texts)),
+    ] {
+        let (mut tokens, mut padded, mut batches) = (0usize, 0usize, 0usize);
+        for g in order.chunks(group) {
+            let refs: Vec<&str> = g.iter().map(|&i| texts[i].as_str()).collect();
+            let s = enc.prepare(&refs)?.stats();
+            tokens += s.tokens;
+            padded += s.padded_tokens;
+            batches += s.batches;
+        }
+        println!(
+            "{name:<13}: {} chunks in groups of {group}, {tokens} tokens, {padded} padded tokens, padding {:.4}, {batches} forward passes",
+            texts.len(),
+            1.0 - tokens as f64 / padded.max(1) as f64,
+        );
+    }
+    Ok(())
 }
 
 /// `texts` (a build's chunks, in its order) embedded in groups of `group` the way `indexer

@@ -85,6 +85,17 @@ impl Prepared {
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
+
+    /// What running this plan would compute: texts, real tokens, padded tokens and forward
+    /// passes (the counts [`Encoder::embed_prepared`] reports), without running it.
+    pub fn stats(&self) -> EmbedStats {
+        EmbedStats {
+            texts: self.ids.len(),
+            tokens: self.ids.iter().map(Vec::len).sum(),
+            padded_tokens: self.plan.iter().map(Batch::padded_tokens).sum(),
+            batches: self.plan.len(),
+        }
+    }
 }
 
 impl Encoder {

@@ -229,6 +229,10 @@ fn order_preserved_with_duplicates_and_small_batches() {
     let (empty, s) = enc.embed(&[]).expect("empty");
     assert!(empty.is_empty());
     assert_eq!(s.batches, 0);
+    // A plan's counts, without a forward pass, are what running it reports.
+    let planned = enc.prepare(&texts).expect("prepare").stats();
+    assert_eq!(planned, stats);
+    assert_eq!(enc.prepare(&[]).expect("prepare").stats(), s);
 }
 
 /// The encoder on burn's wgpu backend (in CI: Mesa's lavapipe, a Vulkan CPU driver) matches
