@@ -60,6 +60,28 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 pub mod wal {
+    /// The model the target opens logs for (the seeds with a second-version header name it).
+    pub fn model() -> memory::wal::LogModel {
+        memory::wal::LogModel {
+            id: "fuzz-model@0000000000000000".into(),
+            dim: 384,
+        }
+    }
+
+    /// `log` (a log the fixture's server wrote) under the header of both versions: the
+    /// second naming [`model`], the first naming none (logs written before headers did).
+    pub fn seeds_of(log: &[u8]) -> [Vec<u8>; 2] {
+        let len = match format::walhead::parse(log) {
+            format::walhead::WalHeader::Complete { len, .. } => len,
+            other => panic!("not a log: {other:?}"),
+        };
+        let with = |header: &[u8]| [header, &log[len..]].concat();
+        [
+            with(&format::walhead::encode(&model())),
+            with(format::walhead::MAGIC_V1),
+        ]
+    }
+
     /// The memory log decoder, read-only (`queryd export`) and with recovery (a starting
     /// server: cuts the tail, keeps it aside, then appends after it).
     pub fn target(data: &[u8]) {
@@ -67,24 +89,30 @@ pub mod wal {
         let p = d.join(memory::wal::WAL_FILE);
         std::fs::write(&p, data).expect("write the log");
         let ro = memory::wal::read_only(&d);
-        if let Ok((mut w, rec)) = memory::wal::Wal::open(&d, 1) {
+        let model = model();
+        if let Ok((mut w, rec)) = memory::wal::Wal::open(&d, 1, &model) {
             if let Ok(ro) = ro {
                 assert_eq!(ro.ops.len(), rec.ops.len(), "export and recovery disagree");
             }
-            // A damaged log (a bad record followed by valid ones) refuses appends; a clean or
-            // cut one takes them.
+            // A damaged log (a bad record followed by valid ones), and one holding another
+            // model's records, refuse appends; a clean or cut one takes them.
             let appended = w
                 .append(&[memory::wal::WalOp::Delete { id: "x".into() }])
                 .is_ok();
-            assert_eq!(appended, rec.damage.is_none(), "append vs damage");
+            assert_eq!(
+                appended,
+                rec.damage.is_none() && !rec.other_model(&model),
+                "append vs damage and model"
+            );
             drop(w);
-            let (_, again) = memory::wal::Wal::open(&d, 1).expect("reopen after an append");
+            let (_, again) = memory::wal::Wal::open(&d, 1, &model).expect("reopen after an append");
+            assert_eq!(again.model, rec.model, "the header changed");
             if appended {
                 assert_eq!(again.cut_bytes, 0, "an append after recovery left garbage");
                 assert_eq!(again.ops.len(), rec.ops.len() + 1);
             } else {
                 assert_eq!(again.ops.len(), rec.ops.len());
-                assert!(again.damage.is_some(), "the damage is still reported");
+                assert_eq!(again.damage.is_some(), rec.damage.is_some());
             }
         }
         for e in std::fs::read_dir(&d).expect("scratch").flatten() {

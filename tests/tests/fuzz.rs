@@ -153,6 +153,21 @@ fn write_postings_block_seeds() {
     }
 }
 
+/// Adds `fuzz/corpus/wal/log-v2-<i>`: each first-version seed `log-<i>` under the second
+/// version's header (no model needed; `write_seeds` writes both).
+#[test]
+#[ignore = "writes into fuzz/; run by hand after a change of the memory log's header"]
+fn write_wal_header_seeds() {
+    let d = targets::fuzz_dir().join("corpus").join("wal");
+    for i in 0.. {
+        let Ok(b) = std::fs::read(d.join(format!("log-{i}"))) else {
+            break;
+        };
+        let [v2, _] = targets::wal::seeds_of(&b);
+        std::fs::write(d.join(format!("log-v2-{i}")), v2).unwrap();
+    }
+}
+
 /// Regenerates `fuzz/template/{code,memory}/` and `fuzz/corpus/*/` from the polyglot fixture.
 #[test]
 #[ignore = "writes into fuzz/; run by hand after a format change"]
@@ -248,7 +263,9 @@ fn write_seeds() {
         std::fs::write(d.join(name), bytes).unwrap();
     };
     for (i, b) in wal_seeds.iter().enumerate() {
-        put("wal", &format!("log-{i}"), b);
+        let [v2, v1] = targets::wal::seeds_of(b);
+        put("wal", &format!("log-{i}"), &v1);
+        put("wal", &format!("log-v2-{i}"), &v2);
     }
     let m = format::IndexManifest::read(&ix.index).unwrap();
     put(

@@ -27,6 +27,7 @@ pub mod text;
 pub mod texts;
 pub mod tombstones;
 pub mod vectors;
+pub mod walhead;
 
 use std::path::{Path, PathBuf};
 

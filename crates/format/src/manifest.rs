@@ -21,18 +21,28 @@ pub const MANIFEST: &str = "MANIFEST";
 pub const BACKUP_MARK: &str = ".bak-";
 
 /// The memory log's file name in an index directory (written by the `memory` crate; the
-/// indexer and sync only look at whether it holds records).
+/// indexer and sync only read its header: [`crate::walhead`]).
 pub const MEMORY_WAL_FILE: &str = "memory.wal";
-
-/// Its header length: a longer file holds records.
-pub const MEMORY_WAL_HEADER_BYTES: u64 = 8;
 
 /// Whether `dir`'s memory log holds records (memories not yet flushed into a segment, or
 /// flushed ones a crash left before the log was truncated). What decides whether an index
 /// holds memories is this and [`IndexManifest::memory_segments`] and `memory_lsn`: a fresh
-/// server keeps its first memories only in the log until its first flush.
+/// server keeps its first memories only in the log until its first flush. A log whose header
+/// is damaged, or that cannot be read, counts as holding records.
 pub fn memory_wal_holds_records(dir: &Path) -> bool {
-    std::fs::metadata(dir.join(MEMORY_WAL_FILE)).is_ok_and(|m| m.len() > MEMORY_WAL_HEADER_BYTES)
+    let path = dir.join(MEMORY_WAL_FILE);
+    match crate::walhead::read(&path) {
+        Some((crate::walhead::WalHeader::Complete { len, .. }, file_len)) => file_len > len as u64,
+        Some((crate::walhead::WalHeader::Partial, _)) => false,
+        Some((crate::walhead::WalHeader::Bad { .. }, _)) => true,
+        None => path.exists(),
+    }
+}
+
+/// The model `dir`'s memory log says its records were embedded with: `None` when there is no
+/// log, when its header does not say (a log written before it did) or cannot be read.
+pub fn memory_wal_model(dir: &Path) -> Option<crate::walhead::LogModel> {
+    crate::walhead::read(&dir.join(MEMORY_WAL_FILE))?.0.model()
 }
 
 /// The modification time of `dir/MANIFEST`, if it can be read (readers use it with the

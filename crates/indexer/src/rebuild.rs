@@ -130,6 +130,22 @@ pub fn recovered_manifest(
     dim: u32,
     report: &mut RebuildReport,
 ) -> Result<Option<IndexManifest>, IndexerError> {
+    if let Some(logged) = format::manifest::memory_wal_model(dir) {
+        if (logged.id.as_str(), logged.dim) != (model_id, dim)
+            && format::manifest::memory_wal_holds_records(dir)
+        {
+            return Err(IndexerError::RebuildRefused(format!(
+                "the memory log {} holds memories embedded with model {logged}, this build \
+                 uses `{model_id}` ({dim} dims); the index has no MANIFEST to keep them \
+                 under another model, so nothing was changed: rebuild with that model \
+                 (--model), then save the memories with `queryd export --index {}`, or move \
+                 {} aside to build without them",
+                dir.join(format::manifest::MEMORY_WAL_FILE).display(),
+                dir.display(),
+                format::manifest::MEMORY_WAL_FILE,
+            )));
+        }
+    }
     let rec = recover_memory_segments(dir, model_id, dim).map_err(refused)?;
     for (p, why) in &rec.unusable {
         let to = move_aside(p).map_err(fmt_err)?;
@@ -381,5 +397,46 @@ mod tests {
         let err = prepare_rebuild(dir, "this-model", 4).unwrap_err();
         assert!(matches!(err, IndexerError::RebuildRefused(_)), "{err}");
         assert_eq!(std::fs::read(&manifest).unwrap(), b"{ damaged");
+    }
+
+    /// Without a MANIFEST, a memory log whose header names another model refuses the
+    /// rebuild (its records would be replayed as this model's) and is left as it was; an
+    /// emptied one, or one of the build's model, is kept.
+    #[test]
+    fn a_log_of_another_model_refuses_a_recovery() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let log = dir.join(format::manifest::MEMORY_WAL_FILE);
+        let header = |id: &str| {
+            format::walhead::encode(&format::walhead::LogModel {
+                id: id.into(),
+                dim: 4,
+            })
+        };
+        let mut logged = header("other-model");
+        logged.extend_from_slice(b"records of the other model");
+        std::fs::write(&log, &logged).unwrap();
+        let err =
+            recovered_manifest(dir, "this-model", 4, &mut RebuildReport::default()).unwrap_err();
+        assert!(
+            matches!(&err, IndexerError::RebuildRefused(m) if m.contains("`other-model`")),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&log).unwrap(), logged);
+        // The same model: recovered (every log record is replayed by the next server).
+        let mut same = header("this-model");
+        same.extend_from_slice(b"records");
+        std::fs::write(&log, &same).unwrap();
+        let m = recovered_manifest(dir, "this-model", 4, &mut RebuildReport::default())
+            .unwrap()
+            .expect("a manifest keeping the log");
+        assert_eq!(m.model_id, "this-model");
+        // Another model's header with no record after it: nothing to keep.
+        std::fs::write(&log, header("other-model")).unwrap();
+        assert!(
+            recovered_manifest(dir, "this-model", 4, &mut RebuildReport::default())
+                .unwrap()
+                .is_none()
+        );
     }
 }

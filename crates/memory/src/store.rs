@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::delta::{find_in_segments, Delta};
 use crate::search::MemFilter;
 use crate::view::MemoryView;
-use crate::wal::{Damage, Recovery, Wal, WalError, WalOp, WAL_FILE};
+use crate::wal::{Damage, LogModel, Recovery, Wal, WalError, WalOp, WAL_FILE};
 
 /// A flush that would leave more memory segments than this merges them all into one.
 pub const MERGE_AT: usize = 8;
@@ -77,10 +77,12 @@ pub struct Recovered {
 
 /// Applies the records past `index`'s `memory_lsn` to a new delta; returns it and how many
 /// were applied. Records whose vector does not fit the index are skipped and handed to
-/// `misfit` (LSN, memory id, vector length).
+/// `misfit` (LSN, memory id, vector length): those of another dimension, and every put when
+/// `other_model` (the log's header names another model than the index's).
 fn replay(
     index: &Index,
     ops: &[(u64, WalOp)],
+    other_model: bool,
     mut misfit: impl FnMut(u64, &str, usize),
 ) -> (Delta, usize) {
     let done = index.manifest.memory_lsn;
@@ -95,7 +97,7 @@ fn replay(
             continue;
         }
         if let WalOp::Put { record, vector } = op {
-            if vector.len() != dim {
+            if other_model || vector.len() != dim {
                 misfit(*lsn, &record.id, vector.len());
                 continue;
             }
@@ -118,8 +120,17 @@ pub fn replay_shared(dir: &Path, index: &Index) -> Result<Option<(Delta, Recover
         _ => return Ok(None),
     }
     let ops = std::mem::take(&mut rec.ops);
-    let (delta, _) = replay(index, &ops, |_, _, _| {});
+    let other = rec.other_model(&index_model(index));
+    let (delta, _) = replay(index, &ops, other, |_, _, _| {});
     Ok(Some((delta, rec)))
+}
+
+/// The model whose vectors `index` holds, as a log's header names it.
+fn index_model(index: &Index) -> LogModel {
+    LogModel {
+        id: index.manifest.model_id.clone(),
+        dim: index.manifest.dim,
+    }
 }
 
 /// Whether opening the log failed only because it cannot be written here (a read-only
@@ -146,7 +157,7 @@ fn disabled(index: Index, mtime: Option<SystemTime>, why: String) -> Recovered {
 /// on top of `index`. When another process holds the log, its records are replayed read-only;
 /// when the log is damaged, its valid prefix is.
 pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered {
-    let (mut wal, rec) = match Wal::open(dir, 1) {
+    let (mut wal, rec) = match Wal::open(dir, 1, &index_model(&index)) {
         Ok(x) => x,
         Err(e @ WalError::Busy { .. }) => {
             eprintln!("queryd: memory writes are disabled: {e}; serving its memories read-only");
@@ -188,11 +199,23 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
     }
     let dim = index.manifest.dim;
     let mut misfits = 0usize;
-    let (delta, n) = replay(&index, &rec.ops, |lsn, id, len| {
+    let served = index_model(&index);
+    let other = rec.other_model(&served);
+    let logged = rec
+        .model
+        .as_ref()
+        .map_or_else(String::new, |m| m.to_string());
+    let (delta, n) = replay(&index, &rec.ops, other, |lsn, id, len| {
         misfits += 1;
-        eprintln!(
-            "queryd: memory log record {lsn} (memory {id}) has a {len}-d vector, the index is {dim}-d (a different model?); not replayed"
-        )
+        if other {
+            eprintln!(
+                "queryd: memory log record {lsn} (memory {id}) was embedded with model {logged}, the index holds {served}; not replayed"
+            )
+        } else {
+            eprintln!(
+                "queryd: memory log record {lsn} (memory {id}) has a {len}-d vector, the index is {dim}-d (a different model?); not replayed"
+            )
+        }
     });
     if n > 0 {
         eprintln!("queryd: replayed {n} memory writes from the log");
@@ -214,9 +237,19 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
         // A flush would move `memory_lsn` past these records and truncate the log: they
         // would be gone. Writes stop instead, and the log stays held so nothing else writes
         // it; `queryd export` still reads them (it does not need their vectors).
+        let what = if other {
+            format!(
+                "were embedded with model {logged} (the log's header says so), the index \
+                 holds {served}"
+            )
+        } else {
+            format!(
+                "hold vectors of another dimension than the index's {dim} (embedded with \
+                 another model)"
+            )
+        };
         let msg = format!(
-            "{misfits} record(s) of the memory log {} hold vectors of another dimension than \
-             the index's {dim} (embedded with another model); memory writes are disabled so \
+            "{misfits} record(s) of the memory log {} {what}; memory writes are disabled so \
              that the log keeps them: stop queryd, save every memory with `queryd export \
              --index {} --out FILE`, ingest FILE into the index with `indexer build \
              --memories FILE` (re-embedded with its model), then move {WAL_FILE} away",

@@ -1,6 +1,7 @@
 //! The memory write-ahead log: `memory.wal` in the index directory.
 //!
-//! Layout: an 8-byte magic, then records `[len: u32][crc32c(payload): u32][payload]`, little
+//! Layout: a header naming the model whose vectors the records hold ([`format::walhead`]; logs
+//! written before it did start with the 8-byte magic alone), then records `[len: u32][crc32c(payload): u32][payload]`, little
 //! endian. A payload is `[lsn: u64][op: u8][json_len: u32][json][dim: u32][dim × f32]`: op 1 puts
 //! a record (the JSON [`MemoryRecord`]) with its vector, op 2 deletes the memory whose id is the
 //! JSON string; bit 0x80 of op marks the last record of a batch (one tool call). Replay applies
@@ -20,6 +21,10 @@
 //!   acknowledged data: nothing is cut, the valid prefix (whole batches) is replayed, appends
 //!   are refused, and [`repair`] salvages every readable record into a new log.
 //!
+//! Records embedded with another model than the one the log is opened for (its header says
+//! so) are returned but flagged ([`Recovery::model`], [`Wal::poisoned`]): their vectors mean
+//! nothing to this model, so the caller does not serve them and appends are refused.
+//!
 //! The process holding the log records its pid in `memory.wal.pid` ([`holder_pid`]), so a
 //! second server can say who holds it.
 
@@ -29,6 +34,8 @@ use std::path::{Path, PathBuf};
 
 use format::fsio;
 use format::memory::MemoryRecord;
+pub use format::walhead::LogModel;
+use format::walhead::{self, WalHeader};
 use serde::Serialize;
 
 mod repair;
@@ -37,9 +44,9 @@ pub use repair::{repair, KeptRecord, LostRange, RepairReport};
 pub const WAL_FILE: &str = format::manifest::MEMORY_WAL_FILE;
 /// Beside the log: the pid of the process holding it.
 pub const PID_FILE: &str = "memory.wal.pid";
-const MAGIC: &[u8; 8] = b"CIXWAL01";
-// What the indexer and sync take for "the log holds records" (`format::manifest`).
-const _: () = assert!(MAGIC.len() as u64 == format::manifest::MEMORY_WAL_HEADER_BYTES);
+/// The first version's header, all of it: where records start when a damaged header is
+/// replaced ([`repair`]), and the shortest header there is.
+const MAGIC: &[u8; 8] = walhead::MAGIC_V1;
 /// Largest payload accepted when reading (a corrupt length must not allocate gigabytes).
 const MAX_PAYLOAD: usize = 64 << 20;
 
@@ -148,12 +155,27 @@ pub struct Recovery {
     pub cut_reason: Option<String>,
     /// A damaged record followed by valid ones: nothing was cut, `ops` is the valid prefix.
     pub damage: Option<Damage>,
+    /// The model the log's header names (for a new or emptied log, the one it was opened
+    /// for); `None` for a log written before headers named it.
+    pub model: Option<LogModel>,
+}
+
+impl Recovery {
+    /// Whether the log's records were embedded with another model than `model` (by what its
+    /// header says; a log that does not say is taken to be `model`'s).
+    pub fn other_model(&self, model: &LogModel) -> bool {
+        self.model.as_ref().is_some_and(|m| m != model)
+    }
 }
 
 /// The open log, positioned at its end.
 pub struct Wal {
     path: PathBuf,
     file: File,
+    /// The header at the start of the file, as it is there.
+    header: Vec<u8>,
+    /// The model this log was opened for: the one an emptied log's header is written for.
+    model: LogModel,
     len: u64,
     next_lsn: u64,
     /// Set when a failed append could not be cut back.
@@ -302,14 +324,14 @@ fn framing_at(b: &[u8], at: usize, prev_lsn: u64) -> bool {
     check().unwrap_or(false)
 }
 
-/// Reads every valid record of the log bytes `b` (which start with the magic). After a bad
+/// Reads every valid record of the log bytes `b`, from `start` (the end of its header). After a bad
 /// record it re-synchronises at the next offset where a valid record with a higher LSN
 /// starts (offsets whose framing cannot be a record are passed over without a checksum:
 /// [`framing_at`]); the bytes in between are a [`Skip`] (the last one, running to the end,
 /// is a torn tail).
-pub(crate) fn salvage(b: &[u8]) -> Salvage {
+pub(crate) fn salvage(b: &[u8], start: usize) -> Salvage {
     let mut s = Salvage::default();
-    let mut at = MAGIC.len();
+    let mut at = start;
     let mut prev = 0;
     while at < b.len() {
         match record_at(b, at, prev) {
@@ -343,8 +365,8 @@ struct Scanned {
     damage: Option<Damage>,
 }
 
-fn scan(b: &[u8]) -> Scanned {
-    let s = salvage(b);
+fn scan(b: &[u8], start: usize) -> Scanned {
+    let s = salvage(b, start);
     let first_skip = s.skips.first();
     // The valid prefix: records before the first bad one.
     let n_pre = s
@@ -358,7 +380,7 @@ fn scan(b: &[u8]) -> Scanned {
         .rposition(|r| r.last)
         .map_or(0, |i| i + 1);
     let end = if whole == 0 {
-        MAGIC.len()
+        start
     } else {
         s.recs[whole - 1].end
     };
@@ -399,10 +421,18 @@ fn scan(b: &[u8]) -> Scanned {
 }
 
 impl Wal {
-    /// Opens (or creates) `dir/memory.wal`, cuts a torn tail and returns the valid records.
-    /// `min_next_lsn` is the smallest sequence number a new record may take (one past
-    /// `MANIFEST`'s `memory_lsn`).
-    pub fn open(dir: &Path, min_next_lsn: u64) -> Result<(Wal, Recovery), WalError> {
+    /// Opens (or creates) `dir/memory.wal` for records embedded with `model`, cuts a torn tail
+    /// and returns the valid records. `min_next_lsn` is the smallest sequence number a new
+    /// record may take (one past `MANIFEST`'s `memory_lsn`).
+    ///
+    /// A new log, or one that holds no record, gets a header naming `model`. A log whose
+    /// header names another model keeps its records untouched: they are returned (with
+    /// [`Recovery::model`] saying whose they are) and appends are refused.
+    pub fn open(
+        dir: &Path,
+        min_next_lsn: u64,
+        model: &LogModel,
+    ) -> Result<(Wal, Recovery), WalError> {
         let path = dir.join(WAL_FILE);
         let io = |source| WalError::Io {
             path: path.clone(),
@@ -430,23 +460,25 @@ impl Wal {
         let mut b = Vec::new();
         file.read_to_end(&mut b).map_err(io)?;
         let mut rec = Recovery::default();
-        if b.is_empty() || (b.len() < MAGIC.len() && MAGIC.starts_with(&b)) {
-            // New, or a crash while writing the magic.
-            fsio::set_len(&file, &path, 0).map_err(io)?;
-            file.seek(SeekFrom::Start(0)).map_err(io)?;
-            fsio::write_all(&mut file, &path, MAGIC).map_err(io)?;
-            fsio::sync_all(&file, &path).map_err(io)?;
-            sync_parent(&path);
-            b = MAGIC.to_vec();
-        } else if !b.starts_with(MAGIC) {
-            return Err(WalError::BadMagic { path });
-        }
+        let fresh = walhead::encode(model);
+        let (header_len, log_model) = match walhead::parse(&b) {
+            // New, or a crash while its header was written (no record follows one).
+            WalHeader::Partial => {
+                write_header(&mut file, &path, &fresh).map_err(io)?;
+                sync_parent(&path);
+                b = fresh.clone();
+                (fresh.len(), walhead::parse(&fresh).model())
+            }
+            WalHeader::Bad { .. } => return Err(WalError::BadMagic { path }),
+            WalHeader::Complete { len, model } => (len, model),
+        };
+        rec.model = log_model;
         let Scanned {
             ops,
             end,
             why,
             damage,
-        } = scan(&b);
+        } = scan(&b, header_len);
         if let Some(d) = damage {
             // Corruption of acknowledged records: cut nothing, append nothing (an append
             // would follow the damage); the valid prefix is served until a repair.
@@ -458,6 +490,8 @@ impl Wal {
                 Wal {
                     path,
                     file,
+                    header: b[..header_len].to_vec(),
+                    model: model.clone(),
                     len: b.len() as u64,
                     next_lsn: (last + 1).max(min_next_lsn).max(1),
                     poisoned: Some(msg),
@@ -497,6 +531,25 @@ impl Wal {
             fsio::set_len(&file, &path, end as u64).map_err(io)?;
             fsio::sync_all(&file, &path).map_err(io)?;
         }
+        let mut header = b[..header_len].to_vec();
+        let mut end = end;
+        let mut poisoned = None;
+        if end == header_len && header != fresh {
+            // No record: the header is written for this model (a log from before headers
+            // named it, or one another model emptied). A crash midway leaves a header cut
+            // short, which the next open writes again.
+            write_header(&mut file, &path, &fresh).map_err(io)?;
+            header = fresh;
+            end = header.len();
+            rec.model = Some(model.clone());
+        } else if rec.other_model(model) {
+            poisoned = Some(format!(
+                "{}: its records were embedded with model {}, not {model}; nothing is appended \
+                 to it",
+                path.display(),
+                rec.model.as_ref().expect("another model")
+            ));
+        }
         file.seek(SeekFrom::Start(end as u64)).map_err(io)?;
         let last = ops.last().map_or(0, |o| o.0);
         rec.ops = ops;
@@ -504,9 +557,11 @@ impl Wal {
             Wal {
                 path,
                 file,
+                header,
+                model: model.clone(),
                 len: end as u64,
                 next_lsn: (last + 1).max(min_next_lsn).max(1),
-                poisoned: None,
+                poisoned,
             },
             rec,
         ))
@@ -559,19 +614,35 @@ impl Wal {
         self.poisoned.as_deref()
     }
 
-    /// Drops every record (after they were flushed into a committed segment).
+    /// Drops every record (after they were flushed into a committed segment). A header that
+    /// does not name the log's model (a log from before headers named it) is written anew.
     pub fn truncate(&mut self) -> Result<(), WalError> {
         let io = |source| WalError::Io {
             path: self.path.clone(),
             source,
         };
-        fsio::set_len(&self.file, &self.path, MAGIC.len() as u64).map_err(io)?;
+        let fresh = walhead::encode(&self.model);
+        if self.header != fresh {
+            // The file is empty or a header cut short until this succeeds: nothing may be
+            // appended after a failure (a restart writes the header again).
+            self.len = 0;
+            if let Err(e) = write_header(&mut self.file, &self.path, &fresh) {
+                self.poisoned = Some(format!(
+                    "the memory log's header could not be written after a flush ({e}); restart \
+                     queryd"
+                ));
+                return Err(io(e));
+            }
+            self.header = fresh;
+            self.len = self.header.len() as u64;
+            return Ok(());
+        }
+        let hlen = self.header.len() as u64;
+        fsio::set_len(&self.file, &self.path, hlen).map_err(io)?;
         // The file is this long now, even if what follows fails: a later cut-back of a
         // failed append must not grow it again (zeros before the next records).
-        self.len = MAGIC.len() as u64;
-        self.file
-            .seek(SeekFrom::Start(MAGIC.len() as u64))
-            .map_err(io)?;
+        self.len = hlen;
+        self.file.seek(SeekFrom::Start(hlen)).map_err(io)?;
         fsio::sync_all(&self.file, &self.path).map_err(io)?;
         Ok(())
     }
@@ -587,7 +658,7 @@ impl Wal {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len <= MAGIC.len() as u64
+        self.len <= self.header.len() as u64
     }
 
     /// Sequence number of the last appended record (0 when none ever was).
@@ -604,19 +675,19 @@ pub fn read_only(dir: &Path) -> Result<Recovery, WalError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Recovery::default()),
         Err(source) => return Err(WalError::Io { path, source }),
     };
-    if b.len() < MAGIC.len() {
-        return Ok(Recovery::default());
-    }
-    if !b.starts_with(MAGIC) {
-        return Err(WalError::BadMagic { path });
-    }
+    let (header_len, model) = match walhead::parse(&b) {
+        WalHeader::Partial => return Ok(Recovery::default()),
+        WalHeader::Bad { .. } => return Err(WalError::BadMagic { path }),
+        WalHeader::Complete { len, model } => (len, model),
+    };
     let Scanned {
         ops,
         end,
         why,
         damage,
-    } = scan(&b);
+    } = scan(&b, header_len);
     Ok(Recovery {
+        model,
         ops,
         cut_bytes: if damage.is_some() {
             0
@@ -626,6 +697,14 @@ pub fn read_only(dir: &Path) -> Result<Recovery, WalError> {
         cut_reason: why,
         damage,
     })
+}
+
+/// Writes `header` as the whole of the log `file` (which holds no record) and fsyncs it.
+fn write_header(file: &mut File, path: &Path, header: &[u8]) -> std::io::Result<()> {
+    fsio::set_len(file, path, 0)?;
+    file.seek(SeekFrom::Start(0))?;
+    fsio::write_all(file, path, header)?;
+    fsio::sync_all(file, path)
 }
 
 /// The pid recorded by the process holding `dir`'s log, if any (see [`PID_FILE`]).
@@ -683,6 +762,19 @@ mod tests {
         }
     }
 
+    /// The model the tests' logs are opened for.
+    pub(super) fn tm() -> LogModel {
+        LogModel {
+            id: "test-model@0123456789abcdef".into(),
+            dim: 3,
+        }
+    }
+
+    /// The header a log of [`tm`] starts with.
+    pub(super) fn header_len() -> usize {
+        walhead::encode(&tm()).len()
+    }
+
     pub(super) fn put(i: u32) -> WalOp {
         WalOp::Put {
             record: Box::new(rec(i)),
@@ -692,7 +784,7 @@ mod tests {
 
     /// Bytes of the last `n` records of a log.
     fn record_len(b: &[u8], n: usize) -> usize {
-        let s = salvage(b);
+        let s = salvage(b, header_len());
         assert!(s.skips.is_empty());
         b.len() - s.recs[s.recs.len() - n].at
     }
@@ -713,13 +805,17 @@ mod tests {
     /// A log of `n` one-record batches (puts 1..=n); returns the bytes and each record's
     /// offset.
     fn log_of(dir: &Path, n: u32) -> (Vec<u8>, Vec<usize>) {
-        let (mut w, _) = Wal::open(dir, 1).unwrap();
+        let (mut w, _) = Wal::open(dir, 1, &tm()).unwrap();
         for i in 1..=n {
             w.append(&[put(i)]).unwrap();
         }
         drop(w);
         let b = std::fs::read(dir.join(WAL_FILE)).unwrap();
-        let at = salvage(&b).recs.iter().map(|r| r.at).collect();
+        let at = salvage(&b, header_len())
+            .recs
+            .iter()
+            .map(|r| r.at)
+            .collect();
         (b, at)
     }
 
@@ -731,7 +827,7 @@ mod tests {
 
         // Torn tail: the last record half written. Cut, no damage.
         std::fs::write(&path, &full[..at[9] + 11]).unwrap();
-        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        let (w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert_eq!(
             (r.ops.len(), r.cut_bytes, r.damage.is_none()),
             (9, 11, true)
@@ -741,7 +837,7 @@ mod tests {
         let mut b = full.clone();
         b.extend_from_slice(&[0u8; 64]);
         std::fs::write(&path, &b).unwrap();
-        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        let (w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert_eq!(
             (r.ops.len(), r.cut_bytes, r.damage.is_none()),
             (10, 64, true)
@@ -754,7 +850,7 @@ mod tests {
         let mut b = full.clone();
         b[at[4] + 40] ^= 0x04;
         std::fs::write(&path, &b).unwrap();
-        let (mut w, r) = Wal::open(d.path(), 1).unwrap();
+        let (mut w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
         let dmg = r.damage.clone().expect("mid-log damage");
         assert_eq!(r.ops.len(), 4);
         assert_eq!(r.cut_bytes, 0);
@@ -799,11 +895,63 @@ mod tests {
     }
 
     #[test]
+    fn the_header_names_the_model_and_another_models_records_are_flagged() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(WAL_FILE);
+        // A log from before headers named the model: its records are the caller's; emptied
+        // by a flush, it gets a header naming the model.
+        let mut b = MAGIC.to_vec();
+        b.extend(encode(1, &put(1), true));
+        std::fs::write(&path, &b).unwrap();
+        let (mut w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
+        assert_eq!((r.ops.len(), r.model.clone()), (1, None));
+        assert!(!r.other_model(&tm()) && w.poisoned().is_none());
+        assert_eq!(w.append(&[put(2)]).unwrap(), [2]);
+        w.truncate().unwrap();
+        assert!(w.is_empty());
+        assert_eq!(w.append(&[put(3)]).unwrap(), [3]);
+        drop(w);
+        let (w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
+        assert_eq!((r.ops.len(), r.model), (1, Some(tm())));
+        drop(w);
+        assert!(std::fs::read(&path)
+            .unwrap()
+            .starts_with(&walhead::encode(&tm())));
+        // An empty log of the first version gets the header when it is opened.
+        std::fs::write(&path, MAGIC).unwrap();
+        let (w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
+        assert_eq!(r.model, Some(tm()));
+        drop(w);
+        assert_eq!(std::fs::read(&path).unwrap(), walhead::encode(&tm()));
+
+        // An empty log takes the model it is opened for; one that holds records keeps its
+        // own, and another model's opener gets them flagged, appends refused, bytes kept.
+        let other = LogModel {
+            id: "other-model@fedcba9876543210".into(),
+            dim: 3,
+        };
+        let (mut w, r) = Wal::open(d.path(), 1, &other).unwrap();
+        assert_eq!(r.model, Some(other.clone()));
+        w.append(&[put(4)]).unwrap();
+        drop(w);
+        let before = std::fs::read(&path).unwrap();
+        let (mut w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
+        assert_eq!(r.model, Some(other.clone()));
+        assert!(r.other_model(&tm()) && !r.other_model(&other));
+        assert_eq!(r.ops, [(1, put(4))]);
+        let why = w.append(&[put(5)]).unwrap_err().to_string();
+        assert!(why.contains("other-model@fedcba9876543210"), "{why}");
+        drop(w);
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert_eq!(read_only(d.path()).unwrap().model, Some(other));
+    }
+
+    #[test]
     fn the_holder_records_its_pid_and_a_second_opener_is_told() {
         let d = tempfile::tempdir().unwrap();
-        let (w, _) = Wal::open(d.path(), 1).unwrap();
+        let (w, _) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert_eq!(holder_pid(d.path()), Some(std::process::id()));
-        match Wal::open(d.path(), 1) {
+        match Wal::open(d.path(), 1, &tm()) {
             Err(e @ WalError::Busy { pid: Some(_), .. }) => {
                 assert!(e
                     .to_string()
@@ -868,7 +1016,7 @@ mod tests {
         let mut log = b[..ends[19]].to_vec();
         log.extend(&garbage);
         log.extend(&b[ends[19]..]);
-        let s = salvage(&log);
+        let s = salvage(&log, MAGIC.len());
         assert_eq!(s.recs.len(), 40);
         assert_eq!(s.skips.len(), 1);
         assert_eq!(s.skips[0].end - s.skips[0].start, garbage.len());
@@ -877,12 +1025,12 @@ mod tests {
     #[test]
     fn round_trip_torn_tail_and_bit_flips() {
         let d = tempfile::tempdir().unwrap();
-        let (mut w, r) = Wal::open(d.path(), 1).unwrap();
+        let (mut w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert!(r.ops.is_empty() && w.is_empty());
         assert_eq!(w.append(&[put(1), put(2)]).unwrap(), [1, 2]);
         assert_eq!(w.append(&[WalOp::Delete { id: rec(1).id }]).unwrap(), [3]);
         drop(w);
-        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        let (w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert_eq!(r.ops.len(), 3);
         assert_eq!(r.ops[1], (2, put(2)));
         assert_eq!(r.cut_bytes, 0);
@@ -891,16 +1039,17 @@ mod tests {
         drop(w);
 
         // Every truncation point: only whole records survive, and the file is cut to them.
-        for cut in MAGIC.len()..full.len() {
+        // Cuts inside the header are a crash while it was written: written anew, no record.
+        for cut in 0..full.len() {
             std::fs::write(d.path().join(WAL_FILE), &full[..cut]).unwrap();
-            let (mut w, r) = Wal::open(d.path(), 1).unwrap();
+            let (mut w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
             for (i, (lsn, _)) in r.ops.iter().enumerate() {
                 assert_eq!(*lsn, i as u64 + 1);
             }
             // The next append continues cleanly after the surviving records.
             let lsn = w.append(&[put(9)]).unwrap()[0];
             drop(w);
-            let (_, r2) = Wal::open(d.path(), 1).unwrap();
+            let (_, r2) = Wal::open(d.path(), 1, &tm()).unwrap();
             assert_eq!(r2.cut_bytes, 0, "cut at {cut}");
             assert_eq!(r2.ops.len(), r.ops.len() + 1);
             assert_eq!(r2.ops.last().unwrap().0, lsn);
@@ -909,11 +1058,11 @@ mod tests {
         // A flipped bit anywhere in a record: that record and the rest are not applied. In
         // the last record it is a torn tail (cut); before it, damage (nothing cut).
         let last_rec = full.len() - record_len(&full, 1);
-        for pos in (MAGIC.len()..full.len()).step_by(7) {
+        for pos in (header_len()..full.len()).step_by(7) {
             let mut b = full.clone();
             b[pos] ^= 0x10;
             std::fs::write(d.path().join(WAL_FILE), &b).unwrap();
-            let (_, r) = Wal::open(d.path(), 1).unwrap();
+            let (_, r) = Wal::open(d.path(), 1, &tm()).unwrap();
             assert!(r.ops.len() < 3, "flip at {pos} went unnoticed");
             if pos < last_rec {
                 let dmg = r.damage.as_ref().expect("damage before the last record");
@@ -936,11 +1085,12 @@ mod tests {
 
         // A batch is all or nothing: cutting inside the first batch (records 1-2) keeps none.
         let rec1_end = {
-            let len = u32::from_le_bytes(full[8..12].try_into().unwrap()) as usize;
-            8 + 8 + len
+            let h = header_len();
+            let len = u32::from_le_bytes(full[h..h + 4].try_into().unwrap()) as usize;
+            h + 8 + len
         };
         std::fs::write(d.path().join(WAL_FILE), &full[..rec1_end]).unwrap();
-        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        let (w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert!(r.ops.is_empty(), "half a batch was replayed");
         assert!(r
             .cut_reason
@@ -950,23 +1100,26 @@ mod tests {
         drop(w);
         assert_eq!(
             std::fs::metadata(d.path().join(WAL_FILE)).unwrap().len(),
-            MAGIC.len() as u64
+            header_len() as u64
         );
 
         // LSNs continue after the manifest's memory_lsn once the log is truncated.
         std::fs::write(d.path().join(WAL_FILE), &full).unwrap();
-        let (mut w, _) = Wal::open(d.path(), 1).unwrap();
+        let (mut w, _) = Wal::open(d.path(), 1, &tm()).unwrap();
         w.truncate().unwrap();
         drop(w);
-        let (mut w, r) = Wal::open(d.path(), 4).unwrap();
+        let (mut w, r) = Wal::open(d.path(), 4, &tm()).unwrap();
         assert!(r.ops.is_empty());
         assert_eq!(w.append(&[put(5)]).unwrap(), [4]);
         // A second writer is refused while the first holds the log.
-        assert!(matches!(Wal::open(d.path(), 1), Err(WalError::Busy { .. })));
+        assert!(matches!(
+            Wal::open(d.path(), 1, &tm()),
+            Err(WalError::Busy { .. })
+        ));
         drop(w);
         std::fs::write(d.path().join(WAL_FILE), b"NOTAWAL!").unwrap();
         assert!(matches!(
-            Wal::open(d.path(), 1),
+            Wal::open(d.path(), 1, &tm()),
             Err(WalError::BadMagic { .. })
         ));
     }

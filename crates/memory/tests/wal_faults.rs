@@ -4,7 +4,14 @@
 use format::fsio::fault::{self, Mode};
 use format::fsio::OpKind;
 use format::memory::MemoryRecord;
-use memory::wal::{Wal, WalOp};
+use memory::wal::{LogModel, Wal, WalOp};
+
+fn tm() -> LogModel {
+    LogModel {
+        id: "test-model@0123456789abcdef".into(),
+        dim: 3,
+    }
+}
 
 /// The fault switch is process-wide: one test at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -38,7 +45,7 @@ fn failed_truncate_sync_then_failed_append_loses_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
     fault::scope(Some(d.path()));
-    let (mut w, _) = Wal::open(d.path(), 1).unwrap();
+    let (mut w, _) = Wal::open(d.path(), 1, &tm()).unwrap();
     for i in 0..20 {
         w.append(&[put(i)]).unwrap();
     }
@@ -52,7 +59,7 @@ fn failed_truncate_sync_then_failed_append_loses_nothing() {
     let c = w.append(&[put(102)]).unwrap();
     fault::reset();
     drop(w);
-    let (_, r) = Wal::open(d.path(), 1).unwrap();
+    let (_, r) = Wal::open(d.path(), 1, &tm()).unwrap();
     let lsns: Vec<u64> = r.ops.iter().map(|o| o.0).collect();
     assert_eq!(r.cut_bytes, 0, "{:?}", r.cut_reason);
     assert_eq!(
@@ -69,7 +76,7 @@ fn a_log_that_cannot_be_cut_back_says_it_is_poisoned() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
     fault::scope(Some(d.path()));
-    let (mut w, _) = Wal::open(d.path(), 1).unwrap();
+    let (mut w, _) = Wal::open(d.path(), 1, &tm()).unwrap();
     w.append(&[put(1)]).unwrap();
     assert!(w.poisoned().is_none());
     fault::arm(None, 1, Mode::Sticky);

@@ -578,7 +578,10 @@ async fn staleness_cli_records_when_no_server_holds_the_log() {
 /// Byte offsets of the records of a memory log (`[len][crc][payload]` after an 8-byte magic).
 fn wal_records(b: &[u8]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
-    let mut at = 8;
+    let mut at = match format::walhead::parse(b) {
+        format::walhead::WalHeader::Complete { len, .. } => len,
+        other => panic!("not a memory log's header: {other:?}"),
+    };
     while at + 8 <= b.len() {
         let len = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
         out.push((at, at + 8 + len));

@@ -743,7 +743,8 @@ fn pushed_memories_arrive_once_and_local_deletes_stay_deleted() {
 
 /// Memories that only the memory log holds (a server's first memories, before its first
 /// flush) count as memories: a pull of another model's index is refused and changes nothing,
-/// and so is a pull into a directory that holds a log but no MANIFEST.
+/// and so is a pull into a directory that holds a log but no MANIFEST, unless the log's
+/// header names the store's model.
 #[test]
 fn a_pull_of_another_model_keeps_memories_only_the_log_holds() {
     let ix = cix_tests::indexed_fixture();
@@ -785,6 +786,40 @@ fn a_pull_of_another_model_keeps_memories_only_the_log_holds() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert!(!bare.join(format::manifest::MANIFEST).exists());
+
+    // A log whose header names its model: refused when that is another model than the
+    // store's, pulled (and the log kept for the next server to replay) when it is the same.
+    let pushed = format::IndexManifest::read(&ix.index).unwrap();
+    let log_of = |id: &str| {
+        let mut b = format::walhead::encode(&format::walhead::LogModel {
+            id: id.into(),
+            dim: pushed.dim,
+        });
+        b.extend_from_slice(b"a record or two");
+        b
+    };
+    let other = log_of("another-model@0000000000000000");
+    std::fs::write(bare.join(format::manifest::MEMORY_WAL_FILE), &other).unwrap();
+    match sync::pull(&remote, &bare, &PullOptions::default()) {
+        Err(SyncError::Mismatch(why)) => {
+            assert!(why.contains("another-model@0000000000000000"), "{why}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!bare.join(format::manifest::MANIFEST).exists());
+    assert_eq!(
+        std::fs::read(bare.join(format::manifest::MEMORY_WAL_FILE)).unwrap(),
+        other
+    );
+    let same = log_of(&pushed.model_id);
+    std::fs::write(bare.join(format::manifest::MEMORY_WAL_FILE), &same).unwrap();
+    sync::pull(&remote, &bare, &PullOptions::default()).unwrap();
+    let m = format::IndexManifest::read(&bare).unwrap();
+    assert_eq!((m.model_id, m.memory_lsn), (pushed.model_id, 0));
+    assert_eq!(
+        std::fs::read(bare.join(format::manifest::MEMORY_WAL_FILE)).unwrap(),
+        same
+    );
 }
 
 /// A web server over `dir` that, for any path ending in `stall`, sends the headers and half of

@@ -139,8 +139,31 @@ fn pull_manifest(
         Ok(())
     };
     let local = read_local(dir)?;
-    if local.is_none() && format::manifest::memory_wal_holds_records(dir) {
-        // Which model embedded the log's memories is recorded only in a MANIFEST.
+    let logged = format::manifest::memory_wal_model(dir);
+    let head_model = (head.index.model_id.as_str(), head.index.dim);
+    if local.is_none()
+        && format::manifest::memory_wal_holds_records(dir)
+        && logged
+            .as_ref()
+            .is_none_or(|m| (m.id.as_str(), m.dim) != head_model)
+    {
+        if let Some(m) = logged {
+            return Err(SyncError::Mismatch(format!(
+                "{}: the directory holds a memory log ({}) of memories embedded with model {m} \
+                 but no MANIFEST; generation {} of {} was built with {} ({} dims), so pulling \
+                 would make them unsearchable. Pull into a new directory, or build this one \
+                 again with that model first (`indexer build --rebuild --model …`) and save \
+                 them (`queryd export --index {0}`)",
+                dir.display(),
+                format::manifest::MEMORY_WAL_FILE,
+                head.generation,
+                remote.url(),
+                head.index.model_id,
+                head.index.dim,
+            )));
+        }
+        // A log from before headers named the model: which model embedded its memories
+        // was recorded only in a MANIFEST.
         return Err(SyncError::Mismatch(format!(
             "{}: the directory holds a memory log ({}) but no MANIFEST, so which model \
              embedded its memories is unknown; pulling would serve them under generation {}'s \

@@ -293,7 +293,12 @@ fn log_records_of_another_dimension_stop_writes_and_are_kept() {
         )
         .unwrap();
     }
-    let (mut wal, rec) = memory::wal::Wal::open(&ix.index, 1).unwrap();
+    let m = format::manifest::IndexManifest::read(&ix.index).unwrap();
+    let served = memory::wal::LogModel {
+        id: m.model_id,
+        dim: m.dim,
+    };
+    let (mut wal, rec) = memory::wal::Wal::open(&ix.index, 1, &served).unwrap();
     let mut record = match &rec.ops[..] {
         [(_, memory::wal::WalOp::Put { record, .. })] => record.clone(),
         other => panic!("expected one logged put, got {other:?}"),
@@ -342,4 +347,84 @@ fn log_records_of_another_dimension_stop_writes_and_are_kept() {
             "Written by a server of another model."
         ]
     );
+}
+
+/// A log whose header names another model keeps its records out of search even when that
+/// model has the index's dimension (vectors of the same length that mean something else):
+/// writes are disabled with the way out, the log is kept byte for byte, and `queryd export`
+/// still writes every memory. Once the log is moved away, writes resume under a header that
+/// names the index's model.
+#[test]
+fn a_log_of_another_model_of_the_same_dimension_is_kept_out_of_search() {
+    let ix = indexed_fixture();
+    {
+        let e = engine(&ix.index);
+        call(
+            &e,
+            "add_memories",
+            json!({"memories": [{"text": "Deploys need two approvals.", "category": "fact"}]}),
+        )
+        .unwrap();
+    }
+    let m = format::manifest::IndexManifest::read(&ix.index).unwrap();
+    let served = format::walhead::LogModel {
+        id: m.model_id.clone(),
+        dim: m.dim,
+    };
+    assert_eq!(
+        format::manifest::memory_wal_model(&ix.index),
+        Some(served.clone())
+    );
+    // The same records under a header naming another model of the same dimension.
+    let log = ix.index.join(format::manifest::MEMORY_WAL_FILE);
+    let b = std::fs::read(&log).unwrap();
+    let hlen = format::walhead::encode(&served).len();
+    let other = format::walhead::LogModel {
+        id: "another-model@00000000deadbeef".into(),
+        dim: m.dim,
+    };
+    let mut logged = format::walhead::encode(&other);
+    logged.extend_from_slice(&b[hlen..]);
+    std::fs::write(&log, &logged).unwrap();
+    assert_eq!(format::manifest::memory_wal_model(&ix.index), Some(other));
+    assert!(format::manifest::memory_wal_holds_records(&ix.index));
+
+    let e = engine(&ix.index);
+    assert_eq!(e.memory_access(), memory::store::LogAccess::Disabled);
+    let why = e.memory_writes_disabled().unwrap();
+    assert!(
+        why.contains("another-model@00000000deadbeef") && why.contains("queryd export"),
+        "{why}"
+    );
+    let status = call(&e, "index_status", json!({})).unwrap();
+    assert_eq!(status["health"], "degraded", "{status}");
+    assert!(
+        list_all(&e).is_empty(),
+        "a record of another model was served"
+    );
+    assert!(call(
+        &e,
+        "add_memories",
+        json!({"memories": [{"text": "refused while the log is kept"}]}),
+    )
+    .is_err());
+    // Nothing to flush (the delta is empty), and nothing cut from the log.
+    assert!(!matches!(e.flush_memories(), Ok(Some(_))));
+    drop(e);
+    assert_eq!(std::fs::read(&log).unwrap(), logged);
+    let exported = memory::store::export(&ix.index).unwrap();
+    let texts: Vec<&str> = exported.memories.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["Deploys need two approvals."]);
+
+    // Moved away (after the export): a new log names the index's model, writes work.
+    std::fs::rename(&log, ix.index.join("memory.wal.other-model")).unwrap();
+    let e = engine(&ix.index);
+    assert!(e.memory_writes_disabled().is_none());
+    call(
+        &e,
+        "add_memories",
+        json!({"memories": [{"text": "Written under the index's model."}]}),
+    )
+    .unwrap();
+    assert_eq!(format::manifest::memory_wal_model(&ix.index), Some(served));
 }

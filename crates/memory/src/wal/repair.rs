@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{holder_pid, salvage, sync_parent, Found, WalError, WalOp, MAGIC, WAL_FILE};
+use format::walhead::{self, WalHeader};
 
 /// Records lost in one damaged stretch of the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -134,24 +135,38 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
     let mut b = Vec::new();
     file.read_to_end(&mut b).map_err(io)?;
     let original = b.clone();
-    if b.len() < MAGIC.len() && MAGIC.starts_with(&b) {
-        return Ok(report);
-    }
-    if !b.starts_with(MAGIC) {
-        // A damaged header hides every record after it from replay and export: salvage
-        // them as after any damage (the original is kept aside below). A file of another
-        // kind yields no record, and is kept aside all the same.
-        if b.len() < MAGIC.len() {
-            b = MAGIC.to_vec();
-        } else {
-            b[..MAGIC.len()].copy_from_slice(MAGIC);
+    let header = match walhead::parse(&b) {
+        WalHeader::Partial => return Ok(report),
+        WalHeader::Complete { len, .. } => b[..len].to_vec(),
+        WalHeader::Bad { .. } => {
+            // A damaged header hides every record after it from replay and export: salvage
+            // them as after any damage (the original is kept aside below), from the end of
+            // the magic, the shortest header. Which model embedded them is lost with the
+            // header: the new log has the first version's, which names none (the index's
+            // model is then assumed, as for logs written before headers named it). A file of
+            // another kind yields no record, and is kept aside all the same.
+            if b.len() < MAGIC.len() {
+                b = MAGIC.to_vec();
+            } else {
+                b[..MAGIC.len()].copy_from_slice(MAGIC);
+            }
+            report.header_rewritten = true;
+            MAGIC.to_vec()
         }
-        report.header_rewritten = true;
-    }
-    let s = salvage(&b);
+    };
+    let start = if report.header_rewritten {
+        // Where a second version's header would end, if a record starts right there: the
+        // bytes before it are the header's, not a damaged record's.
+        walhead::declared_len(&original)
+            .filter(|&h| super::record_at(&b, h, 0).is_ok())
+            .unwrap_or(MAGIC.len())
+    } else {
+        header.len()
+    };
+    let s = salvage(&b, start);
     // Records kept: up to the last end of a batch; after it, an unacknowledged torn tail.
     let keep = s.recs.iter().rposition(|r| r.last).map_or(0, |i| i + 1);
-    let kept_end = keep.checked_sub(1).map_or(MAGIC.len(), |i| s.recs[i].end);
+    let kept_end = keep.checked_sub(1).map_or(start, |i| s.recs[i].end);
     report.torn_tail_records = (s.recs.len() - keep) as u64;
     report.torn_tail_bytes = (b.len() - kept_end) as u64;
     report.bytes_skipped = s.skips.iter().map(|k| (k.end - k.start) as u64).sum();
@@ -212,11 +227,11 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
     drop(f);
     sync_parent(&aside);
     report.kept_aside = Some(aside);
-    // The new log: the magic and every kept record's bytes as they were.
+    // The new log: the header and every kept record's bytes as they were.
     let tmp = path.with_extension("wal.repair-tmp");
     let mut f = std::fs::File::create(&tmp).map_err(io)?;
     let mut out = Vec::with_capacity(b.len());
-    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&header);
     for r in &s.recs[..keep] {
         out.extend_from_slice(&b[r.at..r.end]);
     }
@@ -312,7 +327,7 @@ impl std::fmt::Display for RepairReport {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{put, rec};
+    use super::super::tests::{header_len, put, rec, tm};
     use super::super::{read_only, Wal};
     use super::*;
 
@@ -323,7 +338,7 @@ mod tests {
     fn a_damaged_header_is_rewritten_and_its_records_kept() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join(WAL_FILE);
-        let (mut w, _) = Wal::open(d.path(), 1).unwrap();
+        let (mut w, _) = Wal::open(d.path(), 1, &tm()).unwrap();
         w.append(&[put(1)]).unwrap();
         w.append(&[put(2), put(3)]).unwrap();
         drop(w);
@@ -331,7 +346,7 @@ mod tests {
         b[0] ^= 0x20;
         std::fs::write(&path, &b).unwrap();
         assert!(matches!(
-            Wal::open(d.path(), 1),
+            Wal::open(d.path(), 1, &tm()),
             Err(WalError::BadMagic { .. })
         ));
         let r = repair(d.path()).unwrap();
@@ -339,7 +354,7 @@ mod tests {
         assert_eq!((r.records_kept, r.records_lost), (3, 0));
         assert!(r.to_string().contains("header was damaged"), "{r}");
         assert_eq!(std::fs::read(r.kept_aside.as_ref().unwrap()).unwrap(), b);
-        let (_, rec) = Wal::open(d.path(), 1).unwrap();
+        let (_, rec) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert_eq!(rec.ops.iter().map(|o| o.0).collect::<Vec<_>>(), [1, 2, 3]);
 
         let other = tempfile::tempdir().unwrap();
@@ -350,7 +365,7 @@ mod tests {
             std::fs::read(r.kept_aside.as_ref().unwrap()).unwrap(),
             b"not a log at all"
         );
-        let (_, rec) = Wal::open(other.path(), 1).unwrap();
+        let (_, rec) = Wal::open(other.path(), 1, &tm()).unwrap();
         assert!(rec.ops.is_empty());
     }
 
@@ -359,7 +374,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join(WAL_FILE);
         // Batches: [1] [2 3 4] [5] [6] [7] [8 9(unfinished: a torn tail)].
-        let (mut w, _) = Wal::open(d.path(), 1).unwrap();
+        let (mut w, _) = Wal::open(d.path(), 1, &tm()).unwrap();
         w.append(&[put(1)]).unwrap();
         w.append(&[put(2), put(3), WalOp::Delete { id: rec(1).id }])
             .unwrap();
@@ -369,7 +384,11 @@ mod tests {
         w.append(&[put(8), put(9)]).unwrap();
         drop(w);
         let mut b = std::fs::read(&path).unwrap();
-        let at: Vec<usize> = salvage(&b).recs.iter().map(|r| r.at).collect();
+        let at: Vec<usize> = salvage(&b, header_len())
+            .recs
+            .iter()
+            .map(|r| r.at)
+            .collect();
         b.truncate(at[8] + 20); // the last record half written
                                 // Damage the middle record of the 3-record batch (LSN 3), in its vector.
         let end3 = at[3];
@@ -377,7 +396,7 @@ mod tests {
         std::fs::write(&path, &b).unwrap();
 
         // Refused while a server holds the log.
-        let (w, r) = Wal::open(d.path(), 1).unwrap();
+        let (w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert!(r.damage.is_some());
         assert!(matches!(repair(d.path()), Err(WalError::Busy { .. })));
         drop(w);
@@ -418,7 +437,7 @@ mod tests {
         let lsns: Vec<u64> = ro.ops.iter().map(|o| o.0).collect();
         assert_eq!(lsns, [1, 2, 4, 5, 6, 7]);
         assert_eq!(ro.ops[1].1, put(2));
-        let (mut w, r2) = Wal::open(d.path(), 1).unwrap();
+        let (mut w, r2) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert_eq!(r2.ops.len(), 6);
         assert_eq!(w.append(&[put(10)]).unwrap(), [8]);
         drop(w);
