@@ -144,6 +144,41 @@ pub fn declared_len(b: &[u8]) -> Option<usize> {
     (!n == u16::from_le_bytes([lens[2], lens[3]])).then_some(V2_FIXED + n as usize)
 }
 
+/// The model a damaged second-version header at the start of `b` names, read as well as it can
+/// be: its two length copies must agree (else `None`); the id is read with invalid UTF-8
+/// replaced, so a damaged id names no real model. For `queryd repair-wal`, which must not
+/// forget whose vectors the records hold.
+pub fn damaged_model(b: &[u8]) -> Option<LogModel> {
+    let len = declared_len(b)?;
+    let h = b.get(..len)?;
+    Some(LogModel {
+        id: String::from_utf8_lossy(&h[16..len - 4]).into_owned(),
+        dim: u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")),
+    })
+}
+
+/// The model a log whose damaged header cannot be read is said to hold ([`damaged_model`]
+/// failed on a header closer to the second version than to the first): no real model, so
+/// its records are kept out of search until they are exported and ingested again.
+pub fn unknown_model() -> LogModel {
+    LogModel {
+        id: "unknown (the memory log's header was damaged)".into(),
+        dim: 0,
+    }
+}
+
+/// Whether the first 8 bytes of `b` are closer (in bits) to the first version's magic than to
+/// the second's: a damaged header that was most likely the bare magic of an older log.
+pub fn closer_to_v1(b: &[u8]) -> bool {
+    let dist = |m: &[u8; 8]| -> u32 {
+        m.iter()
+            .zip(b.iter().chain(std::iter::repeat(&0)))
+            .map(|(x, y)| (x ^ y).count_ones())
+            .sum()
+    };
+    dist(MAGIC_V1) < dist(MAGIC_V2)
+}
+
 fn bad(why: &str) -> WalHeader {
     WalHeader::Bad {
         why: why.to_string(),
@@ -159,7 +194,9 @@ pub fn read(path: &Path) -> Option<(WalHeader, u64)> {
     let f = std::fs::File::open(path).ok()?;
     let len = f.metadata().ok()?.len();
     let mut b = Vec::new();
-    f.take(MAX_LEN as u64).read_to_end(&mut b).ok()?;
+    // One byte past the longest header: whether anything follows it decides between a
+    // header cut short and a damaged one.
+    f.take(MAX_LEN as u64 + 1).read_to_end(&mut b).ok()?;
     Some((parse(&b), len))
 }
 
@@ -231,5 +268,46 @@ mod tests {
         assert_eq!(parse(&torn), WalHeader::Partial);
         assert!(matches!(parse(b"not a log"), WalHeader::Bad { .. }));
         assert!(matches!(parse(b"XY"), WalHeader::Bad { .. }));
+
+        // What a repair reads back from a damaged header.
+        let mut b = h.clone();
+        b[0] ^= 0x40;
+        assert_eq!(damaged_model(&b), Some(model()));
+        assert!(!closer_to_v1(&b));
+        b[9] ^= 0x01;
+        assert_eq!(damaged_model(&b), None);
+        let mut v1 = MAGIC_V1.to_vec();
+        v1[3] ^= 0x01;
+        assert!(closer_to_v1(&v1));
+        assert!(!closer_to_v1(b"not a log"));
+    }
+
+    /// The longest header, damaged, with one byte after it, read from a file: damage, not
+    /// a header cut short (the read goes one byte past the longest header).
+    #[test]
+    fn the_longest_header_is_read_with_what_follows() {
+        let m = LogModel {
+            id: "x".repeat(u16::MAX as usize),
+            dim: 8,
+        };
+        let mut h = encode(&m);
+        assert_eq!(h.len(), MAX_LEN);
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("memory.wal");
+        std::fs::write(&p, &h).unwrap();
+        assert_eq!(
+            read(&p),
+            Some((
+                WalHeader::Complete {
+                    len: MAX_LEN,
+                    model: Some(m)
+                },
+                MAX_LEN as u64
+            ))
+        );
+        h[20] ^= 0x01;
+        h.push(1);
+        std::fs::write(&p, &h).unwrap();
+        assert!(matches!(read(&p), Some((WalHeader::Bad { .. }, _))));
     }
 }

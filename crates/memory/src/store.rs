@@ -233,14 +233,16 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
             held: Some(wal),
         };
     }
-    if misfits > 0 {
+    if misfits > 0 || other {
+        // (A log of another model with no put left to replay refuses appends all the same:
+        // its header must not be taken over while it holds records.)
         // A flush would move `memory_lsn` past these records and truncate the log: they
         // would be gone. Writes stop instead, and the log stays held so nothing else writes
         // it; `queryd export` still reads them (it does not need their vectors).
         let what = if other {
             format!(
                 "were embedded with model {logged} (the log's header says so), the index \
-                 holds {served}"
+                 holds {served}; they are not replayed"
             )
         } else {
             format!(
@@ -248,8 +250,9 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
                  another model)"
             )
         };
+        let records = if other { rec.ops.len() } else { misfits };
         let msg = format!(
-            "{misfits} record(s) of the memory log {} {what}; memory writes are disabled so \
+            "{records} record(s) of the memory log {} {what}; memory writes are disabled so \
              that the log keeps them: stop queryd, save every memory with `queryd export \
              --index {} --out FILE`, ingest FILE into the index with `indexer build \
              --memories FILE` (re-embedded with its model), then move {WAL_FILE} away",

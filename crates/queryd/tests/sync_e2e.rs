@@ -743,8 +743,8 @@ fn pushed_memories_arrive_once_and_local_deletes_stay_deleted() {
 
 /// Memories that only the memory log holds (a server's first memories, before its first
 /// flush) count as memories: a pull of another model's index is refused and changes nothing,
-/// and so is a pull into a directory that holds a log but no MANIFEST, unless the log's
-/// header names the store's model.
+/// and so is a pull into a directory that holds a log but no MANIFEST (whatever model the
+/// log's header names).
 #[test]
 fn a_pull_of_another_model_keeps_memories_only_the_log_holds() {
     let ix = cix_tests::indexed_fixture();
@@ -787,8 +787,8 @@ fn a_pull_of_another_model_keeps_memories_only_the_log_holds() {
     }
     assert!(!bare.join(format::manifest::MANIFEST).exists());
 
-    // A log whose header names its model: refused when that is another model than the
-    // store's, pulled (and the log kept for the next server to replay) when it is the same.
+    // A log whose header names its model is refused too, the store's model included (the
+    // memory segments beside it are not known without a MANIFEST), and the refusal names it.
     let pushed = format::IndexManifest::read(&ix.index).unwrap();
     let log_of = |id: &str| {
         let mut b = format::walhead::encode(&format::walhead::LogModel {
@@ -813,9 +813,16 @@ fn a_pull_of_another_model_keeps_memories_only_the_log_holds() {
     );
     let same = log_of(&pushed.model_id);
     std::fs::write(bare.join(format::manifest::MEMORY_WAL_FILE), &same).unwrap();
-    sync::pull(&remote, &bare, &PullOptions::default()).unwrap();
-    let m = format::IndexManifest::read(&bare).unwrap();
-    assert_eq!((m.model_id, m.memory_lsn), (pushed.model_id, 0));
+    match sync::pull(&remote, &bare, &PullOptions::default()) {
+        Err(SyncError::Mismatch(why)) => {
+            assert!(
+                why.contains(&pushed.model_id) && why.contains("--rebuild"),
+                "{why}"
+            )
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!bare.join(format::manifest::MANIFEST).exists());
     assert_eq!(
         std::fs::read(bare.join(format::manifest::MEMORY_WAL_FILE)).unwrap(),
         same

@@ -139,21 +139,17 @@ fn pull_manifest(
         Ok(())
     };
     let local = read_local(dir)?;
-    let logged = format::manifest::memory_wal_model(dir);
-    let head_model = (head.index.model_id.as_str(), head.index.dim);
-    if local.is_none()
-        && format::manifest::memory_wal_holds_records(dir)
-        && logged
-            .as_ref()
-            .is_none_or(|m| (m.id.as_str(), m.dim) != head_model)
-    {
-        if let Some(m) = logged {
+    if local.is_none() && format::manifest::memory_wal_holds_records(dir) {
+        // Without a MANIFEST the memory segments on disk are not known either (a pull
+        // would commit a MANIFEST without them, and garbage collection would delete them):
+        // `--rebuild` recovers both first.
+        if let Some(m) = format::manifest::memory_wal_model(dir) {
             return Err(SyncError::Mismatch(format!(
                 "{}: the directory holds a memory log ({}) of memories embedded with model {m} \
-                 but no MANIFEST; generation {} of {} was built with {} ({} dims), so pulling \
-                 would make them unsearchable. Pull into a new directory, or build this one \
-                 again with that model first (`indexer build --rebuild --model …`) and save \
-                 them (`queryd export --index {0}`)",
+                 but no MANIFEST, and a pull would not keep the memory segments beside it; \
+                 recover the index first with that model (`indexer build <source paths> --out \
+                 {0} --rebuild`), then pull (generation {} of {} was built with {} ({} dims)), \
+                 or pull into a new directory",
                 dir.display(),
                 format::manifest::MEMORY_WAL_FILE,
                 head.generation,

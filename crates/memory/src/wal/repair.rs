@@ -65,9 +65,12 @@ pub struct RepairReport {
     /// Records of an unfinished last batch (never acknowledged), not kept.
     pub torn_tail_records: u64,
     pub torn_tail_bytes: u64,
-    /// The log's first 8 bytes were not its magic: they were rewritten, and the records after
-    /// them salvaged like any others.
+    /// The log's header was damaged: it was rewritten, and the records after it salvaged like
+    /// any others.
     pub header_rewritten: bool,
+    /// The model the rewritten header names (read from the damaged one, or a model no index
+    /// has when it could not be read); `None` when it names none (an older log's bare magic).
+    pub header_model: Option<String>,
 }
 
 fn kept(r: &Found) -> KeptRecord {
@@ -135,33 +138,38 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
     let mut b = Vec::new();
     file.read_to_end(&mut b).map_err(io)?;
     let original = b.clone();
-    let header = match walhead::parse(&b) {
+    let (header, start) = match walhead::parse(&b) {
         WalHeader::Partial => return Ok(report),
-        WalHeader::Complete { len, .. } => b[..len].to_vec(),
+        WalHeader::Complete { len, .. } => (b[..len].to_vec(), len),
         WalHeader::Bad { .. } => {
             // A damaged header hides every record after it from replay and export: salvage
-            // them as after any damage (the original is kept aside below), from the end of
-            // the magic, the shortest header. Which model embedded them is lost with the
-            // header: the new log has the first version's, which names none (the index's
-            // model is then assumed, as for logs written before headers named it). A file of
-            // another kind yields no record, and is kept aside all the same.
+            // them as after any damage (the original is kept aside below). A file of another
+            // kind yields no record, and is kept aside all the same.
             if b.len() < MAGIC.len() {
                 b = MAGIC.to_vec();
             } else {
                 b[..MAGIC.len()].copy_from_slice(MAGIC);
             }
             report.header_rewritten = true;
-            MAGIC.to_vec()
+            // Which model embedded the records must survive the repair, or another model's
+            // vectors would be served as the index's. A second version's header whose length
+            // lands on a record names it (read as well as the damage allows); one that cannot
+            // be read gets a model no index has (its records are then kept out of search until
+            // exported); the bare magic of an older log names none, as before.
+            match walhead::declared_len(&original).filter(|&h| super::record_at(&b, h, 0).is_ok()) {
+                Some(h) => {
+                    let m = walhead::damaged_model(&original).expect("a declared length");
+                    report.header_model = Some(m.to_string());
+                    (walhead::encode(&m), h)
+                }
+                None if walhead::closer_to_v1(&original) => (MAGIC.to_vec(), MAGIC.len()),
+                None => {
+                    let m = walhead::unknown_model();
+                    report.header_model = Some(m.to_string());
+                    (walhead::encode(&m), MAGIC.len())
+                }
+            }
         }
-    };
-    let start = if report.header_rewritten {
-        // Where a second version's header would end, if a record starts right there: the
-        // bytes before it are the header's, not a damaged record's.
-        walhead::declared_len(&original)
-            .filter(|&h| super::record_at(&b, h, 0).is_ok())
-            .unwrap_or(MAGIC.len())
-    } else {
-        header.len()
     };
     let s = salvage(&b, start);
     // Records kept: up to the last end of a batch; after it, an unacknowledged torn tail.
@@ -270,10 +278,15 @@ impl std::fmt::Display for RepairReport {
         };
         writeln!(f, "repaired {}", self.path.display())?;
         if self.header_rewritten {
-            writeln!(
-                f,
-                "  its header was damaged (not a memory log's first 8 bytes): rewritten"
-            )?;
+            match &self.header_model {
+                Some(m) => writeln!(
+                    f,
+                    "  its header was damaged: rewritten, naming model {m} as the damaged one did \
+                     (a model other than the index's keeps the records out of search and \
+                     memory writes refused until they are exported and ingested again)"
+                )?,
+                None => writeln!(f, "  its header was damaged: rewritten")?,
+            }
         }
         if let Some(a) = &self.kept_aside {
             writeln!(f, "  original kept in {}", a.display())?;
@@ -354,8 +367,39 @@ mod tests {
         assert_eq!((r.records_kept, r.records_lost), (3, 0));
         assert!(r.to_string().contains("header was damaged"), "{r}");
         assert_eq!(std::fs::read(r.kept_aside.as_ref().unwrap()).unwrap(), b);
+        // The model the damaged header named is kept: the records are served as its.
+        assert_eq!(r.header_model, Some(tm().to_string()));
         let (_, rec) = Wal::open(d.path(), 1, &tm()).unwrap();
         assert_eq!(rec.ops.iter().map(|o| o.0).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(rec.model, Some(tm()));
+        let good = std::fs::read(&path).unwrap();
+
+        // A header whose model cannot be read (its two length copies disagree): the records
+        // are kept under a model no index has, so they are not served as this one's.
+        let mut b = good.clone();
+        b[8] ^= 0x01;
+        std::fs::write(&path, &b).unwrap();
+        let r = repair(d.path()).unwrap();
+        assert!(r.repaired && r.header_rewritten, "{r:?}");
+        assert_eq!(r.records_kept, 3);
+        assert_eq!(r.header_model, Some(walhead::unknown_model().to_string()));
+        let (mut w, rec) = Wal::open(d.path(), 1, &tm()).unwrap();
+        assert_eq!(rec.ops.len(), 3);
+        assert!(rec.other_model(&tm()));
+        assert!(w.append(&[put(4)]).is_err());
+        drop(w);
+        assert_eq!(read_only(d.path()).unwrap().ops.len(), 3);
+
+        // The bare magic of an older log, damaged: the first version's again (no model).
+        let mut old = MAGIC.to_vec();
+        old.extend_from_slice(&good[header_len()..]);
+        old[7] ^= 0x04;
+        std::fs::write(&path, &old).unwrap();
+        let r = repair(d.path()).unwrap();
+        assert!(r.repaired && r.header_rewritten && r.header_model.is_none());
+        assert_eq!((r.records_kept, r.records_lost), (3, 0));
+        let (_, rec) = Wal::open(d.path(), 1, &tm()).unwrap();
+        assert_eq!((rec.ops.len(), rec.model), (3, None));
 
         let other = tempfile::tempdir().unwrap();
         std::fs::write(other.path().join(WAL_FILE), b"not a log at all").unwrap();
