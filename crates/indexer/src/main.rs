@@ -451,6 +451,9 @@ fn run_pull(src: &str, out: &Path, concurrency: usize, json: bool) -> anyhow::Re
                 "segments_present": r.segments_present, "files_downloaded": r.files_downloaded,
                 "files_resumed": r.files_resumed, "bytes_downloaded": r.bytes_downloaded,
                 "memory_segments_added": r.memory_segments_added,
+                "segments_replaced": r.segments_replaced.iter().map(|(aside, why)| serde_json::json!({
+                    "kept_aside": aside.display().to_string(), "why": why,
+                })).collect::<Vec<_>>(),
                 "requests": requests_json(r.requests), "seconds": r.seconds,
             })
         );
@@ -474,6 +477,15 @@ fn run_pull(src: &str, out: &Path, concurrency: usize, json: bool) -> anyhow::Re
             r.segments_present,
             r.seconds
         );
+    }
+    if !json {
+        for (aside, why) in &r.segments_replaced {
+            eprintln!(
+                "pull: the local copy of a segment was damaged ({why}): downloaded again, the \
+                 damaged copy kept as {}",
+                aside.display()
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

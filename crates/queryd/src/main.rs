@@ -471,8 +471,18 @@ fn describe_pull(src: &str, r: &sync::PullReport) -> String {
     if r.up_to_date {
         format!("up to date with generation {} of {src}", r.generation)
     } else {
+        let replaced: String = r
+            .segments_replaced
+            .iter()
+            .map(|(aside, why)| {
+                format!(
+                    "; a damaged local copy ({why}) was downloaded again, the damaged one kept as {}",
+                    aside.display()
+                )
+            })
+            .collect();
         format!(
-            "pulled generation {} of {src} (local generation {}): {} segment(s), {} bytes downloaded, {} already present",
+            "pulled generation {} of {src} (local generation {}): {} segment(s), {} bytes downloaded, {} already present{replaced}",
             r.generation, r.local_generation, r.segments_downloaded, r.bytes_downloaded, r.segments_present
         )
     }

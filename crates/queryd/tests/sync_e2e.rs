@@ -829,6 +829,63 @@ fn a_pull_of_another_model_keeps_memories_only_the_log_holds() {
     );
 }
 
+/// A local copy of a segment that is not what its name says (a file cut short, a
+/// `segment.json` missing) is not taken for the segment: the pull downloads it again, keeps the
+/// damaged copy aside (never deleted) and says so; the index then opens whole.
+#[test]
+fn a_damaged_local_copy_of_a_segment_is_downloaded_again() {
+    let ix = cix_tests::indexed_fixture();
+    let store = ix.tmp.path().join("store");
+    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
+    push(&ix.index, &remote);
+    let m = format::IndexManifest::read(&ix.index).unwrap();
+    let id = m.segments[0].id.clone();
+    let name = format::segment::dir_name(&id);
+    for damage in ["cut", "no segment.json"] {
+        let local = ix
+            .tmp
+            .path()
+            .join(format!("pulled-{}", damage.replace(' ', "-")));
+        cix_tests::copy_dir(&ix.index.join(&name), &local.join(&name));
+        let (file, why) = if damage == "cut" {
+            let f = local.join(&name).join("vectors.f32");
+            let len = std::fs::metadata(&f).unwrap().len();
+            let b = std::fs::read(&f).unwrap();
+            std::fs::write(&f, &b[..(len / 2) as usize]).unwrap();
+            (f, "vectors.f32 is")
+        } else {
+            let f = local.join(&name).join(format::segment::SEGMENT_JSON);
+            std::fs::remove_file(&f).unwrap();
+            (f, "segment.json is missing")
+        };
+        let r = sync::pull(&remote, &local, &PullOptions::default()).unwrap();
+        assert_eq!(r.segments_replaced.len(), 1, "{damage}: {r:?}");
+        let (aside, reason) = &r.segments_replaced[0];
+        assert!(reason.contains(why), "{damage}: {reason}");
+        assert!(
+            aside
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{name}.bak-")),
+            "{}",
+            aside.display()
+        );
+        // The damaged copy is kept as it was; the segment in place is the store's.
+        let kept = aside.join(file.file_name().unwrap());
+        assert_eq!(kept.exists(), damage == "cut", "{}", kept.display());
+        let original = ix.index.join(&name).join("vectors.f32");
+        assert_eq!(
+            std::fs::read(local.join(&name).join("vectors.f32")).unwrap(),
+            std::fs::read(&original).unwrap()
+        );
+        format::Index::open(&local).unwrap();
+        // Garbage collection leaves the copy kept aside alone.
+        format::Index::collect_garbage(&local).unwrap();
+        assert!(aside.exists());
+    }
+}
+
 /// A web server over `dir` that, for any path ending in `stall`, sends the headers and half of
 /// the body, then hangs: a pull reading it blocks there until it is killed.
 fn stalling_server(dir: &Path, stall: &str) -> (Child, u16) {

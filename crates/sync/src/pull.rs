@@ -62,6 +62,10 @@ pub struct PullReport {
     pub segments_downloaded: usize,
     /// Segments named by the remote manifest that the index directory already had.
     pub segments_present: usize,
+    /// Local copies of the remote's segments that were damaged (a missing or cut file, a
+    /// `segment.json` that is not the segment's): downloaded again, the damaged copy kept
+    /// aside (path, and why).
+    pub segments_replaced: Vec<(PathBuf, String)>,
     pub files_downloaded: usize,
     /// Files found verified in `.pull/` from an interrupted pull.
     pub files_resumed: usize,
@@ -217,11 +221,22 @@ fn pull_manifest(
                 .filter(|m| !pulled_before.contains(&m.id)),
         )
         .collect();
+    // Local copies that are not what their name says: fetched again, replaced at the commit.
+    let mut damaged: Vec<(String, String)> = Vec::new();
     for e in &entries {
-        if dir.join(dir_name(&e.id)).join(SEGMENT_JSON).is_file() {
+        let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
+        let local_copy = dir.join(dir_name(&e.id));
+        let check = if local_copy.exists() {
+            local_damage(&local_copy, e, memory)?
+        } else {
+            Some(String::new())
+        };
+        if check.is_none() {
             report.segments_present += 1;
         } else {
-            let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
+            if let Some(why) = check.filter(|w| !w.is_empty()) {
+                damaged.push((e.id.clone(), why));
+            }
             remote.block_on(fetch_segment(
                 remote,
                 &staging,
@@ -265,6 +280,12 @@ fn pull_manifest(
         let to = dir.join(dir_name(&e.id));
         let from = staging.join(dir_name(&e.id));
         if from.is_dir() {
+            let why = damaged.iter().find(|d| d.0 == e.id).map(|d| d.1.clone());
+            if let (true, Some(why)) = (to.exists(), why) {
+                // Never deleted: kept aside (`*.bak-<time>`, which garbage collection skips).
+                let aside = format::recover::move_aside(&to)?;
+                report.segments_replaced.push((aside, why));
+            }
             if to.exists() {
                 std::fs::remove_dir_all(&from).map_err(io_err(&from))?;
             } else {
@@ -519,6 +540,53 @@ async fn fetch_segment(
             })
         }
     }
+}
+
+/// Why the local copy of `entry`'s segment in `seg_dir` is not that segment (`segment.json`
+/// missing, unreadable as the segment's or not what the manifest says, a file it lists missing
+/// or of another size); `None` when it looks whole. Sizes only: the files are not hashed (a
+/// pull would otherwise read every local segment whole; `indexer verify` does that). An I/O
+/// error that says nothing about the bytes (permissions) is an error, not damage.
+fn local_damage(seg_dir: &Path, entry: &SegmentEntry, memory: bool) -> Result<Option<String>> {
+    let p = seg_dir.join(SEGMENT_JSON);
+    let json = match std::fs::read(&p) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Some(format!("{SEGMENT_JSON} is missing")))
+        }
+        Err(e) => return Err(io_err(&p)(e)),
+    };
+    if format::segment::segment_id(&json) != entry.id {
+        return Ok(Some(format!(
+            "{SEGMENT_JSON} does not hash to the segment id"
+        )));
+    }
+    let meta: SegmentMeta = match serde_json::from_slice(&json) {
+        Ok(m) => m,
+        Err(e) => return Ok(Some(format!("{SEGMENT_JSON} does not parse: {e}"))),
+    };
+    if let Err(e) = check_meta(&p.display().to_string(), &meta, entry, memory) {
+        return Ok(Some(e.to_string()));
+    }
+    for f in &meta.files {
+        let fp = seg_dir.join(&f.name);
+        match std::fs::metadata(&fp) {
+            Ok(m) if m.is_file() && m.len() == f.size => {}
+            Ok(m) => {
+                return Ok(Some(format!(
+                    "{} is {} bytes, {SEGMENT_JSON} says {}",
+                    f.name,
+                    m.len(),
+                    f.size
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Some(format!("{} is missing", f.name)))
+            }
+            Err(e) => return Err(io_err(&fp)(e)),
+        }
+    }
+    Ok(None)
 }
 
 /// What `segment.json` must say for manifest entry `entry`: its chunk count, files only inside
