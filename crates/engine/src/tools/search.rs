@@ -61,7 +61,7 @@ pub struct SearchCodeArgs {
     /// Only this chunk kind: function, method, class, struct, enum, trait, interface, impl, module, top_level, window, ...
     #[serde(default)]
     pub kind: Option<String>,
-    /// Only paths matching this glob (`src/**/*.rs`, `*.py`) or starting with this prefix (`crates/format/`).
+    /// Only paths matching this glob (`src/**/*.rs`, `*.py`) or starting with this prefix (`crates/format/`); relative to the repository root, or absolute inside an indexed root (`/home/me/repo/src/**/*.rs`: also limits the search to that root's repository).
     #[serde(default)]
     pub path: Option<String>,
     /// Only this repository (its name in the index).
@@ -171,7 +171,14 @@ impl Engine {
         };
         check_weights(o.weights)?;
         if let Some(p) = a.path.as_deref().filter(|p| !p.trim().is_empty()) {
-            o.path_glob = Some(path_glob(p).map_err(|e| ToolError::InvalidInput(e.to_string()))?);
+            let (rel, repo) = root_relative(&snap.code.index.manifest.roots, p.trim(), &o.repo)?;
+            if repo.is_some() {
+                o.repo = repo;
+            }
+            if let Some(rel) = rel {
+                o.path_glob =
+                    Some(path_glob(&rel).map_err(|e| ToolError::InvalidInput(e.to_string()))?);
+            }
         }
         let qv = if mode == Mode::Lexical {
             None
@@ -367,4 +374,53 @@ fn passes(s: &Snapshot, n: NodeRef, o: &SearchOptions) -> bool {
         && o.path_glob
             .as_ref()
             .is_none_or(|g| g.is_match(f.path.as_str()))
+}
+
+/// A `path` filter as search reads it: relative to a repository root. Agents often know files
+/// by absolute path, and an absolute pattern matched no stored (relative) path, so the search
+/// silently found nothing. An absolute one is cut at its first component with glob characters;
+/// that literal part must lie inside an indexed root ([`format::roots::confine`], within the
+/// `repo` filter's roots when one is given), and the pattern becomes the rest relative to the
+/// root, with the root's repository as the repo filter. Returns the relative pattern (`None`:
+/// the whole root) and the repository to filter on (`None`: unchanged).
+fn root_relative(
+    roots: &[format::manifest::RootEntry],
+    pattern: &str,
+    repo: &Option<String>,
+) -> ToolResult<(Option<String>, Option<String>)> {
+    if !std::path::Path::new(pattern).is_absolute() {
+        return Ok((Some(pattern.to_string()), None));
+    }
+    let glob = |c: &str| c.contains(['*', '?', '[', '{']);
+    let parts: Vec<&str> = pattern.split('/').collect();
+    let cut = parts.iter().position(|c| glob(c)).unwrap_or(parts.len());
+    let literal = match parts[..cut].join("/") {
+        s if s.is_empty() => "/".to_string(),
+        s => s,
+    };
+    let opts = format::roots::ConfineOptions {
+        repo: repo.as_deref(),
+        allow_absolute: true,
+        allow_root: true,
+    };
+    let c =
+        format::roots::confine(roots, &literal, opts).map_err(|e| {
+            ToolError::InvalidInput(match e {
+                format::roots::ConfineError::NotInRoot { roots, .. } => {
+                    format!(
+                "`path` `{pattern}` is absolute but not inside an indexed root ({}); give it \
+                 inside one, or relative to the repository root (`src/`, `**/*.rs`)",
+                if roots.is_empty() { "none recorded" } else { roots.as_str() }
+            )
+                }
+                e => format!("`path` `{pattern}`: {e}"),
+            })
+        })?;
+    let rest = parts[cut..].join("/");
+    let rel = [c.rel.as_str(), rest.as_str()]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("/");
+    Ok(((!rel.is_empty()).then_some(rel), Some(c.root.repo)))
 }

@@ -50,6 +50,43 @@ fn every_tool_answers_on_the_fixture() {
         r.results.iter().all(|h| h.symbol.path.ends_with(".py")),
         "{r:#?}"
     );
+    // The same filters given as absolute paths inside the indexed root (what an agent knows
+    // files by): the same hits. Outside every root: an error naming the roots, not silence.
+    let root = format::IndexManifest::read(&ix.index).unwrap().roots[0].clone();
+    let lexical = |path: &str| SearchCodeArgs {
+        query: "area".into(),
+        path: Some(path.into()),
+        mode: Some(ModeArg::Lexical),
+        expand_graph: Some(false),
+        ..Default::default()
+    };
+    let hits = |path: &str| -> Vec<(String, u32)> {
+        e.search_code(&lexical(path))
+            .unwrap()
+            .results
+            .iter()
+            .map(|h| (h.symbol.path.clone(), h.symbol.start_line))
+            .collect()
+    };
+    let pkg = hits("pkg/");
+    assert!(!pkg.is_empty() && pkg.iter().all(|h| h.0.starts_with("pkg/")));
+    assert_eq!(hits(&format!("{}/pkg", root.path)), pkg);
+    assert_eq!(hits(&format!("{}/pkg/", root.path)), pkg);
+    assert_eq!(hits(&format!("{}/**/*.py", root.path)), hits("**/*.py"));
+    assert_eq!(hits(&format!("{}/pkg/*.py", root.path)), hits("pkg/*.py"));
+    // The root itself: the whole repository.
+    assert_eq!(hits(&root.path), hits("**"));
+    for outside in ["/definitely/not/indexed/src", "/"] {
+        match e.search_code(&lexical(outside)) {
+            Err(ToolError::InvalidInput(m)) => {
+                assert!(
+                    m.contains("not inside an indexed root") && m.contains(&root.path),
+                    "{m}"
+                )
+            }
+            other => panic!("{outside}: {other:?}"),
+        }
+    }
     let r = e
         .search_code(&SearchCodeArgs {
             query: "serve http requests".into(),
