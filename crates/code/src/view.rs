@@ -184,6 +184,11 @@ impl CodeView {
             .collect()
     }
 
+    /// Whether the index holds a live file at the repository-relative `path`.
+    pub fn holds_file(&self, path: &str) -> bool {
+        self.file_by_path(path).is_some()
+    }
+
     /// The live file node of a path: the newest segment whose file still has a live chunk (or
     /// has no chunks at all).
     fn file_by_path(&self, path: &str) -> Option<NodeRef> {

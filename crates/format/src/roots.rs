@@ -104,6 +104,45 @@ fn joined<'a>(items: impl Iterator<Item = &'a str>) -> String {
     items.collect::<Vec<_>>().join(", ")
 }
 
+/// The walk of a root as `indexer build` does it (and `reindex`): `.gitignore`, `.ignore`,
+/// git's excludes and parent directories' ignore files apply unless `no_ignore`, hidden files
+/// and directories are skipped unless `hidden`, symlinks are followed, entries come sorted.
+/// The caller adds its own filters (`.git` is pruned by every walk; confinement of links).
+pub fn walk_builder(root: &Path, no_ignore: bool, hidden: bool) -> ignore::WalkBuilder {
+    let mut builder = ignore::WalkBuilder::new(root);
+    builder
+        .follow_links(true)
+        .require_git(false)
+        .hidden(!hidden)
+        .sort_by_file_path(|a, b| a.cmp(b));
+    if no_ignore {
+        builder
+            .ignore(false)
+            .git_ignore(false)
+            .git_global(false)
+            .git_exclude(false)
+            .parents(false);
+    }
+    builder
+}
+
+/// Whether the walk of `root` ([`walk_builder`] with the root's recorded rules) reaches the
+/// file `rel` (repository-relative): `false` for a file its ignore rules exclude, one that is
+/// hidden or under a hidden or ignored directory, one inside `.git`, and one that does not
+/// exist. Only the directories on the way to the file are read.
+pub fn walk_admits(root: &RootEntry, rel: &str) -> bool {
+    let base = Path::new(&root.path);
+    let target = base.join(rel);
+    let mut b = walk_builder(base, root.no_ignore, root.hidden);
+    let chain = target.clone();
+    b.filter_entry(move |e| {
+        e.depth() == 0 || (e.file_name() != ".git" && chain.starts_with(e.path()))
+    });
+    b.build()
+        .flatten()
+        .any(|e| e.path() == target && e.file_type().is_some_and(|t| t.is_file() || t.is_symlink()))
+}
+
 /// Confines `path` (already trimmed by the caller as it wants) to one of `roots` (not empty).
 pub fn confine(
     roots: &[RootEntry],
@@ -282,5 +321,64 @@ mod tests {
                 Err(ConfineError::NotInRoot { .. })
             ));
         }
+    }
+
+    /// The walk's rules decide which files a root admits: ignore files (and a directory they
+    /// exclude), hidden files and directories, `.git`, each lifted by the root's flags.
+    #[test]
+    fn walk_admits_what_the_walk_reaches() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        for (p, text) in [
+            (".gitignore", "ignored.rs\nbuild/\n"),
+            ("a.rs", "fn a() {}"),
+            ("sub/b.rs", "fn b() {}"),
+            ("ignored.rs", "secret"),
+            ("build/gen.rs", "generated"),
+            (".hidden/h.rs", "hidden"),
+            (".env", "TOKEN=x"),
+            (".git/config", "[core]"),
+        ] {
+            let f = r.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        }
+        let mut e = root("repo", r);
+        let admitted = |e: &RootEntry| -> Vec<&str> {
+            [
+                "a.rs",
+                "sub/b.rs",
+                "ignored.rs",
+                "build/gen.rs",
+                ".hidden/h.rs",
+                ".env",
+                ".git/config",
+                "missing.rs",
+                "sub",
+            ]
+            .into_iter()
+            .filter(|p| walk_admits(e, p))
+            .collect()
+        };
+        assert_eq!(admitted(&e), ["a.rs", "sub/b.rs"]);
+        e.no_ignore = true;
+        assert_eq!(
+            admitted(&e),
+            ["a.rs", "sub/b.rs", "ignored.rs", "build/gen.rs"]
+        );
+        e.hidden = true;
+        assert_eq!(
+            admitted(&e),
+            [
+                "a.rs",
+                "sub/b.rs",
+                "ignored.rs",
+                "build/gen.rs",
+                ".hidden/h.rs",
+                ".env"
+            ]
+        );
+        e.no_ignore = false;
+        assert_eq!(admitted(&e), ["a.rs", "sub/b.rs", ".hidden/h.rs", ".env"]);
     }
 }

@@ -194,20 +194,7 @@ pub fn walk(
         Symlinks::FollowExternal => None,
     };
     let outside: Arc<Mutex<Vec<(PathBuf, PathBuf)>>> = Arc::default();
-    let mut builder = ignore::WalkBuilder::new(root);
-    builder
-        .follow_links(true)
-        .require_git(false)
-        .hidden(!rules.hidden)
-        .sort_by_file_path(|a, b| a.cmp(b));
-    if rules.no_ignore {
-        builder
-            .ignore(false)
-            .git_ignore(false)
-            .git_global(false)
-            .git_exclude(false)
-            .parents(false);
-    }
+    let mut builder = format::roots::walk_builder(root, rules.no_ignore, rules.hidden);
     let limit = confined_to.clone();
     let seen_outside = Arc::clone(&outside);
     // Pruned here, a `.git` directory or a directory link leading outside is never descended

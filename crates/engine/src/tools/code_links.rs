@@ -74,7 +74,7 @@ pub fn suggest_links(
             let Ok(p) = coderefs::clean_path(&id) else {
                 continue;
             };
-            if let Ok(Some((_, full))) = coderefs::resolve_path(ctx.roots, "", &p) {
+            if let Ok(Some((_, full))) = coderefs::resolve_readable(ctx, "", &p) {
                 if let Ok(v) = ctx.cache.get(&full) {
                     if !v.lines.is_empty() {
                         add(

@@ -333,3 +333,50 @@ fn code_links_are_suggested_from_text() {
     assert!(v.get("suggested_links").is_none(), "{v:#}");
     drop(c);
 }
+
+/// Code references never read a file the user kept out of the index: one its root's ignore
+/// files exclude, or a hidden one, is refused and nothing is added (not even a hash of its
+/// lines, which would let an agent test guesses at a secret); a file the walk reaches that the
+/// index does not hold yet (written after the build) is accepted.
+#[test]
+fn code_references_read_no_file_kept_out_of_the_index() {
+    let ix = crate::common::indexed_fixture();
+    let c = start(&ix.index, None);
+    let root = format::IndexManifest::read(&ix.index).unwrap().roots[0]
+        .path
+        .clone();
+    let root = std::path::Path::new(&root);
+    let ignore = root.join(".gitignore");
+    let mut rules = std::fs::read_to_string(&ignore).unwrap_or_default();
+    rules.push_str("\nsecrets.py\n");
+    std::fs::write(&ignore, rules).unwrap();
+    std::fs::write(root.join("pkg/secrets.py"), "TOKEN = 'hunter2'\n").unwrap();
+    std::fs::write(root.join(".env"), "TOKEN=hunter2\n").unwrap();
+    std::fs::create_dir_all(root.join(".local")).unwrap();
+    std::fs::write(root.join(".local/notes.py"), "x = 1\n").unwrap();
+    std::fs::write(root.join("pkg/fresh.py"), "def fresh():\n    return 1\n").unwrap();
+    let before = list_all(&c).len();
+    for path in ["pkg/secrets.py", ".env", ".local/notes.py"] {
+        for r in [
+            json!({"path": path, "start_line": 1, "end_line": 1}),
+            json!({"uri": format!("file:{path}#L1")}),
+        ] {
+            let e = call(
+                &c,
+                "add_memories",
+                json!({"memories": [{"text": "about a secret", "code_refs": [r.clone()]}]}),
+            )
+            .unwrap_err();
+            assert!(err_text(e.clone()).contains("never reads"), "{r}: {e}");
+        }
+    }
+    assert_eq!(list_all(&c).len(), before);
+    let v = call(
+        &c,
+        "add_memories",
+        json!({"memories": [{"text": "fresh() returns one",
+                             "code_refs": [{"path": "pkg/fresh.py", "start_line": 1, "end_line": 2}]}]}),
+    )
+    .unwrap();
+    assert!(v["ids"][0].is_string(), "{v}");
+}

@@ -168,7 +168,7 @@ impl CodeRefInput {
             reason: String::new(),
         };
         let Some((root, full)) =
-            coderefs::resolve_path(ctx.roots, &r.repo, &r.path).map_err(|e| e.to_string())?
+            coderefs::resolve_readable(ctx, &r.repo, &r.path).map_err(|e| e.to_string())?
         else {
             r.reason = "unverified: the index records no source roots".into();
             return Ok(r);
