@@ -184,9 +184,18 @@ impl CodeView {
             .collect()
     }
 
-    /// Whether the index holds a live file at the repository-relative `path`.
-    pub fn holds_file(&self, path: &str) -> bool {
-        self.file_by_path(path).is_some()
+    /// Whether the index holds a live file of repository `repo` at the repository-relative
+    /// `path` (the same path in another repository does not count).
+    pub fn holds_file(&self, repo: &str, path: &str) -> bool {
+        self.index.segments.iter().any(|ls| {
+            let t = ls.segment.table();
+            t.files_with_path(path).any(|fi| {
+                let f = &t.files[fi as usize];
+                let first = f.first_chunk.to_native();
+                let n = f.chunk_count.to_native();
+                f.repo == repo && (n == 0 || (first..first + n).any(|c| !ls.tombstones.contains(c)))
+            })
+        })
     }
 
     /// The live file node of a path: the newest segment whose file still has a live chunk (or

@@ -9,10 +9,10 @@
 //! - Paths resolve inside the roots `MANIFEST` records ([`resolve_path`]): `..`, absolute
 //!   paths, symlinks that leave the root and sibling-prefix tricks (`/src/app-old` for root
 //!   `/src/app`) are refused.
-//!   A path with a `.git` component is refused (the indexer never reads `.git`), and so is an
-//!   existing file the index neither holds nor would walk ([`resolve_readable`]: excluded by
-//!   its root's ignore files, or hidden): code references read no file the user kept out of
-//!   the index (a `.env`, a git-ignored secret), not even to hash it.
+//!   A path with a `.git` component is refused (the indexer never reads `.git`), and a new
+//!   reference to an existing file its root's ignore files exclude, that the index does not
+//!   hold, is refused ([`resolve_readable`]): code references read no file the user's ignore
+//!   files keep out of the index (a git-ignored `.env` or secret), not even to hash it.
 //! - [`check_ref`]: the file is gone → stale (`deleted`); the lines still hash the same →
 //!   fresh; a same-length block elsewhere in the file hashes the same (searched outward from
 //!   the old start, nearest first, the lower start on a tie, at most [`RELOCATE_BUDGET`] lines
@@ -63,7 +63,7 @@ pub enum CodeRefError {
     #[error("code reference path `{0}` names no file")]
     NoFile(String),
     /// Holds the clipped path.
-    #[error("code reference path `{0}` is a file the index never reads (its root's ignore files exclude it, or it is hidden); reference an indexed file")]
+    #[error("code reference path `{0}` is a file the index never reads (its root's ignore files exclude it); reference an indexed file")]
     NotIndexed(String),
     /// Holds the clipped path.
     #[error("code reference path `{0}` is inside a `.git` directory, which is never indexed; reference a source file instead")]
@@ -343,10 +343,13 @@ pub fn resolve_path(
     }
 }
 
-/// [`resolve_path`], refusing an existing file the index does not hold and its root's walk
-/// would not reach ([`format::roots::walk_admits`]: ignore files, hidden files): such a file
-/// is never read, not even to hash lines of it. A file that does not exist passes (a deleted
-/// file: nothing is read).
+/// [`resolve_path`] for a new reference (one being added or suggested), refusing an existing
+/// file that the index does not hold (in the root's repository) and that its root's ignore
+/// files exclude ([`format::roots::walk_admits`] with hidden files let in: a committed
+/// `.github/workflows/ci.yml` is a fine thing to point at, a git-ignored `.env` is not).
+/// Such a file is never read, not even to hash lines of it. A file that does not exist passes
+/// (nothing is read). Checking stored references does not walk again (`check_ref`): the rule
+/// holds from when a reference is made.
 pub fn resolve_readable(
     ctx: &RefCtx<'_>,
     repo: &str,
@@ -356,8 +359,14 @@ pub fn resolve_readable(
         return Ok(None);
     };
     let rel = clean_path(path)?;
-    if !ctx.code.holds_file(&rel) && full.exists() && !format::roots::walk_admits(&root, &rel) {
-        return Err(CodeRefError::NotIndexed(format::memory::clip(&rel)));
+    if full.is_file() && !ctx.code.holds_file(&root.repo, &rel) {
+        let rules = RootEntry {
+            hidden: true,
+            ..root.clone()
+        };
+        if !format::roots::walk_admits(&rules, &rel) {
+            return Err(CodeRefError::NotIndexed(format::memory::clip(&rel)));
+        }
     }
     Ok(Some((root, full)))
 }
@@ -519,7 +528,7 @@ pub fn check_ref(ctx: &RefCtx<'_>, r: &CodeRef) -> RefStatus {
             reason: "no code hash was recorded".into(),
         };
     }
-    let full = match resolve_readable(ctx, &r.repo, &r.path) {
+    let full = match resolve_path(ctx.roots, &r.repo, &r.path) {
         Ok(Some((_, p))) => p,
         Ok(None) => {
             return RefStatus::Unverified {

@@ -883,6 +883,18 @@ fn a_damaged_local_copy_of_a_segment_is_downloaded_again() {
         // Garbage collection leaves the copy kept aside alone.
         format::Index::collect_garbage(&local).unwrap();
         assert!(aside.exists());
+
+        // Damaged again once the index holds that generation: the pull is not "up to date".
+        let f = local.join(&name).join("vectors.f32");
+        std::fs::write(&f, b"short").unwrap();
+        let r = sync::pull(&remote, &local, &PullOptions::default()).unwrap();
+        assert!(!r.up_to_date && r.segments_replaced.len() == 1, "{r:?}");
+        format::Index::open(&local).unwrap();
+        assert!(
+            sync::pull(&remote, &local, &PullOptions::default())
+                .unwrap()
+                .up_to_date
+        );
     }
 }
 

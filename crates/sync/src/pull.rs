@@ -182,11 +182,14 @@ fn pull_manifest(
             .iter()
             .map(|s| s.id.as_str())
             .collect();
+        // Up to date, unless a local copy of one of the generation's segments is damaged
+        // (then the pull goes on and fetches it again).
         if local.segments == head.index.segments
             && local.model_id == head.index.model_id
             && head.index.memory_segments.iter().all(|s| {
                 local_mem.contains(s.id.as_str()) || local.pulled_memory_segments.contains(&s.id)
             })
+            && !any_local_damage(dir, head, &local_mem)?
         {
             report.up_to_date = true;
             report.local_generation = local.generation;
@@ -207,20 +210,33 @@ fn pull_manifest(
     // Fetch and verify what is missing.
     let files = AtomicU64::new(0);
     let model = (head.index.model_id.as_str(), head.index.dim);
-    let pulled_before: Vec<String> = read_local(dir)?
-        .map(|l| l.pulled_memory_segments)
+    let before = read_local(dir)?;
+    let pulled_before: Vec<String> = before
+        .as_ref()
+        .map(|l| l.pulled_memory_segments.clone())
         .unwrap_or_default();
-    let entries: Vec<&SegmentEntry> = head
+    let local_mem: HashSet<&str> = before
+        .iter()
+        .flat_map(|l| l.memory_segments.iter().map(|s| s.id.as_str()))
+        .collect();
+    // Memory segments pulled before are not fetched again (one merged away locally must not
+    // come back), except a local copy that is still live here and damaged.
+    let mut entries: Vec<&SegmentEntry> = Vec::new();
+    for e in head
         .index
         .segments
         .iter()
-        .chain(
-            head.index
-                .memory_segments
-                .iter()
-                .filter(|m| !pulled_before.contains(&m.id)),
-        )
-        .collect();
+        .chain(&head.index.memory_segments)
+    {
+        let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
+        let again = !memory
+            || !pulled_before.contains(&e.id)
+            || (local_mem.contains(e.id.as_str())
+                && local_damage(&dir.join(dir_name(&e.id)), e, true)?.is_some());
+        if again {
+            entries.push(e);
+        }
+    }
     // Local copies that are not what their name says: fetched again, replaced at the commit.
     let mut damaged: Vec<(String, String)> = Vec::new();
     for e in &entries {
@@ -540,6 +556,23 @@ async fn fetch_segment(
             })
         }
     }
+}
+
+/// Whether a local copy of a segment of `head` (its code segments, and its memory segments
+/// live in the local index: `local_mem`) is damaged ([`local_damage`]).
+fn any_local_damage(dir: &Path, head: &RemoteManifest, local_mem: &HashSet<&str>) -> Result<bool> {
+    for e in head.index.segments.iter().chain(
+        head.index
+            .memory_segments
+            .iter()
+            .filter(|m| local_mem.contains(m.id.as_str())),
+    ) {
+        let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
+        if local_damage(&dir.join(dir_name(&e.id)), e, memory)?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Why the local copy of `entry`'s segment in `seg_dir` is not that segment (`segment.json`

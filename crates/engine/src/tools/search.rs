@@ -398,13 +398,33 @@ fn root_relative(
         s if s.is_empty() => "/".to_string(),
         s => s,
     };
-    let opts = format::roots::ConfineOptions {
-        repo: repo.as_deref(),
-        allow_absolute: true,
-        allow_root: true,
+    // As written first (a symlink inside the root keeps the name the index stores it under),
+    // the deepest root holding it; then with symlinks resolved (`confine`).
+    let lexical = roots
+        .iter()
+        .filter(|r| repo.as_deref().is_none_or(|x| x == r.repo))
+        .filter_map(|r| {
+            let rest = std::path::Path::new(&literal).strip_prefix(&r.path).ok()?;
+            format::roots::clean_relative(rest).map(|parts| (r, parts.join("/")))
+        })
+        .max_by_key(|(r, _)| r.path.len());
+    let c = match lexical {
+        Some((r, rel)) => Ok(format::roots::Confined {
+            root: r.clone(),
+            full: std::path::Path::new(&r.path).join(&rel),
+            rel,
+        }),
+        None => {
+            let opts = format::roots::ConfineOptions {
+                repo: repo.as_deref(),
+                allow_absolute: true,
+                allow_root: true,
+            };
+            format::roots::confine(roots, &literal, opts)
+        }
     };
     let c =
-        format::roots::confine(roots, &literal, opts).map_err(|e| {
+        c.map_err(|e| {
             ToolError::InvalidInput(match e {
                 format::roots::ConfineError::NotInRoot { roots, .. } => {
                     format!(
@@ -417,10 +437,13 @@ fn root_relative(
             })
         })?;
     let rest = parts[cut..].join("/");
-    let rel = [c.rel.as_str(), rest.as_str()]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join("/");
-    Ok(((!rel.is_empty()).then_some(rel), Some(c.root.repo)))
+    // Anchored at the root: `/root/*.rs` is the top level's `.rs` files (`./*.rs`), not
+    // every one at any depth (which a pattern without `/` means).
+    let rel = match (c.rel.is_empty(), rest.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(c.rel.clone()),
+        (true, false) => Some(format!("./{rest}")),
+        (false, false) => Some(format!("{}/{rest}", c.rel)),
+    };
+    Ok((rel, Some(c.root.repo)))
 }

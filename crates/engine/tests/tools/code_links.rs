@@ -334,10 +334,10 @@ fn code_links_are_suggested_from_text() {
     drop(c);
 }
 
-/// Code references never read a file the user kept out of the index: one its root's ignore
-/// files exclude, or a hidden one, is refused and nothing is added (not even a hash of its
-/// lines, which would let an agent test guesses at a secret); a file the walk reaches that the
-/// index does not hold yet (written after the build) is accepted.
+/// Code references never read a file the user's ignore files keep out of the index: a new
+/// reference to one is refused and nothing is added (not even a hash of its lines, which would
+/// let an agent test guesses at a secret). A hidden file the ignore files do not exclude (a
+/// committed `.github/workflows/ci.yml`), and a file written after the build, are accepted.
 #[test]
 fn code_references_read_no_file_kept_out_of_the_index() {
     let ix = crate::common::indexed_fixture();
@@ -348,15 +348,17 @@ fn code_references_read_no_file_kept_out_of_the_index() {
     let root = std::path::Path::new(&root);
     let ignore = root.join(".gitignore");
     let mut rules = std::fs::read_to_string(&ignore).unwrap_or_default();
-    rules.push_str("\nsecrets.py\n");
+    rules.push_str("\nsecrets.py\n.env\nprivate/\n");
     std::fs::write(&ignore, rules).unwrap();
     std::fs::write(root.join("pkg/secrets.py"), "TOKEN = 'hunter2'\n").unwrap();
     std::fs::write(root.join(".env"), "TOKEN=hunter2\n").unwrap();
-    std::fs::create_dir_all(root.join(".local")).unwrap();
-    std::fs::write(root.join(".local/notes.py"), "x = 1\n").unwrap();
+    std::fs::create_dir_all(root.join("private")).unwrap();
+    std::fs::write(root.join("private/keys.py"), "KEY = 'x'\n").unwrap();
+    std::fs::create_dir_all(root.join(".github/workflows")).unwrap();
+    std::fs::write(root.join(".github/workflows/ci.yml"), "on: push\n").unwrap();
     std::fs::write(root.join("pkg/fresh.py"), "def fresh():\n    return 1\n").unwrap();
     let before = list_all(&c).len();
-    for path in ["pkg/secrets.py", ".env", ".local/notes.py"] {
+    for path in ["pkg/secrets.py", ".env", "private/keys.py"] {
         for r in [
             json!({"path": path, "start_line": 1, "end_line": 1}),
             json!({"uri": format!("file:{path}#L1")}),
@@ -371,12 +373,14 @@ fn code_references_read_no_file_kept_out_of_the_index() {
         }
     }
     assert_eq!(list_all(&c).len(), before);
-    let v = call(
-        &c,
-        "add_memories",
-        json!({"memories": [{"text": "fresh() returns one",
-                             "code_refs": [{"path": "pkg/fresh.py", "start_line": 1, "end_line": 2}]}]}),
-    )
-    .unwrap();
-    assert!(v["ids"][0].is_string(), "{v}");
+    for (path, end) in [("pkg/fresh.py", 2), (".github/workflows/ci.yml", 1)] {
+        let v = call(
+            &c,
+            "add_memories",
+            json!({"memories": [{"text": format!("about {path}"),
+                                 "code_refs": [{"path": path, "start_line": 1, "end_line": end}]}]}),
+        )
+        .unwrap();
+        assert!(v["ids"][0].is_string(), "{path}: {v}");
+    }
 }

@@ -74,6 +74,11 @@ fn every_tool_answers_on_the_fixture() {
     assert_eq!(hits(&format!("{}/pkg/", root.path)), pkg);
     assert_eq!(hits(&format!("{}/**/*.py", root.path)), hits("**/*.py"));
     assert_eq!(hits(&format!("{}/pkg/*.py", root.path)), hits("pkg/*.py"));
+    // A pattern right under the root stays anchored there: top-level files only (the
+    // fixture has no Python file at its top level; `*.py` alone means any depth).
+    let top = hits(&format!("{}/*.py", root.path));
+    assert_eq!(top, hits("./*.py"));
+    assert!(top.is_empty() && !hits("*.py").is_empty(), "{top:?}");
     // The root itself: the whole repository.
     assert_eq!(hits(&root.path), hits("**"));
     for outside in ["/definitely/not/indexed/src", "/"] {
