@@ -166,7 +166,7 @@ struct SearchArgs {
     #[arg(long)]
     kind: Option<String>,
     /// Only paths under this directory or file (`src/`), or matching this glob (`*.py`,
-    /// `src/**/*.rs`).
+    /// `src/**/*.rs`); relative to the repository root, or absolute inside an indexed root.
     #[arg(long)]
     path: Option<String>,
     /// Lines of each result's text to print.
@@ -401,11 +401,19 @@ fn search_cmd(a: SearchArgs) -> anyhow::Result<()> {
         }
     };
     format::vectors::set_faiss_threads(1);
+    // An absolute `--path` inside an indexed root is taken relative to it (as `search_code`
+    // does), limited to its repository.
+    let (path, repo) = match path.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
+        Some(p) => engine::tools::search::root_relative(&ix.manifest.roots, p, &None)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => (None, None),
+    };
     let opts = SearchOptions {
         limit,
         mode,
         language: lang,
         kind,
+        repo,
         path_glob: path.as_deref().map(code::search::path_glob).transpose()?,
         ..Default::default()
     };

@@ -169,3 +169,68 @@ fn search_device_choice_is_explicit() {
         );
     }
 }
+
+/// `queryd search --path` reads an absolute path inside the indexed root as the same path
+/// relative to it (an agent's or a shell's absolute path finds what the relative one finds),
+/// anchored at the root for a pattern right under it, and refuses one outside every root.
+#[test]
+fn search_paths_may_be_absolute_inside_the_root() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(repo.join("sub")).unwrap();
+    std::fs::write(
+        repo.join("app.py"),
+        "def parse_config(path):\n    return open(path).read()\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.join("sub/other.py"),
+        "def parse_config_again(path):\n    return open(path).read()\n",
+    )
+    .unwrap();
+    let indexer = cix_tests::sibling_bin(BIN, "indexer");
+    let index = tmp.path().join("index");
+    let (repo_s, index_s) = (repo.to_str().unwrap(), index.to_str().unwrap());
+    let o = run(&indexer, &["build", repo_s, "--out", index_s, "--quiet"]);
+    assert!(o.status.success(), "{}", described("build", &o));
+    let root = std::fs::canonicalize(&repo).unwrap();
+    let root = root.to_str().unwrap();
+    let paths = |path: &str| -> Result<Vec<String>, String> {
+        let o = run(
+            Path::new(BIN),
+            &[
+                "search",
+                "--index",
+                index_s,
+                "--mode",
+                "lexical",
+                "--json",
+                "--path",
+                path,
+                "parse_config",
+            ],
+        );
+        if !o.status.success() {
+            return Err(String::from_utf8_lossy(&o.stderr).into_owned());
+        }
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let mut p: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["path"].as_str().unwrap().to_string())
+            .collect();
+        p.sort();
+        p.dedup();
+        Ok(p)
+    };
+    assert_eq!(paths("sub/").unwrap(), ["sub/other.py"]);
+    assert_eq!(paths(&format!("{root}/sub")).unwrap(), ["sub/other.py"]);
+    assert_eq!(paths(&format!("{root}/*.py")).unwrap(), ["app.py"]);
+    assert_eq!(
+        paths(&format!("{root}/**/*.py")).unwrap(),
+        ["app.py", "sub/other.py"]
+    );
+    let err = paths("/not/an/indexed/root").unwrap_err();
+    assert!(err.contains("not inside an indexed root"), "{err}");
+}

@@ -382,8 +382,9 @@ fn passes(s: &Snapshot, n: NodeRef, o: &SearchOptions) -> bool {
 /// that literal part must lie inside an indexed root ([`format::roots::confine`], within the
 /// `repo` filter's roots when one is given), and the pattern becomes the rest relative to the
 /// root, with the root's repository as the repo filter. Returns the relative pattern (`None`:
-/// the whole root) and the repository to filter on (`None`: unchanged).
-fn root_relative(
+/// the whole root) and the repository to filter on (`None`: unchanged). `queryd search` reads
+/// its `--path` the same way.
+pub fn root_relative(
     roots: &[format::manifest::RootEntry],
     pattern: &str,
     repo: &Option<String>,
