@@ -361,6 +361,12 @@ pub fn identifier_like(q: &str) -> bool {
             || q.chars().skip(1).any(char::is_uppercase))
 }
 
+/// Whether `s` holds a character [`path_glob`] reads as glob syntax (else it is a literal
+/// directory or file).
+pub fn has_glob_meta(s: &str) -> bool {
+    s.contains(['*', '?', '[', '{'])
+}
+
 /// Compiles a path filter: a pattern without glob characters is a directory or file (`src/`,
 /// `src/lib.rs`); a
 /// pattern without `/` matches at any depth (`*.rs` is `**/*.rs`); `*` stays inside one
@@ -370,7 +376,7 @@ pub fn path_glob(pattern: &str) -> Result<globset::GlobMatcher, GlobError> {
     if p.is_empty() {
         return Err(GlobError::Empty);
     }
-    let has_meta = p.contains(['*', '?', '[', '{']);
+    let has_meta = has_glob_meta(p);
     let full = if !has_meta {
         // A directory (everything under it) or a file.
         let d = globset::escape(p.trim_start_matches("./").trim_end_matches('/'));

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use format::graph::Direction;
+use format::manifest::LiveSegment;
 use format::records::{name_key, qualified_key, ArchivedChunkRecord, ArchivedFileRecord, EdgeKind};
 use format::{FormatError, Index};
 
@@ -35,6 +36,15 @@ impl std::fmt::Debug for CodeView {
             .field("generation", &self.index.manifest.generation)
             .finish()
     }
+}
+
+/// Whether file `fi` of segment `ls` is live: a chunk of it is not tombstoned, or it has no
+/// chunks at all.
+fn file_is_live(ls: &LiveSegment, fi: u32) -> bool {
+    let f = &ls.segment.table().files[fi as usize];
+    let first = f.first_chunk.to_native();
+    let n = f.chunk_count.to_native();
+    n == 0 || (first..first + n).any(|c| !ls.tombstones.contains(c))
 }
 
 impl CodeView {
@@ -189,12 +199,8 @@ impl CodeView {
     pub fn holds_file(&self, repo: &str, path: &str) -> bool {
         self.index.segments.iter().any(|ls| {
             let t = ls.segment.table();
-            t.files_with_path(path).any(|fi| {
-                let f = &t.files[fi as usize];
-                let first = f.first_chunk.to_native();
-                let n = f.chunk_count.to_native();
-                f.repo == repo && (n == 0 || (first..first + n).any(|c| !ls.tombstones.contains(c)))
-            })
+            t.files_with_path(path)
+                .any(|fi| t.files[fi as usize].repo == repo && file_is_live(ls, fi))
         })
     }
 
@@ -210,10 +216,7 @@ impl CodeView {
                 .into_iter()
                 .rev()
             {
-                let f = &t.files[fi as usize];
-                let first = f.first_chunk.to_native();
-                let n = f.chunk_count.to_native();
-                if n == 0 || (first..first + n).any(|c| !ls.tombstones.contains(c)) {
+                if file_is_live(ls, fi) {
                     return Some((si, cc + fi));
                 }
             }

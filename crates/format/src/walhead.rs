@@ -101,15 +101,12 @@ pub fn parse(b: &[u8]) -> WalHeader {
     if !b.starts_with(MAGIC_V2) {
         return bad("the file does not start as a memory log does");
     }
-    let Some(lens) = b.get(8..12) else {
+    if b.len() < 12 {
         return WalHeader::Partial;
-    };
-    let n = u16::from_le_bytes([lens[0], lens[1]]);
-    if !n != u16::from_le_bytes([lens[2], lens[3]]) {
-        return bad("the memory log's header is damaged (its two copies of a length differ)");
     }
-    let n = n as usize;
-    let len = V2_FIXED + n;
+    let Some(len) = declared_len(b) else {
+        return bad("the memory log's header is damaged (its two copies of a length differ)");
+    };
     let Some(h) = b.get(..len) else {
         return WalHeader::Partial;
     };
@@ -122,8 +119,8 @@ pub fn parse(b: &[u8]) -> WalHeader {
             bad("the memory log's header fails its checksum")
         };
     }
-    let dim = u32::from_le_bytes(h[12..16].try_into().expect("4 bytes"));
-    match std::str::from_utf8(&h[16..16 + n]) {
+    let (dim, id) = fields(h);
+    match std::str::from_utf8(id) {
         Ok(id) => WalHeader::Complete {
             len,
             model: Some(LogModel {
@@ -149,12 +146,19 @@ pub fn declared_len(b: &[u8]) -> Option<usize> {
 /// replaced, so a damaged id names no real model. For `queryd repair-wal`, which must not
 /// forget whose vectors the records hold.
 pub fn damaged_model(b: &[u8]) -> Option<LogModel> {
-    let len = declared_len(b)?;
-    let h = b.get(..len)?;
+    let h = b.get(..declared_len(b)?)?;
+    let (dim, id) = fields(h);
     Some(LogModel {
-        id: String::from_utf8_lossy(&h[16..len - 4]).into_owned(),
-        dim: u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")),
+        id: String::from_utf8_lossy(id).into_owned(),
+        dim,
     })
+}
+
+/// The dimension and the model id bytes of the second-version header `h` (exactly its
+/// [`declared_len`] bytes).
+fn fields(h: &[u8]) -> (u32, &[u8]) {
+    let dim = u32::from_le_bytes(h[12..16].try_into().expect("4 bytes"));
+    (dim, &h[16..h.len() - 4])
 }
 
 /// The model a log whose damaged header cannot be read is said to hold ([`damaged_model`]

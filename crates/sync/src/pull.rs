@@ -228,7 +228,7 @@ fn pull_manifest(
         .iter()
         .chain(&head.index.memory_segments)
     {
-        let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
+        let memory = is_memory(head, &e.id);
         let again = !memory
             || !pulled_before.contains(&e.id)
             || (local_mem.contains(e.id.as_str())
@@ -240,17 +240,11 @@ fn pull_manifest(
     // Local copies that are not what their name says: fetched again, replaced at the commit.
     let mut damaged: Vec<(String, String)> = Vec::new();
     for e in &entries {
-        let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
+        let memory = is_memory(head, &e.id);
         let local_copy = dir.join(dir_name(&e.id));
-        let check = if local_copy.exists() {
-            local_damage(&local_copy, e, memory)?
-        } else {
-            Some(String::new())
-        };
-        if check.is_none() {
-            report.segments_present += 1;
-        } else {
-            if let Some(why) = check.filter(|w| !w.is_empty()) {
+        if let Some(why) = local_damage(&local_copy, e, memory)? {
+            // A copy that is there but damaged is replaced (and kept aside) at the commit.
+            if local_copy.exists() {
                 damaged.push((e.id.clone(), why));
             }
             remote.block_on(fetch_segment(
@@ -264,6 +258,8 @@ fn pull_manifest(
                 &mut report,
             ))?;
             report.segments_downloaded += 1;
+        } else {
+            report.segments_present += 1;
         }
         if let Some(t) = &e.tombstones {
             if !dir.join(&t.file).is_file() {
@@ -337,7 +333,7 @@ fn pull_manifest(
                 key: key.clone(),
                 reason: err.to_string(),
             })?;
-        let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
+        let memory = is_memory(head, &e.id);
         check_meta(&key, &meta, e, memory)?;
         if let Some(t) = &e.tombstones {
             if !dir.join(&t.file).is_file() {
@@ -558,6 +554,11 @@ async fn fetch_segment(
     }
 }
 
+/// Whether `head` lists segment `id` among its memory segments.
+fn is_memory(head: &RemoteManifest, id: &str) -> bool {
+    head.index.memory_segments.iter().any(|m| m.id == id)
+}
+
 /// Whether a local copy of a segment of `head` (its code segments, and its memory segments
 /// live in the local index: `local_mem`) is damaged ([`local_damage`]).
 fn any_local_damage(dir: &Path, head: &RemoteManifest, local_mem: &HashSet<&str>) -> Result<bool> {
@@ -567,8 +568,7 @@ fn any_local_damage(dir: &Path, head: &RemoteManifest, local_mem: &HashSet<&str>
             .iter()
             .filter(|m| local_mem.contains(m.id.as_str())),
     ) {
-        let memory = head.index.memory_segments.iter().any(|m| m.id == e.id);
-        if local_damage(&dir.join(dir_name(&e.id)), e, memory)?.is_some() {
+        if local_damage(&dir.join(dir_name(&e.id)), e, is_memory(head, &e.id))?.is_some() {
             return Ok(true);
         }
     }

@@ -392,9 +392,11 @@ pub fn root_relative(
     if !std::path::Path::new(pattern).is_absolute() {
         return Ok((Some(pattern.to_string()), None));
     }
-    let glob = |c: &str| c.contains(['*', '?', '[', '{']);
     let parts: Vec<&str> = pattern.split('/').collect();
-    let cut = parts.iter().position(|c| glob(c)).unwrap_or(parts.len());
+    let cut = parts
+        .iter()
+        .position(|c| code::search::has_glob_meta(c))
+        .unwrap_or(parts.len());
     let literal = match parts[..cut].join("/") {
         s if s.is_empty() => "/".to_string(),
         s => s,
