@@ -35,9 +35,16 @@ if ! PYTHONPATH="$here/.cache/moto" python3 -c "import moto.server" >/dev/null 2
 fi
 
 # The official MCP Inspector CLI, for the end-to-end MCP test, where the machine has Node.
-# Installed once into .cache/npm (pinned: 0.15.0 runs on Node 20).
+# Installed once into .cache/npm with `npm ci` from the committed lockfile in
+# scripts/mcp-inspector/ (0.15.0 runs on Node 20): every transitive version is pinned, so a
+# dependency published, or withdrawn from the registry, after the lock was written cannot
+# change or break the install (a plain `npm install` once resolved a version the registry
+# did not serve, and CI failed in setup).
 if command -v npm >/dev/null 2>&1 && [ ! -x "$here/.cache/npm/node_modules/.bin/mcp-inspector" ]; then
-  echo "setup: installing @modelcontextprotocol/inspector@0.15.0 into .cache/npm"
-  npm install --prefix "$here/.cache/npm" --no-audit --no-fund --loglevel=error \
-    @modelcontextprotocol/inspector@0.15.0 >/dev/null
+  echo "setup: installing @modelcontextprotocol/inspector@0.15.0 into .cache/npm (npm ci, locked)"
+  rm -rf "$here/.cache/npm"
+  mkdir -p "$here/.cache/npm"
+  cp "$here/scripts/mcp-inspector/package.json" "$here/scripts/mcp-inspector/package-lock.json" \
+    "$here/.cache/npm/"
+  npm ci --prefix "$here/.cache/npm" --no-audit --no-fund --loglevel=error >/dev/null
 fi
