@@ -27,11 +27,12 @@ fi
 
 # moto, an S3-compatible server (it honours If-None-Match / If-Match), for the segment-sync tests
 # (crates/queryd/tests/sync_e2e.rs start it on loopback). Installed once into .cache/moto with
-# pip --target: no virtualenv, nothing in the system's site-packages.
+# pip --target: no virtualenv, nothing in the system's site-packages. Its dependencies are held
+# at the versions in scripts/moto-constraints.txt.
 if ! PYTHONPATH="$here/.cache/moto" python3 -c "import moto.server" >/dev/null 2>&1; then
   echo "setup: installing moto[server,s3] into .cache/moto"
   python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-    --target "$here/.cache/moto" 'moto[server,s3]==5.2.1'
+    --target "$here/.cache/moto" -c "$here/scripts/moto-constraints.txt" 'moto[server,s3]==5.2.1'
 fi
 
 # The official MCP Inspector CLI, for the end-to-end MCP test, where the machine has Node.
