@@ -139,7 +139,7 @@ pub struct SearchOptions {
     /// Only files whose path starts with this prefix.
     pub path_prefix: Option<String>,
     /// Only files whose repository-relative path matches this glob (see [`path_glob`]).
-    pub path_glob: Option<globset::GlobMatcher>,
+    pub path_glob: Option<PathFilter>,
     /// Only files of this repository.
     pub repo: Option<String>,
     /// Weights of the (vector, lexical) lists; `None` lets the fusion choose per query from
@@ -367,34 +367,91 @@ pub fn has_glob_meta(s: &str) -> bool {
     s.contains(['*', '?', '[', '{'])
 }
 
+/// A compiled path filter ([`path_glob`]): matches a repository-relative path.
+#[derive(Debug, Clone)]
+pub struct PathFilter {
+    set: globset::GlobSet,
+}
+
+impl PathFilter {
+    pub fn is_match(&self, path: &str) -> bool {
+        self.set.is_match(path)
+    }
+}
+
 /// Compiles a path filter: a pattern without glob characters is a directory or file (`src/`,
-/// `src/lib.rs`); a
-/// pattern without `/` matches at any depth (`*.rs` is `**/*.rs`); `*` stays inside one
-/// directory, `**` crosses directories.
-pub fn path_glob(pattern: &str) -> Result<globset::GlobMatcher, GlobError> {
+/// `src/lib.rs`); a pattern without `/` matches at any depth (`*.rs` is `**/*.rs`); `*` stays
+/// inside one directory, `**` crosses directories. A component with glob characters is also
+/// read as the literal name, since real trees have such names (Next.js routes:
+/// `app/[slug]/*.tsx` matches `app/[slug]/page.tsx` as well as `app/s/page.tsx`; a glob alone
+/// would never match the directory it names). Up to [`LITERAL_MIX`] such components are read
+/// each way in every combination; past that, the whole pattern as a glob or as a literal.
+pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
     let p = pattern.trim();
     if p.is_empty() {
         return Err(GlobError::Empty);
     }
-    let has_meta = has_glob_meta(p);
-    let full = if !has_meta {
-        // A directory (everything under it) or a file.
-        let d = globset::escape(p.trim_start_matches("./").trim_end_matches('/'));
-        format!("{{{d},{d}/**}}")
-    } else if !p.contains('/') {
-        format!("**/{p}")
-    } else {
-        p.trim_start_matches("./").to_string()
+    let invalid = |e: globset::Error| GlobError::Invalid {
+        pattern: pattern.to_string(),
+        reason: e.to_string(),
     };
-    globset::GlobBuilder::new(&full)
-        .literal_separator(true)
-        .build()
-        .map(|g| g.compile_matcher())
-        .map_err(|e| GlobError::Invalid {
-            pattern: pattern.to_string(),
-            reason: e.to_string(),
-        })
+    let glob = |g: &str| {
+        globset::GlobBuilder::new(g)
+            .literal_separator(true)
+            .build()
+            .map_err(invalid)
+    };
+    let body = p.trim_start_matches("./").trim_end_matches('/');
+    let parts: Vec<&str> = body.split('/').collect();
+    // Components read both ways (`**` is only ever a glob).
+    let mixed: Vec<usize> = (0..parts.len())
+        .filter(|&i| has_glob_meta(parts[i]) && parts[i] != "**")
+        .collect();
+    let any_depth = has_glob_meta(p) && !p.contains('/');
+    let mut set = globset::GlobSetBuilder::new();
+    // The pattern with the components in `literal` escaped.
+    let variant = |literal: &dyn Fn(usize) -> bool| {
+        let v = (0..parts.len())
+            .map(|i| {
+                if literal(i) && parts[i] != "**" {
+                    globset::escape(parts[i])
+                } else {
+                    parts[i].to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/");
+        if any_depth {
+            format!("**/{v}")
+        } else {
+            v
+        }
+    };
+    // Every component literal: a directory (everything under it) or a file of this name.
+    let all = variant(&|_| true);
+    set.add(glob(&all)?).add(glob(&format!("{all}/**"))?);
+    if has_glob_meta(p) {
+        set.add(glob(&variant(&|_| false))?);
+        if (2..=LITERAL_MIX).contains(&mixed.len()) {
+            for mask in 1..(1u32 << mixed.len()) - 1 {
+                let lit = |i: usize| {
+                    mixed
+                        .iter()
+                        .position(|&m| m == i)
+                        .is_some_and(|b| mask & (1 << b) != 0)
+                };
+                set.add(glob(&variant(&lit))?);
+            }
+        }
+    }
+    Ok(PathFilter {
+        set: set.build().map_err(invalid)?,
+    })
 }
+
+/// How many glob components of a path filter [`path_glob`] also reads literally in every
+/// combination (2^n globs).
+pub const LITERAL_MIX: usize = 4;
 
 fn allow_bitmap(ls: &LiveSegment, o: &SearchOptions) -> Option<RoaringBitmap> {
     if o.language.is_none()
@@ -1606,6 +1663,19 @@ mod tests {
         assert!(g.is_match("src/lib.rs") && !g.is_match("src/a/lib.rs"));
         let g = path_glob("src/**/*.rs").unwrap();
         assert!(g.is_match("src/a/b/lib.rs") && g.is_match("src/lib.rs"));
+        let g = path_glob("src/**").unwrap();
+        assert!(g.is_match("src/a/b/lib.rs") && !g.is_match("lib/a.rs"));
+        assert!(path_glob("**").unwrap().is_match("a/b.rs"));
+        // Two components read each way, in every combination.
+        let g = path_glob("app/[a]/[b]/x.ts").unwrap();
+        for m in [
+            "app/[a]/[b]/x.ts",
+            "app/a/[b]/x.ts",
+            "app/[a]/b/x.ts",
+            "app/a/b/x.ts",
+        ] {
+            assert!(g.is_match(m), "{m}");
+        }
         let g = path_glob("crates/queryd").unwrap();
         assert!(g.is_match("crates/queryd/src/x.rs") && !g.is_match("crates/format/x.rs"));
         assert!(!g.is_match("crates/queryd2/x.rs"));
@@ -1617,6 +1687,22 @@ mod tests {
         );
         assert!(path_glob("src/[").is_err());
         assert!(path_glob(" ").is_err());
+        // A name with glob characters is also itself: a Next.js route directory.
+        let g = path_glob("app/[slug]").unwrap();
+        assert!(g.is_match("app/[slug]/page.tsx") && g.is_match("app/[slug]"));
+        assert!(g.is_match("app/s") && !g.is_match("app/[slug]x/page.tsx"));
+        let g = path_glob("app/[slug]/*.tsx").unwrap();
+        assert!(g.is_match("app/[slug]/page.tsx") && g.is_match("app/g/page.tsx"));
+        assert!(!g.is_match("app/[slug]/a/page.tsx"));
+        let g = path_glob("[id].tsx").unwrap();
+        assert!(
+            g.is_match("[id].tsx") && g.is_match("pages/[id].tsx") && g.is_match("pages/d.tsx")
+        );
+        assert!(!path_glob("src").unwrap().is_match("a/src/x.rs"));
+        // The literal reading stays anchored and exact.
+        let g = path_glob("./*.py").unwrap();
+        assert!(g.is_match("a.py") && !g.is_match("x/a.py"));
+        assert!(!path_glob("src/*").unwrap().is_match("srcx/a"));
     }
 
     /// One-file segments from (kind, name, start, end, parent, text, vector) rows, committed as

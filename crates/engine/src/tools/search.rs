@@ -61,7 +61,7 @@ pub struct SearchCodeArgs {
     /// Only this chunk kind: function, method, class, struct, enum, trait, interface, impl, module, top_level, window, ...
     #[serde(default)]
     pub kind: Option<String>,
-    /// Only paths matching this glob (`src/**/*.rs`, `*.py`) or starting with this prefix (`crates/format/`); relative to the repository root, or absolute inside an indexed root (`/home/me/repo/src/**/*.rs`: also limits the search to that root's repository).
+    /// Only paths matching this glob (`src/**/*.rs`, `*.py`) or starting with this prefix (`crates/format/`); relative to the repository root, or absolute inside an indexed root (`/home/me/repo/src/**/*.rs`: also limits the search to that root's repository). A name with glob characters also matches literally (`app/[slug]/` is that directory, and also `app/s/`...).
     #[serde(default)]
     pub path: Option<String>,
     /// Only this repository (its name in the index).
@@ -393,10 +393,20 @@ pub fn root_relative(
         return Ok((Some(pattern.to_string()), None));
     }
     let parts: Vec<&str> = pattern.split('/').collect();
-    let cut = parts
+    // A root's own path may hold glob characters (`/work/[team]/app`): the glob part is looked
+    // for after the deepest root the pattern lies in as written.
+    let within = roots
+        .iter()
+        .filter(|r| repo.as_deref().is_none_or(|x| x == r.repo))
+        .filter(|r| std::path::Path::new(pattern).starts_with(&r.path))
+        .map(|r| std::path::Path::new(&r.path).components().count())
+        .max()
+        .unwrap_or(0)
+        .min(parts.len());
+    let cut = parts[within..]
         .iter()
         .position(|c| code::search::has_glob_meta(c))
-        .unwrap_or(parts.len());
+        .map_or(parts.len(), |i| within + i);
     let literal = match parts[..cut].join("/") {
         s if s.is_empty() => "/".to_string(),
         s => s,
@@ -449,4 +459,48 @@ pub fn root_relative(
         (false, false) => Some(format!("{}/{rest}", c.rel)),
     };
     Ok((rel, Some(c.root.repo)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::root_relative;
+
+    fn root(repo: &str, path: &str) -> format::manifest::RootEntry {
+        format::manifest::RootEntry {
+            repo: repo.into(),
+            path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn absolute_patterns_become_root_relative() {
+        // Lexical only: none of these paths exist, so the symlink-resolving fallback is not
+        // reached for the ones inside a root.
+        let roots = [
+            root("app", "/nowhere/[team]/app"),
+            root("lib", "/nowhere/lib"),
+        ];
+        let rel = |p: &str| root_relative(&roots, p, &None).unwrap();
+        // A root whose own path has glob characters: the glob part begins after it.
+        assert_eq!(
+            rel("/nowhere/[team]/app/src/*.rs"),
+            (Some("src/*.rs".into()), Some("app".into()))
+        );
+        assert_eq!(
+            rel("/nowhere/[team]/app/*.rs"),
+            (Some("./*.rs".into()), Some("app".into()))
+        );
+        assert_eq!(rel("/nowhere/[team]/app"), (None, Some("app".into())));
+        // Glob characters in a directory under the root stay in the pattern (path_glob reads
+        // them both ways).
+        assert_eq!(
+            rel("/nowhere/lib/app/[slug]/page.tsx"),
+            (Some("app/[slug]/page.tsx".into()), Some("lib".into()))
+        );
+        // Relative patterns pass through unchanged.
+        assert_eq!(rel("src/[id].ts"), (Some("src/[id].ts".into()), None));
+        // The repo filter limits the roots considered.
+        assert!(root_relative(&roots, "/nowhere/lib/x", &Some("app".into())).is_err());
+    }
 }
