@@ -141,6 +141,15 @@ pub fn build_index(repo: &Path, out: &Path) {
         .unwrap_or_else(|e| panic!("indexing {} failed: {e}", repo.display()));
 }
 
+/// What `indexer build --rebuild` does: the code segments dropped (memories kept), then a
+/// build of `repo` into `out`.
+pub fn rebuild_index(repo: &Path, out: &Path) {
+    let e = encoder();
+    indexer::rebuild::prepare_rebuild(out, e.model_id(), e.dim() as u32)
+        .unwrap_or_else(|err| panic!("rebuild of {} refused: {err}", out.display()));
+    build_index(repo, out);
+}
+
 /// A temporary directory holding a fixture copy and its index.
 pub struct Indexed {
     pub tmp: tempfile::TempDir,

@@ -494,7 +494,20 @@ impl Engine {
             {
                 return Ok(None); // the same generation (touched, or restored after a failure)
             }
-            let index = Index::open_reusing(&self.dir, Some(&cur.code.index))?;
+            // A quarantined segment whose directory was replaced (pulled again, rebuilt) is
+            // opened again; the verifier checksums the new files.
+            let lifted = self.integrity.lift_replaced(&self.dir);
+            for id in &lifted {
+                eprintln!(
+                    "queryd: code segment {id} was replaced on disk since it failed its checksum; \
+                     opening the new copy"
+                );
+            }
+            let options = format::OpenOptions {
+                quarantine: self.integrity.quarantined(),
+                ..cur.code.index.options.clone()
+            };
+            let index = Index::open_with(&self.dir, Some(&cur.code.index), options)?;
             // Before the swap, so the first query of the new generation does not pay it.
             index.open_vector_maps();
             Ok(Some(index))

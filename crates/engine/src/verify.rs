@@ -143,14 +143,16 @@ impl Engine {
                     "queryd: code segment {} is damaged, no longer served: {error}",
                     seg.id()
                 );
-                self.integrity.lock().quarantine.insert(
-                    seg.id().to_string(),
+                self.integrity.quarantine(
+                    seg,
                     DamagedSegment {
                         id: seg.id().to_string(),
                         path,
                         error: format!(
                             "failed its checksum after open ({error}); rebuild the code with \
-                             `indexer build --rebuild` on the same roots (memories are kept)"
+                             `indexer build --rebuild` on the same roots (memories are kept), \
+                             or `indexer pull` it again from the store it came from; queryd \
+                             serves the new copy once the index changes"
                         ),
                     },
                 );

@@ -292,8 +292,9 @@ impl Index {
         )
     }
 
-    /// Opens the index at `dir`, taking segments that `previous` already opened (same id) from
-    /// it instead of mapping and validating them again; only tombstones are re-read. A new
+    /// Opens the index at `dir`, taking segments that `previous` already opened (same id, same
+    /// directory on disk: [`Segment::replaced_on_disk`]) from it instead of mapping and
+    /// validating them again; only tombstones are re-read. A new
     /// generation that adds one segment costs one segment's validation. The options are
     /// `previous`'s (strict without one).
     pub fn open_reusing(dir: &Path, previous: Option<&Index>) -> Result<Index> {
@@ -473,7 +474,13 @@ fn open_one(
     known: &std::collections::HashMap<&str, &std::sync::Arc<Segment>>,
 ) -> Result<LiveSegment> {
     let segment = match known.get(e.id.as_str()) {
-        Some(s) if s.meta().model_id == manifest.model_id && s.meta().dim == manifest.dim => {
+        // Not when its directory was replaced since (a pull re-fetched a damaged copy, a
+        // rebuild wrote it again): the maps would go on serving the old files.
+        Some(s)
+            if s.meta().model_id == manifest.model_id
+                && s.meta().dim == manifest.dim
+                && !s.replaced_on_disk() =>
+        {
             std::sync::Arc::clone(s)
         }
         _ => std::sync::Arc::new(Segment::open(dir, &e.id, &manifest.model_id, manifest.dim)?),

@@ -91,9 +91,27 @@ pub fn dir_name(id: &str) -> String {
     format!("seg-{id}")
 }
 
+/// The identity of a directory on disk (device, inode), `None` where it cannot be read. A
+/// segment directory replaced under the same name (a pull fetching a damaged copy again and
+/// moving the old one aside, a rebuild after garbage collection removed it) has another.
+pub fn dir_identity(p: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = p;
+        None
+    }
+}
+
 /// An open, validated segment. Reads borrow from the memory maps.
 pub struct Segment {
     dir: PathBuf,
+    /// [`dir_identity`] of `dir` when the segment was opened (read before its files).
+    dir_identity: Option<(u64, u64)>,
     id: String,
     meta: SegmentMeta,
     chunks: Mmap,
@@ -162,6 +180,7 @@ impl Segment {
     /// Opens `index_dir/seg-<id>` and validates it (see the module docs for the order of checks).
     pub fn open(index_dir: &Path, id: &str, model_id: &str, dim: u32) -> Result<Segment> {
         let dir = index_dir.join(dir_name(id));
+        let dir_identity = dir_identity(&dir);
         let meta_path = dir.join(SEGMENT_JSON);
         let meta = Segment::read_meta(index_dir, id)?;
         if meta.model_id != model_id || meta.dim != dim {
@@ -243,6 +262,7 @@ impl Segment {
                 None
             },
             dir,
+            dir_identity,
             id: id.to_string(),
             meta,
             ivf: OnceLock::new(),
@@ -391,6 +411,18 @@ impl Segment {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Whether the directory at [`Segment::dir`] is no longer the one this segment was opened
+    /// from (replaced or gone). The maps stay valid, but they hold the old files: an index
+    /// opened again must map the new ones ([`crate::Index::open_reusing`]).
+    pub fn replaced_on_disk(&self) -> bool {
+        self.dir_identity.is_some() && dir_identity(&self.dir) != self.dir_identity
+    }
+
+    /// [`dir_identity`] of the directory when the segment was opened.
+    pub fn opened_dir_identity(&self) -> Option<(u64, u64)> {
+        self.dir_identity
     }
 
     /// The memory records of a memory segment (`None` for a code segment).

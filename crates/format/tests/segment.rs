@@ -162,6 +162,36 @@ fn round_trip_search_and_graph() {
     assert_eq!(index.live_chunks(), 12);
 }
 
+/// An index opened again reuses the segments it already has open, unless a segment's directory
+/// was replaced under the same name (a pull fetched a damaged copy again and moved it aside):
+/// then the new files are mapped, not the old ones.
+#[test]
+fn a_segment_directory_replaced_on_disk_is_opened_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (id, _) = builder(2, 3, 16).write(dir.path(), MODEL, 16).unwrap();
+    commit(dir.path(), &id, 6, 16, None);
+    let first = Index::open(dir.path()).unwrap();
+    let again = Index::open_reusing(dir.path(), Some(&first)).unwrap();
+    let seg = |i: &Index| std::sync::Arc::clone(&i.segments[0].segment);
+    assert!(std::sync::Arc::ptr_eq(&seg(&first), &seg(&again)));
+    assert!(!seg(&first).replaced_on_disk());
+
+    let seg_dir = dir.path().join(format::segment::dir_name(&id));
+    let copy = dir.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(&seg_dir).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+    }
+    std::fs::rename(&seg_dir, dir.path().join("aside")).unwrap();
+    std::fs::rename(&copy, &seg_dir).unwrap();
+    assert!(seg(&first).replaced_on_disk());
+    let reopened = Index::open_reusing(dir.path(), Some(&first)).unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&seg(&first), &seg(&reopened)));
+    assert!(!seg(&reopened).replaced_on_disk());
+    assert_eq!(seg(&reopened).id(), id);
+}
+
 #[test]
 fn byte_identical_output_for_identical_input() {
     let a = tempfile::tempdir().unwrap();

@@ -215,6 +215,67 @@ fn a_corrupt_vectors_file_is_caught_by_the_verifier() {
     assert!(e.verify_pass().is_empty());
 }
 
+/// A quarantined segment repaired on disk is served again without a restart, whichever way
+/// it was repaired: `indexer pull` (a fresh copy under the same name, the damaged one moved
+/// aside) or `indexer build --rebuild` (the same content address written again after garbage
+/// collection removed the damaged one). Before, the server kept the segment out (the
+/// quarantine was by id) or, had the damage gone unnoticed, kept serving the old maps.
+#[test]
+fn a_repaired_segment_is_served_again_without_a_restart() {
+    let ix = indexed_fixture();
+    let (seg_id, seg_dir) = code_segments(&ix.index).remove(0);
+    let pristine = ix.tmp.path().join("pristine");
+    cix_tests::copy_dir(&seg_dir, &pristine);
+    let damage = || {
+        let vectors = seg_dir.join("vectors.f32");
+        let mut bytes = std::fs::read(&vectors).unwrap();
+        let n = bytes.len();
+        for b in &mut bytes[64..n.min(64 + 4096)] {
+            *b = 0xFF;
+        }
+        std::fs::write(&vectors, &bytes).unwrap();
+    };
+    let served = |e: &engine::Engine| {
+        let st = e.index_status(&StatusArgs::default()).unwrap();
+        (st.health, st.left_out.len(), st.segments.len())
+    };
+    let e = engine(&ix.index);
+    let before = e.search_code(&search("normalize a word")).unwrap().results;
+    assert!(!before.is_empty());
+    let ids = |r: &[engine::tools::search::CodeHit]| -> Vec<String> {
+        r.iter().map(|h| h.symbol.symbol_id.clone()).collect()
+    };
+
+    for repair in ["pull", "rebuild"] {
+        damage();
+        assert_eq!(e.verify_pass(), vec![seg_id.clone()], "{repair}");
+        assert_eq!(served(&e), ("degraded", 1, 0), "{repair}");
+        match repair {
+            // What `sync::pull` does: the store's copy staged, the damaged one moved aside,
+            // a new generation committed.
+            "pull" => {
+                let staged = ix.tmp.path().join("staged");
+                cix_tests::copy_dir(&pristine, &staged);
+                let aside = format::recover::move_aside(&seg_dir).unwrap();
+                std::fs::rename(&staged, &seg_dir).unwrap();
+                let mut m = format::IndexManifest::read(&ix.index).unwrap();
+                m.generation += 1;
+                m.commit(&ix.index).unwrap();
+                assert!(aside.join("vectors.f32").exists());
+            }
+            _ => cix_tests::rebuild_index(&ix.repo, &ix.index),
+        }
+        // The same content address: the repair wrote the same segment again.
+        assert_eq!(code_segments(&ix.index)[0].0, seg_id, "{repair}");
+        assert!(e.reload_if_changed().unwrap(), "{repair}");
+        assert_eq!(served(&e), ("ok", 0, 1), "{repair}");
+        // The new files verify, and search finds what it found before the damage.
+        assert!(e.verify_pass().is_empty(), "{repair}");
+        let after = e.search_code(&search("normalize a word")).unwrap().results;
+        assert_eq!(ids(&after), ids(&before), "{repair}");
+    }
+}
+
 /// A flush never writes the log's memories under a model they were not embedded with: when
 /// MANIFEST names another model than the served one (an index pulled or rebuilt under the
 /// server), the flush is refused, nothing is committed and the log keeps the memory, which a
