@@ -829,6 +829,48 @@ fn a_pull_of_another_model_keeps_memories_only_the_log_holds() {
     );
 }
 
+/// A local tombstone file that is not what the manifest's hash says is downloaded again, the
+/// damaged one kept aside, whether the index is on an older generation or already on the
+/// remote's; before, the pull refused on the hash and could not repair it.
+#[test]
+fn a_damaged_local_tombstone_file_is_downloaded_again() {
+    let ix = cix_tests::indexed_fixture();
+    let store = ix.tmp.path().join("store");
+    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
+    push(&ix.index, &remote);
+    let local = ix.tmp.path().join("pulled");
+    pull(&remote, &local);
+    change_one_file(&ix, "tomb_marker");
+    push(&ix.index, &remote);
+    // The remote's file names, as a pull elsewhere writes them.
+    let scratch = ix.tmp.path().join("scratch");
+    pull(&remote, &scratch);
+    let m = format::IndexManifest::read(&scratch).unwrap();
+    let t = m
+        .segments
+        .iter()
+        .find_map(|s| s.tombstones.clone())
+        .expect("the changed file's old chunks are tombstoned");
+    let original = std::fs::read(scratch.join(&t.file)).unwrap();
+    for on_generation in [false, true] {
+        // A file of that name that is not the remote's (flipped bytes, as a disk error leaves).
+        let mut bad = original.clone();
+        let n = bad.len();
+        bad[n - 1] ^= 0xFF;
+        std::fs::write(local.join(&t.file), &bad).unwrap();
+        let r = pull(&remote, &local);
+        assert!(!r.up_to_date, "{on_generation}: {r:?}");
+        assert_eq!(r.segments_replaced.len(), 1, "{r:?}");
+        let (aside, why) = &r.segments_replaced[0];
+        assert!(why.contains(&t.file) && why.contains("checksum"), "{why}");
+        assert_eq!(std::fs::read(aside).unwrap(), bad);
+        assert_eq!(std::fs::read(local.join(&t.file)).unwrap(), original);
+        format::Index::open(&local).unwrap();
+        assert_eq!(answers(&local), answers(&scratch));
+        assert!(pull(&remote, &local).up_to_date);
+    }
+}
+
 /// A local copy of a segment that is not what its name says (a file cut short, a
 /// `segment.json` missing) is not taken for the segment: the pull downloads it again, keeps the
 /// damaged copy aside (never deleted) and says so; the index then opens whole.

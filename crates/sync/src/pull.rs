@@ -63,8 +63,8 @@ pub struct PullReport {
     /// Segments named by the remote manifest that the index directory already had.
     pub segments_present: usize,
     /// Local copies of the remote's segments that were damaged (a missing or cut file, a
-    /// `segment.json` that is not the segment's): downloaded again, the damaged copy kept
-    /// aside (path, and why).
+    /// `segment.json` that is not the segment's), or of their tombstone files (not what the
+    /// manifest's hash says): downloaded again, the damaged copy kept aside (path, and why).
     pub segments_replaced: Vec<(PathBuf, String)>,
     pub files_downloaded: usize,
     /// Files found verified in `.pull/` from an interrupted pull.
@@ -262,8 +262,13 @@ fn pull_manifest(
             report.segments_present += 1;
         }
         if let Some(t) = &e.tombstones {
-            if !dir.join(&t.file).is_file() {
+            let local_t = dir.join(&t.file);
+            let damage = tombstone_damage(&local_t, t, model.0, e.chunks);
+            if !local_t.is_file() || damage.is_some() {
                 remote.block_on(fetch_tombstone(remote, &staging, t, &mut report))?;
+            }
+            if let (true, Some(why)) = (local_t.exists(), damage) {
+                damaged.push((t.file.clone(), why));
             }
         }
     }
@@ -307,6 +312,13 @@ fn pull_manifest(
         if let Some(t) = &e.tombstones {
             let from = staging.join(&t.file);
             let to = dir.join(&t.file);
+            let why = damaged.iter().find(|d| d.0 == t.file).map(|d| d.1.clone());
+            if let (true, true, Some(why)) = (from.is_file(), to.exists(), why) {
+                // Kept aside like a damaged segment: it may be another generation's file of
+                // the same name, which the MANIFEST committed below no longer names.
+                let aside = format::recover::move_aside(&to)?;
+                report.segments_replaced.push((aside, why));
+            }
             if from.is_file() && !to.exists() {
                 format::fsio::rename(&from, &to).map_err(io_err(&to))?;
             }
@@ -572,7 +584,27 @@ fn any_local_damage(dir: &Path, head: &RemoteManifest, local_mem: &HashSet<&str>
             return Ok(true);
         }
     }
-    Ok(false)
+    // The code segments' tombstone files (a memory segment pulled before keeps the local
+    // index's own tombstones, which its MANIFEST names).
+    let model = head.index.model_id.as_str();
+    Ok(head.index.segments.iter().any(|e| {
+        e.tombstones
+            .as_ref()
+            .is_some_and(|t| tombstone_damage(&dir.join(&t.file), t, model, e.chunks).is_some())
+    }))
+}
+
+/// Why the local tombstone file `path` is not the one `t` names (missing, or not its hash and
+/// header); `None` when it is. Tombstone files are small: read whole and hashed.
+fn tombstone_damage(
+    path: &Path,
+    t: &format::manifest::TombstoneRef,
+    model: &str,
+    chunks: u32,
+) -> Option<String> {
+    format::tombstones::read(path, model, &t.blake3, chunks)
+        .err()
+        .map(|e| format!("{}: {e}", t.file))
 }
 
 /// Why the local copy of `entry`'s segment in `seg_dir` is not that segment (`segment.json`
