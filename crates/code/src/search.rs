@@ -381,11 +381,13 @@ impl PathFilter {
 
 /// Compiles a path filter: a pattern without glob characters is a directory or file (`src/`,
 /// `src/lib.rs`); a pattern without `/` matches at any depth (`*.rs` is `**/*.rs`); `*` stays
-/// inside one directory, `**` crosses directories. A component with glob characters is also
-/// read as the literal name, since real trees have such names (Next.js routes:
-/// `app/[slug]/*.tsx` matches `app/[slug]/page.tsx` as well as `app/s/page.tsx`; a glob alone
-/// would never match the directory it names). Up to [`LITERAL_MIX`] such components are read
-/// each way in every combination; past that, the whole pattern as a glob or as a literal.
+/// inside one directory, `**` crosses directories; a trailing `/` means what lies under it. A
+/// component with a class or a group (`[slug]`, `{a,b}`) is also read as the literal name,
+/// since real trees have such names (Next.js routes: `app/[slug]/*.tsx` matches
+/// `app/[slug]/page.tsx` as well as `app/s/page.tsx`; a glob alone would never match the
+/// directory it names). Up to [`LITERAL_MIX`] such components are read each way in every
+/// combination; past that, or when a class or group spans a `/`, the whole pattern as a glob
+/// or as a literal path.
 pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
     let p = pattern.trim();
     if p.is_empty() {
@@ -402,11 +404,22 @@ pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
             .map_err(invalid)
     };
     let body = p.trim_start_matches("./").trim_end_matches('/');
+    let dir = p.ends_with('/');
     let parts: Vec<&str> = body.split('/').collect();
-    // Components read both ways (`**` is only ever a glob).
-    let mixed: Vec<usize> = (0..parts.len())
-        .filter(|&i| has_glob_meta(parts[i]) && parts[i] != "**")
-        .collect();
+    // Components also read as names: those with a class or a group (`[slug]`, `{a,b}`), each
+    // whole (a group or class holding `/` spans components: then none is, and the pattern is
+    // read as a glob and as a literal path only). `*` and `?` stay globs.
+    let balanced = |c: &str| {
+        c.matches('[').count() == c.matches(']').count()
+            && c.matches('{').count() == c.matches('}').count()
+    };
+    let mixed: Vec<usize> = if parts.iter().all(|c| balanced(c)) {
+        (0..parts.len())
+            .filter(|&i| parts[i].contains(['[', '{']))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let any_depth = has_glob_meta(p) && !p.contains('/');
     let mut set = globset::GlobSetBuilder::new();
     // The pattern with the components in `literal` escaped.
@@ -430,17 +443,27 @@ pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
     // Every component literal: a directory (everything under it) or a file of this name.
     let all = variant(&|_| true);
     set.add(glob(&all)?).add(glob(&format!("{all}/**"))?);
+    // A pattern ending in `/` is a directory in every reading: what lies under it.
+    let mut add = |g: String| -> Result<(), GlobError> {
+        if dir {
+            set.add(glob(&format!("{g}/**"))?);
+        }
+        set.add(glob(&g)?);
+        Ok(())
+    };
     if has_glob_meta(p) {
-        set.add(glob(&variant(&|_| false))?);
-        if (2..=LITERAL_MIX).contains(&mixed.len()) {
-            for mask in 1..(1u32 << mixed.len()) - 1 {
+        add(variant(&|_| false))?;
+        if (1..=LITERAL_MIX).contains(&mixed.len()) {
+            // Mask 0 is the glob as written; the all-ones mask escapes every class and group
+            // but leaves `*` and `?` globs.
+            for mask in 1..(1u32 << mixed.len()) {
                 let lit = |i: usize| {
                     mixed
                         .iter()
                         .position(|&m| m == i)
                         .is_some_and(|b| mask & (1 << b) != 0)
                 };
-                set.add(glob(&variant(&lit))?);
+                add(variant(&lit))?;
             }
         }
     }
@@ -449,7 +472,7 @@ pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
     })
 }
 
-/// How many glob components of a path filter [`path_glob`] also reads literally in every
+/// How many components with a class or a group [`path_glob`] also reads literally, in every
 /// combination (2^n globs).
 pub const LITERAL_MIX: usize = 4;
 
@@ -1694,6 +1717,18 @@ mod tests {
         let g = path_glob("app/[slug]/*.tsx").unwrap();
         assert!(g.is_match("app/[slug]/page.tsx") && g.is_match("app/g/page.tsx"));
         assert!(!g.is_match("app/[slug]/a/page.tsx"));
+        // A trailing `/` is a directory in every reading.
+        let g = path_glob("app/[slug]/").unwrap();
+        assert!(g.is_match("app/[slug]/page.tsx") && g.is_match("app/s/page.tsx"));
+        // `*` components stay globs and do not use up the classes' combinations.
+        let g = path_glob("*/*/*/app/[slug]/*.tsx").unwrap();
+        assert!(g.is_match("a/b/c/app/[slug]/page.tsx") && g.is_match("a/b/c/app/g/x.tsx"));
+        // A group holding `/` is read as written (and as a literal path), not cut in two.
+        let g = path_glob("{src,tests/unit}/**/*.rs").unwrap();
+        assert!(
+            g.is_match("src/a/b.rs") && g.is_match("tests/unit/x.rs") && !g.is_match("tests/x.rs")
+        );
+        assert!(path_glob("{a/b,c}/*.rs").unwrap().is_match("a/b/x.rs"));
         let g = path_glob("[id].tsx").unwrap();
         assert!(
             g.is_match("[id].tsx") && g.is_match("pages/[id].tsx") && g.is_match("pages/d.tsx")

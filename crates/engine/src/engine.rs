@@ -488,12 +488,6 @@ impl Engine {
                     ),
                 });
             }
-            if m.generation == cur.generation()
-                && m.segments == cur.code.index.manifest.segments
-                && m.memory_segments == cur.code.index.manifest.memory_segments
-            {
-                return Ok(None); // the same generation (touched, or restored after a failure)
-            }
             // A quarantined segment whose directory was replaced (pulled again, rebuilt) is
             // opened again; the verifier checksums the new files.
             let lifted = self.integrity.lift_replaced(&self.dir);
@@ -502,6 +496,13 @@ impl Engine {
                     "queryd: code segment {id} was replaced on disk since it failed its checksum; \
                      opening the new copy"
                 );
+            }
+            if lifted.is_empty()
+                && m.generation == cur.generation()
+                && m.segments == cur.code.index.manifest.segments
+                && m.memory_segments == cur.code.index.manifest.memory_segments
+            {
+                return Ok(None); // the same generation (touched, or restored after a failure)
             }
             let options = format::OpenOptions {
                 quarantine: self.integrity.quarantined(),

@@ -52,9 +52,6 @@ pub(crate) struct State {
     pub(crate) verified: HashMap<String, Stamp>,
     /// Code segments left out after a failed verify.
     pub(crate) quarantine: BTreeMap<String, DamagedSegment>,
-    /// The directory identity ([`format::segment::dir_identity`]) each quarantined segment
-    /// was opened from: another one at its path is a repaired copy ([`Integrity::lift_replaced`]).
-    pub(crate) quarantined_dirs: HashMap<String, Option<(u64, u64)>>,
     /// Problems other than left-out code segments (those come from the served index), newest
     /// last, bounded.
     pub(crate) problems: Vec<Problem>,
@@ -112,33 +109,29 @@ impl Integrity {
         self.lock().quarantine.clone()
     }
 
-    /// Leaves out code segment `seg` from now on, for `damage`.
-    pub(crate) fn quarantine(&self, seg: &Segment, damage: DamagedSegment) {
-        let mut s = self.lock();
-        s.quarantine.insert(seg.id().to_string(), damage);
-        s.quarantined_dirs
-            .insert(seg.id().to_string(), seg.opened_dir_identity());
+    /// Leaves out code segment `id` from now on, for `damage` (whose `dir` is the directory
+    /// the damage was found in: the quarantine lasts while it is the one at the path).
+    pub(crate) fn quarantine(&self, id: &str, damage: DamagedSegment) {
+        self.lock().quarantine.insert(id.to_string(), damage);
     }
 
-    /// Lifts the quarantine of every segment whose directory under `index_dir` is no longer
-    /// the damaged one (`indexer pull` fetched it again and moved the damaged copy aside, or a
-    /// rebuild wrote it again after garbage collection removed it): the next open maps the
-    /// new files and validates them, and the verifier checksums them again. Returns the ids.
+    /// Drops the quarantine of every segment whose directory under `index_dir` is no longer
+    /// the damaged one (`indexer pull` fetched it again after it was moved aside, or a rebuild
+    /// wrote it again after garbage collection removed it), and forgets its verify: the next
+    /// open maps the new files ([`format::Index::open_with`] skips such entries anyway) and
+    /// the verifier checksums them. Returns the ids.
     pub(crate) fn lift_replaced(&self, index_dir: &Path) -> Vec<String> {
         let mut s = self.lock();
         let lifted: Vec<String> = s
-            .quarantined_dirs
+            .quarantine
             .iter()
-            .filter(|(id, was)| {
-                was.is_some()
-                    && format::segment::dir_identity(&index_dir.join(format::segment::dir_name(id)))
-                        .is_some_and(|now| Some(now) != **was)
+            .filter(|(id, d)| {
+                format::segment::dir_replaced(&index_dir.join(format::segment::dir_name(id)), d.dir)
             })
             .map(|(id, _)| id.clone())
             .collect();
         for id in &lifted {
             s.quarantine.remove(id);
-            s.quarantined_dirs.remove(id);
             s.verified.remove(id);
         }
         lifted

@@ -102,6 +102,9 @@ impl Engine {
             if self.integrity.lock().verified.get(seg.id()) == Some(&st) {
                 continue;
             }
+            // The files verified are those at the path now (which may be another directory
+            // than the one opened): a quarantine holds while this one is there.
+            let dir = format::segment::dir_identity(seg.dir());
             let problems = seg.verify();
             if problems.is_empty() {
                 self.integrity
@@ -144,15 +147,17 @@ impl Engine {
                     seg.id()
                 );
                 self.integrity.quarantine(
-                    seg,
+                    seg.id(),
                     DamagedSegment {
+                        dir,
                         id: seg.id().to_string(),
                         path,
                         error: format!(
                             "failed its checksum after open ({error}); rebuild the code with \
                              `indexer build --rebuild` on the same roots (memories are kept), \
-                             or `indexer pull` it again from the store it came from; queryd \
-                             serves the new copy once the index changes"
+                             or, for an index pulled from a store, move the segment's directory \
+                             aside and `indexer pull` again; queryd serves the new copy once \
+                             the index changes"
                         ),
                     },
                 );

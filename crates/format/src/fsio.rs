@@ -16,7 +16,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The kinds of operation that can be made to fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -75,6 +75,22 @@ fn torn(_e: &io::Error) -> bool {
 pub fn open(opts: &OpenOptions, path: &Path) -> io::Result<File> {
     check(OpKind::Create, path)?;
     opts.open(path)
+}
+
+/// Where an open file really is (its symlinks resolved when it was opened), for the read-time
+/// confinement check: on Linux the kernel's own name for the descriptor, so a path swapped for
+/// a symlink after the walk cannot slip through; elsewhere the path resolved right after the
+/// open.
+pub fn opened_path(file: &File, path: &Path) -> io::Result<PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            return Ok(p);
+        }
+    }
+    let _ = file;
+    std::fs::canonicalize(path)
 }
 
 /// Opens `path` for reading without blocking: a path swapped for a FIFO would otherwise wait

@@ -238,6 +238,11 @@ pub struct DamagedSegment {
     pub path: PathBuf,
     /// What is wrong, one sentence.
     pub error: String,
+    /// The segment directory the damage was found in ([`crate::segment::dir_identity`]): a
+    /// quarantine ([`OpenOptions::quarantine`]) holds only while that directory is still the
+    /// one at the segment's path, so a repaired copy is opened again.
+    #[serde(skip)]
+    pub dir: Option<crate::segment::DirIdentity>,
 }
 
 /// How [`Index::open_with`] treats code segments that fail to open.
@@ -321,7 +326,7 @@ impl Index {
             // One segment per job: segments differ in size by orders of magnitude.
             .with_max_len(1)
             .map(|e| {
-                (!options.quarantine.contains_key(&e.id)).then(|| {
+                (!quarantined(dir, &options, &e.id)).then(|| {
                     let ls = open_one(dir, &manifest, e, false, &known);
                     if let (Ok(ls), true) = (&ls, options.release_pages) {
                         ls.segment.release_pages();
@@ -334,14 +339,13 @@ impl Index {
         let mut segments = Vec::with_capacity(manifest.segments.len());
         for (e, opened) in manifest.segments.iter().zip(opened) {
             let Some(opened) = opened else {
-                if let Some(d) = options.quarantine.get(&e.id) {
-                    damaged.push(d.clone());
-                }
+                damaged.extend(options.quarantine.get(&e.id).cloned());
                 continue;
             };
             match opened {
                 Ok(ls) => segments.push(ls),
                 Err(err) if options.lenient => damaged.push(DamagedSegment {
+                    dir: None,
                     id: e.id.clone(),
                     path: err
                         .path()
@@ -462,6 +466,15 @@ impl Index {
         }
         Ok(removed)
     }
+}
+
+/// Whether segment `id` stays out under `options`' quarantine: it is quarantined and its
+/// directory is still the damaged one.
+fn quarantined(dir: &Path, options: &OpenOptions, id: &str) -> bool {
+    options
+        .quarantine
+        .get(id)
+        .is_some_and(|d| !crate::segment::dir_replaced(&dir.join(dir_name(id)), d.dir))
 }
 
 /// Opens the segment of entry `e` with its tombstones; `memory` says which list it is from

@@ -91,14 +91,30 @@ pub fn dir_name(id: &str) -> String {
     format!("seg-{id}")
 }
 
-/// The identity of a directory on disk (device, inode), `None` where it cannot be read. A
-/// segment directory replaced under the same name (a pull fetching a damaged copy again and
-/// moving the old one aside, a rebuild after garbage collection removed it) has another.
-pub fn dir_identity(p: &Path) -> Option<(u64, u64)> {
+/// The identity of a directory on disk: device, inode and change time. A segment directory
+/// replaced under the same name (a pull fetching a copy again after the damaged one was moved
+/// aside, a rebuild writing it again after garbage collection removed it) has another; the
+/// change time tells a new directory from the old one where the filesystem hands the freed
+/// inode number straight to the next directory made (ext4 does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirIdentity {
+    dev: u64,
+    ino: u64,
+    ctime: i64,
+    ctime_nsec: i64,
+}
+
+/// [`DirIdentity`] of `p`, `None` where it cannot be read.
+pub fn dir_identity(p: &Path) -> Option<DirIdentity> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+        std::fs::metadata(p).ok().map(|m| DirIdentity {
+            dev: m.dev(),
+            ino: m.ino(),
+            ctime: m.ctime(),
+            ctime_nsec: m.ctime_nsec(),
+        })
     }
     #[cfg(not(unix))]
     {
@@ -107,11 +123,17 @@ pub fn dir_identity(p: &Path) -> Option<(u64, u64)> {
     }
 }
 
+/// Whether the directory at `p` is another than `was` (`None`s and a directory that is gone
+/// count as the same: nothing says it was replaced).
+pub fn dir_replaced(p: &Path, was: Option<DirIdentity>) -> bool {
+    matches!((was, dir_identity(p)), (Some(a), Some(b)) if a != b)
+}
+
 /// An open, validated segment. Reads borrow from the memory maps.
 pub struct Segment {
     dir: PathBuf,
     /// [`dir_identity`] of `dir` when the segment was opened (read before its files).
-    dir_identity: Option<(u64, u64)>,
+    dir_identity: Option<DirIdentity>,
     id: String,
     meta: SegmentMeta,
     chunks: Mmap,
@@ -414,15 +436,10 @@ impl Segment {
     }
 
     /// Whether the directory at [`Segment::dir`] is no longer the one this segment was opened
-    /// from (replaced or gone). The maps stay valid, but they hold the old files: an index
+    /// from ([`dir_replaced`]; one that is gone is not taken for replaced). The maps stay valid, but they hold the old files: an index
     /// opened again must map the new ones ([`crate::Index::open_reusing`]).
     pub fn replaced_on_disk(&self) -> bool {
-        self.dir_identity.is_some() && dir_identity(&self.dir) != self.dir_identity
-    }
-
-    /// [`dir_identity`] of the directory when the segment was opened.
-    pub fn opened_dir_identity(&self) -> Option<(u64, u64)> {
-        self.dir_identity
+        dir_replaced(&self.dir, self.dir_identity)
     }
 
     /// The memory records of a memory segment (`None` for a code segment).

@@ -190,6 +190,25 @@ fn a_segment_directory_replaced_on_disk_is_opened_again() {
     assert!(!std::sync::Arc::ptr_eq(&seg(&first), &seg(&reopened)));
     assert!(!seg(&reopened).replaced_on_disk());
     assert_eq!(seg(&reopened).id(), id);
+
+    // Removed and made again under the same name (a rebuild after garbage collection), where
+    // the filesystem may give the new directory the freed inode number: its change time
+    // differs (a pause past the kernel's coarse clock tick, as a real rebuild's seconds are).
+    let aside = dir.path().join("aside");
+    std::fs::remove_dir_all(&seg_dir).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    std::fs::create_dir(&seg_dir).unwrap();
+    for f in std::fs::read_dir(&aside).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), seg_dir.join(f.file_name())).unwrap();
+    }
+    assert!(seg(&reopened).replaced_on_disk());
+    let third = Index::open_reusing(dir.path(), Some(&reopened)).unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&seg(&reopened), &seg(&third)));
+    // A directory that is gone is not taken for replaced (a reload racing the collector
+    // reuses its maps).
+    std::fs::rename(&seg_dir, dir.path().join("gone")).unwrap();
+    assert!(!seg(&third).replaced_on_disk());
 }
 
 #[test]

@@ -387,22 +387,6 @@ fn ignoring_rule(file: &Path) -> Option<(PathBuf, String)> {
     None
 }
 
-/// Where an open file really is (its symlinks resolved when it was opened), for the read-time
-/// confinement check: on Linux the kernel's own name for the descriptor, so a path swapped for
-/// a symlink after the walk cannot slip through; elsewhere the path resolved right after the
-/// open.
-fn opened_path(file: &std::fs::File, path: &Path) -> std::io::Result<PathBuf> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
-            return Ok(p);
-        }
-    }
-    let _ = file;
-    std::fs::canonicalize(path)
-}
-
 /// Reads a file of at most `max` bytes, refusing it when it resolves outside `confined_to`
 /// (checked on the opened file, after the open), when it is not a regular file, or when it
 /// holds more than `max` bytes now. The walk skipped FIFOs, devices and large files, but the
@@ -418,7 +402,7 @@ fn read_confined(
         |e: std::io::Error| (SkipReason::Unreadable, format!("{}: {e}", path.display()));
     let file = format::fsio::open_for_read(path).map_err(unreadable)?;
     if let Some(root) = confined_to {
-        let real = opened_path(&file, path).map_err(unreadable)?;
+        let real = format::fsio::opened_path(&file, path).map_err(unreadable)?;
         if !is_within(root, &real) {
             return Err((SkipReason::OutsideRoot, outside_message(path, &real, root)));
         }

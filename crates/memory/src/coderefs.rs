@@ -201,8 +201,10 @@ impl FileCache {
         }
     }
 
-    /// The current content of `p`. A file over the size limit is not read.
-    pub fn get(&self, p: &Path) -> Result<Arc<FileView>, FileError> {
+    /// The current content of `p`, a file under `root`. A file over the size limit is not
+    /// read, nor one that resolves outside `root` when it is opened (a symlink swapped in
+    /// after the path was confined), unless the root was built to follow such links.
+    pub fn get(&self, p: &Path, root: &RootEntry) -> Result<Arc<FileView>, FileError> {
         let md = std::fs::metadata(p)
             .ok()
             .filter(|m| m.is_file())
@@ -219,7 +221,7 @@ impl FileCache {
                 return Ok(Arc::clone(v));
             }
         }
-        let text = self.read(p)?;
+        let text = self.read(p, root)?;
         let text = String::from_utf8_lossy(&text);
         let v = Arc::new(FileView {
             lines: text.lines().map(str::to_string).collect(),
@@ -248,12 +250,29 @@ impl FileCache {
 
     /// The bytes of `p`, at most the size limit (a file that grew past it since the `stat` is
     /// refused, not read whole).
-    fn read(&self, p: &Path) -> Result<Vec<u8>, FileError> {
+    fn read(&self, p: &Path, root: &RootEntry) -> Result<Vec<u8>, FileError> {
         let io = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::NotFound => FileError::Missing,
             _ => FileError::Unreadable(e.to_string()),
         };
         let f = format::fsio::open_for_read(p).map_err(io)?;
+        // Checked on the opened file: the path was confined before, and may have been
+        // swapped for a symlink leading out of the root since.
+        if !root.follow_external_symlinks {
+            let base =
+                std::fs::canonicalize(&root.path).unwrap_or_else(|_| PathBuf::from(&root.path));
+            let real = format::fsio::opened_path(&f, p).map_err(io)?;
+            if !format::roots::is_within(&base, &real) {
+                return Err(FileError::Unreadable(format!(
+                    "it resolves to {}, outside the root {} (not read)",
+                    real.display(),
+                    root.path
+                )));
+            }
+        }
+        if !f.metadata().map_err(io)?.is_file() {
+            return Err(FileError::Missing);
+        }
         match format::fsio::read_at_most(&f, self.max_file).map_err(io)? {
             Some(buf) => Ok(buf),
             None => {
@@ -528,8 +547,11 @@ pub fn check_ref(ctx: &RefCtx<'_>, r: &CodeRef) -> RefStatus {
             reason: "no code hash was recorded".into(),
         };
     }
-    let full = match resolve_path(ctx.roots, &r.repo, &r.path) {
-        Ok(Some((_, p))) => p,
+    // The same admission as a new reference (a file the root's ignore files keep out of the
+    // index is not read): a stored reference may come from a dump or a pulled memory
+    // segment, or name a file ignored since it was made.
+    let (root, full) = match resolve_readable(ctx, &r.repo, &r.path) {
+        Ok(Some(found)) => found,
         Ok(None) => {
             return RefStatus::Unverified {
                 reason: "the index records no source roots".into(),
@@ -549,7 +571,7 @@ pub fn check_ref(ctx: &RefCtx<'_>, r: &CodeRef) -> RefStatus {
             ),
         };
     }
-    let view = match ctx.cache.get(&full) {
+    let view = match ctx.cache.get(&full, &root) {
         Ok(v) => v,
         Err(FileError::Missing) => {
             return RefStatus::Stale {

@@ -263,7 +263,7 @@ fn pull_manifest(
         }
         if let Some(t) = &e.tombstones {
             let local_t = dir.join(&t.file);
-            let damage = tombstone_damage(&local_t, t, model.0, e.chunks);
+            let damage = tombstone_damage(&local_t, t, model.0, e.chunks)?;
             if !local_t.is_file() || damage.is_some() {
                 remote.block_on(fetch_tombstone(remote, &staging, t, &mut report))?;
             }
@@ -587,24 +587,35 @@ fn any_local_damage(dir: &Path, head: &RemoteManifest, local_mem: &HashSet<&str>
     // The code segments' tombstone files (a memory segment pulled before keeps the local
     // index's own tombstones, which its MANIFEST names).
     let model = head.index.model_id.as_str();
-    Ok(head.index.segments.iter().any(|e| {
-        e.tombstones
-            .as_ref()
-            .is_some_and(|t| tombstone_damage(&dir.join(&t.file), t, model, e.chunks).is_some())
-    }))
+    for e in &head.index.segments {
+        if let Some(t) = &e.tombstones {
+            if tombstone_damage(&dir.join(&t.file), t, model, e.chunks)?.is_some() {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Why the local tombstone file `path` is not the one `t` names (missing, or not its hash and
-/// header); `None` when it is. Tombstone files are small: read whole and hashed.
+/// header); `None` when it is. Tombstone files are small: read whole and hashed. An I/O error
+/// that says nothing about the bytes (permissions) is an error, not damage.
 fn tombstone_damage(
     path: &Path,
     t: &format::manifest::TombstoneRef,
     model: &str,
     chunks: u32,
-) -> Option<String> {
-    format::tombstones::read(path, model, &t.blake3, chunks)
-        .err()
-        .map(|e| format!("{}: {e}", t.file))
+) -> Result<Option<String>> {
+    match format::tombstones::read(path, model, &t.blake3, chunks) {
+        Ok(_) => Ok(None),
+        Err(format::FormatError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(Some(format!("{} is missing", t.file)))
+        }
+        Err(e @ format::FormatError::Io { .. }) => Err(e.into()),
+        Err(e) => Ok(Some(format!("{}: {e}", t.file))),
+    }
 }
 
 /// Why the local copy of `entry`'s segment in `seg_dir` is not that segment (`segment.json`

@@ -74,8 +74,8 @@ pub fn suggest_links(
             let Ok(p) = coderefs::clean_path(&id) else {
                 continue;
             };
-            if let Ok(Some((_, full))) = coderefs::resolve_readable(ctx, "", &p) {
-                if let Ok(v) = ctx.cache.get(&full) {
+            if let Ok(Some((root, full))) = coderefs::resolve_readable(ctx, "", &p) {
+                if let Ok(v) = ctx.cache.get(&full, &root) {
                     if !v.lines.is_empty() {
                         add(
                             0.6,

@@ -378,7 +378,8 @@ fn passes(s: &Snapshot, n: NodeRef, o: &SearchOptions) -> bool {
 
 /// A `path` filter as search reads it: relative to a repository root. Agents often know files
 /// by absolute path, and an absolute pattern matched no stored (relative) path, so the search
-/// silently found nothing. An absolute one is cut at its first component with glob characters;
+/// silently found nothing. An absolute one is cut at its first component with glob characters
+/// below the deepest root it lies in as written (a root's own path may hold them);
 /// that literal part must lie inside an indexed root ([`format::roots::confine`], within the
 /// `repo` filter's roots when one is given), and the pattern becomes the rest relative to the
 /// root, with the root's repository as the repo filter. Returns the relative pattern (`None`:
@@ -392,7 +393,13 @@ pub fn root_relative(
     if !std::path::Path::new(pattern).is_absolute() {
         return Ok((Some(pattern.to_string()), None));
     }
-    let parts: Vec<&str> = pattern.split('/').collect();
+    // `//` and `/./` say nothing (as `Path` reads them), and would put the cut below off.
+    let parts: Vec<&str> = pattern
+        .split('/')
+        .enumerate()
+        .filter(|(i, c)| *i == 0 || !(c.is_empty() || *c == "."))
+        .map(|(_, c)| c)
+        .collect();
     // A root's own path may hold glob characters (`/work/[team]/app`): the glob part is looked
     // for after the deepest root the pattern lies in as written.
     let within = roots
@@ -492,6 +499,10 @@ mod tests {
             (Some("./*.rs".into()), Some("app".into()))
         );
         assert_eq!(rel("/nowhere/[team]/app"), (None, Some("app".into())));
+        assert_eq!(
+            rel("/nowhere//[team]/./app//src/*.rs"),
+            (Some("src/*.rs".into()), Some("app".into()))
+        );
         // Glob characters in a directory under the root stay in the pattern (path_glob reads
         // them both ways).
         assert_eq!(

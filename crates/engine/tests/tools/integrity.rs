@@ -216,8 +216,8 @@ fn a_corrupt_vectors_file_is_caught_by_the_verifier() {
 }
 
 /// A quarantined segment repaired on disk is served again without a restart, whichever way
-/// it was repaired: `indexer pull` (a fresh copy under the same name, the damaged one moved
-/// aside) or `indexer build --rebuild` (the same content address written again after garbage
+/// it was repaired: the damaged directory moved aside and `indexer pull` (a fresh copy under
+/// the same name) or `indexer build --rebuild` (the same content address written again after garbage
 /// collection removed the damaged one). Before, the server kept the segment out (the
 /// quarantine was by id) or, had the damage gone unnoticed, kept serving the old maps.
 #[test]
@@ -251,12 +251,14 @@ fn a_repaired_segment_is_served_again_without_a_restart() {
         assert_eq!(e.verify_pass(), vec![seg_id.clone()], "{repair}");
         assert_eq!(served(&e), ("degraded", 1, 0), "{repair}");
         match repair {
-            // What `sync::pull` does: the store's copy staged, the damaged one moved aside,
-            // a new generation committed.
+            // What the quarantine's message says for a pulled index: the damaged directory
+            // moved aside, then `indexer pull`, which fetches the segment the index lacks
+            // (here as `sync::pull` does it: the store's copy staged and renamed into place,
+            // a new generation committed; sync_e2e runs the real pull).
             "pull" => {
+                let aside = format::recover::move_aside(&seg_dir).unwrap();
                 let staged = ix.tmp.path().join("staged");
                 cix_tests::copy_dir(&pristine, &staged);
-                let aside = format::recover::move_aside(&seg_dir).unwrap();
                 std::fs::rename(&staged, &seg_dir).unwrap();
                 let mut m = format::IndexManifest::read(&ix.index).unwrap();
                 m.generation += 1;

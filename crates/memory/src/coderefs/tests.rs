@@ -328,7 +328,9 @@ fn check_ref_on_files() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        fx.cache.get(&d.path().join("big.bin")).unwrap_err(),
+        fx.cache
+            .get(&d.path().join("big.bin"), &fx.roots[0])
+            .unwrap_err(),
         FileError::TooLarge {
             size: MAX_FILE_BYTES + 1,
             limit: MAX_FILE_BYTES
@@ -341,12 +343,13 @@ fn check_ref_on_files() {
 #[test]
 fn file_cache_is_bounded() {
     let d = tempfile::tempdir().unwrap();
+    let root = root_of(d.path());
     let c = FileCache::with_limits(4096, 100, 10_000);
     let line = "x".repeat(99);
     for i in 0..20 {
         let p = d.path().join(format!("f{i}.rs"));
         std::fs::write(&p, format!("{line}\n").repeat(30)).unwrap();
-        let v = c.get(&p).unwrap();
+        let v = c.get(&p, &root).unwrap();
         assert_eq!(v.lines.len(), 30);
         let (files, bytes) = c.held();
         assert!(
@@ -360,31 +363,97 @@ fn file_cache_is_bounded() {
     let p = d.path().join("f19.rs");
     let before = c.held();
     std::fs::write(&p, "short\n").unwrap();
-    assert_eq!(c.get(&p).unwrap().lines, ["short"]);
+    assert_eq!(c.get(&p, &root).unwrap().lines, ["short"]);
     assert!(c.held().1 < before.1);
     // Over the per-file limit: refused, whatever the cache holds.
     let big = d.path().join("big.rs");
     std::fs::write(&big, "y".repeat(5000)).unwrap();
     assert_eq!(
-        c.get(&big).unwrap_err(),
+        c.get(&big, &root).unwrap_err(),
         FileError::TooLarge {
             size: 5000,
             limit: 4096
         }
     );
     assert_eq!(
-        c.get(&d.path().join("nope.rs")).unwrap_err(),
+        c.get(&d.path().join("nope.rs"), &root).unwrap_err(),
         FileError::Missing
     );
-    assert_eq!(c.get(d.path()).unwrap_err(), FileError::Missing);
+    assert_eq!(c.get(d.path(), &root).unwrap_err(), FileError::Missing);
     // The file count still bounds it.
     let c = FileCache::with_limits(4096, 3, u64::MAX);
     for i in 0..10 {
-        c.get(&d.path().join(format!("f{i}.rs"))).unwrap();
+        c.get(&d.path().join(format!("f{i}.rs")), &root).unwrap();
         assert!(c.held().0 <= 3);
     }
     c.clear();
     assert_eq!(c.held(), (0, 0));
+}
+
+/// A stored reference (from a dump, a pulled memory segment, or made before the file was
+/// ignored) to a file the root's ignore files keep out of the index is not read: it stays
+/// unverified, whatever hash it carries, so it cannot confirm a guess at the file's lines.
+#[test]
+fn stored_references_to_ignored_files_are_not_read() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join(".gitignore"), ".env\n").unwrap();
+    std::fs::write(d.path().join(".env"), "TOKEN=hunter2\n").unwrap();
+    std::fs::write(d.path().join("kept.py"), "TOKEN=hunter2\n").unwrap();
+    let fx = Fixture::new(d.path(), FileCache::default());
+    let guess = block_hash(&["TOKEN=hunter2".to_string()], 1, 1).unwrap();
+    match fx.check(&code_ref(".env", 1, 1, guess.clone())) {
+        RefStatus::Unverified { reason } => assert!(reason.contains(".env"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fx.cache.held().0, 0, "nothing was read");
+    // The same lines in a file the walk admits are checked as usual.
+    assert!(
+        matches!(
+            fx.check(&code_ref("kept.py", 1, 1, guess)),
+            RefStatus::Fresh
+        ),
+        "kept.py"
+    );
+}
+
+fn root_of(dir: &Path) -> RootEntry {
+    RootEntry {
+        repo: "app".into(),
+        path: std::fs::canonicalize(dir)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned(),
+        ..RootEntry::default()
+    }
+}
+
+/// A file is checked where it is when opened, not where its path was confined: a symlink out
+/// of the root (swapped in after the check) is not read, unless the root follows such links.
+#[test]
+fn the_cache_reads_nothing_that_resolves_outside_the_root() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "TOKEN=abc\n").unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let link = d.path().join("a.rs");
+    std::os::unix::fs::symlink(outside.path().join("secret"), &link).unwrap();
+    let inner = d.path().join("b.rs");
+    std::fs::write(&inner, "fn b() {}\n").unwrap();
+    let root = root_of(d.path());
+    let c = FileCache::default();
+    match c.get(&link, &root).unwrap_err() {
+        FileError::Unreadable(m) => assert!(m.contains("outside the root"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.held().0, 0);
+    // A link inside the root is read.
+    let inner_link = d.path().join("c.rs");
+    std::os::unix::fs::symlink(&inner, &inner_link).unwrap();
+    assert_eq!(c.get(&inner_link, &root).unwrap().lines, ["fn b() {}"]);
+    let follows = RootEntry {
+        follow_external_symlinks: true,
+        ..root.clone()
+    };
+    assert_eq!(c.get(&link, &follows).unwrap().lines, ["TOKEN=abc"]);
 }
 
 #[test]

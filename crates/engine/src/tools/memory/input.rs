@@ -174,7 +174,7 @@ impl CodeRefInput {
             return Ok(r);
         };
         r.repo = root.repo.clone();
-        let view = ctx.cache.get(&full).map_err(|e| match e {
+        let view = ctx.cache.get(&full, &root).map_err(|e| match e {
             FileError::Missing => format!(
                 "code reference `{}`: no such file under the root {} of `{}`",
                 clip(&r.path),
