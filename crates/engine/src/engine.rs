@@ -160,6 +160,15 @@ impl Engine {
         // One snapshot, built after recovery (which may have moved to a newer generation).
         let rec = memory::store::recover(index_dir, index, mtime);
         let (wal, access, damage, held) = (rec.wal, rec.access, rec.damage, rec.held);
+        let integrity = crate::integrity::Integrity::default();
+        if let Some(cut) = rec.cut {
+            eprintln!("queryd: {cut}");
+            integrity.report(
+                "memory_log",
+                Some(index_dir.join(memory::wal::WAL_FILE).display().to_string()),
+                cut,
+            );
+        }
         let index = Arc::new(rec.index);
         populate_in_background(&index);
         let snap = Snapshot::new(index, rec.manifest_mtime, rec.delta);
@@ -176,7 +185,7 @@ impl Engine {
             flush_tx: Mutex::new(None),
             jobs: crate::jobs::Jobs::default(),
             files: memory::coderefs::FileCache::default(),
-            integrity: crate::integrity::Integrity::default(),
+            integrity,
             cache: EmbedCache::new(EMBED_CACHE_ENTRIES),
             last_failure: Mutex::new(None),
             model_changed: Mutex::new(None),

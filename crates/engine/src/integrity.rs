@@ -28,7 +28,8 @@ pub const VERIFY_INTERVAL: Duration = Duration::from_secs(2);
 /// Something `index_status` reports as wrong.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Problem {
-    /// `segment` (a damaged or quarantined segment), `memory_segment`, `panic` or `text`.
+    /// `segment` (a damaged or quarantined segment), `memory_segment`, `memory_log` (a tail
+    /// cut at open that may have held acknowledged writes), `panic` or `text`.
     pub kind: String,
     /// The file at fault, when one is known.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -189,6 +189,35 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_all(&mut f, path, bytes)
 }
 
+/// Writes `bytes` to `path` durably and whole or not at all: a temporary file beside it,
+/// fsynced, renamed over `path`, then the directory fsynced. A crash leaves the old file (or
+/// none) and at worst the temporary one, never a `path` cut short.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = (|| {
+        let mut f = create(&tmp)?;
+        write_all(&mut f, &tmp, bytes)?;
+        sync_all(&f, &tmp)?;
+        drop(f);
+        rename(&tmp, path)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// The alignment of direct I/O: offsets, lengths and buffer addresses are multiples of it.
 /// 4 KiB covers devices of 512-byte and 4 KiB logical blocks.
 #[cfg(target_os = "linux")]
@@ -792,6 +821,26 @@ mod parts_tests {
         }
         drop(out.finish().unwrap());
         assert!(std::fs::read(&p).unwrap() == bytes);
+    }
+
+    #[test]
+    fn durable_writes_replace_whole_files_and_leave_no_temporary() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("export.jsonl");
+        write_durably(&p, b"first\n").unwrap();
+        write_durably(&p, b"second, longer\n").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"second, longer\n");
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("export.jsonl")]);
+        // A directory in the way: an error, and no temporary left behind.
+        let dir = d.path().join("sub");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("x"), b"x").unwrap();
+        assert!(write_durably(&dir, b"y").is_err());
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
     }
 }
 

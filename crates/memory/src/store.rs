@@ -73,6 +73,9 @@ pub struct Recovered {
     /// A damaged log, held open (locked) while writes are disabled, so that no other server
     /// writes it and no repair runs under this one.
     pub held: Option<Wal>,
+    /// A tail cut at open that may have held acknowledged writes (`Recovery::cut_suspect`):
+    /// what to report, where the bytes were kept.
+    pub cut: Option<String>,
 }
 
 /// Applies the records past `index`'s `memory_lsn` to a new delta; returns it and how many
@@ -150,6 +153,7 @@ fn disabled(index: Index, mtime: Option<SystemTime>, why: String) -> Recovered {
         access: LogAccess::Disabled,
         damage: None,
         held: None,
+        cut: None,
     }
 }
 
@@ -197,6 +201,15 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
             rec.cut_reason.as_deref().unwrap_or("?")
         );
     }
+    let cut = rec.cut_suspect.then(|| {
+        format!(
+            "the memory log's last {} bytes were cut at open ({}): a record there was written \
+             whole and fails its checksum, which a crash mid-write rarely leaves, so an \
+             acknowledged memory write may be missing; the bytes are kept for inspection",
+            rec.cut_bytes,
+            rec.cut_reason.as_deref().unwrap_or("?")
+        )
+    });
     let dim = index.manifest.dim;
     let mut misfits = 0usize;
     let served = index_model(&index);
@@ -231,6 +244,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
             access: LogAccess::Damaged,
             damage: Some(d),
             held: Some(wal),
+            cut: None,
         };
     }
     if misfits > 0 || other {
@@ -268,6 +282,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
             access: LogAccess::Disabled,
             damage: None,
             held: Some(wal),
+            cut,
         };
     }
     Recovered {
@@ -278,6 +293,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
         access: LogAccess::Writer,
         damage: None,
         held: None,
+        cut,
     }
 }
 
@@ -297,6 +313,7 @@ fn recover_shared(
         access: LogAccess::HeldElsewhere,
         damage,
         held: None,
+        cut: None,
     };
     for _ in 0..5 {
         match replay_shared(dir, &index) {

@@ -153,6 +153,11 @@ pub struct Recovery {
     pub cut_bytes: u64,
     /// Why the tail was cut.
     pub cut_reason: Option<String>,
+    /// The cut tail held a record written whole (its length, sequence number and layout
+    /// add up, every byte there) that fails its checksum: a write torn by a crash rarely
+    /// leaves that (it leaves a record cut short, or zeros), a bit flipped in an
+    /// acknowledged record does. Its bytes are kept all the same.
+    pub cut_suspect: bool,
     /// A damaged record followed by valid ones: nothing was cut, `ops` is the valid prefix.
     pub damage: Option<Damage>,
     /// The model the log's header names (for a new or emptied log, the one it was opened
@@ -470,7 +475,7 @@ impl Wal {
                     keep_cut(&path, &b).map_err(io)?;
                 }
                 write_header(&mut file, &path, &fresh).map_err(io)?;
-                sync_parent(&path);
+                sync_parent(&path).map_err(io)?;
                 b = fresh.clone();
                 (fresh.len(), walhead::parse(&fresh).model())
             }
@@ -506,6 +511,11 @@ impl Wal {
         }
         if end < b.len() {
             rec.cut_bytes = (b.len() - end) as u64;
+            let sv = salvage(&b, header_len);
+            rec.cut_suspect = sv.skips.first().is_some_and(|k| {
+                let prev = sv.recs.iter().take_while(|r| r.at < k.start).last();
+                framing_at(&b, k.start, prev.map_or(0, |r| r.lsn))
+            });
             // Keep what is cut: a torn tail is garbage, but a flipped bit mid-log would
             // otherwise take acknowledged records after it along.
             let aside = keep_cut(&path, &b[end..]).map_err(io)?;
@@ -682,6 +692,8 @@ pub fn read_only(dir: &Path) -> Result<Recovery, WalError> {
             (b.len() - end) as u64
         },
         cut_reason: why,
+        // Only the log's holder cuts (and says whether the cut looks like damage).
+        cut_suspect: false,
         damage,
     })
 }
@@ -743,10 +755,12 @@ impl Drop for Wal {
     }
 }
 
-/// fsyncs the directory holding `path` (after creating a file in it). Best effort.
-pub fn sync_parent(path: &std::path::Path) {
-    if let Some(d) = path.parent() {
-        let _ = fsio::sync_dir(d);
+/// fsyncs the directory holding `path` (after creating or renaming a file in it): until then
+/// a power cut may lose the file's name, and every write acknowledged through it.
+pub fn sync_parent(path: &std::path::Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(d) => fsio::sync_dir(d),
+        None => Ok(()),
     }
 }
 

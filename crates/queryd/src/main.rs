@@ -290,7 +290,10 @@ fn export(index: &Path, out: Option<&Path>) -> anyhow::Result<()> {
         buf.push(b'\n');
     }
     match out {
-        Some(p) => std::fs::write(p, &buf).with_context(|| format!("writing {}", p.display()))?,
+        // Durably, whole or not at all: the repair hints say to export, then move the
+        // memory log away, and a power cut between the two must not leave a cut export.
+        Some(p) => format::fsio::write_durably(p, &buf)
+            .with_context(|| format!("writing {}", p.display()))?,
         None => {
             use std::io::Write;
             std::io::stdout().write_all(&buf)?;

@@ -278,6 +278,49 @@ fn a_repaired_segment_is_served_again_without_a_restart() {
     }
 }
 
+/// A memory log whose last record was written whole but fails its checksum (a bit flip in an
+/// acknowledged write, as far as anyone can tell) is cut as a torn tail is, and reported in
+/// `index_status` (degraded), not only on stderr; a tail cut short by a crash is not.
+#[test]
+fn a_damaged_last_log_record_is_reported_not_only_cut() {
+    let ix = indexed_fixture();
+    {
+        let e = engine(&ix.index);
+        for text in ["The first fact to keep.", "The second fact to keep."] {
+            call(
+                &e,
+                "add_memories",
+                json!({"memories": [{"text": text, "category": "fact"}]}),
+            )
+            .unwrap();
+        }
+    }
+    let wal = ix.index.join(memory::wal::WAL_FILE);
+    let full = std::fs::read(&wal).unwrap();
+    // Cut short (a crash mid-append): not reported.
+    std::fs::write(&wal, &full[..full.len() - 7]).unwrap();
+    let e = engine(&ix.index);
+    let st = e.index_status(&StatusArgs::default()).unwrap();
+    assert!(st.problems.is_empty(), "{:?}", st.problems);
+    assert_eq!(list_all(&e).len(), 1);
+    drop(e);
+    // Whole, one bit flipped in its last bytes (the vector): cut and reported.
+    let mut b = full.clone();
+    let n = b.len();
+    b[n - 3] ^= 0x10;
+    std::fs::write(&wal, &b).unwrap();
+    let e = engine(&ix.index);
+    let st = e.index_status(&StatusArgs::default()).unwrap();
+    assert_eq!(st.health, "degraded");
+    let p = st
+        .problems
+        .iter()
+        .find(|p| p.kind == "memory_log")
+        .unwrap_or_else(|| panic!("{:?}", st.problems));
+    assert!(p.detail.contains("acknowledged"), "{}", p.detail);
+    assert_eq!(list_all(&e).len(), 1);
+}
+
 /// A flush never writes the log's memories under a model they were not embedded with: when
 /// MANIFEST names another model than the served one (an index pulled or rebuilt under the
 /// server), the flush is refused, nothing is committed and the log keeps the memory, which a

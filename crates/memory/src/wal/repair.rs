@@ -233,7 +233,7 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
     f.write_all(&original).map_err(io)?;
     f.sync_all().map_err(io)?;
     drop(f);
-    sync_parent(&aside);
+    sync_parent(&aside).map_err(io)?;
     report.kept_aside = Some(aside);
     // The new log: the header and every kept record's bytes as they were.
     let tmp = path.with_extension("wal.repair-tmp");
@@ -247,7 +247,7 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
     f.sync_all().map_err(io)?;
     drop(f);
     std::fs::rename(&tmp, &path).map_err(io)?;
-    sync_parent(&path);
+    sync_parent(&path).map_err(io)?;
     report.repaired = true;
     Ok(report)
 }

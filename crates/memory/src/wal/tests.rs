@@ -90,6 +90,7 @@ fn torn_tail_is_cut_but_mid_log_damage_is_kept_and_reported() {
         (r.ops.len(), r.cut_bytes, r.damage.is_none()),
         (9, 11, true)
     );
+    assert!(!r.cut_suspect, "a record cut short is what a crash leaves");
     drop(w);
     // Garbage after the last record (a torn append of zeros): cut too.
     let mut b = full.clone();
@@ -100,8 +101,20 @@ fn torn_tail_is_cut_but_mid_log_damage_is_kept_and_reported() {
         (r.ops.len(), r.cut_bytes, r.damage.is_none()),
         (10, 64, true)
     );
+    assert!(!r.cut_suspect, "zeros are what a crash leaves");
     drop(w);
     assert_eq!(cut_files(d.path()), 2);
+
+    // A bit flipped in the last record, written whole: cut (nothing valid follows), and
+    // flagged, since it may have been acknowledged.
+    let mut b = full.clone();
+    b[at[9] + 40] ^= 0x04;
+    std::fs::write(&path, &b).unwrap();
+    let (w, r) = Wal::open(d.path(), 1, &tm()).unwrap();
+    assert_eq!((r.ops.len(), r.damage.is_none()), (9, true));
+    assert!(r.cut_bytes > 0 && r.cut_suspect, "{r:?}");
+    drop(w);
+    assert_eq!(cut_files(d.path()), 3);
 
     // One bit flipped in the middle record (5 of 10): the 4 before are served, nothing
     // is cut, the 5 after are counted, appends are refused.
@@ -137,7 +150,7 @@ fn torn_tail_is_cut_but_mid_log_damage_is_kept_and_reported() {
         b,
         "the damaged log was modified"
     );
-    assert_eq!(cut_files(d.path()), 2, "the damaged log was cut");
+    assert_eq!(cut_files(d.path()), 3, "the damaged log was cut");
     // The read-only reader (export) sees the same.
     let ro = read_only(d.path()).unwrap();
     assert_eq!((ro.ops.len(), ro.damage), (4, Some(dmg)));
