@@ -161,12 +161,12 @@ impl Engine {
         let rec = memory::store::recover(index_dir, index, mtime);
         let (wal, access, damage, held) = (rec.wal, rec.access, rec.damage, rec.held);
         let integrity = crate::integrity::Integrity::default();
-        if let Some(cut) = rec.cut {
-            eprintln!("queryd: {cut}");
+        if let Some(problem) = rec.problem {
+            eprintln!("queryd: {problem}");
             integrity.report(
                 "memory_log",
                 Some(index_dir.join(memory::wal::WAL_FILE).display().to_string()),
-                cut,
+                problem,
             );
         }
         let index = Arc::new(rec.index);
@@ -235,7 +235,14 @@ impl Engine {
                 return Ok(false);
             }
             match memory::store::replay_shared(&self.dir, &cur.code.index) {
-                Ok(Some((delta, rec))) => {
+                Ok(Some(memory::store::Shared {
+                    delta,
+                    recovery: rec,
+                    problem,
+                })) => {
+                    if let Some(p) = problem {
+                        self.log_problem(p);
+                    }
                     let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
                     let now = self.snapshot();
                     if !Arc::ptr_eq(&now.code.index, &cur.code.index) {
@@ -252,10 +259,21 @@ impl Engine {
                     return Ok(true);
                 }
                 Ok(None) => continue, // MANIFEST moved on while the log was read
+                // Reported by the tailer when it persists (a read racing the writer's
+                // truncation is not a problem).
                 Err(e) => return Err(e.to_string()),
             }
         }
         Ok(false)
+    }
+
+    /// Reports a problem with the memory log in `index_status` (once per distinct text).
+    fn log_problem(&self, detail: String) {
+        self.integrity.report(
+            "memory_log",
+            Some(self.dir.join(WAL_FILE).display().to_string()),
+            detail,
+        );
     }
 
     /// Starts the thread that follows a log another server writes
@@ -270,6 +288,11 @@ impl Engine {
                     std::thread::sleep(interval);
                     let Some(e) = weak.upgrade() else { return };
                     let err = e.tail_memory_log().err();
+                    if let Some(m) = err.as_ref().filter(|m| Some(*m) == last_err.as_ref()) {
+                        // The same failure twice in a row: the log's unflushed memories are
+                        // not being served here, which `index_status` must say.
+                        e.log_problem(memory::store::shared_unreadable(&e.dir, m));
+                    }
                     if err.is_some() && err != last_err {
                         eprintln!(
                             "queryd: following the memory log of the other queryd: {}",

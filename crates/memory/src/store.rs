@@ -73,9 +73,11 @@ pub struct Recovered {
     /// A damaged log, held open (locked) while writes are disabled, so that no other server
     /// writes it and no repair runs under this one.
     pub held: Option<Wal>,
-    /// A tail cut at open that may have held acknowledged writes (`Recovery::cut_suspect`):
-    /// what to report, where the bytes were kept.
-    pub cut: Option<String>,
+    /// Something `index_status` must report that is not [`Recovered::damage`]: a tail cut at
+    /// open that may have held acknowledged writes (`Recovery::cut_suspect`), or, on a server
+    /// reading a log another one holds, records it could not serve (an unreadable log,
+    /// records of another model).
+    pub problem: Option<String>,
 }
 
 /// Applies the records past `index`'s `memory_lsn` to a new delta; returns it and how many
@@ -116,7 +118,7 @@ fn replay(
 /// flush may have moved records from the log into a segment meanwhile, so reload the index
 /// and call again. (A flush commits `MANIFEST` before it truncates the log, so an unchanged
 /// generation means the log read still held every record the index lacks.)
-pub fn replay_shared(dir: &Path, index: &Index) -> Result<Option<(Delta, Recovery)>, WalError> {
+pub fn replay_shared(dir: &Path, index: &Index) -> Result<Option<Shared>, WalError> {
     let mut rec = crate::wal::read_only(dir)?;
     match IndexManifest::read(dir) {
         Ok(m) if m.generation == index.manifest.generation => {}
@@ -124,8 +126,38 @@ pub fn replay_shared(dir: &Path, index: &Index) -> Result<Option<(Delta, Recover
     }
     let ops = std::mem::take(&mut rec.ops);
     let other = rec.other_model(&index_model(index));
-    let (delta, _) = replay(index, &ops, other, |_, _, _| {});
-    Ok(Some((delta, rec)))
+    let mut misfits = 0usize;
+    let (delta, _) = replay(index, &ops, other, |_, _, _| misfits += 1);
+    let problem = (misfits > 0).then(|| {
+        format!(
+            "{misfits} record(s) of the memory log {} (held by another queryd) were embedded \
+             with another model than the index's {} and are not served here",
+            dir.join(WAL_FILE).display(),
+            index_model(index)
+        )
+    });
+    Ok(Some(Shared {
+        delta,
+        recovery: rec,
+        problem,
+    }))
+}
+
+/// What [`replay_shared`] read from a log another process holds.
+pub struct Shared {
+    pub delta: Delta,
+    pub recovery: Recovery,
+    /// Records it could not serve, said for `index_status`.
+    pub problem: Option<String>,
+}
+
+/// What `index_status` says when the log another process holds cannot be read at all.
+pub fn shared_unreadable(dir: &Path, e: &dyn std::fmt::Display) -> String {
+    format!(
+        "the memory log {} (held by another queryd) could not be read ({e}); its unflushed \
+         memories are not served here",
+        dir.join(WAL_FILE).display()
+    )
 }
 
 /// The model whose vectors `index` holds, as a log's header names it.
@@ -153,7 +185,7 @@ fn disabled(index: Index, mtime: Option<SystemTime>, why: String) -> Recovered {
         access: LogAccess::Disabled,
         damage: None,
         held: None,
-        cut: None,
+        problem: None,
     }
 }
 
@@ -244,7 +276,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
             access: LogAccess::Damaged,
             damage: Some(d),
             held: Some(wal),
-            cut: None,
+            problem: None,
         };
     }
     if misfits > 0 || other {
@@ -282,7 +314,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
             access: LogAccess::Disabled,
             damage: None,
             held: Some(wal),
-            cut,
+            problem: cut.clone(),
         };
     }
     Recovered {
@@ -293,7 +325,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
         access: LogAccess::Writer,
         damage: None,
         held: None,
-        cut,
+        problem: cut,
     }
 }
 
@@ -305,7 +337,7 @@ fn recover_shared(
     mut mtime: Option<SystemTime>,
     why: String,
 ) -> Recovered {
-    let out = |index: Index, mtime, delta, damage| Recovered {
+    let out = |index: Index, mtime, delta, damage, problem| Recovered {
         wal: Err(WritesDisabled(why.clone())),
         index,
         manifest_mtime: mtime,
@@ -313,11 +345,14 @@ fn recover_shared(
         access: LogAccess::HeldElsewhere,
         damage,
         held: None,
-        cut: None,
+        problem,
     };
+    let mut problem = None;
     for _ in 0..5 {
         match replay_shared(dir, &index) {
-            Ok(Some((delta, rec))) => return out(index, mtime, delta, rec.damage),
+            Ok(Some(s)) => {
+                return out(index, mtime, s.delta, s.recovery.damage, s.problem);
+            }
             Ok(None) => match Index::open_reusing(dir, Some(&index)) {
                 Ok(ix) => {
                     index = ix;
@@ -325,16 +360,18 @@ fn recover_shared(
                 }
                 Err(e) => {
                     eprintln!("queryd: reopening the index to read the memory log: {e}");
+                    problem = Some(shared_unreadable(dir, &e));
                     break;
                 }
             },
             Err(e) => {
                 eprintln!("queryd: reading the memory log held by another queryd: {e}");
+                problem = Some(shared_unreadable(dir, &e));
                 break;
             }
         }
     }
-    out(index, mtime, Delta::default(), None)
+    out(index, mtime, Delta::default(), None, problem)
 }
 
 /// Result of a flush.

@@ -321,6 +321,40 @@ fn a_damaged_last_log_record_is_reported_not_only_cut() {
     assert_eq!(list_all(&e).len(), 1);
 }
 
+/// A second server, reading the log another one holds, that cannot read it says so in
+/// `index_status` (degraded): the log's unflushed memories are not served there. Before, it
+/// served without them and said `ok`.
+#[test]
+fn a_second_server_that_cannot_read_the_log_says_so() {
+    let ix = indexed_fixture();
+    let first = engine(&ix.index);
+    call(
+        &first,
+        "add_memories",
+        json!({"memories": [{"text": "An unflushed fact.", "category": "fact"}]}),
+    )
+    .unwrap();
+    let second = engine(&ix.index);
+    let st = second.index_status(&StatusArgs::default()).unwrap();
+    assert!(st.memories.starts_with("read-only"), "{}", st.memories);
+    assert!(st.problems.is_empty(), "{:?}", st.problems);
+    assert_eq!(list_all(&second).len(), 1);
+    drop(second);
+    // The log's magic overwritten while the first server holds it.
+    let wal = ix.index.join(memory::wal::WAL_FILE);
+    patch(&wal, 0, b"XXXXXXXX");
+    let second = engine(&ix.index);
+    let st = second.index_status(&StatusArgs::default()).unwrap();
+    assert_eq!(st.health, "degraded");
+    let p = st
+        .problems
+        .iter()
+        .find(|p| p.kind == "memory_log")
+        .unwrap_or_else(|| panic!("{:?}", st.problems));
+    assert!(p.detail.contains("not served here"), "{}", p.detail);
+    drop(first);
+}
+
 /// A flush never writes the log's memories under a model they were not embedded with: when
 /// MANIFEST names another model than the served one (an index pulled or rebuilt under the
 /// server), the flush is refused, nothing is committed and the log keeps the memory, which a
