@@ -423,14 +423,21 @@ pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
     let any_depth = has_glob_meta(p) && !p.contains('/');
     let mut set = globset::GlobSetBuilder::new();
     // The pattern with the components in `literal` escaped.
-    let variant = |literal: &dyn Fn(usize) -> bool| {
+    // The pattern with the components in `literal` read as names: in the all-literal reading
+    // (`whole`) every glob character is escaped; in the mixed ones only the classes' and
+    // groups' brackets, so `pages/[id].*` still matches `pages/[id].tsx`.
+    let variant = |literal: &dyn Fn(usize) -> bool, whole: bool| {
         let v = (0..parts.len())
-            .map(|i| {
-                if literal(i) && parts[i] != "**" {
-                    globset::escape(parts[i])
-                } else {
-                    parts[i].to_string()
-                }
+            .map(|i| match (literal(i) && parts[i] != "**", whole) {
+                (true, true) => globset::escape(parts[i]),
+                (true, false) => parts[i]
+                    .chars()
+                    .map(|c| match c {
+                        '[' | ']' | '{' | '}' => format!("[{c}]"),
+                        c => c.to_string(),
+                    })
+                    .collect(),
+                (false, _) => parts[i].to_string(),
             })
             .collect::<Vec<_>>()
             .join("/");
@@ -441,7 +448,7 @@ pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
         }
     };
     // Every component literal: a directory (everything under it) or a file of this name.
-    let all = variant(&|_| true);
+    let all = variant(&|_| true, true);
     set.add(glob(&all)?).add(glob(&format!("{all}/**"))?);
     // A pattern ending in `/` is a directory in every reading: what lies under it.
     let mut add = |g: String| -> Result<(), GlobError> {
@@ -452,7 +459,7 @@ pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
         Ok(())
     };
     if has_glob_meta(p) {
-        add(variant(&|_| false))?;
+        add(variant(&|_| false, false))?;
         if (1..=LITERAL_MIX).contains(&mixed.len()) {
             // Mask 0 is the glob as written; the all-ones mask escapes every class and group
             // but leaves `*` and `?` globs.
@@ -463,7 +470,7 @@ pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
                         .position(|&m| m == i)
                         .is_some_and(|b| mask & (1 << b) != 0)
                 };
-                add(variant(&lit))?;
+                add(variant(&lit, false))?;
             }
         }
     }
@@ -1729,6 +1736,9 @@ mod tests {
             g.is_match("src/a/b.rs") && g.is_match("tests/unit/x.rs") && !g.is_match("tests/x.rs")
         );
         assert!(path_glob("{a/b,c}/*.rs").unwrap().is_match("a/b/x.rs"));
+        // The mixed readings keep `*` and `?` globs.
+        let g = path_glob("pages/[id].*").unwrap();
+        assert!(g.is_match("pages/[id].tsx") && g.is_match("pages/i.js"));
         let g = path_glob("[id].tsx").unwrap();
         assert!(
             g.is_match("[id].tsx") && g.is_match("pages/[id].tsx") && g.is_match("pages/d.tsx")

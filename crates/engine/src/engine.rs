@@ -163,11 +163,13 @@ impl Engine {
         let integrity = crate::integrity::Integrity::default();
         if let Some(problem) = rec.problem {
             eprintln!("queryd: {problem}");
-            integrity.report(
-                "memory_log",
-                Some(index_dir.join(memory::wal::WAL_FILE).display().to_string()),
-                problem,
-            );
+            let path = index_dir.join(memory::wal::WAL_FILE).display().to_string();
+            if access == LogAccess::HeldElsewhere {
+                // A state of reading another's log: cleared by the next good read.
+                integrity.set_log_reading(path, Some(problem));
+            } else {
+                integrity.report("memory_log", Some(path), problem);
+            }
         }
         let index = Arc::new(rec.index);
         populate_in_background(&index);
@@ -240,9 +242,7 @@ impl Engine {
                     recovery: rec,
                     problem,
                 })) => {
-                    if let Some(p) = problem {
-                        self.log_problem(p);
-                    }
+                    self.set_log_reading(problem);
                     let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
                     let now = self.snapshot();
                     if !Arc::ptr_eq(&now.code.index, &cur.code.index) {
@@ -267,13 +267,11 @@ impl Engine {
         Ok(false)
     }
 
-    /// Reports a problem with the memory log in `index_status` (once per distinct text).
-    fn log_problem(&self, detail: String) {
-        self.integrity.report(
-            "memory_log",
-            Some(self.dir.join(WAL_FILE).display().to_string()),
-            detail,
-        );
+    /// What this server, reading the log another one holds, cannot serve from it now
+    /// (`None`: everything), for `index_status`.
+    fn set_log_reading(&self, detail: Option<String>) {
+        self.integrity
+            .set_log_reading(self.dir.join(WAL_FILE).display().to_string(), detail);
     }
 
     /// Starts the thread that follows a log another server writes
@@ -291,7 +289,7 @@ impl Engine {
                     if let Some(m) = err.as_ref().filter(|m| Some(*m) == last_err.as_ref()) {
                         // The same failure twice in a row: the log's unflushed memories are
                         // not being served here, which `index_status` must say.
-                        e.log_problem(memory::store::shared_unreadable(&e.dir, m));
+                        e.set_log_reading(Some(memory::store::shared_unreadable(&e.dir, m)));
                     }
                     if err.is_some() && err != last_err {
                         eprintln!(

@@ -56,6 +56,9 @@ pub(crate) struct State {
     /// Problems other than left-out code segments (those come from the served index), newest
     /// last, bounded.
     pub(crate) problems: Vec<Problem>,
+    /// On a server reading the log another one holds: what it cannot serve from it now (kind
+    /// `memory_log`), replaced or cleared by every read of the log, so it lasts only while true.
+    pub(crate) log_reading: Option<Problem>,
 }
 
 const MAX_PROBLEMS: usize = 32;
@@ -78,16 +81,19 @@ impl Integrity {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Sets (or with `None` clears) what a server reading another's log cannot serve from it
+    /// ([`State::log_reading`]); an unchanged text keeps its first time.
+    pub(crate) fn set_log_reading(&self, path: String, detail: Option<String>) {
+        let mut s = self.lock();
+        if s.log_reading.as_ref().map(|p| &p.detail) == detail.as_ref() {
+            return;
+        }
+        s.log_reading = detail.map(|d| problem("memory_log", Some(path), d));
+    }
+
     pub(crate) fn report(&self, kind: &str, path: Option<String>, detail: String) {
         let mut s = self.lock();
-        let p = Problem {
-            kind: kind.to_string(),
-            path,
-            detail,
-            at_unix: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        };
+        let p = problem(kind, path, detail);
         if s.problems
             .iter()
             .any(|q| q.kind == p.kind && q.path == p.path && q.detail == p.detail)
@@ -136,6 +142,17 @@ impl Integrity {
             s.verified.remove(id);
         }
         lifted
+    }
+}
+
+fn problem(kind: &str, path: Option<String>, detail: String) -> Problem {
+    Problem {
+        kind: kind.to_string(),
+        path,
+        detail,
+        at_unix: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
     }
 }
 

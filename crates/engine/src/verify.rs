@@ -16,7 +16,8 @@ use crate::tools::common::ToolError;
 impl Engine {
     /// Problems to report besides the left-out segments of the served index.
     pub fn problems(&self) -> Vec<Problem> {
-        self.integrity.lock().problems.clone()
+        let s = self.integrity.lock();
+        s.problems.iter().chain(&s.log_reading).cloned().collect()
     }
 
     /// Records a panic caught in tool `tool` and asks for a full re-verify.
@@ -106,6 +107,11 @@ impl Engine {
             // than the one opened): a quarantine holds while this one is there.
             let dir = format::segment::dir_identity(seg.dir());
             let problems = seg.verify();
+            if !seg.dir().is_dir() {
+                // The directory is gone (garbage collection of a generation no longer named):
+                // nothing on disk to quarantine or to call damaged; the next pass looks again.
+                continue;
+            }
             if problems.is_empty() {
                 self.integrity
                     .lock()

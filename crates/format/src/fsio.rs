@@ -189,22 +189,40 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_all(&mut f, path, bytes)
 }
 
-/// Writes `bytes` to `path` durably and whole or not at all: a temporary file beside it,
-/// fsynced, renamed over `path`, then the directory fsynced. A crash leaves the old file (or
-/// none) and at worst the temporary one, never a `path` cut short.
+/// Writes `bytes` to `path` durably and whole or not at all: a temporary file beside it (made
+/// new, with the mode of the file it replaces), fsynced, renamed over `path`, then the
+/// directory fsynced. A crash leaves the old file (or none) and at worst the temporary one,
+/// never a `path` cut short. A `path` that exists and is not a regular file (`/dev/stdout`, a
+/// pipe, a symlink) is written through as it is, with an fsync where it takes one.
 pub fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let existing = std::fs::symlink_metadata(path).ok();
+    if existing.as_ref().is_some_and(|m| !m.file_type().is_file()) {
+        let mut f = OpenOptions::new().write(true).truncate(true).open(path)?;
+        write_all(&mut f, path, bytes)?;
+        let _ = f.sync_all(); // a pipe or a terminal takes none
+        return Ok(());
+    }
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    tmp_name.push(format!(".tmp-{}-{nanos}", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
+    let mut opts = OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    if let Some(m) = &existing {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        opts.mode(m.permissions().mode() & 0o7777);
+    }
+    let mut f = opts.open(&tmp)?;
     let result = (|| {
-        let mut f = create(&tmp)?;
         write_all(&mut f, &tmp, bytes)?;
         sync_all(&f, &tmp)?;
-        drop(f);
         rename(&tmp, path)?;
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
@@ -212,7 +230,7 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
         };
         sync_dir(dir)
     })();
-    if result.is_err() {
+    if result.is_err() && tmp.exists() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
@@ -835,6 +853,25 @@ mod parts_tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("export.jsonl")]);
+        // The mode of the file replaced is kept (an export of memories may be private).
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+            write_durably(&p, b"third\n").unwrap();
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            // A symlink is written through, not replaced.
+            let link = d.path().join("link.jsonl");
+            std::os::unix::fs::symlink(&p, &link).unwrap();
+            write_durably(&link, b"through\n").unwrap();
+            assert!(std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink());
+            assert_eq!(std::fs::read(&p).unwrap(), b"through\n");
+            std::fs::remove_file(&link).unwrap();
+        }
         // A directory in the way: an error, and no temporary left behind.
         let dir = d.path().join("sub");
         std::fs::create_dir(&dir).unwrap();

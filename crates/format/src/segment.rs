@@ -91,17 +91,17 @@ pub fn dir_name(id: &str) -> String {
     format!("seg-{id}")
 }
 
-/// The identity of a directory on disk: device, inode and change time. A segment directory
+/// The identity of a directory on disk: device, inode and birth time. A segment directory
 /// replaced under the same name (a pull fetching a copy again after the damaged one was moved
 /// aside, a rebuild writing it again after garbage collection removed it) has another; the
-/// change time tells a new directory from the old one where the filesystem hands the freed
-/// inode number straight to the next directory made (ext4 does).
+/// birth time tells a new directory from the old one where the filesystem hands the freed
+/// inode number straight to the next directory made (ext4 does). Where the filesystem records
+/// no birth time, the change time stands in (which `chmod` or `touch` also moves).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirIdentity {
     dev: u64,
     ino: u64,
-    ctime: i64,
-    ctime_nsec: i64,
+    born: (i64, i64),
 }
 
 /// [`DirIdentity`] of `p`, `None` where it cannot be read.
@@ -109,11 +109,19 @@ pub fn dir_identity(p: &Path) -> Option<DirIdentity> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(p).ok().map(|m| DirIdentity {
+        let m = std::fs::metadata(p).ok()?;
+        let born = match m
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        {
+            Some(d) => (d.as_secs() as i64, i64::from(d.subsec_nanos())),
+            None => (m.ctime(), m.ctime_nsec()),
+        };
+        Some(DirIdentity {
             dev: m.dev(),
             ino: m.ino(),
-            ctime: m.ctime(),
-            ctime_nsec: m.ctime_nsec(),
+            born,
         })
     }
     #[cfg(not(unix))]

@@ -191,8 +191,18 @@ fn a_segment_directory_replaced_on_disk_is_opened_again() {
     assert!(!seg(&reopened).replaced_on_disk());
     assert_eq!(seg(&reopened).id(), id);
 
+    // What is done to a directory without replacing it (its mode, a file added and removed)
+    // does not make it another.
+    let dir_mode = std::fs::metadata(&seg_dir).unwrap().permissions();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    std::fs::set_permissions(&seg_dir, dir_mode.clone()).unwrap();
+    std::fs::write(seg_dir.join("stray"), b"x").unwrap();
+    std::fs::remove_file(seg_dir.join("stray")).unwrap();
+    if std::fs::metadata(&seg_dir).unwrap().created().is_ok() {
+        assert!(!seg(&reopened).replaced_on_disk());
+    }
     // Removed and made again under the same name (a rebuild after garbage collection), where
-    // the filesystem may give the new directory the freed inode number: its change time
+    // the filesystem may give the new directory the freed inode number: its birth time
     // differs (a pause past the kernel's coarse clock tick, as a real rebuild's seconds are).
     let aside = dir.path().join("aside");
     std::fs::remove_dir_all(&seg_dir).unwrap();

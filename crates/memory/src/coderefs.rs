@@ -181,7 +181,14 @@ pub struct FileCache {
     max_file: u64,
     max_files: usize,
     max_bytes: u64,
+    /// [`resolve_readable`]'s ignore-rule decisions by (root, path), with when they were
+    /// made: re-decided after [`ADMIT_TTL`] (an ignore file edited since counts then), so a
+    /// reference checked on every search is not walked every time.
+    admitted: Mutex<HashMap<(String, String), (std::time::Instant, bool)>>,
 }
+
+/// How long an ignore-rule decision of [`FileCache`] is reused.
+const ADMIT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Default for FileCache {
     fn default() -> FileCache {
@@ -198,6 +205,7 @@ impl FileCache {
             max_file,
             max_files,
             max_bytes,
+            admitted: Mutex::default(),
         }
     }
 
@@ -285,11 +293,43 @@ impl FileCache {
         }
     }
 
-    /// Forgets every cached file (the next check reads from disk).
+    /// Forgets every cached file (the next check reads from disk) and ignore-rule decision.
     pub fn clear(&self) {
         let mut m = self.lock();
         m.map.clear();
         m.bytes = 0;
+        self.admitted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Whether `root`'s walk admits `rel` ([`format::roots::walk_admits`] with hidden files let
+    /// in), decided at most every [`ADMIT_TTL`].
+    fn admits(&self, root: &RootEntry, rel: &str) -> bool {
+        let key = (root.path.clone(), rel.to_string());
+        let now = std::time::Instant::now();
+        if let Some((at, ok)) = self
+            .admitted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            if now.duration_since(*at) < ADMIT_TTL {
+                return *ok;
+            }
+        }
+        let rules = RootEntry {
+            hidden: true,
+            ..root.clone()
+        };
+        let ok = format::roots::walk_admits(&rules, rel);
+        let mut m = self.admitted.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= self.max_files {
+            m.clear();
+        }
+        m.insert(key, (now, ok));
+        ok
     }
 
     /// (files, bytes) held now.
@@ -367,8 +407,9 @@ pub fn resolve_path(
 /// files exclude ([`format::roots::walk_admits`] with hidden files let in: a committed
 /// `.github/workflows/ci.yml` is a fine thing to point at, a git-ignored `.env` is not).
 /// Such a file is never read, not even to hash lines of it. A file that does not exist passes
-/// (nothing is read). Checking stored references does not walk again (`check_ref`): the rule
-/// holds from when a reference is made.
+/// (nothing is read). `check_ref` applies it to stored references too (a dump's, a pulled
+/// segment's, one made before its file was ignored); the decisions are cached for a few
+/// seconds ([`FileCache`]).
 pub fn resolve_readable(
     ctx: &RefCtx<'_>,
     repo: &str,
@@ -378,14 +419,8 @@ pub fn resolve_readable(
         return Ok(None);
     };
     let rel = clean_path(path)?;
-    if full.is_file() && !ctx.code.holds_file(&root.repo, &rel) {
-        let rules = RootEntry {
-            hidden: true,
-            ..root.clone()
-        };
-        if !format::roots::walk_admits(&rules, &rel) {
-            return Err(CodeRefError::NotIndexed(format::memory::clip(&rel)));
-        }
+    if full.is_file() && !ctx.code.holds_file(&root.repo, &rel) && !ctx.cache.admits(&root, &rel) {
+        return Err(CodeRefError::NotIndexed(format::memory::clip(&rel)));
     }
     Ok(Some((root, full)))
 }

@@ -598,8 +598,9 @@ fn any_local_damage(dir: &Path, head: &RemoteManifest, local_mem: &HashSet<&str>
 }
 
 /// Why the local tombstone file `path` is not the one `t` names (missing, or not its hash and
-/// header); `None` when it is. Tombstone files are small: read whole and hashed. An I/O error
-/// that says nothing about the bytes (permissions) is an error, not damage.
+/// header); `None` when it is. Tombstone files are small: read whole and hashed. A refused
+/// read (permissions) says nothing about the bytes: an error, not damage; any other failure
+/// to read it (an unreadable sector) is damage another download repairs.
 fn tombstone_damage(
     path: &Path,
     t: &format::manifest::TombstoneRef,
@@ -613,7 +614,11 @@ fn tombstone_damage(
         {
             Ok(Some(format!("{} is missing", t.file)))
         }
-        Err(e @ format::FormatError::Io { .. }) => Err(e.into()),
+        Err(format::FormatError::Io { source, path })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            Err(format::FormatError::Io { source, path }.into())
+        }
         Err(e) => Ok(Some(format!("{}: {e}", t.file))),
     }
 }

@@ -394,10 +394,12 @@ pub fn root_relative(
         return Ok((Some(pattern.to_string()), None));
     }
     // `//` and `/./` say nothing (as `Path` reads them), and would put the cut below off.
+    // (A trailing `/` is kept: it makes the pattern a directory for `path_glob`.)
+    let last = pattern.split('/').count() - 1;
     let parts: Vec<&str> = pattern
         .split('/')
         .enumerate()
-        .filter(|(i, c)| *i == 0 || !(c.is_empty() || *c == "."))
+        .filter(|(i, c)| *i == 0 || (*i == last && c.is_empty()) || !(c.is_empty() || *c == "."))
         .map(|(_, c)| c)
         .collect();
     // A root's own path may hold glob characters (`/work/[team]/app`): the glob part is looked
@@ -502,6 +504,10 @@ mod tests {
         assert_eq!(
             rel("/nowhere//[team]/./app//src/*.rs"),
             (Some("src/*.rs".into()), Some("app".into()))
+        );
+        assert_eq!(
+            rel("/nowhere/lib/app/[slug]/"),
+            (Some("app/[slug]/".into()), Some("lib".into()))
         );
         // Glob characters in a directory under the root stay in the pattern (path_glob reads
         // them both ways).

@@ -352,6 +352,20 @@ fn a_second_server_that_cannot_read_the_log_says_so() {
         .find(|p| p.kind == "memory_log")
         .unwrap_or_else(|| panic!("{:?}", st.problems));
     assert!(p.detail.contains("not served here"), "{}", p.detail);
+    // Readable again: the next read of the log clears it (it says what is true now).
+    let magic = std::fs::read(&wal).unwrap();
+    let good = {
+        let mut b = magic.clone();
+        b[..8].copy_from_slice(b"CIXWAL02");
+        b
+    };
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&wal, &good).unwrap();
+    assert!(second.tail_memory_log().unwrap());
+    let st = second.index_status(&StatusArgs::default()).unwrap();
+    assert!(st.problems.is_empty(), "{:?}", st.problems);
+    assert_eq!(st.health, "ok");
+    assert_eq!(list_all(&second).len(), 1);
     drop(first);
 }
 

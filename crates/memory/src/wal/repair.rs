@@ -247,7 +247,13 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
     f.sync_all().map_err(io)?;
     drop(f);
     std::fs::rename(&tmp, &path).map_err(io)?;
-    sync_parent(&path).map_err(io)?;
+    // The new log is in place: say what was done even if making the rename durable fails.
+    if let Err(e) = sync_parent(&path) {
+        eprintln!(
+            "repair-wal: the new log is in place, but fsyncing its directory failed ({e}); \
+             a power cut now could bring the old log back"
+        );
+    }
     report.repaired = true;
     Ok(report)
 }
