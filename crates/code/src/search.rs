@@ -422,7 +422,6 @@ pub fn path_glob(pattern: &str) -> Result<PathFilter, GlobError> {
     };
     let any_depth = has_glob_meta(p) && !p.contains('/');
     let mut set = globset::GlobSetBuilder::new();
-    // The pattern with the components in `literal` escaped.
     // The pattern with the components in `literal` read as names: in the all-literal reading
     // (`whole`) every glob character is escaped; in the mixed ones only the classes' and
     // groups' brackets, so `pages/[id].*` still matches `pages/[id].tsx`.

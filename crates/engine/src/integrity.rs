@@ -29,7 +29,8 @@ pub const VERIFY_INTERVAL: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Problem {
     /// `segment` (a damaged or quarantined segment), `memory_segment`, `memory_log` (a tail
-    /// cut at open that may have held acknowledged writes), `panic` or `text`.
+    /// cut at open that may have held acknowledged writes, or, on a server reading the log
+    /// another one holds, memories of it not served there), `panic` or `text`.
     pub kind: String,
     /// The file at fault, when one is known.
     #[serde(skip_serializing_if = "Option::is_none")]

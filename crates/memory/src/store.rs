@@ -314,7 +314,7 @@ pub fn recover(dir: &Path, index: Index, mtime: Option<SystemTime>) -> Recovered
             access: LogAccess::Disabled,
             damage: None,
             held: Some(wal),
-            problem: cut.clone(),
+            problem: cut,
         };
     }
     Recovered {

@@ -368,6 +368,9 @@ struct Scanned {
     end: usize,
     why: Option<String>,
     damage: Option<Damage>,
+    /// The first bad record was written whole (its framing adds up, every byte present) and
+    /// fails its checksum: see [`Recovery::cut_suspect`].
+    bad_whole: bool,
 }
 
 fn scan(b: &[u8], start: usize) -> Scanned {
@@ -411,6 +414,10 @@ fn scan(b: &[u8], start: usize) -> Scanned {
     });
     let why = (end < b.len())
         .then(|| first_skip.map_or_else(|| "incomplete batch".to_string(), |k| k.why.clone()));
+    let bad_whole = first_skip.is_some_and(|k| {
+        let prev = s.recs[..n_pre].last().map_or(0, |r| r.lsn);
+        framing_at(b, k.start, prev)
+    });
     let ops = s
         .recs
         .into_iter()
@@ -422,6 +429,7 @@ fn scan(b: &[u8], start: usize) -> Scanned {
         end,
         why,
         damage,
+        bad_whole,
     }
 }
 
@@ -488,6 +496,7 @@ impl Wal {
             end,
             why,
             damage,
+            bad_whole,
         } = scan(&b, header_len);
         if let Some(d) = damage {
             // Corruption of acknowledged records: cut nothing, append nothing (an append
@@ -511,11 +520,7 @@ impl Wal {
         }
         if end < b.len() {
             rec.cut_bytes = (b.len() - end) as u64;
-            let sv = salvage(&b, header_len);
-            rec.cut_suspect = sv.skips.first().is_some_and(|k| {
-                let prev = sv.recs.iter().take_while(|r| r.at < k.start).last();
-                framing_at(&b, k.start, prev.map_or(0, |r| r.lsn))
-            });
+            rec.cut_suspect = bad_whole;
             // Keep what is cut: a torn tail is garbage, but a flipped bit mid-log would
             // otherwise take acknowledged records after it along.
             let aside = keep_cut(&path, &b[end..]).map_err(io)?;
@@ -682,6 +687,7 @@ pub fn read_only(dir: &Path) -> Result<Recovery, WalError> {
         end,
         why,
         damage,
+        ..
     } = scan(&b, header_len);
     Ok(Recovery {
         model,

@@ -395,9 +395,10 @@ pub fn root_relative(
     }
     // `//` and `/./` say nothing (as `Path` reads them), and would put the cut below off.
     // (A trailing `/` is kept: it makes the pattern a directory for `path_glob`.)
-    let last = pattern.split('/').count() - 1;
-    let parts: Vec<&str> = pattern
-        .split('/')
+    let split: Vec<&str> = pattern.split('/').collect();
+    let last = split.len() - 1;
+    let parts: Vec<&str> = split
+        .into_iter()
         .enumerate()
         .filter(|(i, c)| *i == 0 || (*i == last && c.is_empty()) || !(c.is_empty() || *c == "."))
         .map(|(_, c)| c)
