@@ -28,6 +28,7 @@ pub mod texts;
 pub mod tombstones;
 pub mod vectors;
 pub mod walhead;
+pub mod walrec;
 
 use std::path::{Path, PathBuf};
 

@@ -201,6 +201,75 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Vec<(MemoryRecord, bool)>, 
     Ok(out)
 }
 
+/// Refuses an ingest of `ids` into the index at `dir` while its memory log (`memory.wal`)
+/// holds writes to any of them that no memory segment holds yet (sequence numbers past
+/// `memory_lsn`). Such a write, older than the ingest, would shadow the dump's copy when a
+/// queryd replays the log, and its flush would tombstone that copy: the ingest undone. A log
+/// this cannot read through (a damaged header or record) is refused too, since the writes it
+/// holds cannot be known. Records of a batch cut short at the end (a crash mid-append; the
+/// next open cuts them) are not writes.
+pub fn refuse_unflushed_writes(
+    dump: &Path,
+    dir: &Path,
+    memory_lsn: u64,
+    ids: &std::collections::HashSet<&str>,
+) -> Result<(), IndexerError> {
+    use format::walhead::{self, WalHeader};
+    use format::walrec::{salvage, WalOp};
+    let log = dir.join(format::manifest::MEMORY_WAL_FILE);
+    let b = match std::fs::read(&log) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(IndexerError::Io { path: log, source }),
+    };
+    let refuse = |message: String| IndexerError::Dump {
+        path: dump.to_path_buf(),
+        message,
+    };
+    let repair = |why: &str| {
+        refuse(format!(
+            "the memory log {} is damaged ({why}), so which memories it still writes to is              unknown; stop queryd, run `queryd repair-wal --index {}`, then ingest again",
+            log.display(),
+            dir.display()
+        ))
+    };
+    let start = match walhead::parse(&b) {
+        WalHeader::Partial => return Ok(()),
+        WalHeader::Bad { why } => return Err(repair(&why)),
+        WalHeader::Complete { len, .. } => len,
+    };
+    let s = salvage(&b, start);
+    if let Some(k) = s.skips.iter().find(|k| k.end < b.len()) {
+        return Err(repair(&format!("at byte {}: {}", k.start, k.why)));
+    }
+    let whole = s.recs.iter().rposition(|r| r.last).map_or(0, |i| i + 1);
+    let mut hit: Vec<&str> = s.recs[..whole]
+        .iter()
+        .filter(|r| r.lsn > memory_lsn)
+        .map(|r| match &r.op {
+            WalOp::Put { record, .. } => record.id.as_str(),
+            WalOp::Delete { id } => id.as_str(),
+        })
+        .filter(|id| ids.contains(id))
+        .collect();
+    hit.sort_unstable();
+    hit.dedup();
+    if hit.is_empty() {
+        return Ok(());
+    }
+    const SHOWN: usize = 5;
+    let mut named = hit[..hit.len().min(SHOWN)].join(", ");
+    if hit.len() > SHOWN {
+        named.push_str(&format!(" and {} more", hit.len() - SHOWN));
+    }
+    Err(refuse(format!(
+        "{n} of its memories ({named}) have writes in {log} that are not yet in a memory          segment; ingested now, the dump's copies would be replaced by those older writes when          queryd next flushes. Flush the log first with `queryd flush --index {dir}` (a running          queryd holds it: stop it, and it flushes at shutdown), or leave these ids out of the          dump",
+        n = hit.len(),
+        log = log.display(),
+        dir = dir.display()
+    )))
+}
+
 /// Ingests the dump at `file` into the index at `out` (created when missing).
 pub fn ingest(
     file: &Path,
@@ -219,6 +288,19 @@ pub fn ingest(
         read: recs.len(),
         ..IngestReport::default()
     };
+    let ids: std::collections::HashSet<&str> = recs.iter().map(|r| r.id.as_str()).collect();
+    // Before the embedding (minutes for a large dump), without the lock; again under it.
+    // Without a MANIFEST, one is recovered with `memory_lsn` 0 below (and committed): the
+    // check comes first, so a refusal changes nothing.
+    let done = match IndexManifest::read(out) {
+        Ok(m) => Some(m.memory_lsn),
+        Err(_) if !out.join(format::manifest::MANIFEST).exists() => Some(0),
+        Err(_) => None, // the open below says what is wrong with it
+    };
+    if let Some(done) = done {
+        refuse_unflushed_writes(file, out, done, &ids)?;
+    }
+    drop(ids);
     let dim = embedder.dim();
     let t = Instant::now();
     let mut vectors = Vec::with_capacity(recs.len() * dim);
@@ -266,6 +348,11 @@ pub fn ingest(
             model: embedder.model_id().to_string(),
         });
     }
+    // Under the directory lock no flush moves `memory_lsn`; a write a running queryd logs
+    // after this check is concurrent with the ingest, and ordered after it.
+    let ids: std::collections::HashSet<&str> = recs.iter().map(|r| r.id.as_str()).collect();
+    refuse_unflushed_writes(file, out, m.memory_lsn, &ids)?;
+    drop(ids);
     let t = Instant::now();
     let need: Vec<usize> = (0..recs.len()).filter(|&i| !has_similar[i]).collect();
     if !need.is_empty() {
@@ -333,5 +420,81 @@ mod tests {
             let e = parse_dump(p, dump).unwrap_err().to_string();
             assert!(e.contains(want), "{dump}: {e}");
         }
+    }
+
+    fn logged(ops: &[(u64, &str, bool, bool)]) -> Vec<u8> {
+        use format::walrec::{encode, WalOp};
+        let mut b = format::walhead::encode(&format::walhead::LogModel {
+            id: "m".into(),
+            dim: 2,
+        });
+        for &(lsn, id, put, last) in ops {
+            let op = if put {
+                let mut r = parse_dump(Path::new("d"), "{\"text\": \"x\"}")
+                    .unwrap()
+                    .remove(0)
+                    .0;
+                r.id = id.into();
+                WalOp::Put {
+                    record: Box::new(r),
+                    vector: vec![0.5, 0.5],
+                }
+            } else {
+                WalOp::Delete { id: id.into() }
+            };
+            b.extend(encode(lsn, &op, last));
+        }
+        b
+    }
+
+    /// Writes to the dump's ids that the log holds past `memory_lsn` refuse the ingest and
+    /// are named; flushed ones, other ids and a batch cut short at the end do not; a log that
+    /// cannot be read through refuses it with the repair to run.
+    #[test]
+    fn unflushed_writes_to_the_dumps_ids_refuse_the_ingest() {
+        let d = tempfile::tempdir().unwrap();
+        let dump = Path::new("dump.jsonl");
+        let ids: std::collections::HashSet<&str> = ["a", "b", "c"].into_iter().collect();
+        let check = |log: &[u8], lsn: u64| {
+            std::fs::write(d.path().join("memory.wal"), log).unwrap();
+            refuse_unflushed_writes(dump, d.path(), lsn, &ids).map_err(|e| e.to_string())
+        };
+        refuse_unflushed_writes(dump, d.path(), 0, &ids).unwrap(); // no log at all
+        let log = logged(&[
+            (4, "a", true, true),
+            (5, "b", false, false),
+            (6, "x", true, true),
+        ]);
+        check(&log, 6).unwrap(); // all flushed
+        let e = check(&log, 4).unwrap_err();
+        assert!(
+            e.contains("1 of its memories (b)") && e.contains("queryd flush --index"),
+            "{e}"
+        );
+        let e = check(&log, 0).unwrap_err();
+        assert!(e.contains("2 of its memories (a, b)"), "{e}");
+        check(&logged(&[(7, "x", true, true), (8, "y", false, true)]), 0).unwrap();
+        // A batch without its end at the end of the log: not a write.
+        let mut torn = logged(&[(7, "x", true, true), (8, "a", true, false)]);
+        check(&torn, 0).unwrap();
+        torn.truncate(torn.len() - 3);
+        check(&torn, 0).unwrap();
+        // A damaged record with valid ones after it.
+        let mut bad = logged(&[
+            (7, "x", true, true),
+            (8, "y", true, true),
+            (9, "z", false, true),
+        ]);
+        let h = format::walhead::encode(&format::walhead::LogModel {
+            id: "m".into(),
+            dim: 2,
+        })
+        .len();
+        bad[h + 20] ^= 1;
+        let e = check(&bad, 0).unwrap_err();
+        assert!(e.contains("damaged") && e.contains("repair-wal"), "{e}");
+        let e = check(b"NOTALOG!rest", 0).unwrap_err();
+        assert!(e.contains("damaged") && e.contains("repair-wal"), "{e}");
+        check(b"CIXW", 0).unwrap(); // a header cut short: no record
     }
 }

@@ -124,6 +124,20 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write the memories still only in the log (memory.wal) into a memory segment and empty
+    /// the log, as a server does every --memory-flush-at writes and at shutdown. Refuses while
+    /// a queryd holds the log (stopping it flushes).
+    Flush {
+        /// Index directory.
+        #[arg(long)]
+        index: PathBuf,
+        /// Model directory (default: $CIX_MODEL_DIR, else ./models/all-MiniLM-L6-v2).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run one query and print ranked results.
     Search(SearchArgs),
     /// Re-check memories' code references and record which are stale (a git post-commit hook
@@ -225,6 +239,7 @@ fn run() -> anyhow::Result<()> {
             index_flag,
             json,
         } => repair_wal(&index.or(index_flag).expect("clap requires one"), json),
+        Cmd::Flush { index, model, json } => flush_cmd(&index, model, json),
         Cmd::Search(a) => search_cmd(a),
         Cmd::Staleness {
             index,
@@ -233,6 +248,36 @@ fn run() -> anyhow::Result<()> {
             json,
         } => staleness_cmd(&index, model, changed_files, json),
     }
+}
+
+fn flush_cmd(index: &Path, model: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let model = kernels::resolve_model_dir(model);
+    let e = engine::Engine::open(index, &model)
+        .with_context(|| format!("opening {}", index.display()))?;
+    if let Some(why) = e.memory_writes_disabled() {
+        anyhow::bail!("cannot flush the memory log: {why}");
+    }
+    let r = e
+        .flush_memories()
+        .map_err(|err| anyhow::anyhow!("flush failed (the log keeps the writes): {err}"))?;
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        match r {
+            Some(r) => match &r.segment {
+                Some(seg) => eprintln!(
+                    "queryd: flushed {} memories into segment {seg} ({} merged from older segments, {} older copies tombstoned; generation {})",
+                    r.memories, r.merged, r.tombstoned, r.generation
+                ),
+                None => eprintln!(
+                    "queryd: flushed the log's deletions ({} copies tombstoned; generation {})",
+                    r.tombstoned, r.generation
+                ),
+            },
+            None => eprintln!("queryd: nothing to flush: every memory write is in a segment"),
+        }
+    }
+    Ok(())
 }
 
 fn staleness_cmd(

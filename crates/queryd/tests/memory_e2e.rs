@@ -1043,3 +1043,121 @@ async fn rebuild_and_a_missing_manifest_keep_every_memory() {
     assert_eq!(memory_segments_in(&ix.index), 2);
     assert_same_memories(&ix.index, &before, "after a build without a MANIFEST");
 }
+
+/// A dump ingested while `memory.wal` holds unflushed writes (an update and a delete) to
+/// memories the dump also holds is refused, naming them and `queryd flush`, and changes
+/// nothing: those older writes would otherwise shadow the dump's copies at replay, and the
+/// next flush would tombstone them. A dump of other ids goes in; after `queryd flush` the
+/// refused dump does too, and its copies are the ones served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_is_not_undone_by_older_writes_in_the_log() {
+    let (ix, _) = index_with_segments_and_log().await;
+    let index = ix.index.to_str().unwrap();
+    let wal = std::fs::read(ix.index.join("memory.wal")).unwrap();
+    let header = match format::walhead::parse(&wal) {
+        format::walhead::WalHeader::Complete { len, .. } => len,
+        h => panic!("{h:?}"),
+    };
+    let (mut updated, mut deleted) = (None, None);
+    for r in format::walrec::salvage(&wal, header).recs {
+        match r.op {
+            format::walrec::WalOp::Put { record, .. } if record.text.contains("updated") => {
+                updated = Some(record.id)
+            }
+            format::walrec::WalOp::Delete { id } => deleted = Some(id),
+            _ => {}
+        }
+    }
+    let (updated, deleted) = (updated.unwrap(), deleted.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let dump = dir.path().join("restore.jsonl");
+    std::fs::write(
+        &dump,
+        format!(
+            "{{\"id\": \"{updated}\", \"text\": \"restored from a dump: gizmo calibration\"}}\n\
+             {{\"id\": \"{deleted}\", \"text\": \"restored from a dump: gizmo storage\"}}\n"
+        ),
+    )
+    .unwrap();
+    let manifest = std::fs::read(ix.index.join("MANIFEST")).unwrap();
+    let before = export_lines(&ix.index);
+    let o = indexer(&[
+        "build",
+        "--memories",
+        dump.to_str().unwrap(),
+        "--out",
+        index,
+    ]);
+    assert!(!o.status.success(), "{}", described("ingest", &o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("2 of its memories")
+            && err.contains(&updated)
+            && err.contains(&deleted)
+            && err.contains("queryd flush --index"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(ix.index.join("MANIFEST")).unwrap(), manifest);
+    assert_eq!(std::fs::read(ix.index.join("memory.wal")).unwrap(), wal);
+    assert_eq!(export_lines(&ix.index), before);
+
+    // Other ids: nothing to refuse.
+    let other = dir.path().join("other.jsonl");
+    std::fs::write(&other, "{\"text\": \"a memory no log write touches\"}\n").unwrap();
+    let o = indexer(&[
+        "build",
+        "--memories",
+        other.to_str().unwrap(),
+        "--out",
+        index,
+    ]);
+    assert!(
+        o.status.success(),
+        "{}",
+        described("ingest of other ids", &o)
+    );
+
+    let flush = || {
+        std::process::Command::new(BIN)
+            .args(["flush", "--index", index])
+            .env("CIX_MODEL_DIR", common::model_dir())
+            .output()
+            .unwrap()
+    };
+    let o = flush();
+    assert!(o.status.success(), "{}", described("queryd flush", &o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("flushed 2 memories"),
+        "{}",
+        described("queryd flush", &o)
+    );
+    assert!(!format::manifest::memory_wal_holds_records(&ix.index));
+    let o = flush();
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stderr).contains("nothing to flush"),
+        "{}",
+        described("second queryd flush", &o)
+    );
+
+    let o = indexer(&[
+        "build",
+        "--memories",
+        dump.to_str().unwrap(),
+        "--out",
+        index,
+    ]);
+    assert!(
+        o.status.success(),
+        "{}",
+        described("ingest after the flush", &o)
+    );
+    let (c, pid) = start(&ix.index, &[]).await;
+    let all = list_all(&c).await;
+    for (id, text) in [(&updated, "gizmo calibration"), (&deleted, "gizmo storage")] {
+        let m: Vec<&Value> = all.iter().filter(|m| m["id"] == json!(id)).collect();
+        assert_eq!(m.len(), 1, "{all:#?}");
+        assert_eq!(m[0]["text"], format!("restored from a dump: {text}"));
+    }
+    drop(c);
+    kill9(pid);
+}

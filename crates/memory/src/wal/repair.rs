@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::{holder_pid, salvage, sync_parent, Found, WalError, WalOp, MAGIC, WAL_FILE};
+use super::{holder_pid, sync_parent, WalError, WalOp, MAGIC, WAL_FILE};
 use format::walhead::{self, WalHeader};
+use format::walrec::{record_at, salvage, Found};
 
 /// Records lost in one damaged stretch of the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -156,7 +157,7 @@ pub fn repair(dir: &Path) -> Result<RepairReport, WalError> {
             // lands on a record names it (read as well as the damage allows); one that cannot
             // be read gets a model no index has (its records are then kept out of search until
             // exported); the bare magic of an older log names none, as before.
-            match walhead::declared_len(&original).filter(|&h| super::record_at(&b, h, 0).is_ok()) {
+            match walhead::declared_len(&original).filter(|&h| record_at(&b, h, 0).is_ok()) {
                 Some(h) => {
                     let m = walhead::damaged_model(&original).expect("a declared length");
                     report.header_model = Some(m.to_string());

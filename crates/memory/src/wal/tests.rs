@@ -1,6 +1,7 @@
 //! Tests of the memory log: records, torn tails and damage, the header, the holder.
 
 use super::*;
+use format::memory::MemoryRecord;
 
 pub(super) fn rec(i: u32) -> MemoryRecord {
     MemoryRecord {
