@@ -129,18 +129,56 @@ pub fn walk_builder(root: &Path, no_ignore: bool, hidden: bool) -> ignore::WalkB
 /// Whether the walk of `root` ([`walk_builder`] with the root's recorded rules) reaches the
 /// file `rel` (repository-relative): `false` for a file its ignore rules exclude, one that is
 /// hidden or under a hidden or ignored directory, one inside `.git`, and one that does not
-/// exist. Only the directories on the way to the file are read.
+/// exist, and one that resolves through a symlink to a place inside the root that the same
+/// rules leave out ([`link_target_admitted`]). Only the directories on the way to the file
+/// (and to its target) are read.
 pub fn walk_admits(root: &RootEntry, rel: &str) -> bool {
     let base = Path::new(&root.path);
     let target = base.join(rel);
-    let mut b = walk_builder(base, root.no_ignore, root.hidden);
-    let chain = target.clone();
+    walk_reaches(base, root.no_ignore, root.hidden, &target)
+        .is_some_and(|t| t.is_file() || t.is_symlink())
+        && link_target_admitted(base, root.no_ignore, root.hidden, &target)
+}
+
+/// What the walk of `base` ([`walk_builder`] with these rules) finds at `target` (a path
+/// under `base`, as the walk names it), if it reaches it: only the directories on the way
+/// are read.
+fn walk_reaches(
+    base: &Path,
+    no_ignore: bool,
+    hidden: bool,
+    target: &Path,
+) -> Option<std::fs::FileType> {
+    let mut b = walk_builder(base, no_ignore, hidden);
+    let chain = target.to_path_buf();
     b.filter_entry(move |e| {
         e.depth() == 0 || (e.file_name() != ".git" && chain.starts_with(e.path()))
     });
     b.build()
         .flatten()
-        .any(|e| e.path() == target && e.file_type().is_some_and(|t| t.is_file() || t.is_symlink()))
+        .find(|e| e.path() == target)
+        .and_then(|e| e.file_type())
+}
+
+/// Whether the path `at` under `base`, when it resolves through a symlink (its own or a
+/// linked directory's) to another place inside `base`, is admitted there too by the same
+/// rules: the walk judges a link by its own name, and `notes.py -> .env` or `docs ->
+/// .private/` would otherwise let in what the ignore rules or the hidden-file rule keep out.
+/// A path that resolves to itself, outside `base` (the confinement rule decides) or nowhere
+/// passes.
+pub fn link_target_admitted(base: &Path, no_ignore: bool, hidden: bool, at: &Path) -> bool {
+    let (Ok(canon_base), Ok(real)) = (std::fs::canonicalize(base), std::fs::canonicalize(at))
+    else {
+        return true;
+    };
+    let Ok(rel) = real.strip_prefix(&canon_base) else {
+        return true;
+    };
+    let as_named = at.strip_prefix(base).map(|r| canon_base.join(r));
+    if as_named.as_deref() == Ok(real.as_path()) || rel.as_os_str().is_empty() {
+        return true;
+    }
+    walk_reaches(&canon_base, no_ignore, hidden, &real).is_some()
 }
 
 /// Confines `path` (already trimmed by the caller as it wants) to one of `roots` (not empty).
@@ -343,6 +381,16 @@ mod tests {
             std::fs::create_dir_all(f.parent().unwrap()).unwrap();
             std::fs::write(f, text).unwrap();
         }
+        // Links are judged by their targets too.
+        for (link, to) in [
+            ("l_a.rs", "a.rs"),
+            ("l_env.rs", ".env"),
+            ("l_ignored.rs", "ignored.rs"),
+            ("l_build", "build"),
+            ("l_git.rs", ".git/config"),
+        ] {
+            std::os::unix::fs::symlink(to, r.join(link)).unwrap();
+        }
         let mut e = root("repo", r);
         let admitted = |e: &RootEntry| -> Vec<&str> {
             [
@@ -355,16 +403,29 @@ mod tests {
                 ".git/config",
                 "missing.rs",
                 "sub",
+                "l_a.rs",
+                "l_env.rs",
+                "l_ignored.rs",
+                "l_build/gen.rs",
+                "l_git.rs",
             ]
             .into_iter()
             .filter(|p| walk_admits(e, p))
             .collect()
         };
-        assert_eq!(admitted(&e), ["a.rs", "sub/b.rs"]);
+        assert_eq!(admitted(&e), ["a.rs", "sub/b.rs", "l_a.rs"]);
         e.no_ignore = true;
         assert_eq!(
             admitted(&e),
-            ["a.rs", "sub/b.rs", "ignored.rs", "build/gen.rs"]
+            [
+                "a.rs",
+                "sub/b.rs",
+                "ignored.rs",
+                "build/gen.rs",
+                "l_a.rs",
+                "l_ignored.rs",
+                "l_build/gen.rs"
+            ]
         );
         e.hidden = true;
         assert_eq!(
@@ -375,10 +436,24 @@ mod tests {
                 "ignored.rs",
                 "build/gen.rs",
                 ".hidden/h.rs",
-                ".env"
+                ".env",
+                "l_a.rs",
+                "l_env.rs",
+                "l_ignored.rs",
+                "l_build/gen.rs"
             ]
         );
         e.no_ignore = false;
-        assert_eq!(admitted(&e), ["a.rs", "sub/b.rs", ".hidden/h.rs", ".env"]);
+        assert_eq!(
+            admitted(&e),
+            [
+                "a.rs",
+                "sub/b.rs",
+                ".hidden/h.rs",
+                ".env",
+                "l_a.rs",
+                "l_env.rs"
+            ]
+        );
     }
 }

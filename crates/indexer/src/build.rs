@@ -510,6 +510,15 @@ fn walk_roots(
                     target.display()
                 ));
             }
+            if *reason == SkipReason::LinkToExcluded {
+                let target = std::fs::read_link(path).unwrap_or_default();
+                report.warnings.push(format!(
+                    "{}: a symbolic link to {}, which the ignore rules or the hidden-file rule \
+                     leave out (--no-ignore / --hidden let it in)",
+                    path.display(),
+                    target.display()
+                ));
+            }
         }
         report.errors.extend(w.errors);
         if !w.outside.is_empty() {

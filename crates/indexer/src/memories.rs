@@ -228,7 +228,8 @@ pub fn refuse_unflushed_writes(
     };
     let repair = |why: &str| {
         refuse(format!(
-            "the memory log {} is damaged ({why}), so which memories it still writes to is              unknown; stop queryd, run `queryd repair-wal --index {}`, then ingest again",
+            "the memory log {} is damaged ({why}), so which memories it still writes to is \
+             unknown; stop queryd, run `queryd repair-wal --index {}`, then ingest again",
             log.display(),
             dir.display()
         ))
@@ -263,7 +264,11 @@ pub fn refuse_unflushed_writes(
         named.push_str(&format!(" and {} more", hit.len() - SHOWN));
     }
     Err(refuse(format!(
-        "{n} of its memories ({named}) have writes in {log} that are not yet in a memory          segment; ingested now, the dump's copies would be replaced by those older writes when          queryd next flushes. Flush the log first with `queryd flush --index {dir}` (a running          queryd holds it: stop it, and it flushes at shutdown), or leave these ids out of the          dump",
+        "{n} of its memories ({named}) have writes in {log} that are not yet in a memory \
+         segment; ingested now, the dump's copies would be replaced by those older writes when \
+         queryd next flushes. Flush the log first with `queryd flush --index {dir}` (a running \
+         queryd holds it: stop it, and it flushes at shutdown), or leave these ids out of the \
+         dump",
         n = hit.len(),
         log = log.display(),
         dir = dir.display()

@@ -32,6 +32,10 @@ pub enum SkipReason {
     /// A symlink whose target does not exist: nothing to read (named in the summary's
     /// warnings, not an error).
     DanglingLink,
+    /// A symlink to a file or directory inside the root that the walk's rules leave out
+    /// (`notes.py -> .env`): followed, it would index under the link's name what the ignore
+    /// rules or the hidden-file rule keep out (named in the summary's warnings).
+    LinkToExcluded,
 }
 
 /// Which symlinks the walk follows.
@@ -65,6 +69,7 @@ impl SkipReason {
             SkipReason::Unreadable => "unreadable",
             SkipReason::OutsideRoot => "outside root",
             SkipReason::DanglingLink => "dangling symlink",
+            SkipReason::LinkToExcluded => "symlink to an excluded path",
         }
     }
 }
@@ -194,11 +199,14 @@ pub fn walk(
         Symlinks::FollowExternal => None,
     };
     let outside: Arc<Mutex<Vec<(PathBuf, PathBuf)>>> = Arc::default();
+    let excluded: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
     let mut builder = format::roots::walk_builder(root, rules.no_ignore, rules.hidden);
     let limit = confined_to.clone();
     let seen_outside = Arc::clone(&outside);
-    // Pruned here, a `.git` directory or a directory link leading outside is never descended
-    // into.
+    let seen_excluded = Arc::clone(&excluded);
+    let link_base = base.clone();
+    // Pruned here, a `.git` directory, a directory link leading outside and a link to an
+    // excluded place inside the root are never descended into.
     builder.filter_entry(move |e| {
         if e.depth() == 0 {
             return true;
@@ -206,20 +214,34 @@ pub fn walk(
         if e.file_name() == ".git" {
             return false;
         }
-        let Some(limit) = &limit else { return true };
         if !e.path_is_symlink() {
             return true;
         }
-        match resolve_within(limit, e.path()) {
-            Resolution::Outside(target) => {
-                seen_outside
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((e.path().to_path_buf(), target));
-                false
+        if let Some(limit) = &limit {
+            match resolve_within(limit, e.path()) {
+                Resolution::Outside(target) => {
+                    seen_outside
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((e.path().to_path_buf(), target));
+                    return false;
+                }
+                Resolution::Missing => return true,
+                Resolution::Inside(_) => {}
             }
-            Resolution::Inside(_) | Resolution::Missing => true,
         }
+        // The link's target is judged by the same rules as the link's name. (Files under a
+        // linked directory are judged by the directory: a rule in the target's own parent
+        // directories naming such a file by its full path is not applied.)
+        if !format::roots::link_target_admitted(&link_base, rules.no_ignore, rules.hidden, e.path())
+        {
+            seen_excluded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.path().to_path_buf());
+            return false;
+        }
+        true
     });
     for entry in builder.build() {
         let entry = match entry {
@@ -296,6 +318,11 @@ pub fn walk(
         out.skipped.push((link.clone(), SkipReason::OutsideRoot));
     }
     out.outside = outside;
+    let mut excluded = std::mem::take(&mut *excluded.lock().unwrap_or_else(|p| p.into_inner()));
+    excluded.sort();
+    for link in excluded {
+        out.skipped.push((link, SkipReason::LinkToExcluded));
+    }
     out
 }
 
@@ -637,6 +664,84 @@ mod tests {
                 "{symlinks:?}"
             );
         }
+    }
+
+    /// A symlink inside the root is judged by its target's place too: a link to a hidden
+    /// file, into an ignored directory, or to a hidden directory is skipped and named, in
+    /// either symlink mode, until the rule that excludes the target is lifted; a link to an
+    /// admitted file is followed.
+    #[test]
+    fn links_to_excluded_places_inside_the_root_are_not_followed() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        for dir in ["src", "build", ".private"] {
+            std::fs::create_dir_all(repo.join(dir)).unwrap();
+        }
+        std::fs::write(repo.join(".gitignore"), "build/\n").unwrap();
+        std::fs::write(repo.join(".env"), "TOKEN = 'x'\n").unwrap();
+        std::fs::write(repo.join("build/gen.py"), "SECRET = 1\n").unwrap();
+        std::fs::write(repo.join(".private/notes.py"), "KEY = 2\n").unwrap();
+        std::fs::write(repo.join("src/a.py"), "def a():\n    pass\n").unwrap();
+        symlink(".env", repo.join("settings.py")).unwrap();
+        symlink("build/gen.py", repo.join("gen.py")).unwrap();
+        symlink(".private", repo.join("docs")).unwrap();
+        symlink("src/a.py", repo.join("alias.py")).unwrap();
+        let names = |out: &WalkOutput| -> Vec<String> {
+            out.candidates.iter().map(|c| c.rel_path.clone()).collect()
+        };
+        for symlinks in [Symlinks::Confined, Symlinks::FollowExternal] {
+            let out = walk(
+                &repo,
+                "r",
+                DEFAULT_MAX_FILE_BYTES,
+                symlinks,
+                Rules::default(),
+            );
+            assert_eq!(names(&out), ["alias.py", "src/a.py"], "{symlinks:?}");
+            assert_eq!(
+                skipped_names(&out, SkipReason::LinkToExcluded),
+                ["docs", "gen.py", "settings.py"],
+                "{symlinks:?}"
+            );
+        }
+        let out = walk(
+            &repo,
+            "r",
+            DEFAULT_MAX_FILE_BYTES,
+            Symlinks::Confined,
+            Rules {
+                no_ignore: true,
+                hidden: false,
+            },
+        );
+        assert_eq!(
+            names(&out),
+            ["alias.py", "build/gen.py", "gen.py", "src/a.py"]
+        );
+        let out = walk(
+            &repo,
+            "r",
+            DEFAULT_MAX_FILE_BYTES,
+            Symlinks::Confined,
+            Rules {
+                no_ignore: false,
+                hidden: true,
+            },
+        );
+        assert_eq!(
+            names(&out),
+            [
+                ".env",
+                ".gitignore",
+                ".private/notes.py",
+                "alias.py",
+                "docs/notes.py",
+                "settings.py",
+                "src/a.py"
+            ]
+        );
+        assert!(skipped_names(&out, SkipReason::LinkToExcluded) == ["gen.py"]);
     }
 
     /// Links leading outside the root (to a file, to a directory) are skipped as

@@ -28,7 +28,9 @@ fn described(what: &str, o: &Output) -> String {
 
 /// A repository linking to a file and a directory outside it: `indexer build` skips both as
 /// `outside root` (naming them), and `queryd search` for a word only they hold finds nothing;
-/// with `--follow-external-symlinks` the same search finds it.
+/// with `--follow-external-symlinks` the same search finds it. Links inside it to a hidden file
+/// and into a git-ignored directory are skipped in either mode (named), until `--hidden
+/// --no-ignore` lets their targets in.
 #[cfg(unix)]
 #[test]
 fn symlinks_out_of_the_repository_are_not_indexed() {
@@ -50,6 +52,16 @@ fn symlinks_out_of_the_repository_are_not_indexed() {
     std::fs::write(repo.join("app.py"), "def main():\n    return 1\n").unwrap();
     std::os::unix::fs::symlink(outside.join("passwd.py"), repo.join("passwd.py")).unwrap();
     std::os::unix::fs::symlink(outside.join("lib"), repo.join("vendor")).unwrap();
+    std::fs::create_dir_all(repo.join("secrets")).unwrap();
+    std::fs::write(repo.join(".gitignore"), "secrets/\n").unwrap();
+    std::fs::write(repo.join(".env"), "TOKEN = 'ptarmigan_env_secret'\n").unwrap();
+    std::fs::write(
+        repo.join("secrets/keys.py"),
+        "KEY = 'quillwort_ignored_key'\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(".env", repo.join("settings.py")).unwrap();
+    std::os::unix::fs::symlink("secrets/keys.py", repo.join("keys.py")).unwrap();
     let indexer = cix_tests::sibling_bin(BIN, "indexer");
     let index = tmp.path().join("index");
     let (repo_s, index_s) = (repo.to_str().unwrap(), index.to_str().unwrap());
@@ -57,13 +69,25 @@ fn symlinks_out_of_the_repository_are_not_indexed() {
     let o = run(&indexer, &["build", repo_s, "--out", index_s, "--quiet"]);
     assert!(o.status.success(), "{}", described("build", &o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("2 outside root"), "{}", described("build", &o));
+    assert!(
+        out.contains("2 outside root") && out.contains("2 symlink to an excluded path"),
+        "{}",
+        described("build", &o)
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("passwd.py") && err.contains("vendor") && err.contains("outside the root"),
         "{}",
         described("build", &o)
     );
+    for link in ["settings.py", "keys.py"] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(link) && l.contains("hidden-file rule leave out")),
+            "{}",
+            described("build", &o)
+        );
+    }
     let search = |word: &str| {
         let o = run(
             Path::new(BIN),
@@ -83,6 +107,16 @@ fn symlinks_out_of_the_repository_are_not_indexed() {
             "{word} leaked: {hits}"
         );
     }
+    let excluded_unfound = |what: &str| {
+        for word in ["ptarmigan_env_secret", "quillwort_ignored_key"] {
+            let hits = search(word);
+            assert!(
+                !hits.contains(word) && !hits.contains("settings.py") && !hits.contains("keys.py"),
+                "{what}: {word} leaked: {hits}"
+            );
+        }
+    };
+    excluded_unfound("default build");
 
     // Asked for explicitly, the links are followed.
     let o = run(
@@ -103,6 +137,27 @@ fn symlinks_out_of_the_repository_are_not_indexed() {
     );
     assert!(search("xylophagous_quokka_secret").contains("passwd.py"));
     assert!(search("gallimaufry_vendored_helper").contains("vendor/vendored.py"));
+    excluded_unfound("--follow-external-symlinks");
+
+    let o = run(
+        &indexer,
+        &[
+            "build",
+            repo_s,
+            "--out",
+            index_s,
+            "--quiet",
+            "--hidden",
+            "--no-ignore",
+        ],
+    );
+    assert!(
+        o.status.success(),
+        "{}",
+        described("build --hidden --no-ignore", &o)
+    );
+    assert!(search("ptarmigan_env_secret").contains("settings.py"));
+    assert!(search("quillwort_ignored_key").contains("keys.py"));
 }
 
 /// `--device`: `queryd search --device cpu` embeds on the CPU and answers; in a build without

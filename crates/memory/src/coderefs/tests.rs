@@ -406,6 +406,13 @@ fn stored_references_to_ignored_files_are_not_read() {
         other => panic!("{other:?}"),
     }
     assert_eq!(fx.cache.held().0, 0, "nothing was read");
+    // Nor through a link whose own name the rules admit.
+    std::os::unix::fs::symlink(".env", d.path().join("notes.py")).unwrap();
+    match fx.check(&code_ref("notes.py", 1, 1, guess.clone())) {
+        RefStatus::Unverified { reason } => assert!(reason.contains("notes.py"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fx.cache.held().0, 0, "nothing was read through the link");
     // The same lines in a file the walk admits are checked as usual.
     assert!(
         matches!(
