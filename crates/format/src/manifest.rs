@@ -6,6 +6,7 @@
 //! opened the previous generation keep their memory maps; [`Index::collect_garbage`] only
 //! unlinks what no manifest names.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use roaring::RoaringBitmap;
@@ -90,6 +91,14 @@ pub struct IndexManifest {
     /// locally (its segment dropped or merged away) does not come back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pulled_memory_segments: Vec<String>,
+    /// Memories deleted here (`delete_memories`, recorded when the deletion is flushed into
+    /// tombstones), with when (Unix ms): a pull does not add a remote copy of one unless that
+    /// copy was updated later. A remote segment can hold such a memory under an id this index
+    /// never saw, when the machine that pulled it merged its memory segments into a new one
+    /// and pushed that. A memory written again with the same id (an ingest, a later put) leaves
+    /// the list; nothing else does. Never pushed: only this machine's pulls read it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deleted_memories: BTreeMap<String, i64>,
 }
 
 /// A repository root the index was built from, with the walk rules it was built with, so a
@@ -167,6 +176,7 @@ impl IndexManifest {
             memory_lsn: 0,
             roots: Vec::new(),
             pulled_memory_segments: Vec::new(),
+            deleted_memories: BTreeMap::new(),
         }
     }
 

@@ -532,6 +532,17 @@ pub fn flush(
         });
         segment = Some(id);
     }
+    // Deletions are remembered, so that a pull does not bring them back in another
+    // machine's merged segment; a memory written again leaves the list.
+    let now = format::memory::now_ms();
+    for id in cur.delta.shadowed.iter() {
+        if !cur.delta.entries.contains_key(id.as_str()) {
+            m.deleted_memories.insert(id.clone(), now);
+        }
+    }
+    for id in cur.delta.entries.keys() {
+        m.deleted_memories.remove(id.as_str());
+    }
     m.memory_lsn = cur.delta.last_lsn;
     m.generation = generation;
     // From the commit on, a failure leaves disk ahead of memory: the log's records are in

@@ -741,6 +741,130 @@ fn pushed_memories_arrive_once_and_local_deletes_stay_deleted() {
     );
 }
 
+/// The live memories of `dir` (segments and log), by id: text.
+fn memories_of(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    memory::store::export(dir)
+        .unwrap()
+        .memories
+        .into_iter()
+        .map(|m| (m.id, m.text))
+        .collect()
+}
+
+/// A memory deleted on one machine does not come back when another machine, which had pulled
+/// it, merges its memory segments (a new segment id holding it) and pushes them: the pull
+/// leaves that copy out (`memories_deleted_here`), while the other machine's new memories
+/// arrive. A copy updated after the deletion does come back, and leaves the deletion list.
+#[test]
+fn a_memory_deleted_here_does_not_return_in_another_machines_merged_segment() {
+    use engine::tools::memory::args::{AddMemoriesArgs, DeleteMemoriesArgs, UpdateMemoryArgs};
+    use serde_json::json;
+    let ix = cix_tests::indexed_fixture();
+    let dump = ix.tmp.path().join("team.jsonl");
+    std::fs::write(
+        &dump,
+        "{\"text\": \"the team agreed to keep retries at three\"}\n\
+         {\"text\": \"deploys happen on tuesdays only\"}\n",
+    )
+    .unwrap();
+    indexer_bin(&[
+        "build".as_ref(),
+        "--memories".as_ref(),
+        dump.as_os_str(),
+        "--out".as_ref(),
+        ix.index.as_os_str(),
+    ]);
+    let store = ix.tmp.path().join("store");
+    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
+    let with = PushOptions {
+        with_memories: true,
+        ..PushOptions::default()
+    };
+    assert!(sync::push(&ix.index, &remote, &with).unwrap().committed);
+    let b = ix.tmp.path().join("b");
+    pull(&remote, &b);
+    let team = memories_of(&ix.index);
+    assert_eq!(memories_of(&b), team);
+    let retries = team
+        .iter()
+        .find(|(_, t)| t.contains("retries"))
+        .map(|(id, _)| id.clone())
+        .unwrap();
+
+    // A deletes it.
+    let model = cix_tests::model_dir();
+    let a_engine = engine::Engine::open(&ix.index, &model).unwrap();
+    let del: DeleteMemoriesArgs = serde_json::from_value(json!({"ids": [retries]})).unwrap();
+    a_engine.delete_memories(&del).unwrap();
+    a_engine.flush_memories().unwrap().unwrap();
+    drop(a_engine);
+    let a_manifest = format::IndexManifest::read(&ix.index).unwrap();
+    assert!(
+        a_manifest.deleted_memories.contains_key(&retries),
+        "{a_manifest:?}"
+    );
+
+    // B writes memories of its own, one flush each, until a flush merges its memory segments
+    // (the pulled one included) into one new segment.
+    let pulled = format::IndexManifest::read(&b).unwrap().memory_segments[0]
+        .id
+        .clone();
+    let b_engine = engine::Engine::open(&b, &model).unwrap();
+    let mut mine = 0;
+    while format::IndexManifest::read(&b)
+        .unwrap()
+        .memory_segments
+        .iter()
+        .any(|s| s.id == pulled)
+    {
+        let add: AddMemoriesArgs = serde_json::from_value(
+            json!({"memories": [{"text": format!("b's own note number {mine} about caches")}]}),
+        )
+        .unwrap();
+        b_engine.add_memories(&add).unwrap();
+        b_engine.flush_memories().unwrap().unwrap();
+        mine += 1;
+        assert!(mine <= 20, "no merge after {mine} flushes");
+    }
+    let b_manifest = format::IndexManifest::read(&b).unwrap();
+    assert_eq!(b_manifest.memory_segments.len(), 1, "{b_manifest:?}");
+    assert!(memories_of(&b).contains_key(&retries));
+    assert!(sync::push(&b, &remote, &with).unwrap().committed);
+
+    let p = pull(&remote, &ix.index);
+    assert_eq!(p.memory_segments_added, 1, "{p:?}");
+    assert_eq!(p.memories_deleted_here, 1, "{p:?}");
+    let a_now = memories_of(&ix.index);
+    assert!(!a_now.contains_key(&retries), "a deleted memory came back");
+    assert_eq!(a_now.len(), 1 + mine, "{a_now:?}");
+    assert!(format::IndexManifest::read(&ix.index)
+        .unwrap()
+        .deleted_memories
+        .contains_key(&retries));
+
+    // Updated on B after A deleted it: the newer copy wins.
+    std::thread::sleep(Duration::from_millis(5));
+    let upd: UpdateMemoryArgs = serde_json::from_value(
+        json!({"id": retries, "text": "the team agreed to keep retries at five"}),
+    )
+    .unwrap();
+    b_engine.update_memory(&upd).unwrap();
+    b_engine.flush_memories().unwrap().unwrap();
+    drop(b_engine);
+    assert!(sync::push(&b, &remote, &with).unwrap().committed);
+    let p = pull(&remote, &ix.index);
+    assert_eq!(p.memories_deleted_here, 0, "{p:?}");
+    let a_now = memories_of(&ix.index);
+    assert_eq!(
+        a_now.get(&retries).map(String::as_str),
+        Some("the team agreed to keep retries at five")
+    );
+    assert!(!format::IndexManifest::read(&ix.index)
+        .unwrap()
+        .deleted_memories
+        .contains_key(&retries));
+}
+
 /// Memories that only the memory log holds (a server's first memories, before its first
 /// flush) count as memories: a pull of another model's index is refused and changes nothing,
 /// and so is a pull into a directory that holds a log but no MANIFEST (whatever model the

@@ -72,6 +72,9 @@ pub struct PullReport {
     pub bytes_downloaded: u64,
     /// Memory segments of the remote added to the local ones.
     pub memory_segments_added: usize,
+    /// Records of those segments left out (tombstoned) because their memory was deleted here
+    /// after its last update (`MANIFEST`'s `deleted_memories`).
+    pub memories_deleted_here: u64,
     /// Requests of the whole pull: `Stats::snapshot` order.
     pub requests: [u64; 7],
     pub seconds: f64,
@@ -358,7 +361,16 @@ fn pull_manifest(
         }
     }
     let generation = local.as_ref().map_or(0, |l| l.generation) + 1;
-    let (memory_segments, added) = merge_memories(dir, local.as_ref(), head, generation)?;
+    let merged = merge_memories(dir, local.as_ref(), head, generation)?;
+    let (memory_segments, added) = (merged.entries, merged.added);
+    report.memories_deleted_here = merged.deleted_here;
+    let mut deleted_memories = local
+        .as_ref()
+        .map(|l| l.deleted_memories.clone())
+        .unwrap_or_default();
+    for id in &merged.revived {
+        deleted_memories.remove(id);
+    }
     let mut pulled_memory_segments = local
         .as_ref()
         .map(|l| l.pulled_memory_segments.clone())
@@ -384,6 +396,7 @@ fn pull_manifest(
         memory_lsn: local.as_ref().map_or(0, |l| l.memory_lsn),
         roots,
         pulled_memory_segments,
+        deleted_memories,
     };
     new.commit(dir)?;
     report.local_generation = generation;
@@ -408,26 +421,48 @@ fn pull_manifest(
     Ok(report)
 }
 
+/// What [`merge_memories`] made of the remote's memory segments.
+struct MergedMemories {
+    /// Local memory segments, then the remote's that are new here.
+    entries: Vec<SegmentEntry>,
+    added: usize,
+    /// Records left out because their memory was deleted here after its last update.
+    deleted_here: u64,
+    /// Memories deleted here that come back: the remote's copy was updated after the deletion.
+    revived: Vec<String>,
+}
+
 /// Local memory segments plus the remote's that are new here. A remote record whose memory id
-/// is live locally (or in an earlier remote segment) is tombstoned: the local record wins.
+/// is live locally (or in an earlier remote segment) is tombstoned: the local record wins. So
+/// is one whose memory was deleted here (`deleted_memories`) at or after the record's last
+/// update: another machine that merged its memory segments re-sends, under a new segment id,
+/// the memories it once pulled, and a deletion here must not be undone by that.
 fn merge_memories(
     dir: &Path,
     local: Option<&IndexManifest>,
     head: &RemoteManifest,
     generation: u64,
-) -> Result<(Vec<SegmentEntry>, usize)> {
+) -> Result<MergedMemories> {
     let mut out: Vec<SegmentEntry> = local.map(|l| l.memory_segments.clone()).unwrap_or_default();
     let pulled: Vec<String> = local
         .map(|l| l.pulled_memory_segments.clone())
         .unwrap_or_default();
+    let deleted = local.map(|l| &l.deleted_memories);
     let new: Vec<&SegmentEntry> = head
         .index
         .memory_segments
         .iter()
         .filter(|s| !out.iter().any(|l| l.id == s.id) && !pulled.contains(&s.id))
         .collect();
+    let mut merged = MergedMemories {
+        entries: Vec::new(),
+        added: new.len(),
+        deleted_here: 0,
+        revived: Vec::new(),
+    };
     if new.is_empty() {
-        return Ok((out, 0));
+        merged.entries = out;
+        return Ok(merged);
     }
     let (model, dim) = (head.index.model_id.as_str(), head.index.dim);
     let mut live: HashSet<String> = HashSet::new();
@@ -445,7 +480,6 @@ fn merge_memories(
             }
         }
     }
-    let added = new.len();
     for e in new {
         let seg = Segment::open(dir, &e.id, model, dim)?;
         let mut dead = match &e.tombstones {
@@ -458,7 +492,18 @@ fn merge_memories(
                 if dead.contains(i as u32) {
                     continue;
                 }
-                if !live.insert(m.id.as_str().to_string()) {
+                let id = m.id.as_str();
+                if let Some(&at) = deleted.and_then(|d| d.get(id)) {
+                    if i64::from(m.updated_at) <= at {
+                        dead.insert(i as u32);
+                        merged.deleted_here += 1;
+                        continue;
+                    }
+                    if !live.contains(id) {
+                        merged.revived.push(id.to_string());
+                    }
+                }
+                if !live.insert(id.to_string()) {
                     dead.insert(i as u32);
                 }
             }
@@ -475,7 +520,8 @@ fn merge_memories(
         }
         out.push(entry);
     }
-    Ok((out, added))
+    merged.entries = out;
+    Ok(merged)
 }
 
 fn count_file(files: &AtomicU64, opts: &PullOptions) -> Result<()> {

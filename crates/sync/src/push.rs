@@ -332,6 +332,8 @@ fn remote_index(local: &IndexManifest, generation: u64, with_memories: bool) -> 
         memory_lsn: 0,
         roots: local.roots.clone(),
         pulled_memory_segments: Vec::new(),
+        // What this machine deleted stays here (it is read only by this machine's pulls).
+        deleted_memories: Default::default(),
     }
 }
 
