@@ -130,14 +130,16 @@ pub fn walk_builder(root: &Path, no_ignore: bool, hidden: bool) -> ignore::WalkB
 /// file `rel` (repository-relative): `false` for a file its ignore rules exclude, one that is
 /// hidden or under a hidden or ignored directory, one inside `.git`, and one that does not
 /// exist, and one that resolves through a symlink to a place inside the root that the same
-/// rules leave out ([`link_target_admitted`]). Only the directories on the way to the file
+/// rules leave out ([`LinkTargets`]). Only the directories on the way to the file
 /// (and to its target) are read.
 pub fn walk_admits(root: &RootEntry, rel: &str) -> bool {
     let base = Path::new(&root.path);
     let target = base.join(rel);
     walk_reaches(base, root.no_ignore, root.hidden, &target)
         .is_some_and(|t| t.is_file() || t.is_symlink())
-        && link_target_admitted(base, root.no_ignore, root.hidden, &target)
+        && LinkTargets::new(base, root.no_ignore, root.hidden)
+            .admitted(&target)
+            .is_ok()
 }
 
 /// What the walk of `base` ([`walk_builder`] with these rules) finds at `target` (a path
@@ -160,25 +162,88 @@ fn walk_reaches(
         .and_then(|e| e.file_type())
 }
 
-/// Whether the path `at` under `base`, when it resolves through a symlink (its own or a
-/// linked directory's) to another place inside `base`, is admitted there too by the same
-/// rules: the walk judges a link by its own name, and `notes.py -> .env` or `docs ->
-/// .private/` would otherwise let in what the ignore rules or the hidden-file rule keep out.
-/// A path that resolves to itself, outside `base` (the confinement rule decides) or nowhere
-/// passes.
-pub fn link_target_admitted(base: &Path, no_ignore: bool, hidden: bool, at: &Path) -> bool {
-    let (Ok(canon_base), Ok(real)) = (std::fs::canonicalize(base), std::fs::canonicalize(at))
-    else {
-        return true;
-    };
-    let Ok(rel) = real.strip_prefix(&canon_base) else {
-        return true;
-    };
-    let as_named = at.strip_prefix(base).map(|r| canon_base.join(r));
-    if as_named.as_deref() == Ok(real.as_path()) || rel.as_os_str().is_empty() {
-        return true;
+/// Judges a path that resolves through a symlink (its own, or a linked directory's) to
+/// another place inside the root by that place too: the walk judges a link by its own name,
+/// and `notes.py -> .env` or `docs -> .private/` would otherwise let in what the ignore rules,
+/// the hidden-file rule or the `.git` rule keep out. What the walk admits in each target
+/// directory is read once and kept, so many links into one directory cost one listing.
+#[derive(Debug)]
+pub struct LinkTargets {
+    base: PathBuf,
+    canon_base: Option<PathBuf>,
+    no_ignore: bool,
+    hidden: bool,
+    /// Per canonical directory: the names the walk admits in it (none when it does not reach
+    /// the directory).
+    admitted_in: std::collections::HashMap<PathBuf, std::collections::HashSet<std::ffi::OsString>>,
+}
+
+impl LinkTargets {
+    /// For the walk of `base` with these rules.
+    pub fn new(base: &Path, no_ignore: bool, hidden: bool) -> LinkTargets {
+        LinkTargets {
+            base: base.to_path_buf(),
+            canon_base: std::fs::canonicalize(base).ok(),
+            no_ignore,
+            hidden,
+            admitted_in: Default::default(),
+        }
     }
-    walk_reaches(&canon_base, no_ignore, hidden, &real).is_some()
+
+    /// `Err(target)` when `at` (a path under the base, as the walk names it) resolves to
+    /// another place inside the base that the same walk leaves out; `Ok` when it resolves to
+    /// itself, to a place the walk admits, outside the base (the confinement rule decides)
+    /// or nowhere.
+    pub fn admitted(&mut self, at: &Path) -> Result<(), PathBuf> {
+        let (Some(canon_base), Ok(real)) = (&self.canon_base, std::fs::canonicalize(at)) else {
+            return Ok(());
+        };
+        let Ok(rel) = real.strip_prefix(canon_base) else {
+            return Ok(());
+        };
+        let as_named = at.strip_prefix(&self.base).map(|r| canon_base.join(r));
+        if as_named.as_deref() == Ok(real.as_path()) || rel.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let (Some(dir), Some(name)) = (real.parent(), real.file_name()) else {
+            return Ok(());
+        };
+        if !self.admitted_in.contains_key(dir) {
+            let names = self.names_admitted_in(canon_base, dir);
+            self.admitted_in.insert(dir.to_path_buf(), names);
+        }
+        if self.admitted_in[dir].contains(name) {
+            Ok(())
+        } else {
+            Err(real)
+        }
+    }
+
+    /// The names the walk of `canon_base` admits in `dir` (a canonical directory under it):
+    /// only the directories on the way, and `dir` itself, are read.
+    fn names_admitted_in(
+        &self,
+        canon_base: &Path,
+        dir: &Path,
+    ) -> std::collections::HashSet<std::ffi::OsString> {
+        let Ok(rel) = dir.strip_prefix(canon_base) else {
+            return Default::default();
+        };
+        let depth = rel.components().count();
+        let mut b = walk_builder(canon_base, self.no_ignore, self.hidden);
+        b.max_depth(Some(depth + 1));
+        let chain = dir.to_path_buf();
+        b.filter_entry(move |e| {
+            e.depth() == 0
+                || (e.file_name() != ".git"
+                    && (chain.starts_with(e.path()) || e.path().parent() == Some(&chain)))
+        });
+        b.build()
+            .flatten()
+            .filter(|e| e.depth() == depth + 1 && e.path().parent() == Some(dir))
+            .map(|e| e.file_name().to_os_string())
+            .collect()
+    }
 }
 
 /// Confines `path` (already trimmed by the caller as it wants) to one of `roots` (not empty).

@@ -510,15 +510,11 @@ fn walk_roots(
                     target.display()
                 ));
             }
-            if *reason == SkipReason::LinkToExcluded {
-                let target = std::fs::read_link(path).unwrap_or_default();
-                report.warnings.push(format!(
-                    "{}: a symbolic link to {}, which the ignore rules or the hidden-file rule \
-                     leave out (--no-ignore / --hidden let it in)",
-                    path.display(),
-                    target.display()
-                ));
-            }
+        }
+        for (link, target) in &w.excluded_targets {
+            report
+                .warnings
+                .push(walk::excluded_target_message(link, target));
         }
         report.errors.extend(w.errors);
         if !w.outside.is_empty() {

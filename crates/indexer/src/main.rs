@@ -227,6 +227,17 @@ fn run() -> anyhow::Result<ExitCode> {
                 encoder.device_description(),
                 t.elapsed()
             ));
+            if let (true, Some(dump)) = (rebuild, &memories) {
+                // The dump is checked before the rebuild commits anything: a refusal after
+                // it would leave an index without its code.
+                indexer::memories::precheck_dump(
+                    dump,
+                    &out,
+                    encoder.model_id(),
+                    encoder.dim(),
+                    true,
+                )?;
+            }
             if rebuild {
                 let r = indexer::rebuild::prepare_rebuild(
                     &out,
@@ -451,6 +462,7 @@ fn run_pull(src: &str, out: &Path, concurrency: usize, json: bool) -> anyhow::Re
                 "segments_present": r.segments_present, "files_downloaded": r.files_downloaded,
                 "files_resumed": r.files_resumed, "bytes_downloaded": r.bytes_downloaded,
                 "memory_segments_added": r.memory_segments_added,
+                "memories_deleted_here": r.memories_deleted_here,
                 "segments_replaced": r.segments_replaced.iter().map(|(aside, why)| serde_json::json!({
                     "kept_aside": aside.display().to_string(), "why": why,
                 })).collect::<Vec<_>>(),
@@ -479,6 +491,13 @@ fn run_pull(src: &str, out: &Path, concurrency: usize, json: bool) -> anyhow::Re
         );
     }
     if !json {
+        if r.memories_deleted_here > 0 {
+            eprintln!(
+                "pull: {} memories of the pulled memory segments were deleted here after their \
+                 last update: left out",
+                r.memories_deleted_here
+            );
+        }
         for (aside, why) in &r.segments_replaced {
             eprintln!(
                 "pull: the local copy of a segment was damaged ({why}): downloaded again, the \

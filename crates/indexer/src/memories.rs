@@ -201,17 +201,31 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Vec<(MemoryRecord, bool)>, 
     Ok(out)
 }
 
+/// Where the check of a dump against the memory log stands: what `MANIFEST` says is already
+/// in memory segments, and which model the index's vectors are of (a put of another model is
+/// never replayed, so it shadows nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct LogCheck<'a> {
+    /// `MANIFEST`'s `memory_lsn` (0 where the index has no MANIFEST: every record replays).
+    pub memory_lsn: u64,
+    /// The index has no readable MANIFEST (the repair comes before a flush can run).
+    pub no_manifest: bool,
+    pub model_id: &'a str,
+    pub dim: usize,
+}
+
 /// Refuses an ingest of `ids` into the index at `dir` while its memory log (`memory.wal`)
 /// holds writes to any of them that no memory segment holds yet (sequence numbers past
 /// `memory_lsn`). Such a write, older than the ingest, would shadow the dump's copy when a
-/// queryd replays the log, and its flush would tombstone that copy: the ingest undone. A log
-/// this cannot read through (a damaged header or record) is refused too, since the writes it
-/// holds cannot be known. Records of a batch cut short at the end (a crash mid-append; the
-/// next open cuts them) are not writes.
+/// queryd replays the log, and its flush would tombstone that copy: the ingest undone. The
+/// records are taken as replay takes them: a batch cut short at the end (a crash mid-append;
+/// the next open cuts it) is not there, and a put of another model than the index's (by the
+/// log's header or its vector's length) is never replayed. A log this cannot read through (a
+/// damaged header or record) is refused too, since the writes it holds cannot be known.
 pub fn refuse_unflushed_writes(
     dump: &Path,
     dir: &Path,
-    memory_lsn: u64,
+    at: LogCheck<'_>,
     ids: &std::collections::HashSet<&str>,
 ) -> Result<(), IndexerError> {
     use format::walhead::{self, WalHeader};
@@ -234,11 +248,12 @@ pub fn refuse_unflushed_writes(
             dir.display()
         ))
     };
-    let start = match walhead::parse(&b) {
+    let (start, logged) = match walhead::parse(&b) {
         WalHeader::Partial => return Ok(()),
         WalHeader::Bad { why } => return Err(repair(&why)),
-        WalHeader::Complete { len, .. } => len,
+        WalHeader::Complete { len, model } => (len, model),
     };
+    let other_model = logged.is_some_and(|m| m.id != at.model_id || m.dim as usize != at.dim);
     let s = salvage(&b, start);
     if let Some(k) = s.skips.iter().find(|k| k.end < b.len()) {
         return Err(repair(&format!("at byte {}: {}", k.start, k.why)));
@@ -246,10 +261,12 @@ pub fn refuse_unflushed_writes(
     let whole = s.recs.iter().rposition(|r| r.last).map_or(0, |i| i + 1);
     let mut hit: Vec<&str> = s.recs[..whole]
         .iter()
-        .filter(|r| r.lsn > memory_lsn)
-        .map(|r| match &r.op {
-            WalOp::Put { record, .. } => record.id.as_str(),
-            WalOp::Delete { id } => id.as_str(),
+        .filter(|r| r.lsn > at.memory_lsn)
+        .filter_map(|r| match &r.op {
+            WalOp::Put { record, vector } => {
+                (!other_model && vector.len() == at.dim).then_some(record.id.as_str())
+            }
+            WalOp::Delete { id } => Some(id.as_str()),
         })
         .filter(|id| ids.contains(id))
         .collect();
@@ -263,16 +280,82 @@ pub fn refuse_unflushed_writes(
     if hit.len() > SHOWN {
         named.push_str(&format!(" and {} more", hit.len() - SHOWN));
     }
+    let flush = if at.no_manifest {
+        format!(
+            "The index has no MANIFEST: recover it with `indexer build <your checkout> --out {dir} \
+             --rebuild` (memories are kept), then flush the log with `queryd flush --index {dir}`",
+            dir = dir.display()
+        )
+    } else {
+        format!(
+            "Flush the log first with `queryd flush --index {}` (a running queryd holds it: \
+             stop it, and it flushes at shutdown)",
+            dir.display()
+        )
+    };
     Err(refuse(format!(
         "{n} of its memories ({named}) have writes in {log} that are not yet in a memory \
          segment; ingested now, the dump's copies would be replaced by those older writes when \
-         queryd next flushes. Flush the log first with `queryd flush --index {dir}` (a running \
-         queryd holds it: stop it, and it flushes at shutdown), or leave these ids out of the \
-         dump",
+         queryd next replays the log. {flush}, or leave these ids out of the dump",
         n = hit.len(),
         log = log.display(),
-        dir = dir.display()
     )))
+}
+
+/// The check of [`refuse_unflushed_writes`] before anything is written or locked: against the
+/// `MANIFEST` as it stands, or, with `rebuild` (`indexer build --rebuild --memories`: the
+/// rebuild commits first), as the rebuild will leave it. A flush committing while the log is
+/// read can make records that just went into a segment look unflushed: a refusal stands only
+/// when `MANIFEST` still says the same after the read (the check under the lock decides).
+pub fn precheck_dump(
+    dump: &Path,
+    out: &Path,
+    model_id: &str,
+    dim: usize,
+    rebuild: bool,
+) -> Result<(), IndexerError> {
+    let text = std::fs::read_to_string(dump).map_err(|e| IndexerError::Io {
+        path: dump.to_path_buf(),
+        source: e,
+    })?;
+    let recs = parse_dump(dump, &text)?;
+    let ids: std::collections::HashSet<&str> = recs.iter().map(|r| r.0.id.as_str()).collect();
+    precheck_ids(dump, out, model_id, dim, rebuild, &ids)
+}
+
+fn precheck_ids(
+    dump: &Path,
+    out: &Path,
+    model_id: &str,
+    dim: usize,
+    rebuild: bool,
+    ids: &std::collections::HashSet<&str>,
+) -> Result<(), IndexerError> {
+    let lsn_now = || IndexManifest::read(out).map(|m| m.memory_lsn);
+    let before = lsn_now();
+    let at = match &before {
+        Ok(lsn) => LogCheck {
+            memory_lsn: *lsn,
+            no_manifest: false,
+            model_id,
+            dim,
+        },
+        // Without a MANIFEST (or with a damaged one, under --rebuild) one is recovered with
+        // `memory_lsn` 0, so every record of the log replays.
+        Err(_) if rebuild || !out.join(format::manifest::MANIFEST).exists() => LogCheck {
+            memory_lsn: 0,
+            no_manifest: true,
+            model_id,
+            dim,
+        },
+        Err(_) => return Ok(()), // the open says what is wrong with it
+    };
+    let was = before.ok();
+    match refuse_unflushed_writes(dump, out, at, ids) {
+        // A flush moved records meanwhile: the check under the lock decides.
+        Err(_) if was.is_some() && lsn_now().ok() != was => Ok(()),
+        r => r,
+    }
 }
 
 /// Ingests the dump at `file` into the index at `out` (created when missing).
@@ -293,20 +376,14 @@ pub fn ingest(
         read: recs.len(),
         ..IngestReport::default()
     };
-    let ids: std::collections::HashSet<&str> = recs.iter().map(|r| r.id.as_str()).collect();
-    // Before the embedding (minutes for a large dump), without the lock; again under it.
-    // Without a MANIFEST, one is recovered with `memory_lsn` 0 below (and committed): the
-    // check comes first, so a refusal changes nothing.
-    let done = match IndexManifest::read(out) {
-        Ok(m) => Some(m.memory_lsn),
-        Err(_) if !out.join(format::manifest::MANIFEST).exists() => Some(0),
-        Err(_) => None, // the open below says what is wrong with it
-    };
-    if let Some(done) = done {
-        refuse_unflushed_writes(file, out, done, &ids)?;
-    }
-    drop(ids);
     let dim = embedder.dim();
+    // Before the embedding (minutes for a large dump), without the lock; again under it.
+    // Without a MANIFEST, one is recovered with `memory_lsn` 0 below (and committed): this
+    // check covers that case first, so a refusal changes nothing (unless a write lands
+    // between the two checks).
+    let ids: std::collections::HashSet<&str> = recs.iter().map(|r| r.id.as_str()).collect();
+    precheck_ids(file, out, embedder.model_id(), dim, false, &ids)?;
+    drop(ids);
     let t = Instant::now();
     let mut vectors = Vec::with_capacity(recs.len() * dim);
     for batch in recs.chunks(256) {
@@ -356,7 +433,13 @@ pub fn ingest(
     // Under the directory lock no flush moves `memory_lsn`; a write a running queryd logs
     // after this check is concurrent with the ingest, and ordered after it.
     let ids: std::collections::HashSet<&str> = recs.iter().map(|r| r.id.as_str()).collect();
-    refuse_unflushed_writes(file, out, m.memory_lsn, &ids)?;
+    let at = LogCheck {
+        memory_lsn: m.memory_lsn,
+        no_manifest: false,
+        model_id: &m.model_id,
+        dim,
+    };
+    refuse_unflushed_writes(file, out, at, &ids)?;
     drop(ids);
     let t = Instant::now();
     let need: Vec<usize> = (0..recs.len()).filter(|&i| !has_similar[i]).collect();
@@ -380,6 +463,10 @@ pub fn ingest(
         .map_err(IndexerError::Format)?;
         m.memory_segments = kept;
         report.replaced = newly;
+    }
+    // Written again: no longer a deletion a pull must keep (`deleted_memories`).
+    for r in &recs {
+        m.deleted_memories.remove(&r.id);
     }
     if !recs.is_empty() {
         let (id, meta) = SegmentBuilder::for_memories(recs, vectors)
@@ -460,11 +547,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dump = Path::new("dump.jsonl");
         let ids: std::collections::HashSet<&str> = ["a", "b", "c"].into_iter().collect();
+        let at = |memory_lsn: u64| LogCheck {
+            memory_lsn,
+            no_manifest: false,
+            model_id: "m",
+            dim: 2,
+        };
         let check = |log: &[u8], lsn: u64| {
             std::fs::write(d.path().join("memory.wal"), log).unwrap();
-            refuse_unflushed_writes(dump, d.path(), lsn, &ids).map_err(|e| e.to_string())
+            refuse_unflushed_writes(dump, d.path(), at(lsn), &ids).map_err(|e| e.to_string())
         };
-        refuse_unflushed_writes(dump, d.path(), 0, &ids).unwrap(); // no log at all
+        refuse_unflushed_writes(dump, d.path(), at(0), &ids).unwrap(); // no log at all
         let log = logged(&[
             (4, "a", true, true),
             (5, "b", false, false),
@@ -478,6 +571,33 @@ mod tests {
         );
         let e = check(&log, 0).unwrap_err();
         assert!(e.contains("2 of its memories (a, b)"), "{e}");
+        // Puts of another model are never replayed; its deletes are.
+        std::fs::write(d.path().join("memory.wal"), &log).unwrap();
+        for other in [
+            LogCheck {
+                model_id: "other",
+                ..at(0)
+            },
+            LogCheck { dim: 3, ..at(0) },
+        ] {
+            let e = refuse_unflushed_writes(dump, d.path(), other, &ids)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("1 of its memories (b)"), "{e}");
+        }
+        // Without a MANIFEST the repair comes before the flush.
+        let e = refuse_unflushed_writes(
+            dump,
+            d.path(),
+            LogCheck {
+                no_manifest: true,
+                ..at(0)
+            },
+            &ids,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--rebuild") && e.contains("queryd flush"), "{e}");
         check(&logged(&[(7, "x", true, true), (8, "y", false, true)]), 0).unwrap();
         // A batch without its end at the end of the log: not a write.
         let mut torn = logged(&[(7, "x", true, true), (8, "a", true, false)]);

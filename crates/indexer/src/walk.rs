@@ -74,6 +74,23 @@ impl SkipReason {
     }
 }
 
+/// The warning for a link whose target inside the root the walk leaves out: the target as
+/// resolved (through every link on the way), and what lets it in.
+pub fn excluded_target_message(link: &Path, target: &Path) -> String {
+    let in_git = target.components().any(|c| c.as_os_str() == ".git");
+    format!(
+        "{}: a symbolic link to {}, {}; the link is not followed",
+        link.display(),
+        target.display(),
+        if in_git {
+            "inside a .git directory, which is never indexed"
+        } else {
+            "which the ignore rules or the hidden-file rule leave out (--no-ignore / --hidden \
+             let it in)"
+        }
+    )
+}
+
 /// The link of a walk error that is a symbolic link to nothing (the walk follows links, and
 /// following this one found no file): `None` for every other error.
 fn dangling_link(e: &ignore::Error) -> Option<PathBuf> {
@@ -123,6 +140,9 @@ pub struct WalkOutput {
     pub errors: Vec<String>,
     /// Symlinks not followed because they lead outside the root, as `(link, resolved target)`.
     pub outside: Vec<(PathBuf, PathBuf)>,
+    /// Symlinks not followed because their target inside the root is a place the walk leaves
+    /// out, as `(link, resolved target)`.
+    pub excluded_targets: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Lock files and similar machine-written files that would only add noise.
@@ -199,12 +219,16 @@ pub fn walk(
         Symlinks::FollowExternal => None,
     };
     let outside: Arc<Mutex<Vec<(PathBuf, PathBuf)>>> = Arc::default();
-    let excluded: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
+    let excluded: Arc<Mutex<Vec<(PathBuf, PathBuf)>>> = Arc::default();
+    let link_targets = Mutex::new(format::roots::LinkTargets::new(
+        &base,
+        rules.no_ignore,
+        rules.hidden,
+    ));
     let mut builder = format::roots::walk_builder(root, rules.no_ignore, rules.hidden);
     let limit = confined_to.clone();
     let seen_outside = Arc::clone(&outside);
     let seen_excluded = Arc::clone(&excluded);
-    let link_base = base.clone();
     // Pruned here, a `.git` directory, a directory link leading outside and a link to an
     // excluded place inside the root are never descended into.
     builder.filter_entry(move |e| {
@@ -233,15 +257,20 @@ pub fn walk(
         // The link's target is judged by the same rules as the link's name. (Files under a
         // linked directory are judged by the directory: a rule in the target's own parent
         // directories naming such a file by its full path is not applied.)
-        if !format::roots::link_target_admitted(&link_base, rules.no_ignore, rules.hidden, e.path())
-        {
-            seen_excluded
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(e.path().to_path_buf());
-            return false;
+        let judged = link_targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admitted(e.path());
+        match judged {
+            Ok(()) => true,
+            Err(target) => {
+                seen_excluded
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((e.path().to_path_buf(), target));
+                false
+            }
         }
-        true
     });
     for entry in builder.build() {
         let entry = match entry {
@@ -320,9 +349,10 @@ pub fn walk(
     out.outside = outside;
     let mut excluded = std::mem::take(&mut *excluded.lock().unwrap_or_else(|p| p.into_inner()));
     excluded.sort();
-    for link in excluded {
-        out.skipped.push((link, SkipReason::LinkToExcluded));
+    for (link, _) in &excluded {
+        out.skipped.push((link.clone(), SkipReason::LinkToExcluded));
     }
+    out.excluded_targets = excluded;
     out
 }
 
@@ -687,6 +717,11 @@ mod tests {
         symlink("build/gen.py", repo.join("gen.py")).unwrap();
         symlink(".private", repo.join("docs")).unwrap();
         symlink("src/a.py", repo.join("alias.py")).unwrap();
+        // Judged by the place a chain of links ends at; `.git` is never let in.
+        symlink("settings.py", repo.join("chain.py")).unwrap();
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::write(repo.join(".git/config.py"), "[core]\n").unwrap();
+        symlink(".git/config.py", repo.join("gitcfg.py")).unwrap();
         let names = |out: &WalkOutput| -> Vec<String> {
             out.candidates.iter().map(|c| c.rel_path.clone()).collect()
         };
@@ -701,9 +736,17 @@ mod tests {
             assert_eq!(names(&out), ["alias.py", "src/a.py"], "{symlinks:?}");
             assert_eq!(
                 skipped_names(&out, SkipReason::LinkToExcluded),
-                ["docs", "gen.py", "settings.py"],
+                ["chain.py", "docs", "gen.py", "gitcfg.py", "settings.py"],
                 "{symlinks:?}"
             );
+            let canon = std::fs::canonicalize(&repo).unwrap();
+            assert_eq!(out.excluded_targets[0].1, canon.join(".env"));
+            let msg =
+                excluded_target_message(&out.excluded_targets[0].0, &out.excluded_targets[0].1);
+            assert!(msg.contains(".env") && msg.contains("--hidden"), "{msg}");
+            let msg =
+                excluded_target_message(&out.excluded_targets[3].0, &out.excluded_targets[3].1);
+            assert!(msg.contains("never indexed"), "{msg}");
         }
         let out = walk(
             &repo,
@@ -718,6 +761,15 @@ mod tests {
         assert_eq!(
             names(&out),
             ["alias.py", "build/gen.py", "gen.py", "src/a.py"]
+        );
+        let all = Rules {
+            no_ignore: true,
+            hidden: true,
+        };
+        let out = walk(&repo, "r", DEFAULT_MAX_FILE_BYTES, Symlinks::Confined, all);
+        assert_eq!(
+            skipped_names(&out, SkipReason::LinkToExcluded),
+            ["gitcfg.py"]
         );
         let out = walk(
             &repo,
@@ -736,12 +788,16 @@ mod tests {
                 ".gitignore",
                 ".private/notes.py",
                 "alias.py",
+                "chain.py",
                 "docs/notes.py",
                 "settings.py",
                 "src/a.py"
             ]
         );
-        assert!(skipped_names(&out, SkipReason::LinkToExcluded) == ["gen.py"]);
+        assert_eq!(
+            skipped_names(&out, SkipReason::LinkToExcluded),
+            ["gen.py", "gitcfg.py"]
+        );
     }
 
     /// Links leading outside the root (to a file, to a directory) are skipped as

@@ -1100,6 +1100,24 @@ async fn an_ingest_is_not_undone_by_older_writes_in_the_log() {
     assert_eq!(std::fs::read(ix.index.join("MANIFEST")).unwrap(), manifest);
     assert_eq!(std::fs::read(ix.index.join("memory.wal")).unwrap(), wal);
     assert_eq!(export_lines(&ix.index), before);
+    // With --rebuild the refusal comes before the rebuild touches anything.
+    let repo = ix.repo.to_str().unwrap();
+    let o = indexer(&[
+        "build",
+        repo,
+        "--out",
+        index,
+        "--rebuild",
+        "--memories",
+        dump.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "{}", described("rebuild + ingest", &o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("2 of its memories"),
+        "{}",
+        described("rebuild + ingest", &o)
+    );
+    assert_eq!(std::fs::read(ix.index.join("MANIFEST")).unwrap(), manifest);
 
     // Other ids: nothing to refuse.
     let other = dir.path().join("other.jsonl");
