@@ -96,10 +96,16 @@ pub struct IndexManifest {
     /// copy was updated later. A remote segment can hold such a memory under an id this index
     /// never saw, when the machine that pulled it merged its memory segments into a new one
     /// and pushed that. A memory written again with the same id (an ingest, a later put) leaves
-    /// the list; nothing else does. Never pushed: only this machine's pulls read it.
+    /// the list; past [`MAX_DELETED_MEMORIES`] the oldest deletions leave it. Never pushed:
+    /// only this machine's pulls read it. (A binary from before this field rewrites `MANIFEST`
+    /// without it, and an index whose `MANIFEST` is recovered starts it empty.)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub deleted_memories: BTreeMap<String, i64>,
 }
+
+/// Most deletions [`IndexManifest::deleted_memories`] keeps (about 60 bytes each in
+/// `MANIFEST`, which servers read whenever they check for a new generation).
+pub const MAX_DELETED_MEMORIES: usize = 20_000;
 
 /// A repository root the index was built from, with the walk rules it was built with, so a
 /// re-index (`reindex`, an incremental build from a server) walks it the same way instead of

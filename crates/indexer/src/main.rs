@@ -246,8 +246,23 @@ fn run() -> anyhow::Result<ExitCode> {
                 )?;
                 eprintln!("{r}");
             }
-            if let Some(dump) = &memories {
-                let r = indexer::memories::ingest(dump, &out, &encoder)?;
+            // With --rebuild the index holds no code until the build below: an ingest
+            // refused now (a write to one of its ids logged during the embedding) must not
+            // leave it so. The build runs, then the refusal is returned.
+            let mut refused = None;
+            let ingested = match &memories {
+                Some(dump) => match indexer::memories::ingest(dump, &out, &encoder) {
+                    Ok(r) => Some((dump, r)),
+                    Err(e) if rebuild && !paths.is_empty() => {
+                        eprintln!("error: {e}\nthe code is rebuilt all the same");
+                        refused = Some(e);
+                        None
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+                None => None,
+            };
+            if let Some((dump, r)) = ingested {
                 let line = format!(
                     "memories: {} read from {}, {} replaced, embedded in {:.2}s ({} tokens), SIMILAR edges in {:.2}s; generation {}",
                     r.read,
@@ -293,6 +308,9 @@ fn run() -> anyhow::Result<ExitCode> {
                 );
             } else {
                 print_summary(&report, &out, total);
+            }
+            if let Some(e) = refused {
+                return Err(e.into());
             }
             Ok(if report.errors.is_empty() {
                 ExitCode::SUCCESS

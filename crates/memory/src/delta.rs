@@ -65,6 +65,10 @@ pub struct Delta {
     pub similar_in: imbl::HashMap<String, imbl::OrdSet<u32>>,
     /// Ids whose copy in a memory segment is superseded (updated) or deleted.
     pub shadowed: imbl::OrdSet<String>,
+    /// Ids deleted since the flush, with when the delete was applied (Unix ms): when it was
+    /// made, or for a delete replayed after a restart, when it was replayed (the log does not
+    /// record the time). A flush records them in `MANIFEST`'s `deleted_memories`.
+    pub deleted_at: imbl::HashMap<String, i64>,
     /// Sequence number of the last applied log record.
     pub last_lsn: u64,
 }
@@ -128,12 +132,14 @@ impl Delta {
                 let e = Arc::new(e);
                 self.slots.push_back(Some(Arc::clone(&e)));
                 self.entries.insert(record.id.clone(), e);
+                self.deleted_at.remove(&record.id);
                 &record.id
             }
             WalOp::Delete { id } => {
                 if let Some(old) = self.entries.remove(id) {
                     self.unlink(&old);
                 }
+                self.deleted_at.insert(id.clone(), format::memory::now_ms());
                 id
             }
         };

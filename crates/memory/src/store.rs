@@ -533,11 +533,36 @@ pub fn flush(
         segment = Some(id);
     }
     // Deletions are remembered, so that a pull does not bring them back in another
-    // machine's merged segment; a memory written again leaves the list.
+    // machine's merged segment; a memory written again leaves the list. The time is that of
+    // the delete, and never before the deleted copy's own `updated_at` (another machine's
+    // clock may run ahead), so the copy deleted cannot count as newer than its deletion.
     let now = format::memory::now_ms();
     for id in cur.delta.shadowed.iter() {
-        if !cur.delta.entries.contains_key(id.as_str()) {
-            m.deleted_memories.insert(id.clone(), now);
+        if cur.delta.entries.contains_key(id.as_str()) {
+            continue;
+        }
+        let mut at = cur.delta.deleted_at.get(id).copied().unwrap_or(now);
+        if let Some((si, c)) = find_in_segments(&base, id) {
+            if let Some(t) = base.memory[si].segment.memories() {
+                at = at.max(i64::from(t.memories[c as usize].updated_at));
+            }
+        }
+        m.deleted_memories.insert(id.clone(), at);
+    }
+    // Bounded: the oldest deletions go first (a copy of one could then come back).
+    let excess = m
+        .deleted_memories
+        .len()
+        .saturating_sub(format::manifest::MAX_DELETED_MEMORIES);
+    if excess > 0 {
+        let mut by_age: Vec<(i64, String)> = m
+            .deleted_memories
+            .iter()
+            .map(|(id, at)| (*at, id.clone()))
+            .collect();
+        by_age.sort_unstable();
+        for (_, id) in by_age.into_iter().take(excess) {
+            m.deleted_memories.remove(&id);
         }
     }
     for id in cur.delta.entries.keys() {

@@ -754,16 +754,20 @@ fn memories_of(dir: &Path) -> std::collections::BTreeMap<String, String> {
 /// A memory deleted on one machine does not come back when another machine, which had pulled
 /// it, merges its memory segments (a new segment id holding it) and pushes them: the pull
 /// leaves that copy out (`memories_deleted_here`), while the other machine's new memories
-/// arrive. A copy updated after the deletion does come back, and leaves the deletion list.
+/// arrive. Not even when the deleted copy's `updated_at` lies ahead of this machine's clock
+/// (the deletion counts from it). A copy the other machine updated after the deletion does
+/// come back, although the deletion was flushed after that update, and leaves the list.
 #[test]
 fn a_memory_deleted_here_does_not_return_in_another_machines_merged_segment() {
     use engine::tools::memory::args::{AddMemoriesArgs, DeleteMemoriesArgs, UpdateMemoryArgs};
     use serde_json::json;
     let ix = cix_tests::indexed_fixture();
     let dump = ix.tmp.path().join("team.jsonl");
+    // Stamped far ahead of any clock (2100), as another machine's clock might.
     std::fs::write(
         &dump,
-        "{\"text\": \"the team agreed to keep retries at three\"}\n\
+        "{\"text\": \"the team agreed to keep retries at three\", \"created_at\": 1700000000000, \
+         \"updated_at\": 4102444800000}\n\
          {\"text\": \"deploys happen on tuesdays only\"}\n",
     )
     .unwrap();
@@ -785,31 +789,32 @@ fn a_memory_deleted_here_does_not_return_in_another_machines_merged_segment() {
     pull(&remote, &b);
     let team = memories_of(&ix.index);
     assert_eq!(memories_of(&b), team);
-    let retries = team
-        .iter()
-        .find(|(_, t)| t.contains("retries"))
-        .map(|(id, _)| id.clone())
-        .unwrap();
+    let id_of = |word: &str| {
+        team.iter()
+            .find(|(_, t)| t.contains(word))
+            .map(|(id, _)| id.clone())
+            .unwrap()
+    };
+    let (retries, deploys) = (id_of("retries"), id_of("deploys"));
 
-    // A deletes it.
+    // A deletes both; its server flushes later.
     let model = cix_tests::model_dir();
     let a_engine = engine::Engine::open(&ix.index, &model).unwrap();
-    let del: DeleteMemoriesArgs = serde_json::from_value(json!({"ids": [retries]})).unwrap();
+    let del: DeleteMemoriesArgs =
+        serde_json::from_value(json!({"ids": [retries, deploys]})).unwrap();
     a_engine.delete_memories(&del).unwrap();
-    a_engine.flush_memories().unwrap().unwrap();
-    drop(a_engine);
-    let a_manifest = format::IndexManifest::read(&ix.index).unwrap();
-    assert!(
-        a_manifest.deleted_memories.contains_key(&retries),
-        "{a_manifest:?}"
-    );
+    std::thread::sleep(Duration::from_millis(5));
 
-    // B writes memories of its own, one flush each, until a flush merges its memory segments
-    // (the pulled one included) into one new segment.
+    // B updates one of them (after A's delete), then writes memories of its own, one flush
+    // each, until a flush merges its memory segments (the pulled one included) into one.
+    let b_engine = engine::Engine::open(&b, &model).unwrap();
+    let upd: UpdateMemoryArgs =
+        serde_json::from_value(json!({"id": deploys, "text": "deploys happen on wednesdays now"}))
+            .unwrap();
+    b_engine.update_memory(&upd).unwrap();
     let pulled = format::IndexManifest::read(&b).unwrap().memory_segments[0]
         .id
         .clone();
-    let b_engine = engine::Engine::open(&b, &model).unwrap();
     let mut mine = 0;
     while format::IndexManifest::read(&b)
         .unwrap()
@@ -826,43 +831,36 @@ fn a_memory_deleted_here_does_not_return_in_another_machines_merged_segment() {
         mine += 1;
         assert!(mine <= 20, "no merge after {mine} flushes");
     }
+    drop(b_engine);
     let b_manifest = format::IndexManifest::read(&b).unwrap();
     assert_eq!(b_manifest.memory_segments.len(), 1, "{b_manifest:?}");
     assert!(memories_of(&b).contains_key(&retries));
     assert!(sync::push(&b, &remote, &with).unwrap().committed);
+
+    // A's flush now, after B's update.
+    a_engine.flush_memories().unwrap().unwrap();
+    drop(a_engine);
+    let deleted = format::IndexManifest::read(&ix.index)
+        .unwrap()
+        .deleted_memories;
+    assert_eq!(deleted.get(&retries), Some(&4102444800000), "{deleted:?}");
+    assert!(deleted.contains_key(&deploys), "{deleted:?}");
 
     let p = pull(&remote, &ix.index);
     assert_eq!(p.memory_segments_added, 1, "{p:?}");
     assert_eq!(p.memories_deleted_here, 1, "{p:?}");
     let a_now = memories_of(&ix.index);
     assert!(!a_now.contains_key(&retries), "a deleted memory came back");
-    assert_eq!(a_now.len(), 1 + mine, "{a_now:?}");
-    assert!(format::IndexManifest::read(&ix.index)
-        .unwrap()
-        .deleted_memories
-        .contains_key(&retries));
-
-    // Updated on B after A deleted it: the newer copy wins.
-    std::thread::sleep(Duration::from_millis(5));
-    let upd: UpdateMemoryArgs = serde_json::from_value(
-        json!({"id": retries, "text": "the team agreed to keep retries at five"}),
-    )
-    .unwrap();
-    b_engine.update_memory(&upd).unwrap();
-    b_engine.flush_memories().unwrap().unwrap();
-    drop(b_engine);
-    assert!(sync::push(&b, &remote, &with).unwrap().committed);
-    let p = pull(&remote, &ix.index);
-    assert_eq!(p.memories_deleted_here, 0, "{p:?}");
-    let a_now = memories_of(&ix.index);
     assert_eq!(
-        a_now.get(&retries).map(String::as_str),
-        Some("the team agreed to keep retries at five")
+        a_now.get(&deploys).map(String::as_str),
+        Some("deploys happen on wednesdays now"),
+        "the newer copy"
     );
-    assert!(!format::IndexManifest::read(&ix.index)
+    assert_eq!(a_now.len(), 1 + mine, "{a_now:?}");
+    let deleted = format::IndexManifest::read(&ix.index)
         .unwrap()
-        .deleted_memories
-        .contains_key(&retries));
+        .deleted_memories;
+    assert!(deleted.contains_key(&retries) && !deleted.contains_key(&deploys));
 }
 
 /// Memories that only the memory log holds (a server's first memories, before its first
