@@ -98,13 +98,21 @@ pub struct CallSite {
     /// Semantic stage: cosine similarity to the identifier's words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub similarity: Option<f32>,
+    /// When the name resolved to several symbols: the symbol id of the one this graph edge
+    /// calls (callers) or comes from (callees).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct CallAnswer {
     pub symbol: String,
-    /// The symbols the name resolved to.
+    /// The symbols the name resolved to (at most 10 listed).
     pub resolved_to: Vec<SymbolRef>,
+    /// How many symbols the name resolved to, when more than one: the results are then those
+    /// of all of them, each graph result naming its `target`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_count: Option<usize>,
     pub stage: Stage,
     /// The weakest confidence among the results (absent when there are none).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -112,6 +120,13 @@ pub struct CallAnswer {
     /// What the stage means for these results.
     pub note: String,
     pub results: Vec<CallSite>,
+    /// The results were cut at `limit`: more exist (`graph_edges` says how many graph edges
+    /// there were; name-only matches past the limit are not searched for).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    /// Graph edges found before the cut, when `truncated`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_edges: Option<usize>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub suggestions: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -244,19 +259,49 @@ struct Cascade<'a> {
     resolved_to: Vec<SymbolRef>,
     /// The simple name to look for in text.
     ident: String,
+    /// Graph edges the graph stage found (before the cut to `limit`).
+    graph_found: usize,
+    /// A stage stopped at `limit` with more to give.
+    truncated: bool,
     dbg: Debug,
 }
 
 impl Cascade<'_> {
     fn answer(&mut self, stage: Stage, note: String, results: Vec<CallSite>) -> CallAnswer {
         self.dbg.total_ms = ms(self.t0.elapsed());
+        let ambiguous = self.targets.len() > 1;
+        let mut note = note;
+        if ambiguous {
+            note = format!(
+                "`{}` resolved to {} symbols: the results are those of all of them, each graph \
+                 result naming the one it concerns (`target`); pass a qualified name or a \
+                 symbol id for one. {note}",
+                self.symbol,
+                self.targets.len()
+            );
+        }
+        if self.truncated {
+            note = format!(
+                "{note}. Cut at limit {}: {} graph edges in all{}; raise `limit` for the rest",
+                self.limit,
+                self.graph_found,
+                if stage == Stage::Graph {
+                    ", and name-only callers were not searched for"
+                } else {
+                    ""
+                }
+            );
+        }
         CallAnswer {
             symbol: self.symbol.to_string(),
             resolved_to: self.resolved_to.clone(),
+            resolved_count: ambiguous.then_some(self.targets.len()),
             stage,
             confidence: results.iter().map(|r| r.confidence).min(),
             note,
             results,
+            truncated: self.truncated,
+            graph_edges: self.truncated.then_some(self.graph_found),
             suggestions: if stage == Stage::NotFound {
                 self.snap.code.suggest(self.symbol, 5)
             } else {
@@ -273,6 +318,7 @@ impl Cascade<'_> {
             line: None,
             line_text: None,
             similarity: None,
+            target: None,
         }
     }
 
@@ -293,20 +339,26 @@ impl Cascade<'_> {
         seen: &mut HashSet<NodeRef>,
     ) -> Vec<CallSite> {
         let t = Instant::now();
-        let mut found: Vec<(NodeRef, Confidence)> = Vec::new();
+        let mut found: Vec<(NodeRef, Confidence, NodeRef)> = Vec::new();
         for &n in &self.targets {
             for (m, fl) in edges(&self.snap.code, n) {
                 if seen.insert(m) {
-                    found.push((m, edge_confidence(fl)));
+                    found.push((m, edge_confidence(fl), n));
                 }
             }
         }
         // Stable: exact before likely, each in edge order.
-        found.sort_by_key(|&(_, c)| std::cmp::Reverse(c));
+        found.sort_by_key(|&(_, c, _)| std::cmp::Reverse(c));
+        self.graph_found = found.len();
+        self.truncated |= found.len() > self.limit;
+        let ambiguous = self.targets.len() > 1;
         let results = found
             .into_iter()
             .take(self.limit)
-            .map(|(m, c)| self.site(m, c))
+            .map(|(m, c, n)| CallSite {
+                target: ambiguous.then(|| self.snap.code.chunk(n).symbol_id.to_string()),
+                ..self.site(m, c)
+            })
             .collect();
         self.dbg.graph_ms = ms(t.elapsed());
         results
@@ -360,15 +412,17 @@ impl Cascade<'_> {
             if explained {
                 continue;
             }
+            if results.len() >= room {
+                // One more than there is room for: the list is cut.
+                self.truncated = true;
+                break;
+            }
             seen.insert(n);
             results.push(CallSite {
                 line: Some(c.start_line.to_native() + off),
                 line_text: Some(text),
                 ..self.site(n, Confidence::NameOnly)
             });
-            if results.len() >= room {
-                break;
-            }
         }
         self.dbg.other_ms = ms(t.elapsed());
         Ok(results)
@@ -527,6 +581,8 @@ impl Engine {
             targets,
             resolved_to,
             ident: simple_name(symbol),
+            graph_found: 0,
+            truncated: false,
         })
     }
 

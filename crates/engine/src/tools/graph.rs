@@ -228,9 +228,12 @@ pub struct GraphAggregateAnswer {
     pub group_by: String,
     /// Memories matching the filters.
     pub total: usize,
-    /// Largest first (`month`: oldest first). Memories without an entity count under
-    /// `(none)`.
+    /// Largest first (`month`: the newest `limit` months, oldest first). Memories without an
+    /// entity count under `(none)`.
     pub groups: Vec<CountOut>,
+    /// Groups in all, when more than `limit` (the rest are not listed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups_total: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub debug: Option<Debug>,
 }
@@ -632,15 +635,21 @@ impl Engine {
             .into_iter()
             .map(|(name, count)| CountOut { name, count })
             .collect();
+        let n_groups = groups.len();
+        let keep = limit(a.limit, 20)?;
         if by == "month" {
-            groups.sort_by(|x, y| x.name.cmp(&y.name));
+            // The newest months are kept, listed oldest first.
+            groups.sort_by(|x, y| y.name.cmp(&x.name));
+            groups.truncate(keep);
+            groups.reverse();
         } else {
             groups.sort_by(|x, y| y.count.cmp(&x.count).then(x.name.cmp(&y.name)));
+            groups.truncate(keep);
         }
-        groups.truncate(limit(a.limit, 20)?);
         Ok(GraphAggregateAnswer {
             group_by: by.to_string(),
             total: g.nodes.len(),
+            groups_total: (n_groups > keep).then_some(n_groups),
             groups,
             debug: dbg(a.debug, t0, snap.generation()),
         })

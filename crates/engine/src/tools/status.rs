@@ -52,9 +52,16 @@ pub struct StatusAnswer {
     pub files: u64,
     /// Live chunks per language.
     pub languages: std::collections::BTreeMap<String, u64>,
-    /// Seconds since the served MANIFEST was written.
+    /// Seconds since the served MANIFEST was written: by a code build, a pull, a merge, and
+    /// also a memory flush or ingest, so it says nothing about how old the code is (see
+    /// `code_age_s`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index_age_s: Option<u64>,
+    /// Seconds since the newest served code segment was written into this directory (by a
+    /// build that found changed files, a merge or a pull). A build that finds nothing changed
+    /// writes none, so the code may be fresher than this says, never older.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code_age_s: Option<u64>,
     /// Seconds since this generation was loaded.
     pub loaded_s_ago: u64,
     pub reloads: u64,
@@ -118,7 +125,12 @@ impl Engine {
         let mut languages = std::collections::BTreeMap::new();
         let mut files = 0u64;
         let mut segments = Vec::new();
+        let mut newest_code: Option<std::time::SystemTime> = None;
         for ls in &snap.code.index.segments {
+            let dir = self.dir().join(format::segment::dir_name(ls.segment.id()));
+            if let Ok(t) = std::fs::metadata(&dir).and_then(|m| m.modified()) {
+                newest_code = newest_code.max(Some(t));
+            }
             let t = ls.segment.table();
             for f in t.files.iter() {
                 let first = f.first_chunk.to_native();
@@ -201,6 +213,7 @@ impl Engine {
             files,
             languages,
             index_age_s: snap.manifest_mtime.map(age),
+            code_age_s: newest_code.map(age),
             loaded_s_ago: age(snap.loaded_at),
             reloads: self.reloads.load(Ordering::Relaxed),
             reload_error: failure.map(|f| format!("{} (at unix {})", f.error, f.at_unix)),

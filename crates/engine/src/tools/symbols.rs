@@ -198,8 +198,17 @@ pub struct ExplainAnswer {
     /// Doc comment or leading comment lines, when the code starts with them.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub doc: String,
-    pub callers: Vec<SymbolRef>,
-    pub callees: Vec<SymbolRef>,
+    /// Callers from the code graph's CALLS edges only (exact first), at most 20: calls the
+    /// graph did not resolve are not here (`find_callers` also searches the text).
+    pub callers: Vec<GraphNeighbour>,
+    /// Callees from the code graph's CALLS edges only (exact first), at most 20.
+    pub callees: Vec<GraphNeighbour>,
+    /// Graph callers in all, when more than are listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callers_total: Option<usize>,
+    /// Graph callees in all, when more than are listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callees_total: Option<usize>,
     /// Imports of its file as written.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub file_imports: Vec<String>,
@@ -207,6 +216,38 @@ pub struct ExplainAnswer {
     /// overlapping it), each checked against the current file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub memories: Vec<crate::tools::memory::output::MemoryOut>,
+}
+
+/// A caller or callee from the code graph, with how its edge was resolved.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct GraphNeighbour {
+    #[serde(flatten)]
+    pub symbol: SymbolRef,
+    /// `exact` (resolved through scope and imports) or `likely` (a name unique in the
+    /// language).
+    pub confidence: crate::tools::calls::Confidence,
+}
+
+/// Most callers and callees `explain_code` lists.
+const EXPLAIN_NEIGHBOURS: usize = 20;
+
+/// The graph neighbours `edges` lists, exact ones first, at most [`EXPLAIN_NEIGHBOURS`], and
+/// how many there are when more.
+fn neighbours(
+    code: &code::CodeView,
+    edges: Vec<(NodeRef, u8)>,
+) -> (Vec<GraphNeighbour>, Option<usize>) {
+    let total = edges.len();
+    let mut v: Vec<GraphNeighbour> = edges
+        .into_iter()
+        .map(|(m, fl)| GraphNeighbour {
+            symbol: symbol_ref(code, m),
+            confidence: crate::tools::calls::edge_confidence(fl),
+        })
+        .collect();
+    v.sort_by_key(|g| std::cmp::Reverse(g.confidence));
+    v.truncate(EXPLAIN_NEIGHBOURS);
+    (v, (total > EXPLAIN_NEIGHBOURS).then_some(total))
 }
 
 fn leading_doc(code: &str) -> String {
@@ -249,20 +290,10 @@ impl Engine {
             .first()
             .copied()
             .ok_or_else(|| self.not_found(&snap, &a.symbol))?;
-        let callers = snap
-            .code
-            .in_edges(n, EdgeKind::Calls)
-            .into_iter()
-            .take(20)
-            .map(|(m, _)| symbol_ref(&snap.code, m))
-            .collect();
-        let callees = snap
-            .code
-            .out_edges(n, EdgeKind::Calls)
-            .into_iter()
-            .take(20)
-            .map(|(m, _)| symbol_ref(&snap.code, m))
-            .collect();
+        let (callers, callers_total) =
+            neighbours(&snap.code, snap.code.in_edges(n, EdgeKind::Calls));
+        let (callees, callees_total) =
+            neighbours(&snap.code, snap.code.out_edges(n, EdgeKind::Calls));
         let mut doc = leading_doc(&sym.code);
         if doc.is_empty() {
             // Python docstrings sit after the signature.
@@ -324,6 +355,8 @@ impl Engine {
             doc,
             callers,
             callees,
+            callers_total,
+            callees_total,
             file_imports,
             memories,
         })

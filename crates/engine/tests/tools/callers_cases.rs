@@ -135,3 +135,58 @@ fn search_on_the_same_repository_is_stable_named_and_unique() {
         assert_eq!(keys.len(), n, "{q}: {r:#?}");
     }
 }
+
+/// What a caller list leaves out is said: a list cut at `limit` says so (`truncated`, the
+/// graph edges in all, the note), and a name that resolves to several symbols says how many
+/// and names, on each graph result, the symbol it concerns; `explain_code` gives each graph
+/// neighbour its confidence.
+#[test]
+fn cut_and_ambiguous_caller_lists_say_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(&json_strsim_itoa(tmp.path()));
+    let all = e.find_callers(&callers("levenshtein")).unwrap();
+    assert!(!all.truncated && all.graph_edges.is_none(), "{all:#?}");
+    let mut a = callers("levenshtein");
+    a.limit = Some(3);
+    let cut = e.find_callers(&a).unwrap();
+    assert_eq!(cut.results.len(), 3);
+    assert!(cut.truncated, "{cut:#?}");
+    assert!(cut.graph_edges.unwrap() >= 10, "{cut:#?}");
+    assert!(cut.note.contains("Cut at limit 3"), "{}", cut.note);
+
+    // `__init__`: a method of several Python classes.
+    let amb = e.find_callers(&callers("__init__")).unwrap();
+    let n = amb.resolved_count.expect("several symbols");
+    assert!(n > 1 && amb.note.contains("resolved to"), "{amb:#?}");
+    let ids: std::collections::HashSet<&str> = amb
+        .resolved_to
+        .iter()
+        .map(|s| s.symbol_id.as_str())
+        .collect();
+    for r in &amb.results {
+        if matches!(r.confidence, Confidence::Exact | Confidence::Likely) {
+            let t = r
+                .target
+                .as_deref()
+                .expect("a graph result names its target");
+            assert!(ids.contains(t) || n > 10, "{t}: {amb:#?}");
+        }
+    }
+    let one = e.find_callers(&callers("levenshtein")).unwrap();
+    assert!(one.resolved_count.is_none() && one.results.iter().all(|r| r.target.is_none()));
+
+    let x = e
+        .explain_code(&engine::tools::symbols::ExplainCodeArgs {
+            symbol: "levenshtein".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        x.callers.iter().any(|c| c.confidence == Confidence::Exact),
+        "{x:#?}"
+    );
+    assert!(x.callers.len() <= 20);
+    if let Some(t) = x.callers_total {
+        assert!(t > 20 && x.callers.len() == 20, "{x:#?}");
+    }
+}

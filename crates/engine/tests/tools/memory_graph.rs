@@ -321,3 +321,104 @@ fn bad_graph_arguments_are_refused_up_front() {
     let text = v.to_string();
     assert!(text.len() < 4096, "{} bytes", text.len());
 }
+
+/// `graph_aggregate` by month keeps the newest months when there are more than `limit`, and
+/// says how many there were.
+#[test]
+fn month_groups_keep_the_newest_months() {
+    let ix = crate::common::indexed_fixture();
+    let day = 86_400_000i64;
+    let dump: String = (0..25)
+        .map(|m| {
+            let t = 1_704_067_200_000 + m * 31 * day; // 2024-01-01, then 31 days on
+            format!(
+                "{{\"text\": \"monthly note number {m} about the release train\", \"created_at\": {t}}}\n"
+            )
+        })
+        .collect();
+    let path = ix.tmp.path().join("months.jsonl");
+    std::fs::write(&path, dump).unwrap();
+    let enc =
+        kernels::Encoder::load(&crate::common::model_dir(), kernels::DeviceChoice::Cpu).unwrap();
+    indexer::memories::ingest(&path, &ix.index, &enc).unwrap();
+    let c = start(&ix.index, None);
+    let a = call(&c, "graph_aggregate", json!({"group_by": "month"})).unwrap();
+    let months: Vec<&str> = a["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(a["groups_total"], 25, "{a:#}");
+    assert_eq!(months.len(), 20, "{a:#}");
+    assert_eq!(months.first(), Some(&"2024-06"), "{a:#}");
+    assert_eq!(months.last(), Some(&"2026-01"), "{a:#}");
+    let mut sorted = months.clone();
+    sorted.sort();
+    assert_eq!(sorted, months, "oldest first");
+}
+
+/// `list_memories` with `after` (the previous page's `next_cursor`) walks every memory once
+/// while memories are archived and added between pages; `offset` there skips some.
+#[test]
+fn list_memories_cursor_is_stable_under_writes() {
+    let ix = crate::common::indexed_fixture();
+    let c = start(&ix.index, None);
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let v = call(
+            &c,
+            "add_memories",
+            json!({"memories": [{"text": format!("paging note number {i} about caches")}]}),
+        )
+        .unwrap();
+        ids.push(v["ids"][0].as_str().unwrap().to_string());
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    let page = |args: Value| call(&c, "list_memories", args).unwrap();
+    let first = page(json!({"limit": 2}));
+    let seen_first: Vec<String> = first["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    // Between pages: the first page's memories are archived, a new one is added.
+    for id in &seen_first {
+        call(&c, "update_memory", json!({"id": id, "state": "archived"})).unwrap();
+    }
+    call(
+        &c,
+        "add_memories",
+        json!({"memories": [{"text": "a later paging note"}]}),
+    )
+    .unwrap();
+    let mut seen = seen_first.clone();
+    let mut cursor = first["next_cursor"].as_str().unwrap().to_string();
+    loop {
+        let p = page(json!({"limit": 2, "after": cursor}));
+        for m in p["memories"].as_array().unwrap() {
+            seen.push(m["id"].as_str().unwrap().to_string());
+        }
+        match p["next_cursor"].as_str() {
+            Some(n) => cursor = n.to_string(),
+            None => break,
+        }
+    }
+    let mut want = ids.clone();
+    want.reverse(); // newest first
+    assert_eq!(seen, want);
+    // The offset of the first answer now skips one that moved up.
+    let by_offset = page(json!({"limit": 10, "offset": first["next_offset"]}));
+    let rest: Vec<&str> = by_offset["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(rest, [&ids[2], &ids[1], &ids[0]]);
+    let e = err_text(call(&c, "list_memories", json!({"after": "nonsense"})).unwrap_err());
+    assert!(e.contains("next_cursor"), "{e}");
+    let e = err_text(call(&c, "list_memories", json!({"after": cursor, "offset": 2})).unwrap_err());
+    assert!(e.contains("not both"), "{e}");
+}

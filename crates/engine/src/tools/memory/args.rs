@@ -66,17 +66,24 @@ pub struct GetMemoryArgs {
 }
 
 with_memory_filters! {
-/// Memories matching filters, newest first, a page at a time (limit, offset; the answer has
-/// total and next_offset).
+/// Memories matching filters, newest first, a page at a time (limit, then `after` with the
+/// previous answer's next_cursor: stable while memories are written; or offset /
+/// next_offset, which skip or repeat memories when some are added, changed or deleted
+/// between pages).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListMemoriesArgs {
     /// Page size (default 20, at most 100).
     #[serde(default)]
     pub limit: Option<usize>,
-    /// Memories to skip (from `next_offset` of the previous page).
+    /// Memories to skip (from `next_offset` of the previous page). Writes between pages
+    /// shift the list: use `after` to walk it without skipping or repeating.
     #[serde(default)]
     pub offset: Option<usize>,
+    /// Continue after this memory (`next_cursor` of the previous page): the memories older
+    /// than it in the list's order, whatever was written meanwhile. Not with `offset`.
+    #[serde(default)]
+    pub after: Option<String>,
     #[serde(default)]
     pub debug: bool,
 }
@@ -90,6 +97,9 @@ pub struct ListMemoriesAnswer {
     pub total: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_offset: Option<usize>,
+    /// Pass as `after` for the next page (when there is one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub debug: Option<Debug>,
 }

@@ -44,11 +44,33 @@ impl Engine {
         let t0 = Instant::now();
         let f = a.filter_args().filter()?;
         let limit = limit_arg(a.limit, 20, MAX_LIMIT)?;
-        let offset = a.offset.unwrap_or(0);
         let snap = self.snapshot();
         let mut all = snap.memory.all_memories(&f);
         all.sort_by(|x, y| y.created_at.cmp(&x.created_at).then(y.id.cmp(&x.id)));
         let total = all.len();
+        let offset = match (&a.after, a.offset) {
+            (Some(_), Some(_)) => {
+                return Err(ToolError::InvalidInput(
+                    "pass `after` (a next_cursor) or `offset`, not both".into(),
+                ))
+            }
+            (Some(c), None) => {
+                let (at, id) = c
+                    .split_once(':')
+                    .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id)))
+                    .ok_or_else(|| {
+                        ToolError::InvalidInput(format!(
+                            "`after` must be a next_cursor from list_memories (`<created_at>:<id>`), not `{}`",
+                            format::memory::clip(c)
+                        ))
+                    })?;
+                // The list is by (created_at, id) descending: the first one below the cursor.
+                all.iter()
+                    .position(|m| (m.created_at, m.id.as_str()) < (at, id))
+                    .unwrap_or(total)
+            }
+            (None, o) => o.unwrap_or(0),
+        };
         let page: Vec<MemoryOut> = all
             .iter()
             .skip(offset)
@@ -56,10 +78,17 @@ impl Engine {
             .map(|m| self.annotated(&snap, m))
             .collect();
         let next = offset + page.len();
+        let more = next < total;
+        // `more` means `next` < `total`, and a page that leaves more is not empty.
+        let next_cursor = (more && next > 0).then(|| {
+            let m = &all[next - 1];
+            format!("{}:{}", m.created_at, m.id)
+        });
         Ok(ListMemoriesAnswer {
             memories: page,
             total,
-            next_offset: (next < total).then_some(next),
+            next_offset: more.then_some(next),
+            next_cursor,
             debug: a.debug.then(|| Debug {
                 total_ms: ms(t0.elapsed()),
                 ..Debug::default()
