@@ -777,6 +777,18 @@ pub struct ImpactAnswer {
     /// True when `limit` cut the list.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// True when callers go on past `depth` (not followed).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deeper: bool,
+    /// Functions that call the symbol's name where the graph resolved no edge (an unknown
+    /// receiver, dynamic dispatch): not followed, and possibly affected (`find_callers` lists
+    /// them as `name_only`). At most 100 are counted.
+    pub name_only_callers: usize,
+    /// Other symbols the name resolved to (at most 10): only `symbol` was analysed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_matches: Vec<SymbolRef>,
+    /// What the answer covers and what it does not.
+    pub note: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub debug: Option<Debug>,
 }
@@ -788,9 +800,16 @@ impl Engine {
         let depth = a.depth.unwrap_or(3).clamp(1, 8);
         let limit = limit_arg(a.limit, 50, MAX_LIMIT)?;
         let snap = self.snapshot();
-        let Some(&root) = snap.code.resolve(&a.symbol).first() else {
+        let resolved = snap.code.resolve(&a.symbol);
+        let Some(&root) = resolved.first() else {
             return Err(self.not_found(&snap, &a.symbol));
         };
+        let other_matches: Vec<SymbolRef> = resolved
+            .iter()
+            .skip(1)
+            .take(10)
+            .map(|&n| symbol_ref(&snap.code, n))
+            .collect();
         let t = Instant::now();
         let mut parent: HashMap<NodeRef, NodeRef> = HashMap::new();
         let mut conf: HashMap<NodeRef, Confidence> = HashMap::from([(root, Confidence::Exact)]);
@@ -798,9 +817,15 @@ impl Engine {
         let mut order = Vec::new();
         let mut q = VecDeque::from([root]);
         let mut truncated = false;
+        let mut deeper = false;
         while let Some(n) = q.pop_front() {
             let d = level[&n];
             if d >= depth {
+                deeper |= snap
+                    .code
+                    .in_edges(n, EdgeKind::Calls)
+                    .iter()
+                    .any(|(m, _)| !level.contains_key(m));
                 continue;
             }
             for (m, fl) in snap.code.in_edges(n, EdgeKind::Calls) {
@@ -842,12 +867,51 @@ impl Engine {
         let mut files: Vec<String> = affected.iter().map(|x| x.symbol.path.clone()).collect();
         files.sort();
         files.dedup();
+        // The direct callers the graph does not see, as find_callers' text stage finds them.
+        let name_only_callers = {
+            let mut c = self.cascade(&a.symbol, Some(MAX_LIMIT), false)?;
+            c.targets = vec![root];
+            let mut seen: HashSet<NodeRef> = order.iter().copied().collect();
+            c.text_callers(&mut seen, MAX_LIMIT)?.len()
+        };
+        let root_ref = symbol_ref(&snap.code, root);
+        let mut note = "transitive callers along the code graph's CALLS edges only".to_string();
+        if name_only_callers > 0 {
+            note.push_str(&format!(
+                "; {name_only_callers}{} more function(s) call `{}(` by name without a resolved \
+                 edge: not followed, possibly affected (find_callers lists them as name_only)",
+                if name_only_callers >= MAX_LIMIT {
+                    " or"
+                } else {
+                    ""
+                },
+                root_ref.name
+            ));
+        }
+        if deeper {
+            note.push_str(&format!("; callers go on past depth {depth}"));
+        }
+        if truncated {
+            note.push_str(&format!("; cut at limit {limit}"));
+        }
+        if !other_matches.is_empty() {
+            note.push_str(&format!(
+                "; `{}` resolved to {} symbols and only the first was analysed (`other_matches`: \
+                 pass a symbol id for another)",
+                a.symbol,
+                resolved.len()
+            ));
+        }
         Ok(ImpactAnswer {
-            symbol: symbol_ref(&snap.code, root),
+            symbol: root_ref,
             depth,
             affected,
             files,
             truncated,
+            deeper,
+            name_only_callers,
+            other_matches,
+            note,
             debug: a.debug.then(|| Debug {
                 graph_ms: ms(graph),
                 format_ms: ms(t.elapsed()),

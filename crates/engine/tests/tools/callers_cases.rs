@@ -190,3 +190,71 @@ fn cut_and_ambiguous_caller_lists_say_so() {
         assert!(t > 20 && x.callers.len() == 20, "{x:#?}");
     }
 }
+
+/// `impact_analysis` says what it does not follow: the direct callers the graph did not
+/// resolve (as many as `find_callers` lists as name-only), callers past `depth`, and the other
+/// symbols an ambiguous name resolved to.
+#[test]
+fn impact_analysis_says_what_it_leaves_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(&json_strsim_itoa(tmp.path()));
+    let mut checked = 0;
+    for name in [
+        "JSONDecoder.raw_decode",
+        "JSONDecoder.decode",
+        "JSONEncoder.encode",
+        "JSONEncoder.iterencode",
+        "py_scanstring",
+        "levenshtein",
+        "generic_levenshtein",
+    ] {
+        let mut a = callers(name);
+        a.limit = Some(100);
+        let c = e.find_callers(&a).unwrap();
+        // Name-only calls; not the mentions find_callers falls back to when there are none.
+        let name_only = if c.note.contains("mention it as a whole word") {
+            0
+        } else {
+            c.results
+                .iter()
+                .filter(|r| r.confidence == Confidence::NameOnly)
+                .count()
+        };
+        let i = e
+            .impact_analysis(&ImpactArgs {
+                symbol: name.into(),
+                depth: Some(1),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(i.name_only_callers, name_only, "{name}: {c:#?} {i:#?}");
+        assert_eq!(i.note.contains("by name"), name_only > 0, "{}", i.note);
+        if name_only > 0 {
+            checked += 1;
+        }
+        let deep = e
+            .impact_analysis(&ImpactArgs {
+                symbol: name.into(),
+                depth: Some(8),
+                ..Default::default()
+            })
+            .unwrap();
+        if deep.affected.iter().any(|x| x.depth > 1) {
+            assert!(
+                i.deeper && i.note.contains("past depth 1"),
+                "{name}: {i:#?}"
+            );
+        }
+    }
+    assert!(checked > 0, "no symbol with name-only callers");
+    let i = e
+        .impact_analysis(&ImpactArgs {
+            symbol: "__init__".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        !i.other_matches.is_empty() && i.note.contains("only the first was analysed"),
+        "{i:#?}"
+    );
+}

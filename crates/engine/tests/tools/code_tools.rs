@@ -213,7 +213,9 @@ fn every_tool_answers_on_the_fixture() {
         .unwrap();
     assert!(x.doc.contains("smallest edit distance"), "{:?}", x.doc);
     assert!(names(x.callers.iter().map(|g| &g.symbol)).contains(&"suggest".to_string()));
-    assert!(names(x.callees.iter().map(|g| &g.symbol)).contains(&"levenshtein_distance".to_string()));
+    assert!(
+        names(x.callees.iter().map(|g| &g.symbol)).contains(&"levenshtein_distance".to_string())
+    );
 
     // find_duplicates: by code and by symbol; exactly one of the two.
     let d = e
