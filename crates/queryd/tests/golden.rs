@@ -87,6 +87,7 @@ const MASKED_KEYS: &[&str] = &[
     "finished_at",
     "at_unix",
     "uptime_s",
+    "code_age_s",
     "ms",
     "elapsed_ms",
     "manifest_mtime",

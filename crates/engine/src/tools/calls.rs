@@ -192,7 +192,7 @@ fn lines_where(
         return out;
     }
     for (i, line) in text.lines().enumerate() {
-        if !keep(line) {
+        if !line.contains(ident) || !keep(line) {
             continue;
         }
         let mut from = 0;
@@ -282,14 +282,9 @@ impl Cascade<'_> {
         }
         if self.truncated {
             note = format!(
-                "{note}. Cut at limit {}: {} graph edges in all{}; raise `limit` for the rest",
-                self.limit,
-                self.graph_found,
-                if stage == Stage::Graph {
-                    ", and name-only callers were not searched for"
-                } else {
-                    ""
-                }
+                "{note}. Cut at limit {}: more exist ({} graph edges in all); raise `limit` for \
+                 the rest",
+                self.limit, self.graph_found,
             );
         }
         CallAnswer {
@@ -384,7 +379,7 @@ impl Cascade<'_> {
         let t = Instant::now();
         let ident = self.ident.clone();
         let mut results = Vec::new();
-        if ident.is_empty() || room == 0 {
+        if ident.is_empty() {
             return Ok(results);
         }
         let own = self.target_ids();
@@ -401,7 +396,11 @@ impl Cascade<'_> {
             if !families.is_empty() && !families.contains(family(code.file(n).language.as_str())) {
                 continue;
             }
-            let Some((off, text)) = call_lines(code.text(n)?, &ident).into_iter().next() else {
+            let text = code.text(n)?;
+            if !text.contains(ident.as_str()) {
+                continue;
+            }
+            let Some((off, text)) = call_lines(text, &ident).into_iter().next() else {
                 continue;
             };
             // Explained: the graph resolved this chunk's call of that name elsewhere.
@@ -451,14 +450,15 @@ impl Cascade<'_> {
                 let Some((off, text)) = hits.into_iter().find(|(_, l)| !defines(l, &ident)) else {
                     continue;
                 };
+                if results.len() >= self.limit {
+                    self.truncated = true;
+                    break;
+                }
                 results.push(CallSite {
                     line: Some(c.start_line.to_native() + off),
                     line_text: Some(text),
                     ..self.site(n, Confidence::NameOnly)
                 });
-                if results.len() >= self.limit {
-                    break;
-                }
             }
         }
         self.dbg.other_ms = ms(t.elapsed());
@@ -483,8 +483,12 @@ impl Cascade<'_> {
                     .into_iter()
                     .find(|&m| fams.contains(family(self.snap.code.file(m).language.as_str())));
                 if let Some(m) = same_family {
-                    if seen.insert(m) && results.len() < self.limit {
-                        results.push(self.site(m, Confidence::NameOnly));
+                    if seen.insert(m) {
+                        if results.len() < self.limit {
+                            results.push(self.site(m, Confidence::NameOnly));
+                        } else {
+                            self.truncated = true;
+                        }
                     }
                 }
             }
@@ -559,9 +563,19 @@ impl Engine {
         limit: Option<usize>,
         debug: bool,
     ) -> ToolResult<Cascade<'a>> {
+        self.cascade_on(self.snapshot(), symbol, limit, debug)
+    }
+
+    /// [`Engine::cascade`] on a snapshot the caller holds.
+    fn cascade_on<'a>(
+        &self,
+        snap: Arc<Snapshot>,
+        symbol: &'a str,
+        limit: Option<usize>,
+        debug: bool,
+    ) -> ToolResult<Cascade<'a>> {
         let t0 = Instant::now();
         check_symbol(symbol)?;
-        let snap = self.snapshot();
         let targets = snap.code.resolve(symbol);
         let resolved_to = targets
             .iter()
@@ -777,12 +791,12 @@ pub struct ImpactAnswer {
     /// True when `limit` cut the list.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
-    /// True when callers go on past `depth` (not followed).
+    /// True when callers go on past `depth` (not followed; not said when `truncated`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deeper: bool,
     /// Functions that call the symbol's name where the graph resolved no edge (an unknown
     /// receiver, dynamic dispatch): not followed, and possibly affected (`find_callers` lists
-    /// them as `name_only`). At most 100 are counted.
+    /// them as `name_only`). At most 100 are counted (the note says "or more" then).
     pub name_only_callers: usize,
     /// Other symbols the name resolved to (at most 10): only `symbol` was analysed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -868,11 +882,14 @@ impl Engine {
         files.sort();
         files.dedup();
         // The direct callers the graph does not see, as find_callers' text stage finds them.
-        let name_only_callers = {
-            let mut c = self.cascade(&a.symbol, Some(MAX_LIMIT), false)?;
+        // On the same snapshot: its node references are the ones `order` holds.
+        let (name_only_callers, more_name_only) = {
+            let mut c = self.cascade_on(Arc::clone(&snap), &a.symbol, Some(MAX_LIMIT), false)?;
             c.targets = vec![root];
-            let mut seen: HashSet<NodeRef> = order.iter().copied().collect();
-            c.text_callers(&mut seen, MAX_LIMIT)?.len()
+            let mut seen: HashSet<NodeRef> =
+                order.iter().copied().filter(|m| level[m] == 1).collect();
+            let n = c.text_callers(&mut seen, MAX_LIMIT)?.len();
+            (n, c.truncated)
         };
         let root_ref = symbol_ref(&snap.code, root);
         let mut note = "transitive callers along the code graph's CALLS edges only".to_string();
@@ -880,14 +897,12 @@ impl Engine {
             note.push_str(&format!(
                 "; {name_only_callers}{} more function(s) call `{}(` by name without a resolved \
                  edge: not followed, possibly affected (find_callers lists them as name_only)",
-                if name_only_callers >= MAX_LIMIT {
-                    " or"
-                } else {
-                    ""
-                },
+                if more_name_only { " or" } else { "" },
                 root_ref.name
             ));
         }
+        // After a cut, callers left out may sit above `depth`: `truncated` says it then.
+        let deeper = deeper && !truncated;
         if deeper {
             note.push_str(&format!("; callers go on past depth {depth}"));
         }
