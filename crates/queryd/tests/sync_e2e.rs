@@ -863,6 +863,119 @@ fn a_memory_deleted_here_does_not_return_in_another_machines_merged_segment() {
     assert!(deleted.contains_key(&retries) && !deleted.contains_key(&deploys));
 }
 
+/// Writes one memory segment holding `recs` (unit vectors) into the index at `dir` and commits
+/// it, as a store writer could make one.
+fn add_memory_segment(dir: &Path, recs: Vec<format::memory::MemoryRecord>) {
+    let mut m = format::IndexManifest::read(dir).unwrap();
+    let dim = m.dim as usize;
+    let mut v = vec![0.0f32; dim * recs.len()];
+    for i in 0..recs.len() {
+        v[i * dim] = 1.0;
+    }
+    let (id, meta) = format::SegmentBuilder::for_memories(recs, v)
+        .write(dir, &m.model_id.clone(), dim)
+        .unwrap();
+    m.memory_segments.push(format::SegmentEntry {
+        id,
+        chunks: meta.chunk_count,
+        tombstones: None,
+    });
+    m.generation += 1;
+    m.commit(dir).unwrap();
+}
+
+/// What a store writer sends is checked like what an agent writes: a pulled memory segment
+/// holding a record a memory tool would refuse fails the pull and changes nothing; a copy of a
+/// memory deleted here stamped days ahead of this clock does not undo the deletion; and a
+/// staging directory that is a symlink is refused before anything is staged or deleted.
+#[test]
+fn a_store_writer_cannot_smuggle_memories_or_redirect_the_staging_directory() {
+    use engine::tools::memory::args::DeleteMemoriesArgs;
+    use serde_json::json;
+    let ix = cix_tests::indexed_fixture();
+    let dump = ix.tmp.path().join("team.jsonl");
+    std::fs::write(
+        &dump,
+        "{\"text\": \"the team agreed to keep retries at three\"}\n",
+    )
+    .unwrap();
+    indexer_bin(&[
+        "build".as_ref(),
+        "--memories".as_ref(),
+        dump.as_os_str(),
+        "--out".as_ref(),
+        ix.index.as_os_str(),
+    ]);
+    let store = ix.tmp.path().join("store");
+    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
+    let with = PushOptions {
+        with_memories: true,
+        ..PushOptions::default()
+    };
+    assert!(sync::push(&ix.index, &remote, &with).unwrap().committed);
+    let x = memories_of(&ix.index).into_keys().next().unwrap();
+    let a = engine::Engine::open(&ix.index, &cix_tests::model_dir()).unwrap();
+    let del: DeleteMemoriesArgs = serde_json::from_value(json!({"ids": [x]})).unwrap();
+    a.delete_memories(&del).unwrap();
+    a.flush_memories().unwrap().unwrap();
+    drop(a);
+
+    // The writer's copy of X, stamped two days ahead.
+    let writer = ix.tmp.path().join("writer");
+    pull(&remote, &writer);
+    let now = format::memory::now_ms();
+    let record = |id: &str, text: &str, updated: i64| -> format::memory::MemoryRecord {
+        serde_json::from_value(json!({
+            "id": id, "text": text, "category": "note", "scope": "project", "entity": "",
+            "tags": [], "source": "agent", "evidence": [], "code_refs": [],
+            "created_at": now - 1000, "updated_at": updated, "state": "active", "similar": []
+        }))
+        .unwrap()
+    };
+    add_memory_segment(
+        &writer,
+        vec![record(
+            &x,
+            "retries are unlimited now",
+            now + 2 * 86_400_000,
+        )],
+    );
+    assert!(sync::push(&writer, &remote, &with).unwrap().committed);
+    let p = pull(&remote, &ix.index);
+    assert_eq!(p.memories_deleted_here, 1, "{p:?}");
+    assert!(
+        !memories_of(&ix.index).contains_key(&x),
+        "revived by a future stamp"
+    );
+
+    // A record no memory tool would store.
+    add_memory_segment(&writer, vec![record("not-a-uuid", "smuggled", now)]);
+    assert!(sync::push(&writer, &remote, &with).unwrap().committed);
+    let before = std::fs::read(ix.index.join("MANIFEST")).unwrap();
+    let err = sync::pull(&remote, &ix.index, &PullOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("memory record"), "{err}");
+    assert_eq!(std::fs::read(ix.index.join("MANIFEST")).unwrap(), before);
+
+    // `.pull` as a symlink to somewhere else: refused, nothing there touched.
+    let victim = ix.tmp.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("keep.txt"), "mine").unwrap();
+    let target = ix.tmp.path().join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    std::os::unix::fs::symlink(&victim, target.join(".pull")).unwrap();
+    let err = sync::pull(&remote, &target, &PullOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not a directory"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(victim.join("keep.txt")).unwrap(),
+        "mine"
+    );
+    assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 1);
+}
+
 /// Memories that only the memory log holds (a server's first memories, before its first
 /// flush) count as memories: a pull of another model's index is refused and changes nothing,
 /// and so is a pull into a directory that holds a log but no MANIFEST (whatever model the

@@ -96,7 +96,13 @@ impl RemoteManifest {
                 format::FORMAT_VERSION
             )));
         }
+        let mut ids = std::collections::HashSet::new();
         for s in m.index.segments.iter().chain(&m.index.memory_segments) {
+            // An id listed twice (twice as code, or as code and as memory) would be committed
+            // as the remote says and leave an index that does not open.
+            if !ids.insert(s.id.as_str()) {
+                return Err(corrupt(format!("segment {} is listed twice", s.id)));
+            }
             let ok_id = s.id.len() == 24 && s.id.bytes().all(|b| b.is_ascii_hexdigit());
             let ok_tomb = s.tombstones.as_ref().is_none_or(|t| {
                 t.blake3.len() == 64
@@ -156,5 +162,19 @@ mod tests {
         ok.index.segments[0].tombstones.as_mut().unwrap().file =
             tombstone_file(&"a".repeat(24), &"b".repeat(64));
         RemoteManifest::parse("k", &serde_json::to_vec(&ok).unwrap()).unwrap();
+        // One id listed twice: as code twice, or as code and as memory.
+        for memory in [false, true] {
+            let mut twice = ok.clone();
+            let again = twice.index.segments[0].clone();
+            if memory {
+                twice.index.memory_segments.push(again);
+            } else {
+                twice.index.segments.push(again);
+            }
+            let e = RemoteManifest::parse("k", &serde_json::to_vec(&twice).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("listed twice"), "{e}");
+        }
     }
 }

@@ -202,6 +202,17 @@ fn pull_manifest(
     format::fsio::create_dir_all(dir).map_err(io_err(dir))?;
     let staging = dir.join(PULL_DIR);
     format::fsio::create_dir_all(&staging).map_err(io_err(&staging))?;
+    // The staging directory is emptied after the commit: through a symlink, that would
+    // empty wherever it points.
+    if std::fs::symlink_metadata(&staging).is_ok_and(|m| !m.is_dir()) {
+        return Err(SyncError::Io {
+            path: staging.clone(),
+            source: std::io::Error::other(
+                "is not a directory (a symlink?): a pull stages and then deletes files in it; \
+                 move it away",
+            ),
+        });
+    }
     let lock_path = staging.join("LOCK");
     let lock = File::create(&lock_path).map_err(io_err(&lock_path))?;
     if lock.try_lock().is_err() {
@@ -421,6 +432,10 @@ fn pull_manifest(
     Ok(report)
 }
 
+/// How far ahead of this machine's clock a pulled copy's `updated_at` may be for it to undo a
+/// deletion made here (`deleted_memories`).
+const REVIVE_MAX_AHEAD_MS: i64 = 86_400_000;
+
 /// What [`merge_memories`] made of the remote's memory segments.
 struct MergedMemories {
     /// Local memory segments, then the remote's that are new here.
@@ -492,9 +507,21 @@ fn merge_memories(
                 if dead.contains(i as u32) {
                     continue;
                 }
+                // What a memory tool would refuse to store is refused here too (ids, sizes,
+                // fields, timestamps): the segment comes from whoever writes the store.
+                if let Err(why) = format::memory::validate_record(&m.to_record()) {
+                    return Err(SyncError::Corrupt {
+                        key: format!("segments/seg-{}", e.id),
+                        reason: format!("memory record {i}: {why}"),
+                    });
+                }
                 let id = m.id.as_str();
                 if let Some(&at) = deleted.and_then(|d| d.get(id)) {
-                    if i64::from(m.updated_at) <= at {
+                    // A copy stamped more than a day ahead of this clock does not undo a
+                    // deletion: no honest clock is that far off, and the stamp is the
+                    // remote's word.
+                    let updated = i64::from(m.updated_at);
+                    if updated <= at || updated > format::memory::now_ms() + REVIVE_MAX_AHEAD_MS {
                         dead.insert(i as u32);
                         merged.deleted_here += 1;
                         continue;

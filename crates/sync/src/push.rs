@@ -118,7 +118,20 @@ impl PendingPush {
             .block_on(async {
                 probe_conditional_writes(remote).await?;
                 let head = remote.head_manifest().await?;
-                let generation = head.as_ref().map_or(0, |h| h.generation) + 1;
+                let generation = match head
+                    .as_ref()
+                    .map_or(Some(1), |h| h.generation.checked_add(1))
+                {
+                    Some(g) => g,
+                    None => {
+                        return Err(SyncError::Corrupt {
+                            key: crate::layout::LATEST.to_string(),
+                            reason: "the newest manifest's generation is the largest there is: \
+                                     no push can follow it"
+                                .into(),
+                        })
+                    }
+                };
                 let index = remote_index(&local, generation, opts.with_memories);
                 if let Some(h) = head.as_ref().filter(|h| h.same_content(&index)) {
                     advance_latest(remote, h.generation).await?;

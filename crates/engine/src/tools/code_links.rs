@@ -152,12 +152,9 @@ pub fn annotate(mut o: MemoryOut, m: &MemoryRecord, statuses: &[RefStatus]) -> M
                 ro.end_line = *end;
                 ro.code_link = coderefs::uri(&r.path, *start, *end);
             }
-            RefStatus::Stale { reason } => {
-                ro.reason = reason.clone();
-                if ro.stale_since.is_none() {
-                    ro.stale_since = Some(memory::time::rfc3339(now));
-                }
-            }
+            // `stale_since` stays what a recorded check wrote: a read that finds the reference
+            // stale first does not know since when (absent then).
+            RefStatus::Stale { reason } => ro.reason = reason.clone(),
             RefStatus::Unverified { reason } => ro.reason = reason.clone(),
         }
     }

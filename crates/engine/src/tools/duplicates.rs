@@ -58,6 +58,10 @@ pub struct DuplicatesAnswer {
     pub debug: Option<Debug>,
 }
 
+/// The deepest vector list `find_duplicates` asks for while headers and the excluded symbol
+/// crowd out the duplicates above the threshold.
+const MAX_DUPLICATE_DEPTH: usize = 4096;
+
 impl Engine {
     pub fn find_duplicates(&self, a: &DuplicatesArgs) -> ToolResult<DuplicatesAnswer> {
         let t0 = Instant::now();
@@ -110,25 +114,38 @@ impl Engine {
             )));
         }
         let t = Instant::now();
-        let mut hits: Vec<(f32, NodeRef)> = Vec::new();
+        let kept = |s: f32, n: NodeRef| {
+            s >= threshold && {
+                // Headers are search aids, not code: never a duplicate.
+                let ch = snap.code.chunk(n);
+                let id = ch.symbol_id.as_str();
+                !ch.is_header() && (id.is_empty() || !exclude.contains(id))
+            }
+        };
         // Probes planned across segments at the default nprobe, as `search_code`'s vector list.
-        let found = code::search::vector_list(&snap.code.index, &qv, limit + 8, None, &[])
-            .map_err(|e| ToolError::Internal(e.to_string()))?;
-        hits.extend(found.into_iter().map(|(si, c, s)| (s, (si, c))));
-        hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        // Headers and the excluded symbol take places in it: asked for again, deeper, while
+        // fewer than `limit` remain and the list was full above the threshold.
+        let mut k = limit + 8;
+        let hits = loop {
+            let found = code::search::vector_list(&snap.code.index, &qv, k, None, &[])
+                .map_err(|e| ToolError::Internal(e.to_string()))?;
+            let full = found.len() >= k;
+            let mut hits: Vec<(f32, NodeRef)> =
+                found.into_iter().map(|(si, c, s)| (s, (si, c))).collect();
+            hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let enough = hits.iter().filter(|&&(s, n)| kept(s, n)).count() >= limit;
+            let above = hits.last().is_some_and(|&(s, _)| s >= threshold);
+            if enough || !full || !above || k >= MAX_DUPLICATE_DEPTH {
+                break hits;
+            }
+            k = (k * 4).min(MAX_DUPLICATE_DEPTH);
+        };
         dbg.vector_ms = ms(t.elapsed());
         let t = Instant::now();
         let lines = a.snippet_lines.unwrap_or(6);
         let duplicates = hits
             .into_iter()
-            .filter(|(s, n)| {
-                *s >= threshold && {
-                    // Headers are search aids, not code: never a duplicate.
-                    let ch = snap.code.chunk(*n);
-                    let id = ch.symbol_id.as_str();
-                    !ch.is_header() && (id.is_empty() || !exclude.contains(id))
-                }
-            })
+            .filter(|&(s, n)| kept(s, n))
             .take(limit)
             .map(|(s, n)| {
                 Ok(Duplicate {

@@ -66,6 +66,8 @@ pub struct CodeRefOut {
     /// Why it is stale (`deleted`, `changed: …`) or unverified, or where it moved from.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    /// When a recorded check (`check_staleness`, a `reindex` job, `queryd staleness`) first
+    /// found it stale; absent when only this answer's check did (since when is unknown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale_since: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
