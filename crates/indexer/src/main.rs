@@ -481,6 +481,8 @@ fn run_pull(src: &str, out: &Path, concurrency: usize, json: bool) -> anyhow::Re
                 "files_resumed": r.files_resumed, "bytes_downloaded": r.bytes_downloaded,
                 "memory_segments_added": r.memory_segments_added,
                 "memories_deleted_here": r.memories_deleted_here,
+                "memories_refused": r.memories_refused,
+                "memories_refused_why": r.memories_refused_why,
                 "segments_replaced": r.segments_replaced.iter().map(|(aside, why)| serde_json::json!({
                     "kept_aside": aside.display().to_string(), "why": why,
                 })).collect::<Vec<_>>(),
@@ -509,6 +511,14 @@ fn run_pull(src: &str, out: &Path, concurrency: usize, json: bool) -> anyhow::Re
         );
     }
     if !json {
+        if r.memories_refused > 0 {
+            eprintln!(
+                "warning: pull: {} memories of the pulled memory segments were left out: a memory \
+                 tool would refuse to store them (first: {})",
+                r.memories_refused,
+                r.memories_refused_why.as_deref().unwrap_or("?")
+            );
+        }
         if r.memories_deleted_here > 0 {
             eprintln!(
                 "pull: {} memories of the pulled memory segments were deleted here after their \

@@ -884,8 +884,9 @@ fn add_memory_segment(dir: &Path, recs: Vec<format::memory::MemoryRecord>) {
     m.commit(dir).unwrap();
 }
 
-/// What a store writer sends is checked like what an agent writes: a pulled memory segment
-/// holding a record a memory tool would refuse fails the pull and changes nothing; a copy of a
+/// What a store writer sends is checked like what an agent writes: a record of a pulled memory
+/// segment that a memory tool would refuse is left out and counted (a control character, which
+/// older versions stored, is not a reason); a copy of a
 /// memory deleted here stamped days ahead of this clock does not undo the deletion; and a
 /// staging directory that is a symlink is refused before anything is staged or deleted.
 #[test]
@@ -948,15 +949,24 @@ fn a_store_writer_cannot_smuggle_memories_or_redirect_the_staging_directory() {
         "revived by a future stamp"
     );
 
-    // A record no memory tool would store.
-    add_memory_segment(&writer, vec![record("not-a-uuid", "smuggled", now)]);
+    // A record no memory tool would store, beside one with a tab in its evidence (stored by
+    // versions before control characters were refused).
+    let legacy = "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e7f";
+    let mut old = record(legacy, "an older memory", now);
+    old.evidence = vec!["see\tthe log".into()];
+    add_memory_segment(&writer, vec![old, record("not-a-uuid", "smuggled", now)]);
     assert!(sync::push(&writer, &remote, &with).unwrap().committed);
-    let before = std::fs::read(ix.index.join("MANIFEST")).unwrap();
-    let err = sync::pull(&remote, &ix.index, &PullOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("memory record"), "{err}");
-    assert_eq!(std::fs::read(ix.index.join("MANIFEST")).unwrap(), before);
+    let p = pull(&remote, &ix.index);
+    assert_eq!(p.memories_refused, 1, "{p:?}");
+    assert!(
+        p.memories_refused_why
+            .as_deref()
+            .unwrap()
+            .contains("not-a-uuid"),
+        "{p:?}"
+    );
+    let now_there = memories_of(&ix.index);
+    assert!(now_there.contains_key(legacy) && !now_there.contains_key("not-a-uuid"));
 
     // `.pull` as a symlink to somewhere else: refused, nothing there touched.
     let victim = ix.tmp.path().join("victim");

@@ -11,7 +11,6 @@
 //! what was verified, so the rerun fetches only the rest.
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -75,6 +74,10 @@ pub struct PullReport {
     /// Records of those segments left out (tombstoned) because their memory was deleted here
     /// after its last update (`MANIFEST`'s `deleted_memories`).
     pub memories_deleted_here: u64,
+    /// Records of those segments left out (tombstoned) because a memory tool would refuse to
+    /// store them (a bad id, size, field or timestamp), and why the first was.
+    pub memories_refused: u64,
+    pub memories_refused_why: Option<String>,
     /// Requests of the whole pull: `Stats::snapshot` order.
     pub requests: [u64; 7],
     pub seconds: f64,
@@ -214,7 +217,18 @@ fn pull_manifest(
         });
     }
     let lock_path = staging.join("LOCK");
-    let lock = File::create(&lock_path).map_err(io_err(&lock_path))?;
+    // Not truncated, and not through a symlink: a `LOCK` planted as a link would otherwise
+    // empty what it points at.
+    let lock = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?
+    };
     if lock.try_lock().is_err() {
         return Err(SyncError::Busy {
             path: dir.to_path_buf(),
@@ -375,6 +389,8 @@ fn pull_manifest(
     let merged = merge_memories(dir, local.as_ref(), head, generation)?;
     let (memory_segments, added) = (merged.entries, merged.added);
     report.memories_deleted_here = merged.deleted_here;
+    report.memories_refused = merged.refused;
+    report.memories_refused_why = merged.refused_why.clone();
     let mut deleted_memories = local
         .as_ref()
         .map(|l| l.deleted_memories.clone())
@@ -445,6 +461,22 @@ struct MergedMemories {
     deleted_here: u64,
     /// Memories deleted here that come back: the remote's copy was updated after the deletion.
     revived: Vec<String>,
+    /// Records left out because a memory tool would refuse to store them, and why the first was.
+    refused: u64,
+    refused_why: Option<String>,
+}
+
+/// `r` with the control characters a memory tool now refuses removed (newlines and tabs stay
+/// in the text), to check the rest of it.
+fn without_controls(mut r: format::memory::MemoryRecord) -> format::memory::MemoryRecord {
+    let multi = |s: &mut String| s.retain(|c| !c.is_control() || matches!(c, '\n' | '\r' | '\t'));
+    let single = |s: &mut String| s.retain(|c| !c.is_control());
+    multi(&mut r.text);
+    single(&mut r.category);
+    single(&mut r.entity);
+    r.evidence.iter_mut().for_each(single);
+    r.code_refs.iter_mut().for_each(|c| single(&mut c.path));
+    r
 }
 
 /// Local memory segments plus the remote's that are new here. A remote record whose memory id
@@ -474,6 +506,8 @@ fn merge_memories(
         added: new.len(),
         deleted_here: 0,
         revived: Vec::new(),
+        refused: 0,
+        refused_why: None,
     };
     if new.is_empty() {
         merged.entries = out;
@@ -507,13 +541,18 @@ fn merge_memories(
                 if dead.contains(i as u32) {
                     continue;
                 }
-                // What a memory tool would refuse to store is refused here too (ids, sizes,
-                // fields, timestamps): the segment comes from whoever writes the store.
-                if let Err(why) = format::memory::validate_record(&m.to_record()) {
-                    return Err(SyncError::Corrupt {
-                        key: format!("segments/seg-{}", e.id),
-                        reason: format!("memory record {i}: {why}"),
-                    });
+                // What a memory tool would refuse to store is left out here too (ids, sizes,
+                // fields, timestamps): the segment comes from whoever writes the store. Control
+                // characters are let through: records stored before they were refused hold
+                // some, and are served where they were stored.
+                if let Err(why) = format::memory::validate_record(&without_controls(m.to_record()))
+                {
+                    dead.insert(i as u32);
+                    merged.refused += 1;
+                    merged
+                        .refused_why
+                        .get_or_insert_with(|| format!("segment {}, record {i}: {why}", e.id));
+                    continue;
                 }
                 let id = m.id.as_str();
                 if let Some(&at) = deleted.and_then(|d| d.get(id)) {
