@@ -503,19 +503,11 @@ fn walk_roots(
         for (path, reason) in &w.skipped {
             *report.skipped.entry(reason.name()).or_insert(0) += 1;
             if *reason == SkipReason::DanglingLink {
-                let target = std::fs::read_link(path).unwrap_or_default();
-                report.warnings.push(format!(
-                    "{}: a symbolic link to {}, which does not exist",
-                    path.display(),
-                    target.display()
-                ));
+                report.warnings.push(walk::dangling_message(path));
             }
         }
-        for (link, target) in &w.excluded_targets {
-            report
-                .warnings
-                .push(walk::excluded_target_message(link, target));
-        }
+        let excluded = w.excluded_targets.iter();
+        (report.warnings).extend(excluded.map(|(l, t)| walk::excluded_target_message(l, t)));
         report.errors.extend(w.errors);
         if !w.outside.is_empty() {
             let canon = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());

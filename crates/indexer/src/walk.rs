@@ -74,6 +74,16 @@ impl SkipReason {
     }
 }
 
+/// The warning for a symbolic link to nothing.
+pub fn dangling_message(link: &Path) -> String {
+    let target = std::fs::read_link(link).unwrap_or_default();
+    format!(
+        "{}: a symbolic link to {}, which does not exist",
+        link.display(),
+        target.display()
+    )
+}
+
 /// The warning for a link whose target inside the root the walk leaves out: the target as
 /// resolved (through every link on the way), and what lets it in.
 pub fn excluded_target_message(link: &Path, target: &Path) -> String {
