@@ -342,8 +342,7 @@ pub fn clip(s: &str) -> String {
 /// Refuses control characters (NUL, escape, DEL, C1…) in `s`; with `multiline`, newlines,
 /// carriage returns and tabs are allowed.
 pub fn check_controls(what: &'static str, s: &str, multiline: bool) -> Result<(), RecordError> {
-    let ok = |c: char| !c.is_control() || (multiline && matches!(c, '\n' | '\r' | '\t'));
-    match s.chars().find(|&c| !ok(c)) {
+    match s.chars().find(|&c| !allowed_char(c, multiline)) {
         None => Ok(()),
         Some(c) => Err(RecordError::ControlChar {
             what,
@@ -355,6 +354,12 @@ pub fn check_controls(what: &'static str, s: &str, multiline: bool) -> Result<()
             },
         }),
     }
+}
+
+/// Whether a field may hold `c`: no control character, except newlines and tabs in a
+/// `multiline` one (the text).
+pub fn allowed_char(c: char, multiline: bool) -> bool {
+    !c.is_control() || (multiline && matches!(c, '\n' | '\r' | '\t'))
 }
 
 fn one_of(what: &'static str, v: &str, allowed: &[&str]) -> Result<(), RecordError> {

@@ -390,7 +390,7 @@ fn pull_manifest(
     let (memory_segments, added) = (merged.entries, merged.added);
     report.memories_deleted_here = merged.deleted_here;
     report.memories_refused = merged.refused;
-    report.memories_refused_why = merged.refused_why.clone();
+    report.memories_refused_why = merged.refused_why;
     let mut deleted_memories = local
         .as_ref()
         .map(|l| l.deleted_memories.clone())
@@ -469,8 +469,9 @@ struct MergedMemories {
 /// `r` with the control characters a memory tool now refuses removed (newlines and tabs stay
 /// in the text), to check the rest of it.
 fn without_controls(mut r: format::memory::MemoryRecord) -> format::memory::MemoryRecord {
-    let multi = |s: &mut String| s.retain(|c| !c.is_control() || matches!(c, '\n' | '\r' | '\t'));
-    let single = |s: &mut String| s.retain(|c| !c.is_control());
+    use format::memory::allowed_char;
+    let multi = |s: &mut String| s.retain(|c| allowed_char(c, true));
+    let single = |s: &mut String| s.retain(|c| allowed_char(c, false));
     multi(&mut r.text);
     single(&mut r.category);
     single(&mut r.entity);
