@@ -62,13 +62,12 @@ fn a_damaged_code_segment_is_left_out_and_the_rest_is_still_served() {
     let segs = code_segments(&ix.index);
     assert_eq!(segs.len(), 2, "{segs:?}");
     // Damage the first one's graph (a copy, as a disk error would leave it).
+    // In place (an engine's background populate may still hold the maps).
     let graph = segs[0].1.join("graph.rkyv");
-    let mut bytes = std::fs::read(&graph).unwrap();
+    let bytes = std::fs::read(&graph).unwrap();
     let mid = bytes.len() / 2;
-    for b in &mut bytes[mid..mid + 16] {
-        *b ^= 0xA5;
-    }
-    std::fs::write(&graph, &bytes).unwrap();
+    let flipped: Vec<u8> = bytes[mid..mid + 16].iter().map(|b| b ^ 0xA5).collect();
+    patch(&graph, mid, &flipped);
 
     // The server starts anyway and says what it left out.
     let e = engine(&ix.index);
@@ -226,14 +225,12 @@ fn a_repaired_segment_is_served_again_without_a_restart() {
     let (seg_id, seg_dir) = code_segments(&ix.index).remove(0);
     let pristine = ix.tmp.path().join("pristine");
     cix_tests::copy_dir(&seg_dir, &pristine);
+    // In place: the server maps the file, and a rewrite (truncate, then write) under the map
+    // is a SIGBUS for whoever touches a page in between (the background populate did, once).
     let damage = || {
         let vectors = seg_dir.join("vectors.f32");
-        let mut bytes = std::fs::read(&vectors).unwrap();
-        let n = bytes.len();
-        for b in &mut bytes[64..n.min(64 + 4096)] {
-            *b = 0xFF;
-        }
-        std::fs::write(&vectors, &bytes).unwrap();
+        let n = std::fs::metadata(&vectors).unwrap().len() as usize;
+        patch(&vectors, 64, &vec![0xFF; (n - 64).min(4096)]);
     };
     let served = |e: &engine::Engine| {
         let st = e.index_status(&StatusArgs::default()).unwrap();
