@@ -4,7 +4,8 @@
 //! chunks and vectors, the same graph as the query side sees it (across segments), the same
 //! search results up to ties; the cuts are deterministic; an incremental build on top keeps
 //! tombstones right. Merges (`indexer merge`, and the tier merges after a build) keep the
-//! same answers.
+//! same answers. Incremental builds store the graph a fresh build of the same tree would,
+//! also where a change moves the edges of files it did not touch.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -58,7 +59,8 @@ fn chunks(v: &CodeView) -> BTreeMap<Key, NodeRef> {
     v.live_chunks().map(|n| (key(v, n), n)).collect()
 }
 
-/// Where the edges of `kind` of every chunk lead, by chunk key (files by path).
+/// Where the edges of `kind` of every live chunk and file lead, and where those into them
+/// come from, by chunk key (files by path), with their flags (resolved or inferred).
 fn edges(v: &CodeView, kind: EdgeKind) -> BTreeSet<(Key, String, String)> {
     let name = |n: NodeRef| {
         if v.is_chunk(n) {
@@ -69,12 +71,27 @@ fn edges(v: &CodeView, kind: EdgeKind) -> BTreeSet<(Key, String, String)> {
         }
     };
     let mut out = BTreeSet::new();
+    let mut file_nodes = BTreeSet::new();
     for n in v.live_chunks() {
-        for (t, _) in v.out_edges(n, kind) {
-            out.insert((key(v, n), "out".to_string(), name(t)));
+        for (t, fl) in v.out_edges(n, kind) {
+            out.insert((key(v, n), format!("out {fl}"), name(t)));
         }
-        for (s, _) in v.in_edges(n, kind) {
-            out.insert((key(v, n), "in".to_string(), name(s)));
+        for (s, fl) in v.in_edges(n, kind) {
+            out.insert((key(v, n), format!("in {fl}"), name(s)));
+        }
+        let chunks = v.index.segments[n.0].segment.table().chunks.len() as u32;
+        file_nodes.insert((n.0, chunks + v.chunk(n).file.to_native()));
+    }
+    // File nodes (IMPORTS start there), by path: the live file of each live chunk.
+    let no_chunk = (String::new(), 0, 0, String::new(), String::new(), [0u8; 32]);
+    for f in file_nodes {
+        let mut k = no_chunk.clone();
+        k.0 = format!("file:{}", v.file(f).path);
+        for (t, fl) in v.out_edges(f, kind) {
+            out.insert((k.clone(), format!("out {fl}"), name(t)));
+        }
+        for (s, fl) in v.in_edges(f, kind) {
+            out.insert((k.clone(), format!("in {fl}"), name(s)));
         }
     }
     out
@@ -419,4 +436,176 @@ fn incremental_builds_merge_a_crowded_tier() {
     for q in ["edit_3", "levenshtein_distance", "extra_5"] {
         assert_equal_up_to_ties(q, &hits(&fresh, q), &hits(&out, q));
     }
+}
+
+/// A change can move where the calls and imports of files it does not touch lead: a module
+/// that appears makes an import (and the calls through it) resolve, a definition that
+/// appears or goes adds or drops an edge, a second definition of a name makes a call by that
+/// name ambiguous. After each such change an incremental build holds the edges, flags
+/// included, of a fresh build of the same tree, and says which unchanged files it wrote again
+/// (without embedding them). The builds run at the smallest budget with a file too large for
+/// it (its texts shed at the parse and read back when written: an edit to it in the same
+/// build as relinked files, and it relinked itself), and with the hash embedder: this is
+/// about the graph, not the vectors.
+#[test]
+fn incremental_builds_move_the_edges_of_files_they_did_not_touch() {
+    use indexer::build::HashEmbedder;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("src/relink");
+    let put = |rel: &str, text: &str| {
+        let p = repo.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let hash = HashEmbedder { dim: 64 };
+    let build_hash = |out: &Path| {
+        let mut opts = BuildOptions::new(vec![repo.clone()], out.to_path_buf());
+        opts.memory_budget = MIN_MEMORY_BUDGET;
+        build(&opts, &hash, &Progress::silent())
+            .unwrap_or_else(|e| panic!("build into {} failed: {e}", out.display()))
+    };
+    // More text than a quarter of the smallest budget keeps: shed at every parse. It calls
+    // `compute` too.
+    let big = |tag: &str| {
+        let mut t = String::from("def big_caller():\n    return compute(0)\n\n");
+        for i in 0..9000 {
+            t.push_str(&format!("\ndef big_{i}():\n    return \"{tag} {i}\"\n"));
+        }
+        t
+    };
+    put("gen/big.py", &big("v0"));
+    put(
+        "app/main.py",
+        "from app.util import helper\n\n\ndef run():\n    return helper(1) + compute(2)\n",
+    );
+    put("app/other.py", "def unrelated():\n    return compute(3)\n");
+    put(
+        "web/main.ts",
+        "import { fmt } from \"./fmt\";\n\nexport function show(): string {\n  return fmt(1);\n}\n",
+    );
+    put("notes.md", "# Notes\n\nNothing calls anything here.\n");
+    let out = tmp.path().join("index");
+    build_hash(&out);
+    // Each step: files written, files removed, the files that must be relinked.
+    type Step<'a> = (Vec<(&'a str, String)>, &'a [&'a str], &'a [&'a str]);
+    let steps: Vec<Step> = vec![
+        // The imported modules appear: main.py's import and its call to helper resolve, and
+        // main.ts's import and its call to fmt.
+        (
+            vec![
+                ("app/util.py", "def helper(x):\n    return x\n".into()),
+                (
+                    "web/fmt.ts",
+                    "export function fmt(n: number): string {\n  return String(n);\n}\n".into(),
+                ),
+            ],
+            &[],
+            &["app/main.py", "web/main.ts"],
+        ),
+        // A definition of `compute` appears, beside an edit of the big file: the calls by
+        // that name in the other files.
+        (
+            vec![
+                ("app/calc.py", "def compute(x):\n    return x * 2\n".into()),
+                ("gen/big.py", big("v1")),
+            ],
+            &[],
+            &["app/main.py", "app/other.py"],
+        ),
+        // A second one: no longer unique, the calls by name lose their edge (the big file,
+        // shed at the parse, among them).
+        (
+            vec![("lib/calc2.py", "def compute(y):\n    return y + 1\n".into())],
+            &[],
+            &["app/main.py", "app/other.py", "gen/big.py"],
+        ),
+        // One goes (unique again), and the module main.py imports goes.
+        (
+            vec![],
+            &["app/calc.py", "app/util.py"],
+            &["app/main.py", "app/other.py", "gen/big.py"],
+        ),
+        // Nothing that anything calls: nothing untouched moves.
+        (
+            vec![("app/leaf.py", "def leaf():\n    return 0\n".into())],
+            &[],
+            &[],
+        ),
+    ];
+    for (k, (write, remove, relinked)) in steps.iter().enumerate() {
+        for (rel, text) in write {
+            put(rel, text);
+        }
+        for rel in *remove {
+            std::fs::remove_file(repo.join(rel)).unwrap();
+        }
+        let r = build_hash(&out);
+        assert_eq!(r.files_relinked, relinked.len(), "step {k}: {r:?}");
+        assert_eq!(
+            r.files_changed,
+            write.len(),
+            "step {k}: relinked files are not counted as changed: {r:?}"
+        );
+        // The big file is read back when it is written for an edit of its own; relinked, it
+        // is read back too, but not counted as the budget's.
+        let big_edited = write.iter().any(|(rel, _)| *rel == "gen/big.py");
+        assert_eq!(r.files_reread, usize::from(big_edited), "step {k}: {r:?}");
+        let ix = format::Index::open(&out).unwrap();
+        let mut written: Vec<String> = (ix.segments.iter())
+            .filter(|ls| r.segment_ids.iter().any(|id| id == ls.segment.id()))
+            .flat_map(|ls| ls.segment.table().files.iter().map(|f| f.path.to_string()))
+            .collect();
+        written.sort();
+        let mut expected: Vec<String> = (write.iter().map(|(rel, _)| rel.to_string()))
+            .chain(relinked.iter().map(|rel| rel.to_string()))
+            .collect();
+        expected.sort();
+        expected.dedup();
+        assert_eq!(written, expected, "step {k}: {r:?}");
+        drop(ix);
+        let fresh = tmp.path().join(format!("fresh{k}"));
+        build_hash(&fresh);
+        let (a, b) = (
+            CodeView::open(&fresh).unwrap(),
+            CodeView::open(&out).unwrap(),
+        );
+        assert_eq!(
+            chunks(&a).keys().collect::<Vec<_>>(),
+            chunks(&b).keys().collect::<Vec<_>>(),
+            "step {k}"
+        );
+        assert_same_edges(&a, &b);
+        assert!(indexer::inspect::verify(&out).is_empty(), "step {k}");
+        // Relinked files reuse their vectors: only the written files' chunks are embedded.
+        let written_chunks = chunks(&a)
+            .keys()
+            .filter(|c| write.iter().any(|(rel, _)| c.0 == *rel))
+            .count();
+        assert!(
+            r.chunks_embedded <= written_chunks,
+            "step {k}: {} chunks embedded, {written_chunks} in the written files: {r:?}",
+            r.chunks_embedded
+        );
+    }
+    // A build limited to `web/` (`only`) does not write a new definition of `compute` outside
+    // it, so it does not move the calls to `compute` either (they would lose their edge to the
+    // one the index holds, ambiguous beside one it does not). The next full build writes it
+    // and moves them.
+    put("app/calc3.py", "def compute(z):\n    return z\n");
+    let mut opts = BuildOptions::new(vec![repo.clone()], out.clone());
+    opts.only = Some(vec![("relink".into(), "web".into())]);
+    put(
+        "web/extra.ts",
+        "export function extra(): number {\n  return 1;\n}\n",
+    );
+    let r = build(&opts, &hash, &Progress::silent()).unwrap();
+    assert_eq!((r.files_changed, r.files_relinked), (1, 0), "{r:?}");
+    let r = build_hash(&out);
+    assert_eq!((r.files_changed, r.files_relinked), (1, 3), "{r:?}");
+    let fresh = tmp.path().join("fresh-last");
+    build_hash(&fresh);
+    assert_same_edges(
+        &CodeView::open(&fresh).unwrap(),
+        &CodeView::open(&out).unwrap(),
+    );
 }

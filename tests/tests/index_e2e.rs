@@ -971,7 +971,8 @@ fn incremental_rebuilds_touch_only_what_changed() {
     );
     assert_eq!(r.live_chunks, live_before);
 
-    // Deleting a file tombstones its chunks.
+    // Deleting a file tombstones its chunks. The files that imported it and called into it
+    // (web/app.tsx) are written again with those edges gone ("relinked"), vectors reused.
     let util_chunks = chunks_of_file(&open(&out), "web/util.js").len();
     assert!(util_chunks > 0);
     std::fs::remove_file(repo.join("web/util.js")).unwrap();
@@ -979,9 +980,27 @@ fn incremental_rebuilds_touch_only_what_changed() {
     assert_eq!(r.files_deleted, 1, "{r:?}");
     assert_eq!(r.files_changed, 0);
     assert_eq!(r.chunks_embedded, 0);
-    assert_eq!(r.chunks_tombstoned, util_chunks as u64);
-    assert_eq!(r.live_chunks, live_before - util_chunks as u64);
     let ix = open(&out);
+    let relinked = ix
+        .segments
+        .iter()
+        .find(|ls| Some(ls.segment.id()) == r.segment_id.as_deref())
+        .expect("the relinked files' segment is live")
+        .segment
+        .table();
+    let relinked_paths: Vec<&str> = relinked.files.iter().map(|f| f.path.as_str()).collect();
+    assert!(
+        relinked_paths.contains(&"web/app.tsx"),
+        "{relinked_paths:?}"
+    );
+    assert_eq!(r.files_relinked, relinked_paths.len(), "{r:?}");
+    assert_eq!(r.chunks_written, relinked.chunks.len());
+    assert_eq!(r.chunks_reused, relinked.chunks.len());
+    assert_eq!(
+        r.chunks_tombstoned,
+        (util_chunks + relinked.chunks.len()) as u64
+    );
+    assert_eq!(r.live_chunks, live_before - util_chunks as u64);
     assert_eq!(ix.live_chunks(), r.live_chunks);
     assert!(chunks_of_file(&ix, "web/util.js").is_empty());
     let (hits, _) = code::search(&ix, "debounce", None, &lex).unwrap();

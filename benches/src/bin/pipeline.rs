@@ -52,6 +52,12 @@ struct Args {
     bytes_per_token: f64,
     #[arg(long, default_value_t = 100)]
     device_kmeans_ms: u64,
+    /// After each run, an incremental build of the same index with one new file added (a
+    /// root of its own holding one Rust and one Python function): what a re-index after a
+    /// small change costs on this tree, the comparison of every unchanged file's edges with
+    /// the stored ones (`relink`) included.
+    #[arg(long)]
+    incremental: bool,
     /// Keep the last run's index in this directory (it must not exist), for `latency
     /// --measure DIR`: search latency over real code text (the vectors are the stand-in's).
     #[arg(long)]
@@ -161,6 +167,41 @@ fn main() -> anyhow::Result<()> {
             ins.total_bytes as f64 / ins.raw_vector_and_text_bytes.max(1) as f64,
             ins.segments.iter().map(|s| s.vector_index.as_str()).collect::<Vec<_>>().join(",")
         );
+        if args.incremental {
+            let edit = tempfile::tempdir().context("temp dir")?;
+            std::fs::write(
+                edit.path().join("edit.rs"),
+                "/// Added by the bench.\npub fn bench_edit() -> u32 {\n    7\n}\n",
+            )?;
+            std::fs::write(
+                edit.path().join("edit.py"),
+                "def bench_edit_py():\n    return 7\n",
+            )?;
+            let mut roots = paths.clone();
+            roots.push(edit.path().to_path_buf());
+            let mut inc = BuildOptions::new(roots, dir.path().join("index"));
+            inc.memory_budget = args.memory_budget;
+            let base_rss = reset_peak_rss();
+            let t = Instant::now();
+            let r = build::build(&inc, emb, &Progress::silent())?;
+            let (total, peak) = (t.elapsed().as_secs_f64(), peak_rss());
+            let phases: Vec<String> = r
+                .phase_times()
+                .iter()
+                .map(|(k, d)| format!("{k} {:.3}s", d.as_secs_f64()))
+                .collect();
+            println!(
+                "  incremental, one file added: {:.3}s; {} changed, {} unchanged, {} relinked; {} chunks written; peak RSS {} MB (before {} MB); [{}]",
+                total,
+                r.files_changed,
+                r.files_unchanged,
+                r.files_relinked,
+                r.chunks_written,
+                peak / 1_000_000,
+                base_rss / 1_000_000,
+                phases.join(", ")
+            );
+        }
         if let Some(keep) = args.keep.as_ref().filter(|_| run + 1 == args.runs) {
             anyhow::ensure!(!keep.exists(), "{} exists", keep.display());
             copy_dir(&dir.path().join("index"), keep)?;

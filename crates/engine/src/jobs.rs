@@ -37,6 +37,9 @@ pub struct JobStatus {
     pub files_seen: usize,
     pub files_changed: usize,
     pub files_deleted: usize,
+    /// Unchanged files written again because their calls or imports resolve differently now
+    /// (a definition they use appeared, went or moved): their graph edges follow the change.
+    pub files_relinked: usize,
     pub chunks_embedded: usize,
     pub chunks_reused: usize,
     pub chunks_tombstoned: u64,
@@ -89,6 +92,7 @@ impl JobStatus {
             files_seen: 0,
             files_changed: 0,
             files_deleted: 0,
+            files_relinked: 0,
             chunks_embedded: 0,
             chunks_reused: 0,
             chunks_tombstoned: 0,

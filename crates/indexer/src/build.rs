@@ -22,9 +22,9 @@
 //! Incremental by construction: files whose bytes hash the same as in the live index are left
 //! alone; chunks whose embedded text hashes the same as a chunk already in the index reuse its
 //! vector; only new text is embedded. Every file is still parsed (cheap) so that the calls and
-//! imports of changed files resolve against the whole tree.
+//! imports of changed files resolve against the whole tree, and an unchanged file whose edges
+//! now resolve differently is written again (`build/relink.rs`).
 
-use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Instant;
 
@@ -34,13 +34,15 @@ use format::{Index, SegmentBuilder};
 use rayon::prelude::*;
 
 use crate::chunk::{self, FileExtract};
-use crate::graph::{self, EdgeKind, FileFacts, NodeRef};
+use crate::graph::{self, FileFacts, NodeRef};
 use crate::progress::Progress;
 use crate::walk::{self, Candidate, SkipReason};
 use crate::IndexerError;
 
 mod commit;
 mod embedder;
+mod plan;
+mod relink;
 mod shed;
 mod types;
 mod vectors;
@@ -51,6 +53,7 @@ pub use types::{
 };
 
 use commit::write_and_commit;
+use plan::{plan_changes, relink_stale};
 use shed::{drop_texts, restore_texts, shed_texts, Shed, Spill};
 use vectors::{embed_vectors, gpu_ivf_centroids, known_vectors};
 
@@ -155,7 +158,7 @@ pub fn build(
     let mut files = parse_files(opts, cands, &budget, &spill, &mut report, progress);
     let spill = shed::settled(&spill, &opts.out, progress);
     report.spilled_bytes = spill.map_or(0, Spill::bytes);
-    let plan = plan_changes(opts, &files, existing.as_ref(), &mut report);
+    let mut plan = plan_changes(opts, &files, existing.as_ref(), &mut report);
     let roots = manifest_roots(opts);
     if let Some(ix) = &existing {
         if report.files_changed == 0 && plan.dead_files.is_empty() && roots_known(ix, &roots) {
@@ -165,10 +168,12 @@ pub fn build(
             return Ok(report);
         }
     }
-    // Unchanged files are not written: from here on only the graph reads them.
+    // Unchanged files are not written (unless relinked, `relink_stale`): from here on only
+    // the graph reads them. One shed at the parse keeps its `Shed` until then.
     for (f, _) in files.iter_mut().zip(&plan.changed).filter(|(_, c)| !**c) {
-        drop_texts(&mut f.extract);
-        f.shed = None;
+        if f.shed.is_none() {
+            drop_texts(&mut f.extract);
+        }
     }
     // Each file's calls go to resolution, which frees them file by file.
     let calls = files
@@ -176,6 +181,9 @@ pub fn build(
         .map(|f| std::mem::take(&mut f.calls))
         .collect();
     let resolved = resolve_all(&files, calls, &mut report);
+    if let Some(ix) = &existing {
+        relink_stale(&mut files, &mut plan, ix, &resolved, &mut report);
+    }
     // Resolved (the calls, 1.6M and 42.6 MB packed on this machine's cargo registry, were
     // freed by it): nothing reads the declarations again, nor the imports of files that are
     // not written (a written file's record lists its imports). Freed before the segments.
@@ -614,91 +622,6 @@ fn parse_files(
     files
 }
 
-/// What changes against the live index.
-struct ChangePlan {
-    /// Per parsed file: whether it is (re-)indexed into the new segment.
-    changed: Vec<bool>,
-    /// Files of the existing index to tombstone, as sorted (segment, file) pairs.
-    dead_files: Vec<(usize, u32)>,
-}
-
-/// Live files of the existing index: (repository, path) → (segment, file, content hash).
-/// Files whose chunks are all tombstoned are not live.
-fn live_files(existing: Option<&Index>) -> HashMap<(String, String), (usize, u32, [u8; 32])> {
-    let mut live: HashMap<(String, String), (usize, u32, [u8; 32])> = HashMap::new();
-    if let Some(ix) = existing {
-        for (si, ls) in ix.segments.iter().enumerate() {
-            let table = ls.segment.table();
-            for (fi, f) in table.files.iter().enumerate() {
-                let first = f.first_chunk.to_native();
-                let all_dead =
-                    (first..first + f.chunk_count.to_native()).all(|c| ls.tombstones.contains(c));
-                if f.chunk_count.to_native() > 0 && all_dead {
-                    continue;
-                }
-                live.insert(
-                    (f.repo.to_string(), f.path.to_string()),
-                    (si, fi as u32, f.content_hash),
-                );
-            }
-        }
-    }
-    live
-}
-
-/// Changed vs unchanged against the live index. A file changes when it is in scope
-/// and its bytes hash differently (or it is new); the live files to tombstone are the changed
-/// ones and those of this build's repositories that are gone from disk (counted as deleted).
-fn plan_changes(
-    opts: &BuildOptions,
-    files: &[Parsed],
-    existing: Option<&Index>,
-    report: &mut BuildReport,
-) -> ChangePlan {
-    let live = live_files(existing);
-    let changed: Vec<bool> = files
-        .iter()
-        .map(|f| {
-            opts.in_scope(&f.cand.repo, &f.cand.rel_path)
-                && live
-                    .get(&(f.cand.repo.clone(), f.cand.rel_path.clone()))
-                    .is_none_or(|(_, _, h)| *h != f.hash)
-        })
-        .collect();
-    report.files_changed = changed.iter().filter(|c| **c).count();
-    report.files_unchanged = files.len() - report.files_changed;
-    let index_of: HashMap<(&str, &str), usize> = files
-        .iter()
-        .enumerate()
-        .map(|(i, f)| ((f.cand.repo.as_str(), f.cand.rel_path.as_str()), i))
-        .collect();
-    // Repositories of this build's roots: only their files can count as deleted (others may
-    // live in another repository indexed into the same directory).
-    let root_repos: HashSet<String> = opts
-        .roots
-        .iter()
-        .map(|r| opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)))
-        .collect();
-    // Files to tombstone: changed ones that were live, and live ones that are gone.
-    let mut dead_files: Vec<(usize, u32)> = Vec::new();
-    for (key, (si, fi, _)) in &live {
-        match index_of.get(&(key.0.as_str(), key.1.as_str())) {
-            Some(&i) if changed[i] => dead_files.push((*si, *fi)),
-            Some(_) => {}
-            None if root_repos.contains(&key.0) && opts.in_scope(&key.0, &key.1) => {
-                dead_files.push((*si, *fi));
-                report.files_deleted += 1;
-            }
-            None => {}
-        }
-    }
-    dead_files.sort_unstable();
-    ChangePlan {
-        changed,
-        dead_files,
-    }
-}
-
 /// The roots this build records in MANIFEST (absolute, so a server can re-index them).
 fn manifest_roots(opts: &BuildOptions) -> Vec<RootEntry> {
     opts.roots
@@ -834,7 +757,7 @@ fn reread(
         return Ok(());
     }
     let need = todo.len();
-    let fresh: Vec<Result<bool, IndexerError>> = todo
+    let fresh: Vec<Result<(bool, bool), IndexerError>> = todo
         .par_iter_mut()
         .with_max_len(1) // as in `parse_files`
         .map(|f| {
@@ -846,9 +769,11 @@ fn reread(
                 return Err(changed());
             }
             let shed = f.shed.take().unwrap_or_default();
+            let relinked = shed.relinked();
             let c = &f.cand;
             let at = (c.language, c.repo.as_str(), c.rel_path.as_str());
             let again = restore_texts(&mut f.extract, shed, &text, spill, at, &opts.chunk)
+                .map(|again| (again, relinked))
                 .map_err(|e| e.into_error(&f.cand.abs_path, &opts.out));
             // A file chunked again has its calls back; nothing reads them any more.
             f.extract.calls = Vec::new();
@@ -857,10 +782,15 @@ fn reread(
             again
         })
         .collect();
+    // Relinked files (`relink_stale`) are read again here too, but not for the budget: its
+    // counters leave them out.
+    let mut relinked = 0;
     for r in fresh {
-        report.files_rechunked += usize::from(r?);
+        let (again, relink) = r?;
+        relinked += usize::from(relink);
+        report.files_rechunked += usize::from(again && !relink);
     }
-    report.files_reread += need;
+    report.files_reread += need - relinked;
     report.timings.push(("reread", t.elapsed()));
     Ok(())
 }
@@ -907,11 +837,7 @@ fn segment_graph(
     let mut edges = Vec::new();
     let mut external = Vec::new();
     for e in edge_ids.iter().map(|&n| &resolved[n as usize]) {
-        let kind = match e.kind {
-            EdgeKind::Contains => rec::EdgeKind::Contains,
-            EdgeKind::Imports => rec::EdgeKind::Imports,
-            EdgeKind::Calls => rec::EdgeKind::Calls,
-        };
+        let kind = e.kind.record();
         let Some(src) = node(&e.src) else { continue };
         *report.edges.entry(kind.name()).or_insert(0) += 1;
         match node(&e.dst) {

@@ -573,6 +573,7 @@ fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value
         "files_changed": r.files_changed,
         "files_unchanged": r.files_unchanged,
         "files_deleted": r.files_deleted,
+        "files_relinked": r.files_relinked,
         "source_bytes": r.source_bytes,
         "skipped": r.skipped,
         "errors": r.errors,
@@ -608,6 +609,13 @@ fn print_summary(r: &BuildReport, out: &Path, total: std::time::Duration) {
         r.files_deleted,
         r.source_bytes as f64 / 1e6
     );
+    if r.files_relinked > 0 {
+        println!(
+            "{} unchanged files written again: their calls or imports resolve differently now \
+             (vectors reused)",
+            r.files_relinked
+        );
+    }
     if !r.skipped.is_empty() {
         let parts: Vec<String> = r.skipped.iter().map(|(k, v)| format!("{v} {k}")).collect();
         println!("skipped: {}", parts.join(", "));

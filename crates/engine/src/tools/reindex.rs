@@ -241,6 +241,7 @@ impl Engine {
                     j.files_seen += r.files_seen;
                     j.files_changed += r.files_changed;
                     j.files_deleted += r.files_deleted;
+                    j.files_relinked += r.files_relinked;
                     j.chunks_embedded += r.chunks_embedded;
                     j.chunks_reused += r.chunks_reused;
                     j.chunks_tombstoned += r.chunks_tombstoned;

@@ -104,6 +104,24 @@ pub(super) struct Shed {
     /// [`check`] of those bytes.
     check: u64,
     extract_again: bool,
+    /// The file is written because its edges moved (`relink.rs`), not for a change of its
+    /// own: the budget's counters leave it out.
+    relinked: bool,
+}
+
+impl Shed {
+    /// Whether the file it belongs to is written because its edges moved.
+    pub(super) fn relinked(&self) -> bool {
+        self.relinked
+    }
+
+    /// The same way back, for a file written because its edges moved.
+    pub(super) fn relink(self) -> Shed {
+        Shed {
+            relinked: true,
+            ..self
+        }
+    }
 }
 
 /// Drops the parsed text of every chunk of a file (graph resolution reads none:
@@ -155,6 +173,18 @@ pub(super) fn shed_texts(ex: &mut FileExtract, source: &str, spill: Option<&Spil
         spilled_at,
         check: check(&bytes),
         extract_again: false,
+        relinked: false,
+    }
+}
+
+/// For a file whose texts [`drop_texts`] already dropped and that is now to be written
+/// (an unchanged file whose edges resolve differently, `relink.rs`): its texts come back by
+/// chunking it again.
+pub(super) fn chunk_again() -> Shed {
+    Shed {
+        extract_again: true,
+        relinked: true,
+        ..Shed::default()
     }
 }
 

@@ -104,6 +104,10 @@ pub struct BuildReport {
     pub files_changed: usize,
     pub files_unchanged: usize,
     pub files_deleted: usize,
+    /// Unchanged files written again because their calls or imports resolve differently
+    /// now (a definition they use was added, removed or moved elsewhere): not counted in
+    /// `files_changed`; their vectors are reused.
+    pub files_relinked: usize,
     pub source_bytes: u64,
     pub skipped: BTreeMap<&'static str, usize>,
     /// Problems that stop a file from being indexed (unreadable files, walk errors).

@@ -13,6 +13,15 @@ pub enum EdgeKind {
 }
 
 impl EdgeKind {
+    /// The kind as segments store it.
+    pub fn record(self) -> format::records::EdgeKind {
+        match self {
+            EdgeKind::Contains => format::records::EdgeKind::Contains,
+            EdgeKind::Imports => format::records::EdgeKind::Imports,
+            EdgeKind::Calls => format::records::EdgeKind::Calls,
+        }
+    }
+
     /// `contains`, `imports`, `calls`.
     pub fn name(&self) -> &'static str {
         match self {

@@ -1,0 +1,146 @@
+//! What a build changes against the live index: which parsed files are written
+//! ([`plan_changes`]: bytes changed or new, in scope) and which live files are tombstoned
+//! (changed, gone), then the unchanged files whose edges resolve differently now
+//! ([`relink_stale`], `relink.rs`).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use format::Index;
+
+use super::shed::{chunk_again, Shed};
+use super::{relink, BuildOptions, BuildReport, Parsed};
+use crate::graph;
+use crate::walk;
+
+/// What changes against the live index.
+pub(super) struct ChangePlan {
+    /// Per parsed file: whether it is (re-)indexed into the new segment.
+    pub(super) changed: Vec<bool>,
+    /// Files of the existing index to tombstone, as sorted (segment, file) pairs.
+    pub(super) dead_files: Vec<(usize, u32)>,
+    /// Per parsed file: where it lives in the existing index (segment, file) when the live
+    /// version has the same bytes.
+    pub(super) live_at: Vec<Option<(usize, u32)>>,
+}
+
+/// Live files of the existing index: (repository, path) → (segment, file, content hash).
+/// Files whose chunks are all tombstoned are not live.
+fn live_files(existing: Option<&Index>) -> HashMap<(String, String), (usize, u32, [u8; 32])> {
+    let mut live: HashMap<(String, String), (usize, u32, [u8; 32])> = HashMap::new();
+    if let Some(ix) = existing {
+        for (si, ls) in ix.segments.iter().enumerate() {
+            let table = ls.segment.table();
+            for (fi, f) in table.files.iter().enumerate() {
+                let first = f.first_chunk.to_native();
+                let end = first.saturating_add(f.chunk_count.to_native());
+                let all_dead = (first..end).all(|c| ls.tombstones.contains(c));
+                if f.chunk_count.to_native() > 0 && all_dead {
+                    continue;
+                }
+                live.insert(
+                    (f.repo.to_string(), f.path.to_string()),
+                    (si, fi as u32, f.content_hash),
+                );
+            }
+        }
+    }
+    live
+}
+
+/// Changed vs unchanged against the live index. A file changes when it is in scope
+/// and its bytes hash differently (or it is new); the live files to tombstone are the changed
+/// ones and those of this build's repositories that are gone from disk (counted as deleted).
+pub(super) fn plan_changes(
+    opts: &BuildOptions,
+    files: &[Parsed],
+    existing: Option<&Index>,
+    report: &mut BuildReport,
+) -> ChangePlan {
+    let live = live_files(existing);
+    // Each parsed file's live version, looked up once.
+    let live_of: Vec<Option<(usize, u32, [u8; 32])>> = files
+        .iter()
+        .map(|f| {
+            live.get(&(f.cand.repo.clone(), f.cand.rel_path.clone()))
+                .copied()
+        })
+        .collect();
+    let changed: Vec<bool> = (files.iter().zip(&live_of))
+        .map(|(f, at)| {
+            opts.in_scope(&f.cand.repo, &f.cand.rel_path) && at.is_none_or(|(_, _, h)| h != f.hash)
+        })
+        .collect();
+    report.files_changed = changed.iter().filter(|c| **c).count();
+    report.files_unchanged = files.len() - report.files_changed;
+    let index_of: HashMap<(&str, &str), usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| ((f.cand.repo.as_str(), f.cand.rel_path.as_str()), i))
+        .collect();
+    // Repositories of this build's roots: only their files can count as deleted (others may
+    // live in another repository indexed into the same directory).
+    let root_repos: HashSet<String> = opts
+        .roots
+        .iter()
+        .map(|r| opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)))
+        .collect();
+    // Files to tombstone: changed ones that were live, and live ones that are gone.
+    let mut dead_files: Vec<(usize, u32)> = Vec::new();
+    for (key, (si, fi, _)) in &live {
+        match index_of.get(&(key.0.as_str(), key.1.as_str())) {
+            Some(&i) if changed[i] => dead_files.push((*si, *fi)),
+            Some(_) => {}
+            None if root_repos.contains(&key.0) && opts.in_scope(&key.0, &key.1) => {
+                dead_files.push((*si, *fi));
+                report.files_deleted += 1;
+            }
+            None => {}
+        }
+    }
+    dead_files.sort_unstable();
+    let live_at = (files.iter().zip(&live_of))
+        .map(|(f, at)| {
+            at.filter(|(_, _, h)| *h == f.hash)
+                .map(|(si, fi, _)| (si, fi))
+        })
+        .collect();
+    ChangePlan {
+        changed,
+        dead_files,
+        live_at,
+    }
+}
+
+/// Unchanged files whose edges resolve differently now (`relink.rs`) are written again:
+/// marked changed, their live versions to be tombstoned, their texts to be chunked again
+/// (they were dropped). Whatever `only` says: their bytes are the indexed ones, and only
+/// their edges move.
+pub(super) fn relink_stale(
+    files: &mut [Parsed],
+    plan: &mut ChangePlan,
+    ix: &Index,
+    resolved: &[graph::ResolvedEdge],
+    report: &mut BuildReport,
+) {
+    let t = Instant::now();
+    let stale = relink::stale_files(files, &plan.changed, &plan.live_at, ix, resolved);
+    for &i in &stale {
+        plan.changed[i] = true;
+        if let Some(at) = plan.live_at[i] {
+            plan.dead_files.push(at);
+        }
+        // Texts shed at the parse come back as the budget's do (the spill, slices of the
+        // bytes); texts dropped for an unchanged file by chunking it again.
+        let shed = files[i].shed.take().map_or_else(chunk_again, Shed::relink);
+        files[i].shed = Some(shed);
+    }
+    // The other unchanged files are not written: their way back to their texts goes.
+    for (f, _) in files.iter_mut().zip(&plan.changed).filter(|(_, c)| !**c) {
+        f.shed = None;
+    }
+    plan.dead_files.sort_unstable();
+    plan.dead_files.dedup();
+    report.files_relinked = stale.len();
+    report.timings.push(("relink", t.elapsed()));
+}
