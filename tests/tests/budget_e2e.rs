@@ -608,4 +608,30 @@ fn incremental_builds_move_the_edges_of_files_they_did_not_touch() {
         &CodeView::open(&fresh).unwrap(),
         &CodeView::open(&out).unwrap(),
     );
+    // An index of two repositories, then a build of one of them (as the reindex tool runs
+    // one root at a time): resolution does not see the other, so nothing is relinked, and a
+    // call into the other keeps its edge.
+    let other = tmp.path().join("src/other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("ext.py"), "def only_there():\n    return 1\n").unwrap();
+    put("app/uses.py", "def uses():\n    return only_there()\n");
+    let two = BuildOptions::new(vec![repo.clone(), other.clone()], out.clone());
+    build(&two, &hash, &Progress::silent()).unwrap();
+    let into_other = || {
+        let v = CodeView::open(&out).unwrap();
+        let uses = v.resolve("uses");
+        assert_eq!(uses.len(), 1);
+        v.out_edges(uses[0], EdgeKind::Calls)
+            .iter()
+            .any(|&(t, _)| v.is_chunk(t) && v.chunk(t).name.as_str() == "only_there")
+    };
+    assert!(into_other(), "the two-root build resolves the call");
+    put("app/leaf2.py", "def leaf2():\n    return 2\n");
+    let r = build_hash(&out);
+    assert_eq!((r.files_changed, r.files_relinked), (1, 0), "{r:?}");
+    assert!(r.notes.iter().any(|n| n.contains("not compared")), "{r:?}");
+    assert!(
+        into_other(),
+        "a build of one root kept the call into the other"
+    );
 }

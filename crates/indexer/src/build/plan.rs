@@ -22,6 +22,9 @@ pub(super) struct ChangePlan {
     /// Per parsed file: where it lives in the existing index (segment, file) when the live
     /// version has the same bytes.
     pub(super) live_at: Vec<Option<(usize, u32)>>,
+    /// Live files that stay but that this build neither parses nor deletes: those of
+    /// repositories it does not walk, and those gone from disk outside `only`.
+    pub(super) unseen: usize,
 }
 
 /// Live files of the existing index: (repository, path) → (segment, file, content hash).
@@ -87,6 +90,9 @@ pub(super) fn plan_changes(
         .collect();
     // Files to tombstone: changed ones that were live, and live ones that are gone.
     let mut dead_files: Vec<(usize, u32)> = Vec::new();
+    // Live files that stay and that resolution does not read (another repository's, or one
+    // gone from disk outside `only`).
+    let mut unseen = 0usize;
     for (key, (si, fi, _)) in &live {
         match index_of.get(&(key.0.as_str(), key.1.as_str())) {
             Some(&i) if changed[i] => dead_files.push((*si, *fi)),
@@ -95,7 +101,7 @@ pub(super) fn plan_changes(
                 dead_files.push((*si, *fi));
                 report.files_deleted += 1;
             }
-            None => {}
+            None => unseen += 1,
         }
     }
     dead_files.sort_unstable();
@@ -109,6 +115,7 @@ pub(super) fn plan_changes(
         changed,
         dead_files,
         live_at,
+        unseen,
     }
 }
 
@@ -124,6 +131,16 @@ pub(super) fn relink_stale(
     report: &mut BuildReport,
 ) {
     let t = Instant::now();
+    if plan.unseen > 0 {
+        // Resolution did not read every file the index holds: edges into those would go.
+        report.notes.push(format!(
+            "edges of unchanged files were not compared: {} live files (of repositories this \
+             build does not walk, or gone outside its scope) were not read; a build of every \
+             root of the index relinks them",
+            plan.unseen
+        ));
+        return;
+    }
     let stale = relink::stale_files(files, &plan.changed, &plan.live_at, ix, resolved);
     for &i in &stale {
         plan.changed[i] = true;
