@@ -58,6 +58,12 @@ struct Args {
     /// the stored ones (`relink`) included.
     #[arg(long)]
     incremental: bool,
+    /// After each run, on its index: the chunks the callers' text scan reads for this many
+    /// function names (every k-th live function's), found through the postings
+    /// (`CodeView::live_chunks_with_word`) against the peer, every live chunk's text, in the
+    /// same process; the two must find the same whole-word occurrences (checked). One core.
+    #[arg(long)]
+    word_scan: Option<usize>,
     /// Keep the last run's index in this directory (it must not exist), for `latency
     /// --measure DIR`: search latency over real code text (the vectors are the stand-in's).
     #[arg(long)]
@@ -202,12 +208,107 @@ fn main() -> anyhow::Result<()> {
                 phases.join(", ")
             );
         }
+        if let Some(n) = args.word_scan {
+            word_scan(&dir.path().join("index"), n)?;
+        }
         if let Some(keep) = args.keep.as_ref().filter(|_| run + 1 == args.runs) {
             anyhow::ensure!(!keep.exists(), "{} exists", keep.display());
             copy_dir(&dir.path().join("index"), keep)?;
             println!("  index kept in {}", keep.display());
         }
     }
+    Ok(())
+}
+
+/// Whether `text` holds `word` with neither neighbour a letter, a digit, `_` (nor `$` before
+/// it): what the callers' and mentions' scans look for.
+fn holds_word(text: &str, word: &str) -> bool {
+    let id = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(a, _)| {
+        let b = a + word.len();
+        !text[..a]
+            .chars()
+            .next_back()
+            .is_some_and(|c| id(c) || c == '$')
+            && !text[b..].chars().next().is_some_and(id)
+    })
+}
+
+/// `--word-scan`: per name, the function and method chunks holding it as a whole word, found
+/// by reading every such live chunk's text (the peer: what the callers' text stage did) and
+/// through the postings; p50 / p99 / mean of each and the ratio, on this thread alone.
+fn word_scan(index: &std::path::Path, n: usize) -> anyhow::Result<()> {
+    let v = code::view::CodeView::open(index)?;
+    let functions: Vec<_> = v
+        .live_chunks()
+        .filter(|&c| matches!(v.chunk(c).kind.as_str(), "function" | "method"))
+        .collect();
+    let step = (functions.len() / n.max(1)).max(1);
+    // Sampled through the index, each name once, in the order sampled.
+    let mut seen = std::collections::HashSet::new();
+    let names: Vec<String> = functions
+        .iter()
+        .step_by(step)
+        .map(|&c| v.chunk(c).name.to_string())
+        .filter(|s| !s.is_empty() && seen.insert(s.clone()))
+        .take(n)
+        .collect();
+    if names.is_empty() {
+        println!("  word scan: no function names in the index");
+        return Ok(());
+    }
+    // What the callers' text stage reads: function and method chunks only.
+    let callable = |c| matches!(v.chunk(c).kind.as_str(), "function" | "method");
+    // Warm: every text read once, so both sides read from memory.
+    let mut warm = 0usize;
+    for c in v.live_chunks() {
+        warm += v.text(c)?.len();
+    }
+    let (mut scan_ms, mut post_ms) = (Vec::new(), Vec::new());
+    let (mut found, mut candidates) = (0usize, 0usize);
+    for name in &names {
+        let t = Instant::now();
+        let mut a = Vec::new();
+        for c in v.live_chunks().filter(|&c| callable(c)) {
+            let text = v.text(c)?;
+            if text.contains(name.as_str()) && holds_word(text, name) {
+                a.push(c);
+            }
+        }
+        scan_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let shortlist = v.live_chunks_with_word(name);
+        let mut b = Vec::new();
+        for &c in shortlist.iter().filter(|&&c| callable(c)) {
+            let text = v.text(c)?;
+            if text.contains(name.as_str()) && holds_word(text, name) {
+                b.push(c);
+            }
+        }
+        post_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(
+            a == b,
+            "`{name}`: the postings found other chunks than the scan"
+        );
+        found += a.len();
+        candidates += shortlist.len();
+    }
+    let stats = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+        (q(0.5), q(0.99), v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let ((s50, s99, sm), (p50, p99, pm)) = (stats(&mut scan_ms), stats(&mut post_ms));
+    println!(
+        "  word scan over {} live chunks ({:.1} MB of text; {} functions and methods), {} names: every function's text p50 {s50:.3} ms, p99 {s99:.3} ms, mean {sm:.3} ms; through the postings p50 {p50:.3} ms, p99 {p99:.3} ms, mean {pm:.3} ms ({:.0}x at the mean); {} chunks hold the names, {} listed by the postings; the same chunks for every name",
+        v.live_chunks().count(),
+        warm as f64 / 1e6,
+        functions.len(),
+        names.len(),
+        sm / pm,
+        found,
+        candidates
+    );
     Ok(())
 }
 

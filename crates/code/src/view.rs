@@ -420,6 +420,53 @@ impl CodeView {
         dedup_nodes(out, node)
     }
 
+    /// Live chunks whose text may hold `word` where neither the character before it nor the
+    /// one after it is a letter, a digit or `_` (a whole word, as the callers' and mentions'
+    /// text scans look for it): a superset of those that do, in [`Self::live_chunks`] order,
+    /// found through each segment's BM25 postings instead of every text. Exact as a superset:
+    /// a chunk's postings hold every token of its text, and such an occurrence tokenizes as
+    /// `word` alone does, so a chunk without one of `word`'s tokens cannot hold it. Every
+    /// live chunk when `word` has no token the postings keep (shorter than 2 or longer than
+    /// 64 bytes, a stop word) or is not ASCII (the tokenizer's letters and case mappings of
+    /// other characters follow the Unicode tables of the Rust version that wrote a segment,
+    /// which may be older than this one); every live chunk of a segment whose postings list
+    /// for the token does not decode (damaged: the scan's answer, not a short one).
+    pub fn live_chunks_with_word(&self, word: &str) -> Vec<NodeRef> {
+        if !word.is_ascii() {
+            return self.live_chunks().collect();
+        }
+        let mut tokens: Vec<String> = Vec::new();
+        format::text::for_each_token(word, |t| {
+            if !tokens.iter().any(|x| x == t) {
+                tokens.push(t.to_string());
+            }
+        });
+        if tokens.is_empty() {
+            return self.live_chunks().collect();
+        }
+        let mut out = Vec::new();
+        for (si, ls) in self.index.segments.iter().enumerate() {
+            let p = ls.segment.postings();
+            let n = self.chunk_count(si);
+            // The rarest of the word's tokens: a chunk holding the word holds them all.
+            let Some(t) = (tokens.iter())
+                .map(|t| p.term_id(t))
+                .collect::<Option<Vec<usize>>>()
+                .and_then(|ids| {
+                    (ids.into_iter()).min_by_key(|&t| p.term_df.get(t).map_or(0, |d| d.to_native()))
+                })
+            else {
+                continue;
+            };
+            let live = |d: &u32| *d < n && !ls.tombstones.contains(*d);
+            match p.docs_of_term(t) {
+                Some(docs) => out.extend(docs.into_iter().filter(live).map(|d| (si, d))),
+                None => out.extend((0..n).filter(live).map(|d| (si, d))),
+            }
+        }
+        out
+    }
+
     /// Every live chunk, in (segment, chunk) order.
     pub fn live_chunks(&self) -> impl Iterator<Item = NodeRef> + '_ {
         self.index.segments.iter().enumerate().flat_map(|(si, ls)| {
@@ -540,6 +587,171 @@ mod tests {
         b
     }
 
+    /// Whether `text` holds `word` with neither neighbour a letter, a digit, `_` (nor `$`
+    /// before it): what the callers' and mentions' scans look for.
+    fn holds_word(text: &str, word: &str) -> bool {
+        let id = |c: char| c.is_alphanumeric() || c == '_';
+        text.match_indices(word).any(|(a, _)| {
+            let b = a + word.len();
+            !text[..a]
+                .chars()
+                .next_back()
+                .is_some_and(|c| id(c) || c == '$')
+                && !text[b..].chars().next().is_some_and(id)
+        })
+    }
+
+    /// An index of one segment whose chunks hold `texts`.
+    fn word_index(d: &std::path::Path, texts: &[&str]) -> CodeView {
+        let mut b = SegmentBuilder::default();
+        for (i, t) in texts.iter().enumerate() {
+            b.chunks.push(ChunkRecord {
+                file: 0,
+                kind: "function".into(),
+                name: format!("f{i}"),
+                qualified: format!("f{i}"),
+                symbol_id: sym("a.rs", &format!("f{i}")),
+                start_line: 1 + i as u32,
+                end_line: 1 + i as u32,
+                start_byte: 0,
+                end_byte: 1,
+                parent: NO_PARENT,
+                content_hash: [i as u8; 32],
+                text: t.to_string(),
+            });
+            let mut v = vec![0.0; DIM];
+            v[i % DIM] = 1.0;
+            b.vectors.extend(v);
+        }
+        b.files.push(FileRecord {
+            repo: "r".into(),
+            path: "a.rs".into(),
+            language: "rust".into(),
+            content_hash: [0; 32],
+            size: 10,
+            first_chunk: 0,
+            chunk_count: texts.len() as u32,
+            imports: vec![],
+        });
+        let (id, _) = b.write(d, MODEL, DIM).unwrap();
+        IndexManifest {
+            format_version: format::FORMAT_VERSION,
+            generation: 1,
+            model_id: MODEL.into(),
+            dim: DIM as u32,
+            segments: vec![SegmentEntry {
+                id,
+                chunks: texts.len() as u32,
+                tombstones: None,
+            }],
+            ..IndexManifest::empty("", 0)
+        }
+        .commit(d)
+        .unwrap();
+        CodeView::open(d).unwrap()
+    }
+
+    /// The postings find every chunk the text scans would, in their order, and more only
+    /// where the token allows (other case, the word inside a longer one); a word without a
+    /// token the postings keep (too short, a stop word) gets every chunk.
+    #[test]
+    fn chunks_with_a_word_are_found_through_the_postings() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let texts = [
+            "let y = foo(1);",
+            "foo_bar(2)",
+            "xfoo()",
+            "$foo()",
+            "Foo.bar()",
+            "\u{e9}foo()",
+            "a.foo\t(x)",
+            "foo\u{e9}()",
+            "call(parseHTTPRequest)",
+            "it is x",
+            "xx::foo::<T>(1)",
+            "nothing here",
+        ];
+        let v = word_index(d, &texts);
+        let all: Vec<NodeRef> = v.live_chunks().collect();
+        for word in [
+            "foo",
+            "bar",
+            "foo_bar",
+            "_foo",
+            "$foo",
+            "parseHTTPRequest",
+            "HTTP",
+            "\u{e9}foo",
+            "is",
+            "x",
+            "absent",
+        ] {
+            let found = v.live_chunks_with_word(word);
+            let want: Vec<NodeRef> = (all.iter().copied())
+                .filter(|&n| holds_word(v.text(n).unwrap(), word))
+                .collect();
+            assert!(
+                want.iter().all(|n| found.contains(n)),
+                "{word}: found {found:?}, the scan {want:?}"
+            );
+            assert!(found.windows(2).all(|w| w[0] < w[1]), "{word}: {found:?}");
+            if matches!(word, "is" | "x") {
+                assert_eq!(found, all, "{word}");
+            }
+        }
+        // Narrower than every chunk where a token allows it.
+        // Not ASCII: every chunk.
+        assert_eq!(v.live_chunks_with_word("\u{e9}foo"), all);
+        let foo = v.live_chunks_with_word("foo");
+        assert!(!foo.contains(&(0, 2)) && !foo.contains(&(0, 8)) && !foo.contains(&(0, 11)));
+        assert!(v.live_chunks_with_word("absent").is_empty());
+        assert_eq!(v.live_chunks_with_word("HTTP"), vec![(0, 8)]);
+    }
+
+    /// Random texts over letters of both cases, digits, `_`, `$` and punctuation: every whole
+    /// word of every text (and its pieces around `$`) is found through the postings wherever
+    /// the scan finds it.
+    #[test]
+    fn chunks_with_a_word_hold_every_whole_word_occurrence() {
+        let dir = tempfile::tempdir().unwrap();
+        const ALPHABET: &[u8] = b"aAbB_$9x.(: Xy";
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let texts: Vec<String> = (0..300)
+            .map(|_| {
+                let len = 1 + (next() % 24) as usize;
+                (0..len)
+                    .map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize] as char)
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let v = word_index(dir.path(), &refs);
+        let all: Vec<NodeRef> = v.live_chunks().collect();
+        let mut words: Vec<&str> = texts
+            .iter()
+            .flat_map(|t| t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '$')))
+            .filter(|w| !w.is_empty())
+            .collect();
+        words.sort_unstable();
+        words.dedup();
+        assert!(words.len() > 100, "{}", words.len());
+        for word in words {
+            let found = v.live_chunks_with_word(word);
+            for &n in &all {
+                if holds_word(v.text(n).unwrap(), word) {
+                    assert!(found.contains(&n), "{word:?} in {:?}", v.text(n).unwrap());
+                }
+            }
+        }
+    }
+
     /// An incremental build by hand: `b.rs` changed, so its chunk in segment A is tombstoned
     /// and segment B holds the new `callee` plus a new `helper`.
     #[test]
@@ -597,6 +809,11 @@ mod tests {
         let s = CodeView::open(d).unwrap();
         let (caller, old_callee, callee, helper) = ((0, 0), (0, 1), (1, 0), (1, 1));
         assert!(!s.is_live_chunk(old_callee));
+        // The chunks holding a word, through the postings: not the tombstoned one, and not
+        // from a segment without the word.
+        assert_eq!(s.live_chunks_with_word("callee"), vec![callee]);
+        assert_eq!(s.live_chunks_with_word("helper"), vec![helper]);
+        assert_eq!(s.live_chunks_with_word("caller"), vec![caller]);
         assert_eq!(s.resolve("callee"), vec![callee]);
         assert_eq!(s.resolve(&sym("b.rs", "callee")), vec![callee]);
         let nodes = |v: Vec<(NodeRef, u8)>| v.into_iter().map(|x| x.0).collect::<Vec<_>>();

@@ -385,7 +385,8 @@ impl Cascade<'_> {
         let own = self.target_ids();
         let families = self.target_families();
         let code = &self.snap.code;
-        for n in code.live_chunks() {
+        // Only chunks that may call it: those holding the name as a word (the postings).
+        for n in code.live_chunks_with_word(&ident) {
             let c = code.chunk(n);
             if !matches!(c.kind.as_str(), "function" | "method")
                 || own.contains(c.symbol_id.as_str())
@@ -436,7 +437,7 @@ impl Cascade<'_> {
         if !ident.is_empty() {
             let own = self.target_ids();
             let families = self.target_families();
-            for n in self.snap.code.live_chunks() {
+            for n in self.snap.code.live_chunks_with_word(&ident) {
                 let c = self.snap.code.chunk(n);
                 // Headers repeat their symbol's signature and doc: not a mention.
                 if own.contains(c.symbol_id.as_str()) || c.is_header() {

@@ -83,6 +83,22 @@ impl ArchivedPostingsArchive {
             .map_or_else(Vec::new, |t| self.postings_id(t))
     }
 
+    /// The documents of dictionary term `t` ([`Self::term_id`]), ascending, every block
+    /// checked as it is decoded; `None` for an id past the dictionary or a block that does
+    /// not decode (damaged postings: the caller must not take a short list for the term's).
+    pub fn docs_of_term(&self, t: usize) -> Option<Vec<u32>> {
+        if t >= self.terms.len() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(self.term_df.get(t)?.to_native() as usize);
+        let mut bufs = ([0u32; super::BLOCK], [0u32; super::BLOCK]);
+        let checked = self.decode_term_checked(t, std::path::Path::new(""), &mut bufs, |d, _| {
+            out.extend_from_slice(d);
+            Ok(())
+        });
+        checked.ok().map(|()| out)
+    }
+
     fn postings_id(&self, t: usize) -> Vec<(u32, u32)> {
         if t >= self.terms.len() {
             return Vec::new();
