@@ -41,6 +41,7 @@ use crate::IndexerError;
 
 mod commit;
 mod embedder;
+mod parsed;
 mod plan;
 mod relink;
 mod shed;
@@ -53,26 +54,10 @@ pub use types::{
 };
 
 use commit::write_and_commit;
+use parsed::Parsed;
 use plan::{plan_changes, relink_stale};
-use shed::{drop_texts, restore_texts, shed_texts, Shed, Spill};
+use shed::{drop_texts, restore_texts, shed_texts, Spill};
 use vectors::{embed_vectors, gpu_ivf_centroids, known_vectors};
-
-/// A file after reading and chunking.
-struct Parsed {
-    cand: Candidate,
-    hash: [u8; 32],
-    extract: FileExtract,
-    /// What graph resolution reads of its chunks' declarations, taken before their text is
-    /// dropped.
-    decls: graph::Declarations,
-    /// Its calls (`extract.calls` is left empty) until the graph is resolved.
-    calls: chunk::PackedCalls,
-    /// Estimated bytes the file holds while its segment is built ([`Budget::file_cost`]).
-    cost: u64,
-    /// Its chunk texts were dropped after parsing ([`shed_texts`]); they are read again when
-    /// its segment is written.
-    shed: Option<Shed>,
-}
 
 /// How [`BuildOptions::memory_budget`] is spent.
 #[derive(Debug, Clone, Copy)]
@@ -734,7 +719,7 @@ fn plan_cuts(files: &[Parsed], changed: &[bool], budget: &Budget) -> Vec<Vec<usi
     cuts
 }
 
-/// Reads the shed files of `cut` again (in parallel) and restores their texts ([`Shed`]); the
+/// Reads the shed files of `cut` again (in parallel) and restores their texts (`shed::Shed`); the
 /// same bytes give the same texts. A file whose bytes changed since it was parsed fails the
 /// build ([`IndexerError::ChangedDuringBuild`]), as does a spill that cannot be read
 /// ([`IndexerError::Io`] on the index directory); nothing is committed.

@@ -8,8 +8,10 @@ use std::time::Instant;
 
 use format::Index;
 
+use super::parsed::Parsed;
+use super::relink;
 use super::shed::{chunk_again, Shed};
-use super::{relink, BuildOptions, BuildReport, Parsed};
+use super::types::{BuildOptions, BuildReport};
 use crate::graph;
 use crate::walk;
 

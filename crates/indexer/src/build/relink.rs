@@ -43,7 +43,7 @@ use format::records::{self as rec};
 use format::Index;
 use rayon::prelude::*;
 
-use super::Parsed;
+use super::parsed::Parsed;
 use crate::graph::{EdgeKind, NodeRef, ResolvedEdge};
 
 /// The source of an edge within its file: the file node, or a chunk by its place.
