@@ -614,24 +614,40 @@ fn incremental_builds_move_the_edges_of_files_they_did_not_touch() {
     let other = tmp.path().join("src/other");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::write(other.join("ext.py"), "def only_there():\n    return 1\n").unwrap();
-    put("app/uses.py", "def uses():\n    return only_there()\n");
+    put(
+        "app/uses.py",
+        "def uses():\n    return only_there() + late_def()\n",
+    );
     let two = BuildOptions::new(vec![repo.clone(), other.clone()], out.clone());
     build(&two, &hash, &Progress::silent()).unwrap();
-    let into_other = || {
+    let calls = |name: &str| {
         let v = CodeView::open(&out).unwrap();
         let uses = v.resolve("uses");
         assert_eq!(uses.len(), 1);
         v.out_edges(uses[0], EdgeKind::Calls)
             .iter()
-            .any(|&(t, _)| v.is_chunk(t) && v.chunk(t).name.as_str() == "only_there")
+            .any(|&(t, _)| v.is_chunk(t) && v.chunk(t).name.as_str() == name)
     };
-    assert!(into_other(), "the two-root build resolves the call");
-    put("app/leaf2.py", "def leaf2():\n    return 2\n");
+    assert!(calls("only_there"), "the two-root build resolves the call");
+    assert!(!calls("late_def"));
+    // The one-root build adds the definition `uses` calls: it cannot compare, so says so.
+    put("app/late.py", "def late_def():\n    return 2\n");
     let r = build_hash(&out);
     assert_eq!((r.files_changed, r.files_relinked), (1, 0), "{r:?}");
     assert!(r.notes.iter().any(|n| n.contains("not compared")), "{r:?}");
     assert!(
-        into_other(),
+        calls("only_there"),
         "a build of one root kept the call into the other"
+    );
+    assert!(!calls("late_def"));
+    // A build of both roots with nothing changed makes the relink up; the next is up to date.
+    let r = build(&two, &hash, &Progress::silent()).unwrap();
+    assert_eq!((r.files_changed, r.files_relinked), (0, 1), "{r:?}");
+    assert!(calls("only_there") && calls("late_def"));
+    let r = build(&two, &hash, &Progress::silent()).unwrap();
+    assert_eq!(
+        (r.files_relinked, r.segment_id.as_deref()),
+        (0, None),
+        "{r:?}"
     );
 }

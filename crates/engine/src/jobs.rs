@@ -59,6 +59,10 @@ pub struct JobStatus {
     /// the root): the index never reads outside the roots it records.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub outside_root: Vec<String>,
+    /// What the builds did besides indexing, or did not do and why (e.g. unchanged files'
+    /// edges not compared because the index holds repositories this job does not walk).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Why the job failed (nothing was committed for the root that failed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -102,6 +106,7 @@ impl JobStatus {
             refs_relocated: 0,
             memories_updated: 0,
             file_errors: Vec::new(),
+            notes: Vec::new(),
             outside_root: Vec::new(),
             error: None,
         }

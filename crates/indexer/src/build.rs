@@ -120,8 +120,10 @@ pub fn embed_text(path: &str, kind: &str, qualified: &str, text: &str) -> String
 
 /// Runs a build. On error nothing visible changes: the MANIFEST is the last thing written.
 ///
-/// Phases, in order: `open_existing`, `walk_roots`, `parse_files`, `plan_changes` (then
-/// nothing more when nothing changed), `resolve_all`, `plan_cuts`; per segment `reread`,
+/// Phases, in order: `open_existing`, `walk_roots`, `parse_files`, `plan_changes`,
+/// `resolve_all`, `relink_stale` (then nothing more when nothing changed and nothing was
+/// relinked; when nothing changed and the build does not read every file the index keeps,
+/// nothing more after `plan_changes`), `plan_cuts`; per segment `reread`,
 /// `segment_graph`, `segment_records`, `embed_vectors`, `gpu_ivf_centroids` and a staged
 /// write (with a GPU encoder on a writer thread, beside the next segment's phases, so the
 /// report's phase times can add up to more than the wall time); then `write_and_commit`.
@@ -145,13 +147,22 @@ pub fn build(
     report.spilled_bytes = spill.map_or(0, Spill::bytes);
     let mut plan = plan_changes(opts, &files, existing.as_ref(), &mut report);
     let roots = manifest_roots(opts);
-    if let Some(ix) = &existing {
-        if report.files_changed == 0 && plan.dead_files.is_empty() && roots_known(ix, &roots) {
+    // Nothing changed: nothing to write, unless unchanged files' edges moved since they were
+    // written (a build that could not compare them, `relink_stale`, left them): resolved and
+    // compared first when this build reads every file the index keeps.
+    let unchanged = existing.as_ref().is_some_and(|ix| {
+        report.files_changed == 0 && plan.dead_files.is_empty() && roots_known(ix, &roots)
+    });
+    let up_to_date = |report: &mut BuildReport| {
+        if let Some(ix) = &existing {
             report.generation = ix.manifest.generation;
             report.live_chunks = ix.live_chunks();
-            progress.line("index is up to date; nothing to write");
-            return Ok(report);
         }
+        progress.line("index is up to date; nothing to write");
+    };
+    if unchanged && plan.unseen > 0 {
+        up_to_date(&mut report);
+        return Ok(report);
     }
     // Unchanged files are not written (unless relinked, `relink_stale`): from here on only
     // the graph reads them. One shed at the parse keeps its `Shed` until then.
@@ -168,6 +179,10 @@ pub fn build(
     let resolved = resolve_all(&files, calls, &mut report);
     if let Some(ix) = &existing {
         relink_stale(&mut files, &mut plan, ix, &resolved, &mut report);
+    }
+    if unchanged && report.files_relinked == 0 {
+        up_to_date(&mut report);
+        return Ok(report);
     }
     // Resolved (the calls, 1.6M and 42.6 MB packed on this machine's cargo registry, were
     // freed by it): nothing reads the declarations again, nor the imports of files that are

@@ -5,7 +5,10 @@
 //! some paths under them. The build is the indexer's incremental one: every file of the root is
 //! walked and parsed (cross-file graph edges need them all), only files whose content hash
 //! changed (and, with `paths`, lie under one of them) are chunked into a new segment and
-//! embedded, the chunks they replace are tombstoned, deleted files' chunks too. The commit
+//! embedded, the chunks they replace are tombstoned, deleted files' chunks too; unchanged files
+//! whose calls or imports now resolve elsewhere are written again with their vectors reused
+//! ("relinked", `indexer::build`), except while the index holds other roots' repositories,
+//! which a job builds one root at a time (the job's `notes` say so). The commit
 //! takes the index directory lock like a memory flush, so the two never overwrite each other.
 //! When the build has committed, the server swaps to the new snapshot; queries keep running on
 //! the old one meanwhile. Jobs run one at a time, in submission order.
@@ -248,6 +251,7 @@ impl Engine {
                     j.generation = Some(r.generation);
                     j.file_errors.extend(r.errors);
                     j.outside_root.extend(r.outside_root);
+                    j.notes.extend(r.notes);
                 }),
                 Err(e) => {
                     error = Some(format!("{}: {e}", root.path));

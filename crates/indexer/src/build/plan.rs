@@ -143,7 +143,17 @@ pub(super) fn relink_stale(
         ));
         return;
     }
-    let stale = relink::stale_files(files, &plan.changed, &plan.live_at, ix, resolved);
+    let stale = match relink::stale_files(files, &plan.changed, &plan.live_at, ix, resolved) {
+        Ok(stale) => stale,
+        Err(unheld) => {
+            report.notes.push(format!(
+                "edges of unchanged files were not compared: {unheld} files outside this \
+                 build's scope changed on disk (or are new) and are not written; a build that \
+                 writes them relinks"
+            ));
+            return;
+        }
+    };
     for &i in &stale {
         plan.changed[i] = true;
         if let Some(at) = plan.live_at[i] {

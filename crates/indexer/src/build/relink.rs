@@ -67,13 +67,23 @@ fn key(src: u32, kind: u8, target: Target<'_>, resolved: bool) -> u64 {
 /// Parsed-file indices (ascending) of the files that are not changed but live in `ix` at
 /// `live_at` (segment, file), byte for byte as parsed, whose edges as resolved now
 /// (`resolved`, every file's) differ from the edges the live index stores for them.
+/// `Err(n)` when nothing was compared: `n` files resolution read are not held by the index as
+/// read (changed or new outside the build's `only` scope).
 pub(super) fn stale_files(
     files: &[Parsed],
     changed: &[bool],
     live_at: &[Option<(usize, u32)>],
     ix: &Index,
     resolved: &[ResolvedEdge],
-) -> Vec<usize> {
+) -> Result<Vec<usize>, usize> {
+    // A file resolution read that the index does not hold as read: neither written by this
+    // build nor live with these bytes.
+    let unheld = (0..files.len())
+        .filter(|&j| !changed[j] && live_at[j].is_none())
+        .count();
+    if unheld > 0 {
+        return Err(unheld);
+    }
     // Resolved edges by source file (counting sort of their indices).
     let mut start = vec![0u32; files.len() + 1];
     for e in resolved {
@@ -89,12 +99,7 @@ pub(super) fn stale_files(
         by_file[fill[f] as usize] = n as u32;
         fill[f] += 1;
     }
-    // A file resolution read that the index does not hold as read: neither written by this
-    // build nor live with these bytes.
-    if (0..files.len()).any(|j| !changed[j] && live_at[j].is_none()) {
-        return Vec::new();
-    }
-    (0..files.len())
+    let stale = (0..files.len())
         .into_par_iter()
         .with_min_len(64)
         .filter(|&i| {
@@ -114,7 +119,8 @@ pub(super) fn stale_files(
             stored.dedup();
             now != stored
         })
-        .collect()
+        .collect();
+    Ok(stale)
 }
 
 /// The key of a resolved edge of file `i`; `None` for an edge a build does not store

@@ -24,9 +24,11 @@ pub struct BuildOptions {
     /// the CPU, 4,096 on a GPU).
     pub embed_group: Option<usize>,
     /// Restricts what may change: (repository, repo-relative path prefix) pairs. Files
-    /// outside every prefix keep their indexed version (neither re-indexed nor deleted), even
-    /// if they changed on disk; all files are still parsed, for cross-file graph edges. `None`
-    /// (the default) re-indexes every changed file of the roots.
+    /// outside every prefix keep their indexed content (neither re-indexed nor deleted), even
+    /// if they changed on disk; all files are still parsed, for cross-file graph edges, and an
+    /// unchanged file outside them whose edges now resolve elsewhere is written again with the
+    /// same content ("relinked"; not while a file outside them changed). `None` (the default)
+    /// re-indexes every changed file of the roots.
     pub only: Option<Vec<(String, String)>>,
     /// Which symlinks the walk follows: by default only those resolving inside their root.
     pub symlinks: walk::Symlinks,
@@ -106,7 +108,8 @@ pub struct BuildReport {
     pub files_deleted: usize,
     /// Unchanged files written again because their calls or imports resolve differently
     /// now (a definition they use was added, removed or moved elsewhere): not counted in
-    /// `files_changed`; their vectors are reused.
+    /// `files_changed`; their vectors are reused (where their chunks' texts are the indexed
+    /// ones: after an upgrade that chunks differently, changed texts are embedded).
     pub files_relinked: usize,
     pub source_bytes: u64,
     pub skipped: BTreeMap<&'static str, usize>,
