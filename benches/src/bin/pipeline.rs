@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
+use engine::tools::calls::whole_word_lines;
 use indexer::build::{self, BuildOptions, EmbedError, Embedder, HashEmbedder};
 use indexer::progress::Progress;
 
@@ -136,11 +137,6 @@ fn main() -> anyhow::Result<()> {
         let total = t.elapsed().as_secs_f64();
         let mb = r.source_bytes as f64 / 1e6;
         let embed = r.time_of("embed").as_secs_f64();
-        let phases: Vec<String> = r
-            .phase_times()
-            .iter()
-            .map(|(k, d)| format!("{k} {:.3}s", d.as_secs_f64()))
-            .collect();
         println!(
             "run {run}: {} files, {:.2} MB, {} chunks, {} edges; total {:.3}s = {:.1} MB/s; without stand-in embedding {:.3}s = {:.1} MB/s; [{}]",
             r.files_indexed,
@@ -151,7 +147,7 @@ fn main() -> anyhow::Result<()> {
             mb / total,
             total - embed,
             mb / (total - embed),
-            phases.join(", ")
+            phases(&r)
         );
         println!(
             "  peak RSS {} MB (before the run {} MB); {} segments; {} files read again ({} chunked again, {:.1} MB spilled); {} calls held until resolved, {:.1} MB packed",
@@ -191,11 +187,6 @@ fn main() -> anyhow::Result<()> {
             let t = Instant::now();
             let r = build::build(&inc, emb, &Progress::silent())?;
             let (total, peak) = (t.elapsed().as_secs_f64(), peak_rss());
-            let phases: Vec<String> = r
-                .phase_times()
-                .iter()
-                .map(|(k, d)| format!("{k} {:.3}s", d.as_secs_f64()))
-                .collect();
             println!(
                 "  incremental, one file added: {:.3}s; {} changed, {} unchanged, {} relinked; {} chunks written; peak RSS {} MB (before {} MB); [{}]",
                 total,
@@ -205,7 +196,7 @@ fn main() -> anyhow::Result<()> {
                 r.chunks_written,
                 peak / 1_000_000,
                 base_rss / 1_000_000,
-                phases.join(", ")
+                phases(&r)
             );
         }
         if let Some(n) = args.word_scan {
@@ -218,20 +209,6 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Whether `text` holds `word` with neither neighbour a letter, a digit, `_` (nor `$` before
-/// it): what the callers' and mentions' scans look for.
-fn holds_word(text: &str, word: &str) -> bool {
-    let id = |c: char| c.is_alphanumeric() || c == '_';
-    text.match_indices(word).any(|(a, _)| {
-        let b = a + word.len();
-        !text[..a]
-            .chars()
-            .next_back()
-            .is_some_and(|c| id(c) || c == '$')
-            && !text[b..].chars().next().is_some_and(id)
-    })
 }
 
 /// `--word-scan`: per name, the function and method chunks holding it as a whole word, found
@@ -271,7 +248,7 @@ fn word_scan(index: &std::path::Path, n: usize) -> anyhow::Result<()> {
         let mut a = Vec::new();
         for c in v.live_chunks().filter(|&c| callable(c)) {
             let text = v.text(c)?;
-            if text.contains(name.as_str()) && holds_word(text, name) {
+            if text.contains(name.as_str()) && !whole_word_lines(text, name).is_empty() {
                 a.push(c);
             }
         }
@@ -281,7 +258,7 @@ fn word_scan(index: &std::path::Path, n: usize) -> anyhow::Result<()> {
         let mut b = Vec::new();
         for &c in shortlist.iter().filter(|&&c| callable(c)) {
             let text = v.text(c)?;
-            if text.contains(name.as_str()) && holds_word(text, name) {
+            if text.contains(name.as_str()) && !whole_word_lines(text, name).is_empty() {
                 b.push(c);
             }
         }
@@ -310,6 +287,14 @@ fn word_scan(index: &std::path::Path, n: usize) -> anyhow::Result<()> {
         candidates
     );
     Ok(())
+}
+
+/// A build's phase times, summed per phase in the order they first ran.
+fn phases(r: &build::BuildReport) -> String {
+    (r.phase_times().iter())
+        .map(|(k, d)| format!("{k} {:.3}s", d.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Copies the index directory `from` to `to` (files and subdirectories; the build leaves no
