@@ -49,6 +49,55 @@ pub fn encoder() -> &'static Encoder {
     })
 }
 
+/// The shared real encoder behind a cache of the vectors it returned, by text, for tests that
+/// build the same tree several times and compare the indexes (budget cuts, merges): each
+/// distinct text is embedded by the model once per test binary, in the batch it first came
+/// in (batching moves only the last digits). Tokens are counted for the texts the model ran
+/// on, not for those served from the cache.
+pub fn cached_encoder() -> &'static CachedEncoder {
+    static CACHED: OnceLock<CachedEncoder> = OnceLock::new();
+    CACHED.get_or_init(|| CachedEncoder {
+        vectors: std::sync::Mutex::new(std::collections::HashMap::new()),
+    })
+}
+
+/// See [`cached_encoder`].
+pub struct CachedEncoder {
+    vectors: std::sync::Mutex<std::collections::HashMap<String, Vec<f32>>>,
+}
+
+impl indexer::build::Embedder for CachedEncoder {
+    fn model_id(&self) -> &str {
+        encoder().model_id()
+    }
+    fn dim(&self) -> usize {
+        encoder().dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), indexer::build::EmbedError> {
+        let real: &dyn indexer::build::Embedder = encoder();
+        // Held while the model runs, so tests building the same texts side by side embed
+        // them once.
+        let mut cache = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut misses: Vec<&str> = texts
+            .iter()
+            .copied()
+            .filter(|t| !cache.contains_key(*t))
+            .collect();
+        misses.sort_unstable();
+        misses.dedup();
+        let mut tokens = 0;
+        if !misses.is_empty() {
+            let (v, t) = real.embed(&misses)?;
+            tokens = t;
+            for (text, row) in misses.iter().zip(v.chunks_exact(real.dim())) {
+                cache.insert(text.to_string(), row.to_vec());
+            }
+        }
+        let out = texts.iter().flat_map(|t| cache[*t].iter().copied());
+        Ok((out.collect(), tokens))
+    }
+}
+
 /// Embeds one text with the shared encoder.
 pub fn embed_one(text: &str) -> Vec<f32> {
     let (v, _) = encoder()

@@ -5,16 +5,21 @@
 //! search results up to ties; the cuts are deterministic; an incremental build on top keeps
 //! tombstones right. Merges (`indexer merge`, and the tier merges after a build) keep the
 //! same answers. Incremental builds store the graph a fresh build of the same tree would,
-//! also where a change moves the edges of files it did not touch.
+//! also where a change moves the edges of files it did not touch. The builds share one cache
+//! of the real model's vectors (`cix_tests::cached_encoder`): they index the same texts again
+//! and again, and each is embedded once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use cix_tests::{copy_dir, encoder, fixture_copy, workspace_root};
+use cix_tests::{cached_encoder, copy_dir, encoder, fixture_copy, workspace_root};
 use code::view::{CodeView, NodeRef};
 use code::SearchOptions;
 use format::records::EdgeKind;
-use indexer::build::{build, BuildOptions, BuildReport, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET};
+use indexer::build::{
+    build, BuildOptions, BuildReport, EmbedError, Embedder, HashEmbedder, DEFAULT_MEMORY_BUDGET,
+    MIN_MEMORY_BUDGET,
+};
 use indexer::merge::{
     held_back, merge, plan, planned_stats, stats_of, MergePolicy, SegmentStat, SEGMENTS_PER_TIER,
 };
@@ -35,7 +40,7 @@ fn make_repo(parent: &Path) -> PathBuf {
 fn build_with(repo: &Path, out: &Path, budget: u64) -> BuildReport {
     let mut opts = BuildOptions::new(vec![repo.to_path_buf()], out.to_path_buf());
     opts.memory_budget = budget;
-    build(&opts, encoder(), &Progress::silent())
+    build(&opts, cached_encoder(), &Progress::silent())
         .unwrap_or_else(|e| panic!("build into {} failed: {e}", out.display()))
 }
 
@@ -449,7 +454,6 @@ fn incremental_builds_merge_a_crowded_tier() {
 /// about the graph, not the vectors.
 #[test]
 fn incremental_builds_move_the_edges_of_files_they_did_not_touch() {
-    use indexer::build::HashEmbedder;
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("src/relink");
     let put = |rel: &str, text: &str| {
@@ -608,8 +612,8 @@ fn incremental_builds_move_the_edges_of_files_they_did_not_touch() {
         &CodeView::open(&fresh).unwrap(),
         &CodeView::open(&out).unwrap(),
     );
-    // An index of two repositories, then a build of one of them (as the reindex tool runs
-    // one root at a time): resolution does not see the other, so nothing is relinked, and a
+    // An index of two repositories, then a build of one of them (`indexer build` of one
+    // root): resolution does not see the other, so nothing is relinked, and a
     // call into the other keeps its edge.
     let other = tmp.path().join("src/other");
     std::fs::create_dir_all(&other).unwrap();
@@ -650,4 +654,61 @@ fn incremental_builds_move_the_edges_of_files_they_did_not_touch() {
         (0, None),
         "{r:?}"
     );
+    // The roots as MANIFEST records them (what the reindex tool builds) walk like `two`.
+    // Walks the index no longer records (a rule another build changed since they were read)
+    // are refused, and so is a commit over roots changed while the build ran.
+    let m = format::IndexManifest::read(&out).unwrap();
+    assert_eq!(m.roots.len(), 2, "{:?}", m.roots);
+    let r = build(
+        &BuildOptions::recorded(&m.roots, out.clone()),
+        &hash,
+        &Progress::silent(),
+    )
+    .unwrap();
+    assert_eq!(
+        (r.files_seen, r.files_relinked, r.files_deleted),
+        (r.files_unchanged, 0, 0)
+    );
+    let mut stale = m.roots.clone();
+    stale[0].hidden = !stale[0].hidden;
+    let stale = BuildOptions::recorded(&stale, out.clone());
+    let e = build(&stale, &hash, &Progress::silent()).unwrap_err();
+    assert!(matches!(e, IndexerError::ConcurrentBuild(_)), "{e}");
+    put("app/later.py", "def later():\n    return late_def()\n");
+    let meddler = Meddler {
+        hash: HashEmbedder { dim: 64 },
+        out: out.clone(),
+    };
+    let rec = BuildOptions::recorded(&m.roots, out.clone());
+    let e = build(&rec, &meddler, &Progress::silent()).unwrap_err();
+    assert!(matches!(e, IndexerError::ConcurrentBuild(_)), "{e}");
+    let after = format::IndexManifest::read(&out).unwrap();
+    assert_ne!(after.roots, m.roots, "the meddling commit stands");
+    assert_eq!(
+        after.segments, m.segments,
+        "nothing of the refused build was committed"
+    );
+}
+
+/// An embedder that, while a build embeds, commits a MANIFEST whose first root is walked with
+/// another rule (what `indexer build --follow-external-symlinks` of that root would record).
+struct Meddler {
+    hash: HashEmbedder,
+    out: PathBuf,
+}
+
+impl Embedder for Meddler {
+    fn model_id(&self) -> &str {
+        self.hash.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.hash.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), EmbedError> {
+        let _lock = format::manifest::DirLock::acquire(&self.out).unwrap();
+        let mut m = format::IndexManifest::read(&self.out).unwrap();
+        m.roots[0].follow_external_symlinks = true;
+        m.commit(&self.out).unwrap();
+        self.hash.embed(texts)
+    }
 }

@@ -22,7 +22,8 @@ pub struct JobStatus {
     pub job_id: u64,
     /// `queued`, `running`, `done` or `failed`.
     pub state: String,
-    /// Roots (absolute paths) the job re-indexes.
+    /// Roots (absolute paths) the job may change files of (its targets; the build walks and
+    /// parses every recorded root, and the counts and errors below cover them all).
     pub roots: Vec<String>,
     /// Repo-relative path prefixes it is limited to (empty: whole roots).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -59,8 +60,8 @@ pub struct JobStatus {
     /// the root): the index never reads outside the roots it records.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub outside_root: Vec<String>,
-    /// What the builds did besides indexing, or did not do and why (e.g. unchanged files'
-    /// edges not compared because the index holds repositories this job does not walk).
+    /// What the build did besides indexing, or did not do and why (e.g. a recorded root that
+    /// is gone was left out, so unchanged files' edges were not compared).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     /// Why the job failed (nothing was committed for the root that failed).

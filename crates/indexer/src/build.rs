@@ -50,7 +50,7 @@ mod vectors;
 
 pub use embedder::{EmbedError, Embedder, HashEmbedder, CPU_EMBED_GROUP, DEVICE_EMBED_GROUP};
 pub use types::{
-    parse_budget, BuildOptions, BuildReport, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET,
+    parse_budget, BuildOptions, BuildReport, RootWalk, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET,
 };
 
 use commit::write_and_commit;
@@ -139,6 +139,7 @@ pub fn build(
     let budget = Budget::new(opts.memory_budget, embedder.dim())?;
     let mut report = BuildReport::default();
     let existing = open_existing(&opts.out, embedder, &mut report)?;
+    walks_as_recorded(opts, existing.as_ref())?;
     let cands = walk_roots(opts, &mut report, progress)?;
     // Created by the first file whose texts are shed; gone (unnamed) when the build ends.
     let spill = std::sync::OnceLock::new();
@@ -486,6 +487,21 @@ fn open_existing(
     Ok(existing)
 }
 
+/// `opts.walks` are roots as a MANIFEST recorded them ([`BuildOptions::recorded`]): the index
+/// this build opened must record each the same way (path, repository, walk rules), or a build
+/// committed since they were read (other rules, a moved checkout) and walking them the old way
+/// would undo it ([`IndexerError::ConcurrentBuild`]; the commit refuses the same for roots
+/// changed after the open).
+fn walks_as_recorded(opts: &BuildOptions, existing: Option<&Index>) -> Result<(), IndexerError> {
+    let recorded = existing.map_or(&[][..], |ix| &ix.manifest.roots[..]);
+    for w in &opts.walks {
+        if !recorded.iter().any(|r| RootWalk::recorded(r) == *w) {
+            return Err(IndexerError::ConcurrentBuild(opts.out.clone()));
+        }
+    }
+    Ok(())
+}
+
 /// Walks every root; the candidate files, sorted and deduplicated by (repository,
 /// path). Skips and walk errors go to `report`.
 fn walk_roots(
@@ -495,15 +511,14 @@ fn walk_roots(
 ) -> Result<Vec<Candidate>, IndexerError> {
     let t = Instant::now();
     let mut cands = Vec::new();
-    for root in &opts.roots {
+    for rw in opts.root_walks() {
+        let root = &rw.path;
         if !root.exists() {
             return Err(IndexerError::MissingRoot(root.clone()));
         }
-        let repo = opts.repo.clone().unwrap_or_else(|| walk::repo_name(root));
-        let w = walk::walk(root, &repo, opts.max_file_bytes, opts.symlinks, opts.rules);
+        let w = walk::walk(root, &rw.repo, opts.max_file_bytes, rw.symlinks, rw.rules);
         if w.candidates.is_empty() {
-            if let Some(why) =
-                walk::explain_empty(root, opts.max_file_bytes, opts.symlinks, opts.rules)
+            if let Some(why) = walk::explain_empty(root, opts.max_file_bytes, rw.symlinks, rw.rules)
             {
                 report.warnings.push(why);
             }
@@ -624,19 +639,7 @@ fn parse_files(
 
 /// The roots this build records in MANIFEST (absolute, so a server can re-index them).
 fn manifest_roots(opts: &BuildOptions) -> Vec<RootEntry> {
-    opts.roots
-        .iter()
-        .map(|r| RootEntry {
-            repo: opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)),
-            path: std::fs::canonicalize(r)
-                .unwrap_or_else(|_| r.clone())
-                .to_string_lossy()
-                .into_owned(),
-            no_ignore: opts.rules.no_ignore,
-            hidden: opts.rules.hidden,
-            follow_external_symlinks: opts.symlinks == walk::Symlinks::FollowExternal,
-        })
-        .collect()
+    opts.root_walks().iter().map(RootWalk::entry).collect()
 }
 
 /// Whether the manifest of `ix` already has a root for every repository of `roots`. A

@@ -1,14 +1,17 @@
 //! Live re-index of code: the `reindex` and `job_status` tools.
 //!
 //! `reindex` runs the indexer library ([`indexer::build::build`]) inside the server, as a
-//! background job, on the source roots `MANIFEST` records (`indexer build` writes them) or on
-//! some paths under them. The build is the indexer's incremental one: every file of the root is
-//! walked and parsed (cross-file graph edges need them all), only files whose content hash
-//! changed (and, with `paths`, lie under one of them) are chunked into a new segment and
-//! embedded, the chunks they replace are tombstoned, deleted files' chunks too; unchanged files
-//! whose calls or imports now resolve elsewhere are written again with their vectors reused
-//! ("relinked", `indexer::build`), except while the index holds other roots' repositories,
-//! which a job builds one root at a time (the job's `notes` say so). The commit
+//! background job, over the source roots `MANIFEST` records (`indexer build` writes them), each
+//! walked with the rules it was built with, and re-indexes them whole or some paths under them.
+//! The build is the indexer's incremental one, one build over every root: all files of all
+//! roots are walked and parsed (cross-file and cross-repository graph edges need them all);
+//! only files whose content hash changed (and, with `paths`, lie under one of them) are chunked
+//! into a new segment and embedded, the chunks they replace are tombstoned, deleted files'
+//! chunks too; unchanged files whose calls or imports now resolve elsewhere are written again
+//! with their vectors reused ("relinked", `indexer::build`). A recorded root that is no longer a
+//! directory is left out (its files keep their indexed content, nothing is relinked, and the
+//! job's `notes` say so): `reindex {}` targets the roots still here, and a job whose target
+//! went after it was queued fails. The commit
 //! takes the index directory lock like a memory flush, so the two never overwrite each other.
 //! When the build has committed, the server swaps to the new snapshot; queries keep running on
 //! the old one meanwhile. Jobs run one at a time, in submission order.
@@ -17,7 +20,7 @@
 //! absolute path elsewhere or a symlink) are refused, and the walk skips symlinks leading out of
 //! the root (listed in the job's `outside_root`), as `indexer build` does.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -133,7 +136,15 @@ impl Engine {
         // (root, prefixes); no prefixes: the whole root.
         let mut targets: Vec<(RootEntry, Vec<String>)> = Vec::new();
         match a.paths.as_deref() {
-            None | Some([]) => targets = roots.iter().map(|r| (r.clone(), Vec::new())).collect(),
+            // Every root still here (one that is gone is left out by the job, with a note);
+            // none here: refused below.
+            None | Some([]) => {
+                let here = roots.iter().filter(|r| Path::new(&r.path).is_dir());
+                targets = here.map(|r| (r.clone(), Vec::new())).collect();
+                if targets.is_empty() {
+                    targets.push((roots[0].clone(), Vec::new()));
+                }
+            }
             Some(ps) => {
                 for p in ps {
                     let (root, prefix) = resolve(&roots, p)?;
@@ -174,7 +185,7 @@ impl Engine {
         let engine = Arc::clone(self);
         std::thread::Builder::new()
             .name(format!("queryd-reindex-{id}"))
-            .spawn(move || engine.run_job(id, targets))
+            .spawn(move || engine.run_job(id, roots, targets))
             .map_err(|e| {
                 let error = format!("cannot start the job: {e}");
                 self.jobs.update(id, |j| {
@@ -200,7 +211,62 @@ impl Engine {
         Ok(ReindexAnswer { job, debug })
     }
 
-    fn run_job(&self, id: u64, targets: Vec<(RootEntry, Vec<String>)>) {
+    /// One build of every recorded root that is still a directory here, each walked as it
+    /// was built, so calls and imports resolve across all of them (the graph of a file in one
+    /// repository can use another's definitions) and unchanged files whose edges moved are
+    /// relinked; `only` limits what may change to the targets. A root that is gone and not
+    /// targeted is left out (its files keep their indexed content; the notes say so); a
+    /// target that is gone fails the job.
+    fn job_options(
+        &self,
+        roots: &[RootEntry],
+        targets: Vec<(RootEntry, Vec<String>)>,
+    ) -> Result<(BuildOptions, Vec<String>), String> {
+        let mut notes = Vec::new();
+        let mut walked = Vec::new();
+        for r in roots {
+            if Path::new(&r.path).is_dir() {
+                walked.push(r.clone());
+            } else if targets.iter().any(|(t, _)| t.repo == r.repo) {
+                // Gone since the job was queued.
+                return Err(format!(
+                    "the root {} of repository `{}` is not a directory here any more",
+                    r.path, r.repo
+                ));
+            } else {
+                notes.push(format!(
+                    "the root {} of repository `{}` is not a directory here any more: its \
+                     files keep their indexed content and were not read",
+                    r.path, r.repo
+                ));
+            }
+        }
+        let mut opts = BuildOptions::recorded(&walked, self.dir().into());
+        let whole = |r: &RootEntry| {
+            targets
+                .iter()
+                .any(|(t, p)| t.repo == r.repo && p.is_empty())
+        };
+        if !walked.iter().all(whole) {
+            opts.only = Some(
+                targets
+                    .into_iter()
+                    .flat_map(|(r, prefixes)| {
+                        let repo = r.repo;
+                        let prefixes = if prefixes.is_empty() {
+                            vec![String::new()]
+                        } else {
+                            prefixes
+                        };
+                        prefixes.into_iter().map(move |p| (repo.clone(), p))
+                    })
+                    .collect(),
+            );
+        }
+        Ok((opts, notes))
+    }
+
+    fn run_job(&self, id: u64, roots: Vec<RootEntry>, targets: Vec<(RootEntry, Vec<String>)>) {
         let _one = self.jobs.run.lock().unwrap_or_else(|e| e.into_inner());
         let t0 = Instant::now();
         self.jobs.update(id, |j| {
@@ -210,52 +276,48 @@ impl Engine {
         // The builds' parallel phases run on a pool of their own: on rayon's global pool a
         // search's work handed in from outside (its two rankings side by side, its segments
         // in parallel) would wait behind a build's queued jobs until a parallel phase drained.
-        // One pool per job, for all its roots; without one, the global pool.
+        // One pool per job; without one, the global pool.
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(rayon::current_num_threads())
             .thread_name(move |i| format!("queryd-reindex-{id}-{i}"))
             .build();
+        // The roots as MANIFEST records them now (a build may have added one since the job
+        // was queued); those of the queue-time snapshot if it cannot be read (the build then
+        // says why).
+        let roots = format::IndexManifest::read(self.dir())
+            .map(|m| m.roots)
+            .unwrap_or(roots);
         let mut error = None;
-        for (root, prefixes) in targets {
-            let mut opts = BuildOptions::new(vec![PathBuf::from(&root.path)], self.dir().into());
-            opts.repo = Some(root.repo.clone());
-            opts.walk_as_recorded(&root);
-            if !prefixes.is_empty() {
-                opts.only = Some(
-                    prefixes
-                        .into_iter()
-                        .map(|p| (root.repo.clone(), p))
-                        .collect(),
-                );
-            }
-            let run = || {
-                build(
-                    &opts,
-                    self.encoder(),
-                    &indexer::progress::Progress::silent(),
-                )
-            };
-            let result = match &pool {
-                Ok(p) => p.install(run),
-                Err(_) => run(),
-            };
-            match result {
-                Ok(r) => self.jobs.update(id, |j| {
-                    j.files_seen += r.files_seen;
-                    j.files_changed += r.files_changed;
-                    j.files_deleted += r.files_deleted;
-                    j.files_relinked += r.files_relinked;
-                    j.chunks_embedded += r.chunks_embedded;
-                    j.chunks_reused += r.chunks_reused;
-                    j.chunks_tombstoned += r.chunks_tombstoned;
-                    j.generation = Some(r.generation);
-                    j.file_errors.extend(r.errors);
-                    j.outside_root.extend(r.outside_root);
-                    j.notes.extend(r.notes);
-                }),
-                Err(e) => {
-                    error = Some(format!("{}: {e}", root.path));
-                    break;
+        match self.job_options(&roots, targets) {
+            Err(e) => error = Some(e),
+            Ok((opts, notes)) => {
+                self.jobs.update(id, |j| j.notes.extend(notes));
+                let run = || {
+                    build(
+                        &opts,
+                        self.encoder(),
+                        &indexer::progress::Progress::silent(),
+                    )
+                };
+                let result = match &pool {
+                    Ok(p) => p.install(run),
+                    Err(_) => run(),
+                };
+                match result {
+                    Ok(r) => self.jobs.update(id, |j| {
+                        j.files_seen = r.files_seen;
+                        j.files_changed = r.files_changed;
+                        j.files_deleted = r.files_deleted;
+                        j.files_relinked = r.files_relinked;
+                        j.chunks_embedded = r.chunks_embedded;
+                        j.chunks_reused = r.chunks_reused;
+                        j.chunks_tombstoned = r.chunks_tombstoned;
+                        j.generation = Some(r.generation);
+                        j.file_errors.extend(r.errors);
+                        j.outside_root.extend(r.outside_root);
+                        j.notes.extend(r.notes);
+                    }),
+                    Err(e) => error = Some(e.to_string()),
                 }
             }
         }

@@ -217,3 +217,131 @@ fn reindex_walks_a_root_with_the_rules_it_was_built_with() {
     c.reload_if_changed().unwrap();
     assert!(found(&c), "the ignored file left the index on reindex");
 }
+
+/// `reindex` builds every recorded root at once, each walked with its own recorded rules, so
+/// calls resolve across repositories: a whole job links a call into the other repository that
+/// the one-root builds could not, a path job in one repository relinks the unchanged caller in
+/// the other when the definition it calls appears, a root built with `--no-ignore` keeps its
+/// ignored file, and a recorded root that is gone is left out with a note (by path jobs in the
+/// other root and by whole jobs), its files and the edges into them kept.
+#[test]
+fn reindex_builds_every_root_at_once() {
+    use code::view::CodeView;
+    use format::records::EdgeKind;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let app = tmp.path().join("src/app");
+    let lib = tmp.path().join("src/lib");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(
+        app.join("uses.py"),
+        "def uses():\n    return only_there() + late_def()\n",
+    )
+    .unwrap();
+    std::fs::write(lib.join("ext.py"), "def only_there():\n    return 1\n").unwrap();
+    std::fs::write(lib.join(".gitignore"), "ignored.py\n").unwrap();
+    std::fs::write(
+        lib.join("ignored.py"),
+        "def frob_ignored_helper():\n    return 3\n",
+    )
+    .unwrap();
+    let index = tmp.path().join("index");
+    let build_one = |root: &std::path::Path, no_ignore: bool| {
+        let mut opts = indexer::build::BuildOptions::new(vec![root.to_path_buf()], index.clone());
+        opts.rules.no_ignore = no_ignore;
+        indexer::build::build(
+            &opts,
+            cix_tests::encoder(),
+            &indexer::progress::Progress::silent(),
+        )
+        .unwrap()
+    };
+    // One root at a time, as two `indexer build` runs: the first cannot see `only_there`.
+    build_one(&app, false);
+    let r = build_one(&lib, true);
+    assert_eq!(r.files_relinked, 0, "{r:?}");
+    let calls = |name: &str| {
+        let v = CodeView::open(&index).unwrap();
+        let uses = v.resolve("uses");
+        assert_eq!(uses.len(), 1);
+        v.out_edges(uses[0], EdgeKind::Calls)
+            .iter()
+            .any(|&(t, _)| v.is_chunk(t) && v.chunk(t).name.as_str() == name)
+    };
+    assert!(!calls("only_there") && !calls("late_def"));
+
+    let c = start(&index, None);
+    let j = call(&c, "reindex", json!({"wait": true})).unwrap();
+    assert_eq!(j["state"], "done", "{j:#}");
+    assert_eq!(
+        (
+            &j["files_changed"],
+            &j["files_deleted"],
+            &j["files_relinked"]
+        ),
+        (&json!(0), &json!(0), &json!(1)),
+        "{j:#}"
+    );
+    assert!(j.get("notes").is_none(), "{j:#}");
+    assert!(calls("only_there") && !calls("late_def"));
+    let q = json!({"query": "frob_ignored_helper", "mode": "lexical"});
+    let r = call(&c, "search_code", q.clone()).unwrap();
+    assert_eq!(r["results"][0]["name"], "frob_ignored_helper", "{r:#}");
+
+    // A path job in `lib` adds the definition `uses` (in `app`, unchanged) calls.
+    std::fs::write(lib.join("late.py"), "def late_def():\n    return 2\n").unwrap();
+    let late = lib.join("late.py").to_string_lossy().into_owned();
+    let j = call(&c, "reindex", json!({"paths": [late], "wait": true})).unwrap();
+    assert_eq!(j["state"], "done", "{j:#}");
+    assert_eq!(
+        (
+            &j["files_changed"],
+            &j["files_deleted"],
+            &j["files_relinked"]
+        ),
+        (&json!(1), &json!(0), &json!(1)),
+        "{j:#}"
+    );
+    assert_eq!(j["paths"], json!(["lib/late.py"]), "{j:#}");
+    assert!(calls("only_there") && calls("late_def"));
+
+    // `lib` goes; a job on `app` leaves it out, says so, and keeps what the index holds of it.
+    std::fs::rename(&lib, tmp.path().join("lib-moved")).unwrap();
+    std::fs::write(app.join("more.py"), "def more():\n    return uses()\n").unwrap();
+    let j = call(&c, "reindex", json!({"paths": ["more.py"], "wait": true})).unwrap();
+    assert_eq!(j["state"], "done", "{j:#}");
+    assert_eq!(
+        (
+            &j["files_changed"],
+            &j["files_deleted"],
+            &j["files_relinked"]
+        ),
+        (&json!(1), &json!(0), &json!(0)),
+        "{j:#}"
+    );
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("not a directory here any more"), "{j:#}");
+    assert!(notes.contains("not compared"), "{j:#}");
+    assert!(calls("only_there") && calls("late_def"));
+    let r = call(&c, "search_code", q.clone()).unwrap();
+    assert_eq!(r["results"][0]["name"], "frob_ignored_helper", "{r:#}");
+    // A whole job re-indexes the roots still here; targeting the gone root is refused.
+    std::fs::remove_file(app.join("more.py")).unwrap();
+    let j = call(&c, "reindex", json!({"wait": true})).unwrap();
+    assert_eq!(j["state"], "done", "{j:#}");
+    assert_eq!(j["files_deleted"], 1, "{j:#}");
+    assert!(
+        j["notes"]
+            .to_string()
+            .contains("not a directory here any more"),
+        "{j:#}"
+    );
+    let r = call(&c, "search_code", q).unwrap();
+    assert_eq!(r["results"][0]["name"], "frob_ignored_helper", "{r:#}");
+    let e = err_text(call(&c, "reindex", json!({"paths": [late]})).unwrap_err());
+    assert!(
+        e.contains("not a directory") || e.contains("not inside"),
+        "{e}"
+    );
+}

@@ -75,7 +75,8 @@ pub(super) fn write_and_commit(
 }
 
 /// The MANIFEST to build on, read under the directory lock. Memory segments may have changed
-/// since the build started; code segments must not (else [`IndexerError::ConcurrentBuild`]).
+/// since the build started; code segments and recorded roots must not (else
+/// [`IndexerError::ConcurrentBuild`]).
 fn current_manifest(
     out: &Path,
     existing: Option<&Index>,
@@ -86,7 +87,9 @@ fn current_manifest(
     Ok(match existing {
         Some(ix) => {
             let current = IndexManifest::read(out).map_err(IndexerError::Format)?;
-            if current.segments != ix.manifest.segments {
+            // Roots too: a build that changed only how a root is walked commits no segment,
+            // and this one would write the old entry back (a re-index walks the roots it read).
+            if current.segments != ix.manifest.segments || current.roots != ix.manifest.roots {
                 return Err(IndexerError::ConcurrentBuild(out.to_path_buf()));
             }
             current

@@ -13,7 +13,6 @@ use super::relink;
 use super::shed::{chunk_again, Shed};
 use super::types::{BuildOptions, BuildReport};
 use crate::graph;
-use crate::walk;
 
 /// What changes against the live index.
 pub(super) struct ChangePlan {
@@ -85,11 +84,7 @@ pub(super) fn plan_changes(
         .collect();
     // Repositories of this build's roots: only their files can count as deleted (others may
     // live in another repository indexed into the same directory).
-    let root_repos: HashSet<String> = opts
-        .roots
-        .iter()
-        .map(|r| opts.repo.clone().unwrap_or_else(|| walk::repo_name(r)))
-        .collect();
+    let root_repos: HashSet<String> = opts.root_walks().into_iter().map(|r| r.repo).collect();
     // Files to tombstone: changed ones that were live, and live ones that are gone.
     let mut dead_files: Vec<(usize, u32)> = Vec::new();
     // Live files that stay and that resolution does not read (another repository's, or one

@@ -21,8 +21,8 @@
 //! id are left out on both sides: a build stores them only when both ends share a segment.
 //!
 //! Nothing is relinked while resolution did not read every file the index keeps (a build of
-//! some of the index's repositories, as the `reindex` tool runs one root at a time: edges into
-//! the others would be lost), nor while it read a file that the index does not hold as read
+//! some of the index's repositories, such as `indexer build` of one root of a multi-root index:
+//! edges into the others would be lost), nor while it read a file that the index does not hold as read
 //! (changed or new on disk outside the build's `only` scope, so not written): edges resolved
 //! against it could name symbols the index does not have, or drop edges to symbols it still
 //! holds (a call that the unwritten file made ambiguous). They move with the first build

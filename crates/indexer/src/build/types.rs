@@ -2,7 +2,7 @@
 //! ([`BuildReport`]).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use format::manifest::RootEntry;
@@ -15,7 +15,8 @@ use crate::walk;
 pub struct BuildOptions {
     pub roots: Vec<PathBuf>,
     pub out: PathBuf,
-    /// Overrides the repository name (default: each root's directory name).
+    /// Overrides the repository name of `roots` (default: each root's directory name;
+    /// `walks` carry their own).
     pub repo: Option<String>,
     pub max_file_bytes: u64,
     pub chunk: ChunkOptions,
@@ -43,6 +44,53 @@ pub struct BuildOptions {
     /// default) or around it (`--direct-io`: `format::fsio::StreamOut`), for a build whose
     /// output is shipped elsewhere or larger than memory.
     pub bulk_cache: format::fsio::PageCache,
+    /// Roots walked with rules of their own, besides `roots` (which share `repo`, `rules` and
+    /// `symlinks`): a re-index of what MANIFEST records, each root as it was built
+    /// ([`BuildOptions::recorded`]).
+    pub walks: Vec<RootWalk>,
+}
+
+/// One root as a build walks it: its directory, the repository name its files get and the
+/// walk's rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootWalk {
+    pub path: PathBuf,
+    pub repo: String,
+    pub rules: walk::Rules,
+    pub symlinks: walk::Symlinks,
+}
+
+impl RootWalk {
+    /// `root` walked as MANIFEST records it was (what [`RootWalk::entry`] wrote).
+    pub fn recorded(root: &RootEntry) -> RootWalk {
+        RootWalk {
+            path: PathBuf::from(&root.path),
+            repo: root.repo.clone(),
+            rules: walk::Rules {
+                no_ignore: root.no_ignore,
+                hidden: root.hidden,
+            },
+            symlinks: if root.follow_external_symlinks {
+                walk::Symlinks::FollowExternal
+            } else {
+                walk::Symlinks::Confined
+            },
+        }
+    }
+
+    /// The MANIFEST entry of this root (its path absolute, so a server can re-index it).
+    pub fn entry(&self) -> RootEntry {
+        RootEntry {
+            repo: self.repo.clone(),
+            path: std::fs::canonicalize(&self.path)
+                .unwrap_or_else(|_| self.path.clone())
+                .to_string_lossy()
+                .into_owned(),
+            no_ignore: self.rules.no_ignore,
+            hidden: self.rules.hidden,
+            follow_external_symlinks: self.symlinks == walk::Symlinks::FollowExternal,
+        }
+    }
 }
 
 /// `--memory-budget` by default: 1 GiB.
@@ -51,18 +99,29 @@ pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
 pub const MIN_MEMORY_BUDGET: u64 = 1 << 20;
 
 impl BuildOptions {
-    /// Walks the roots with the rules MANIFEST records for `root` (what `manifest_roots`
-    /// wrote when it was built), so a re-index neither drops nor adds files.
-    pub fn walk_as_recorded(&mut self, root: &RootEntry) {
-        self.rules = walk::Rules {
-            no_ignore: root.no_ignore,
-            hidden: root.hidden,
-        };
-        self.symlinks = if root.follow_external_symlinks {
-            walk::Symlinks::FollowExternal
-        } else {
-            walk::Symlinks::Confined
-        };
+    /// A build of `roots` (what MANIFEST records) into `out`, each root walked under its
+    /// recorded name with its recorded rules, so a re-index neither drops nor adds files and
+    /// resolves calls and imports across all of them.
+    pub fn recorded(roots: &[RootEntry], out: PathBuf) -> BuildOptions {
+        let mut opts = BuildOptions::new(Vec::new(), out);
+        opts.walks = roots.iter().map(RootWalk::recorded).collect();
+        opts
+    }
+
+    /// Every root this build walks: `roots` (named by `repo` or their directory, walked with
+    /// `rules` and `symlinks`), then `walks`.
+    pub fn root_walks(&self) -> Vec<RootWalk> {
+        let shared = self.roots.iter().map(|r: &PathBuf| RootWalk {
+            path: r.clone(),
+            repo: self.repo_of(r),
+            rules: self.rules,
+            symlinks: self.symlinks,
+        });
+        shared.chain(self.walks.iter().cloned()).collect()
+    }
+
+    fn repo_of(&self, root: &Path) -> String {
+        self.repo.clone().unwrap_or_else(|| walk::repo_name(root))
     }
 
     /// Whether `only` lets file `rel` of `repo` change.
@@ -94,6 +153,7 @@ impl BuildOptions {
             rules: walk::Rules::default(),
             memory_budget: DEFAULT_MEMORY_BUDGET,
             bulk_cache: format::fsio::PageCache::Keep,
+            walks: Vec::new(),
         }
     }
 }
