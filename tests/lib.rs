@@ -52,8 +52,9 @@ pub fn encoder() -> &'static Encoder {
 /// The shared real encoder behind a cache of the vectors it returned, by text, for tests that
 /// build the same tree several times and compare the indexes (budget cuts, merges): each
 /// distinct text is embedded by the model once per test binary, in the batch it first came
-/// in (batching moves only the last digits). Tokens are counted for the texts the model ran
-/// on, not for those served from the cache.
+/// in (on the CPU a text's vector came out bit for bit the same alone and in batches of 2 and
+/// 5 with texts of other lengths). Tokens are counted for the texts the model ran on, not for
+/// those served from the cache.
 pub fn cached_encoder() -> &'static CachedEncoder {
     static CACHED: OnceLock<CachedEncoder> = OnceLock::new();
     CACHED.get_or_init(|| CachedEncoder {
@@ -183,11 +184,16 @@ pub fn fixture_copy(parent: &Path) -> PathBuf {
     repo
 }
 
-/// Builds (or incrementally rebuilds) the index of `repo` into `out` with the real model.
+/// Builds (or incrementally rebuilds) the index of `repo` into `out` with the real model
+/// ([`cached_encoder`]: most test binaries index the same fixture in many tests).
 pub fn build_index(repo: &Path, out: &Path) {
     let opts = indexer::build::BuildOptions::new(vec![repo.to_path_buf()], out.to_path_buf());
-    indexer::build::build(&opts, encoder(), &indexer::progress::Progress::silent())
-        .unwrap_or_else(|e| panic!("indexing {} failed: {e}", repo.display()));
+    indexer::build::build(
+        &opts,
+        cached_encoder(),
+        &indexer::progress::Progress::silent(),
+    )
+    .unwrap_or_else(|e| panic!("indexing {} failed: {e}", repo.display()));
 }
 
 /// What `indexer build --rebuild` does: the code segments dropped (memories kept), then a
