@@ -101,6 +101,21 @@ pub struct IndexManifest {
     /// without it, and an index whose `MANIFEST` is recovered starts it empty.)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub deleted_memories: BTreeMap<String, i64>,
+    /// The store and store generation the last pull installed: a later pull from the same
+    /// store refuses an older generation (a store rolled back, or its newer manifests
+    /// deleted) instead of serving older code without a word. Never pushed. (A binary from
+    /// before this field, and MANIFEST recovery, start it empty: the next pull records it.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulled_from: Option<PulledFrom>,
+}
+
+/// See [`IndexManifest::pulled_from`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PulledFrom {
+    /// The store's URL without credentials, query or fragment (`sync::Remote::store_id`).
+    pub store: String,
+    /// Its generation the pull installed.
+    pub generation: u64,
 }
 
 /// Most deletions [`IndexManifest::deleted_memories`] keeps (about 60 bytes each in
@@ -183,6 +198,7 @@ impl IndexManifest {
             roots: Vec::new(),
             pulled_memory_segments: Vec::new(),
             deleted_memories: BTreeMap::new(),
+            pulled_from: None,
         }
     }
 

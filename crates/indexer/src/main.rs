@@ -151,6 +151,10 @@ enum Cmd {
         /// Downloads in flight at once.
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
+        /// Install SRC's newest generation even if it is older than the one the last pull
+        /// from SRC installed (a store rolled back on purpose); refused by default.
+        #[arg(long)]
+        allow_older: bool,
         #[arg(long)]
         json: bool,
     },
@@ -380,8 +384,9 @@ fn run() -> anyhow::Result<ExitCode> {
             src,
             out,
             concurrency,
+            allow_older,
             json,
-        } => run_pull(&src, &out, concurrency, json),
+        } => run_pull(&src, &out, concurrency, allow_older, json),
         Cmd::GcRemote {
             dest,
             keep,
@@ -463,10 +468,17 @@ fn run_push(
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_pull(src: &str, out: &Path, concurrency: usize, json: bool) -> anyhow::Result<ExitCode> {
+fn run_pull(
+    src: &str,
+    out: &Path,
+    concurrency: usize,
+    allow_older: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let remote = sync::Remote::open(src)?;
     let opts = sync::PullOptions {
         concurrency,
+        allow_older,
         ..sync::PullOptions::default()
     };
     let r = sync::pull(&remote, out, &opts)

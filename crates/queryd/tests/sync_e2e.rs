@@ -385,6 +385,7 @@ fn s3_stopped_push_and_pull_leave_nothing_half_visible() {
     let stop = PullOptions {
         concurrency: 1,
         stop_after_files: Some(2),
+        ..PullOptions::default()
     };
     match sync::pull(&remote, &local, &stop) {
         Err(SyncError::Stopped(2)) => {}
@@ -555,6 +556,69 @@ fn http_pull_of_a_file_push() {
     assert_eq!(answers(&local), answers(&ix.index));
     let e = refused.unwrap_err().to_string();
     assert!(e.contains("pulls only"), "{e}");
+}
+
+/// A store rolled back (its newest manifest deleted, `latest` moved back) is refused by the
+/// next pull into an index that pulled the newer generation from it, whatever the URL's
+/// spelling, and nothing local changes; `allow_older` installs it, and the index answers as
+/// that generation did. The recorded store carries no credentials.
+#[test]
+fn a_pull_refuses_an_older_generation_of_the_same_store() {
+    let ix = cix_tests::indexed_fixture();
+    let store = ix.tmp.path().join("store");
+    let url = format!("file://{}", store.display());
+    let remote = Remote::open(&url).unwrap();
+    push(&ix.index, &remote);
+    let local = ix.tmp.path().join("pulled");
+    assert_eq!(pull(&remote, &local).generation, 1);
+    let first = answers(&local);
+    change_one_file(&ix, "rollback_marker");
+    push(&ix.index, &remote);
+    assert_eq!(pull(&remote, &local).generation, 2);
+    let m = format::IndexManifest::read(&local).unwrap();
+    let p = m.pulled_from.clone().unwrap();
+    assert_eq!((p.store.as_str(), p.generation), (url.as_str(), 2));
+    std::fs::remove_file(store.join("manifests/00000000000000000002.json")).unwrap();
+    std::fs::write(store.join("latest"), br#"{"generation": 1}"#).unwrap();
+    let before = std::fs::read(local.join("MANIFEST")).unwrap();
+    for spelling in [url.clone(), format!("{url}/"), format!("{url}?x=1#y")] {
+        let r = Remote::open(&spelling).unwrap();
+        match sync::pull(&r, &local, &PullOptions::default()) {
+            Err(
+                e @ SyncError::Rollback {
+                    found: 1,
+                    pulled: 2,
+                    ..
+                },
+            ) => {
+                assert!(e.to_string().contains("--allow-older"), "{e}")
+            }
+            other => panic!("{spelling}: the rollback must be refused: {other:?}"),
+        }
+        assert_eq!(std::fs::read(local.join("MANIFEST")).unwrap(), before);
+    }
+    let older = PullOptions {
+        allow_older: true,
+        ..PullOptions::default()
+    };
+    let r = sync::pull(&remote, &local, &older).unwrap();
+    assert_eq!(r.generation, 1);
+    assert_eq!(answers(&local), first);
+    let p = format::IndexManifest::read(&local)
+        .unwrap()
+        .pulled_from
+        .unwrap();
+    assert_eq!(p.generation, 1);
+    // From then on generation 1 is the floor: the same pull without the flag is up to date.
+    assert!(pull(&remote, &local).up_to_date);
+    // An index up to date before the floor was recorded (pulled by an older binary) gets it
+    // from a pull that downloads nothing.
+    let mut m = format::IndexManifest::read(&local).unwrap();
+    m.pulled_from = None;
+    m.commit(&local).unwrap();
+    assert!(pull(&remote, &local).up_to_date);
+    let m = format::IndexManifest::read(&local).unwrap();
+    assert_eq!(m.pulled_from.map(|p| p.generation), Some(1));
 }
 
 /// `queryd --follow`: pulls at start into a new directory, then serves each newly pushed

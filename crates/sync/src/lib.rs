@@ -61,6 +61,20 @@ pub enum SyncError {
          store with conditional writes (AWS S3, GCS, Azure, MinIO, R2, file://)"
     )]
     NoConditionalWrites { url: String },
+    #[error(
+        "{url}: its newest generation is {found}, older than generation {pulled} that the last \
+         pull into {} installed from it (the store was rolled back, or its newer manifests \
+         deleted); nothing was changed. To install it anyway: `indexer pull {url} --out {} \
+         --allow-older`",
+        dir.display(),
+        dir.display()
+    )]
+    Rollback {
+        url: String,
+        dir: std::path::PathBuf,
+        found: u64,
+        pulled: u64,
+    },
     #[error("{url}: no index has been pushed there (no manifests/ generation)")]
     Empty { url: String },
     #[error("{url}: {what}")]

@@ -34,6 +34,10 @@ pub const PULL_DIR: &str = ".pull";
 pub struct PullOptions {
     /// Downloads in flight at once.
     pub concurrency: usize,
+    /// Install the store's newest generation even when it is older than the one the last
+    /// pull from that store installed (`indexer pull --allow-older`): by default that is
+    /// refused ([`SyncError::Rollback`]).
+    pub allow_older: bool,
     /// Test hook: fail with [`SyncError::Stopped`] once this many files were downloaded, as a
     /// pull killed at that point would stop.
     #[doc(hidden)]
@@ -44,6 +48,7 @@ impl Default for PullOptions {
     fn default() -> Self {
         PullOptions {
             concurrency: 8,
+            allow_older: false,
             stop_after_files: None,
         }
     }
@@ -181,6 +186,17 @@ fn pull_manifest(
             head.index.model_id,
         )));
     }
+    let store = remote.store_id();
+    if let Some(p) = local.as_ref().and_then(|l| l.pulled_from.as_ref()) {
+        if p.store == store && head.generation < p.generation && !opts.allow_older {
+            return Err(SyncError::Rollback {
+                url: store,
+                dir: dir.to_path_buf(),
+                found: head.generation,
+                pulled: p.generation,
+            });
+        }
+    }
     if let Some(local) = local {
         check_model(&local)?;
         let local_mem: HashSet<&str> = local
@@ -199,6 +215,23 @@ fn pull_manifest(
         {
             report.up_to_date = true;
             report.local_generation = local.generation;
+            // The floor follows even when no file does (an older generation installed with
+            // `allow_older` that holds the same segments, or an index up to date before the
+            // floor was recorded).
+            let floor = format::manifest::PulledFrom {
+                store: store.clone(),
+                generation: head.generation,
+            };
+            if local.pulled_from.as_ref() != Some(&floor) {
+                let _dir_lock = DirLock::acquire(dir)?;
+                let mut m = IndexManifest::read(dir)?;
+                if m.segments == head.index.segments {
+                    m.generation += 1;
+                    m.pulled_from = Some(floor);
+                    m.commit(dir)?;
+                    report.local_generation = m.generation;
+                }
+            }
             return Ok(report);
         }
     }
@@ -424,6 +457,10 @@ fn pull_manifest(
         roots,
         pulled_memory_segments,
         deleted_memories,
+        pulled_from: Some(format::manifest::PulledFrom {
+            store,
+            generation: head.generation,
+        }),
     };
     new.commit(dir)?;
     report.local_generation = generation;

@@ -347,6 +347,7 @@ fn remote_index(local: &IndexManifest, generation: u64, with_memories: bool) -> 
         pulled_memory_segments: Vec::new(),
         // What this machine deleted stays here (it is read only by this machine's pulls).
         deleted_memories: Default::default(),
+        pulled_from: None,
     }
 }
 

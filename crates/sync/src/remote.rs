@@ -191,6 +191,25 @@ impl Remote {
         &self.url
     }
 
+    /// The store as a pull records it (`MANIFEST`'s `pulled_from`): the URL without user,
+    /// password, query or fragment (no credentials on disk) and without trailing slashes.
+    pub fn store_id(&self) -> String {
+        let mut id = match url::Url::parse(&self.url) {
+            Ok(mut u) => {
+                let _ = u.set_username("");
+                let _ = u.set_password(None);
+                u.set_query(None);
+                u.set_fragment(None);
+                u.to_string()
+            }
+            Err(_) => self.url.clone(),
+        };
+        while id.ends_with('/') && !id.ends_with("://") {
+            id.pop();
+        }
+        id
+    }
+
     /// Requests and bytes so far (shared by clones).
     pub fn stats(&self) -> &Stats {
         &self.stats
