@@ -1163,3 +1163,67 @@ fn report_fields_are_consistent_with_inspect() {
     assert!(insp.chunks_by_kind.get("method").copied().unwrap_or(0) >= 8);
     assert!(insp.chunks_by_kind.get("window").copied().unwrap_or(0) >= 2);
 }
+
+/// Files without chunks (an empty `__init__.py`) cannot be tombstoned: a build neither writes
+/// such a file again while its bytes stay the same nor counts it deleted once it is gone, so
+/// builds after either are up to date (before, every build after the deletion counted it
+/// deleted again and committed a new generation). Deleted with the rest of its segment, it
+/// goes with the segment.
+#[test]
+fn files_without_chunks_settle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(repo.join("pkg")).unwrap();
+    std::fs::write(repo.join("pkg/__init__.py"), "").unwrap();
+    std::fs::write(repo.join("pkg/mod.py"), "def f():\n    return 1\n").unwrap();
+    let out = tmp.path().join("index");
+    let opts = BuildOptions::new(vec![repo.clone()], out.clone());
+    let run = || build(&opts, cix_tests::cached_encoder(), &Progress::silent()).unwrap();
+    let generation = || format::IndexManifest::read(&out).unwrap().generation;
+    let r = run();
+    assert_eq!((r.files_seen, r.files_changed), (2, 2), "{r:?}");
+    let g = generation();
+    let r = run();
+    assert_eq!((r.files_changed, r.files_deleted), (0, 0), "{r:?}");
+    assert_eq!(generation(), g, "a build with nothing changed committed");
+    std::fs::remove_file(repo.join("pkg/__init__.py")).unwrap();
+    for _ in 0..2 {
+        let r = run();
+        assert_eq!((r.files_changed, r.files_deleted), (0, 0), "{r:?}");
+        assert_eq!(generation(), g, "{r:?}");
+    }
+    // Emptied, then given text again: each is one change, and then nothing.
+    std::fs::write(repo.join("pkg/mod.py"), "").unwrap();
+    let r = run();
+    assert_eq!((r.files_changed, r.chunks_tombstoned), (1, 1), "{r:?}");
+    let g = generation();
+    assert_eq!(run().files_changed, 0);
+    assert_eq!(generation(), g);
+    std::fs::write(repo.join("pkg/mod.py"), "def g():\n    return 2\n").unwrap();
+    assert_eq!(run().files_changed, 1);
+    let g = generation();
+    assert_eq!(run().files_changed, 0);
+    assert_eq!(generation(), g);
+    let v = code::view::CodeView::open(&out).unwrap();
+    assert_eq!(v.resolve("g").len(), 1);
+    assert!(v.resolve("f").is_empty());
+    drop(v);
+    // A package added by one build (a segment of its own) and then deleted whole: its empty
+    // file goes with the segment, once.
+    std::fs::create_dir_all(repo.join("lib")).unwrap();
+    std::fs::write(repo.join("lib/__init__.py"), "").unwrap();
+    std::fs::write(repo.join("lib/core.py"), "def h():\n    return 3\n").unwrap();
+    assert_eq!(run().files_changed, 2);
+    let segments = || format::IndexManifest::read(&out).unwrap().segments.len();
+    let before = segments();
+    std::fs::remove_dir_all(repo.join("lib")).unwrap();
+    let r = run();
+    assert_eq!((r.files_changed, r.files_deleted), (0, 2), "{r:?}");
+    assert_eq!(segments(), before - 1);
+    let g = generation();
+    let r = run();
+    assert_eq!((r.files_changed, r.files_deleted), (0, 0), "{r:?}");
+    assert_eq!(generation(), g);
+    let v = code::view::CodeView::open(&out).unwrap();
+    assert!(v.resolve("h").is_empty());
+}

@@ -29,27 +29,32 @@ pub(super) struct ChangePlan {
 }
 
 /// Live files of the existing index: (repository, path) → (segment, file, content hash).
-/// Files whose chunks are all tombstoned are not live.
-fn live_files(existing: Option<&Index>) -> HashMap<(String, String), (usize, u32, [u8; 32])> {
-    let mut live: HashMap<(String, String), (usize, u32, [u8; 32])> = HashMap::new();
+/// Files whose chunks are all tombstoned are not live. Files without chunks (empty ones, or
+/// none the chunker keeps) cannot be tombstoned, so they are not live either (gone from disk,
+/// such a file would count as deleted again by every build, each committing a generation);
+/// the newest record of each is in the second map, which says whether a file on disk with
+/// the same bytes is already indexed.
+type FileAt = HashMap<(String, String), (usize, u32, [u8; 32])>;
+
+fn live_files(existing: Option<&Index>) -> (FileAt, FileAt) {
+    let (mut live, mut empty) = (FileAt::new(), FileAt::new());
     if let Some(ix) = existing {
         for (si, ls) in ix.segments.iter().enumerate() {
             let table = ls.segment.table();
             for (fi, f) in table.files.iter().enumerate() {
                 let first = f.first_chunk.to_native();
                 let end = first.saturating_add(f.chunk_count.to_native());
-                let all_dead = (first..end).all(|c| ls.tombstones.contains(c));
-                if f.chunk_count.to_native() > 0 && all_dead {
-                    continue;
+                let key = (f.repo.to_string(), f.path.to_string());
+                let at = (si, fi as u32, f.content_hash);
+                if f.chunk_count.to_native() == 0 {
+                    empty.insert(key, at);
+                } else if !(first..end).all(|c| ls.tombstones.contains(c)) {
+                    live.insert(key, at);
                 }
-                live.insert(
-                    (f.repo.to_string(), f.path.to_string()),
-                    (si, fi as u32, f.content_hash),
-                );
             }
         }
     }
-    live
+    (live, empty)
 }
 
 /// Changed vs unchanged against the live index. A file changes when it is in scope
@@ -61,13 +66,13 @@ pub(super) fn plan_changes(
     existing: Option<&Index>,
     report: &mut BuildReport,
 ) -> ChangePlan {
-    let live = live_files(existing);
-    // Each parsed file's live version, looked up once.
+    let (live, empty) = live_files(existing);
+    // Each parsed file's live version (or its record without chunks), looked up once.
     let live_of: Vec<Option<(usize, u32, [u8; 32])>> = files
         .iter()
         .map(|f| {
-            live.get(&(f.cand.repo.clone(), f.cand.rel_path.clone()))
-                .copied()
+            let key = (f.cand.repo.clone(), f.cand.rel_path.clone());
+            live.get(&key).or_else(|| empty.get(&key)).copied()
         })
         .collect();
     let changed: Vec<bool> = (files.iter().zip(&live_of))
@@ -99,6 +104,39 @@ pub(super) fn plan_changes(
                 report.files_deleted += 1;
             }
             None => unseen += 1,
+        }
+    }
+    // Records without chunks whose files are not read: those of other repositories (and
+    // gone outside `only`) are unseen like live ones; those gone from disk in scope go with
+    // their segment when nothing else of it is left (it is dropped whole, so the deletion
+    // does not come back), else they stay, harmless to the planner.
+    let mut gone_empty: HashMap<usize, Vec<u32>> = HashMap::new();
+    for (key, (si, fi, _)) in &empty {
+        if live.contains_key(key) || index_of.contains_key(&(key.0.as_str(), key.1.as_str())) {
+            continue;
+        }
+        if root_repos.contains(&key.0) && opts.in_scope(&key.0, &key.1) {
+            gone_empty.entry(*si).or_default().push(*fi);
+        } else {
+            unseen += 1;
+        }
+    }
+    if let Some(ix) = existing {
+        let dead_now: HashSet<(usize, u32)> = dead_files.iter().copied().collect();
+        for (si, mut fis) in gone_empty {
+            let ls = &ix.segments[si];
+            fis.sort_unstable();
+            let all_gone = ls.segment.table().files.iter().enumerate().all(|(fi, f)| {
+                let fi = fi as u32;
+                let (first, n) = (f.first_chunk.to_native(), f.chunk_count.to_native());
+                dead_now.contains(&(si, fi))
+                    || fis.binary_search(&fi).is_ok()
+                    || (n > 0 && (first..first + n).all(|c| ls.tombstones.contains(c)))
+            });
+            if all_gone {
+                report.files_deleted += fis.len();
+                dead_files.extend(fis.into_iter().map(|fi| (si, fi)));
+            }
         }
     }
     dead_files.sort_unstable();
