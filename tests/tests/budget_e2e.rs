@@ -130,9 +130,10 @@ fn hits(dir: &Path, q: &str) -> Vec<(f32, String, u32)> {
 /// Equal lists up to ties: the same scores rank by rank, and the same hits within each run
 /// of equal scores.
 ///
-/// Scores are equal up to 1e-3 of their size. A text's vector depends on the batch it was
-/// embedded in by rounding only (the test above allows a cosine of 0.9999), and the two builds
-/// batch differently (the cut build embeds each segment on its own). Fusion divides each
+/// Scores are equal up to 1e-3 of their size. A text's vector could depend on the batch it was
+/// embedded in by rounding (the test above allows a cosine of 0.9999), and the two builds
+/// batch differently (the cut build embeds each segment on its own); through
+/// `cached_encoder` both get each text's first vector, so here only scoring differs. Fusion divides each
 /// ranking's scores by its spread (z-scores), which turns a difference of 1e-5 in a vector
 /// score into about 1e-4 of a fused one: the sources of this workspace, which the fixture
 /// includes, once gave 1.1e-4 (0.48668337 against 0.48662978).

@@ -22,8 +22,9 @@ pub struct JobStatus {
     pub job_id: u64,
     /// `queued`, `running`, `done` or `failed`.
     pub state: String,
-    /// Roots (absolute paths) the job may change files of (its targets; the build walks and
-    /// parses every recorded root, and the counts and errors below cover them all).
+    /// Roots (absolute paths) the job targets: only their files (under `paths`, when given)
+    /// are re-indexed or deleted. The build walks and parses every recorded root, so unchanged
+    /// files of any root may be relinked, and the counts and errors below cover them all.
     pub roots: Vec<String>,
     /// Repo-relative path prefixes it is limited to (empty: whole roots).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -64,7 +65,7 @@ pub struct JobStatus {
     /// is gone was left out, so unchanged files' edges were not compared).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
-    /// Why the job failed (nothing was committed for the root that failed).
+    /// Why the job failed (its one build committed nothing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -214,9 +214,9 @@ impl Engine {
     /// One build of every recorded root that is still a directory here, each walked as it
     /// was built, so calls and imports resolve across all of them (the graph of a file in one
     /// repository can use another's definitions) and unchanged files whose edges moved are
-    /// relinked; `only` limits what may change to the targets. A root that is gone and not
-    /// targeted is left out (its files keep their indexed content; the notes say so); a
-    /// target that is gone fails the job.
+    /// relinked (in any root); `only` limits re-indexed and deleted files to the targets. A
+    /// root that is gone and not targeted is left out (its files keep their indexed content;
+    /// the notes say so); a target that is gone fails the job.
     fn job_options(
         &self,
         roots: &[RootEntry],
