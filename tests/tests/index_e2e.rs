@@ -1199,8 +1199,17 @@ fn files_without_chunks_settle() {
     let g = generation();
     assert_eq!(run().files_changed, 0);
     assert_eq!(generation(), g);
+    // Given text again: the segment that held only the empty version goes with it.
+    let segments = || format::IndexManifest::read(&out).unwrap().segments.len();
+    let before = segments();
     std::fs::write(repo.join("pkg/mod.py"), "def g():\n    return 2\n").unwrap();
-    assert_eq!(run().files_changed, 1);
+    let r = run();
+    assert_eq!((r.files_changed, r.files_deleted), (1, 0), "{r:?}");
+    assert_eq!(
+        segments(),
+        before,
+        "the empty version's segment stayed beside the new one"
+    );
     let g = generation();
     assert_eq!(run().files_changed, 0);
     assert_eq!(generation(), g);
@@ -1214,7 +1223,6 @@ fn files_without_chunks_settle() {
     std::fs::write(repo.join("lib/__init__.py"), "").unwrap();
     std::fs::write(repo.join("lib/core.py"), "def h():\n    return 3\n").unwrap();
     assert_eq!(run().files_changed, 2);
-    let segments = || format::IndexManifest::read(&out).unwrap().segments.len();
     let before = segments();
     std::fs::remove_dir_all(repo.join("lib")).unwrap();
     let r = run();

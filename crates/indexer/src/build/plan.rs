@@ -106,36 +106,42 @@ pub(super) fn plan_changes(
             None => unseen += 1,
         }
     }
-    // Records without chunks whose files are not read: those of other repositories (and
-    // gone outside `only`) are unseen like live ones; those gone from disk in scope go with
-    // their segment when nothing else of it is left (it is dropped whole, so the deletion
-    // does not come back), else they stay, harmless to the planner.
-    let mut gone_empty: HashMap<usize, Vec<u32>> = HashMap::new();
+    // Records without chunks that are not the current record of a file on disk (gone in
+    // scope, or replaced: the file changed, or a live record with chunks holds its path) go
+    // with their segment when nothing else of it is left: it is dropped whole, so the
+    // deletion does not come back. Else they stay, harmless to the planner. Those of
+    // repositories this build does not walk are unseen like live files; one of a walked
+    // repository gone outside `only` is not: only its segment going would clear it, and it
+    // would keep relinking off for every build limited by `only` (a fresh build would not
+    // hold it either).
+    let mut stale_empty: HashMap<usize, Vec<(u32, bool)>> = HashMap::new();
     for (key, (si, fi, _)) in &empty {
-        if live.contains_key(key) || index_of.contains_key(&(key.0.as_str(), key.1.as_str())) {
-            continue;
-        }
-        if root_repos.contains(&key.0) && opts.in_scope(&key.0, &key.1) {
-            gone_empty.entry(*si).or_default().push(*fi);
-        } else {
-            unseen += 1;
+        let parsed = index_of.get(&(key.0.as_str(), key.1.as_str()));
+        let gone = parsed.is_none();
+        let replaced = live.contains_key(key) || parsed.is_some_and(|&i| changed[i]);
+        if !root_repos.contains(&key.0) {
+            if !live.contains_key(key) {
+                unseen += 1;
+            }
+        } else if replaced || (gone && opts.in_scope(&key.0, &key.1)) {
+            stale_empty.entry(*si).or_default().push((*fi, gone));
         }
     }
     if let Some(ix) = existing {
         let dead_now: HashSet<(usize, u32)> = dead_files.iter().copied().collect();
-        for (si, mut fis) in gone_empty {
+        for (si, mut stale) in stale_empty {
             let ls = &ix.segments[si];
-            fis.sort_unstable();
-            let all_gone = ls.segment.table().files.iter().enumerate().all(|(fi, f)| {
+            stale.sort_unstable();
+            let all_dead = ls.segment.table().files.iter().enumerate().all(|(fi, f)| {
                 let fi = fi as u32;
                 let (first, n) = (f.first_chunk.to_native(), f.chunk_count.to_native());
                 dead_now.contains(&(si, fi))
-                    || fis.binary_search(&fi).is_ok()
+                    || stale.binary_search_by_key(&fi, |&(f, _)| f).is_ok()
                     || (n > 0 && (first..first + n).all(|c| ls.tombstones.contains(c)))
             });
-            if all_gone {
-                report.files_deleted += fis.len();
-                dead_files.extend(fis.into_iter().map(|fi| (si, fi)));
+            if all_dead {
+                report.files_deleted += stale.iter().filter(|(_, gone)| *gone).count();
+                dead_files.extend(stale.into_iter().map(|(fi, _)| (si, fi)));
             }
         }
     }
