@@ -21,6 +21,7 @@
 //!   lock; any failure leaves the local index as it was, and a rerun resumes from what was
 //!   already verified. A pull keeps every local memory.
 
+mod floor;
 mod gc;
 mod layout;
 mod pull;

@@ -187,16 +187,7 @@ fn pull_manifest(
         )));
     }
     let store = remote.store_id();
-    if let Some(p) = local.as_ref().and_then(|l| l.pulled_from.as_ref()) {
-        if p.store == store && head.generation < p.generation && !opts.allow_older {
-            return Err(SyncError::Rollback {
-                url: store,
-                dir: dir.to_path_buf(),
-                found: head.generation,
-                pulled: p.generation,
-            });
-        }
-    }
+    crate::floor::check(local.as_ref(), &store, head, dir, opts.allow_older)?;
     if let Some(local) = local {
         check_model(&local)?;
         let local_mem: HashSet<&str> = local
@@ -215,22 +206,8 @@ fn pull_manifest(
         {
             report.up_to_date = true;
             report.local_generation = local.generation;
-            // The floor follows even when no file does (an older generation installed with
-            // `allow_older` that holds the same segments, or an index up to date before the
-            // floor was recorded).
-            let floor = format::manifest::PulledFrom {
-                store: store.clone(),
-                generation: head.generation,
-            };
-            if local.pulled_from.as_ref() != Some(&floor) {
-                let _dir_lock = DirLock::acquire(dir)?;
-                let mut m = IndexManifest::read(dir)?;
-                if m.segments == head.index.segments {
-                    m.generation += 1;
-                    m.pulled_from = Some(floor);
-                    m.commit(dir)?;
-                    report.local_generation = m.generation;
-                }
+            if let Some(g) = crate::floor::record(&local, &store, head, dir)? {
+                report.local_generation = g;
             }
             return Ok(report);
         }
