@@ -167,7 +167,8 @@ fn tombstone_segments(
     Ok(entries)
 }
 
-fn all_files_dead(
+/// Whether every file of segment `si` (`ls`) is dead: in `dead`, or all its chunks tombstoned.
+pub(super) fn all_files_dead(
     ls: &format::manifest::LiveSegment,
     dead: &HashSet<(usize, u32)>,
     si: usize,

@@ -128,17 +128,11 @@ pub(super) fn plan_changes(
         }
     }
     if let Some(ix) = existing {
-        let dead_now: HashSet<(usize, u32)> = dead_files.iter().copied().collect();
-        for (si, mut stale) in stale_empty {
-            let ls = &ix.segments[si];
-            stale.sort_unstable();
-            let all_dead = ls.segment.table().files.iter().enumerate().all(|(fi, f)| {
-                let fi = fi as u32;
-                let (first, n) = (f.first_chunk.to_native(), f.chunk_count.to_native());
-                dead_now.contains(&(si, fi))
-                    || stale.binary_search_by_key(&fi, |&(f, _)| f).is_ok()
-                    || (n > 0 && (first..first + n).all(|c| ls.tombstones.contains(c)))
-            });
+        // Other segments' entries do not change this one's answer.
+        let mut dead: HashSet<(usize, u32)> = dead_files.iter().copied().collect();
+        for (si, stale) in stale_empty {
+            dead.extend(stale.iter().map(|&(fi, _)| (si, fi)));
+            let all_dead = super::commit::all_files_dead(&ix.segments[si], &dead, si);
             if all_dead {
                 report.files_deleted += stale.iter().filter(|(_, gone)| *gone).count();
                 dead_files.extend(stale.into_iter().map(|(fi, _)| (si, fi)));
