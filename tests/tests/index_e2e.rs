@@ -1235,3 +1235,108 @@ fn files_without_chunks_settle() {
     let v = code::view::CodeView::open(&out).unwrap();
     assert!(v.resolve("h").is_empty());
 }
+
+/// The facts cache (`facts.cache`, `indexer::build` `facts.rs`): an incremental build that
+/// reads unchanged files' facts from it writes what a build that parses every file writes
+/// (same segments, edges and relinks), and a damaged cache costs parses, never a wrong answer.
+#[test]
+fn facts_cache_gives_what_parsing_gives() {
+    let s = shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _) = make_repo(&tmp.path().join("src"));
+    let (cached, parsed) = (tmp.path().join("cached"), tmp.path().join("parsed"));
+    copy_dir(&s.out, &cached);
+    copy_dir(&s.out, &parsed);
+    let cache = cached.join("facts.cache");
+    assert!(cache.is_file(), "the first build wrote no facts cache");
+    let run = |out: &Path, reuse: bool| {
+        let mut o = opts(&repo, out);
+        o.reuse_facts = reuse;
+        build(&o, cix_tests::cached_encoder(), &Progress::silent()).unwrap()
+    };
+    // One body edited, a file deleted (its importers are relinked), a file added.
+    let lib = repo.join("src/lib.rs");
+    let text = std::fs::read_to_string(&lib)
+        .unwrap()
+        .replace("cost", "penalty");
+    std::fs::write(&lib, text).unwrap();
+    std::fs::remove_file(repo.join("web/util.js")).unwrap();
+    write(
+        &repo.join("pkg/added.py"),
+        b"def added_here():\n    return 5\n",
+    );
+    let a = run(&cached, true);
+    let b = run(&parsed, false);
+    assert_eq!(b.files_cached, 0, "{b:?}");
+    // Every file but the edited and the added one is read from the cache.
+    assert_eq!(a.files_cached, a.files_indexed - 2, "{a:?}");
+    assert!(a.files_relinked > 0, "{a:?}");
+    let key = |r: &BuildReport| {
+        (
+            r.segment_ids.clone(),
+            r.files_changed,
+            r.files_deleted,
+            r.files_relinked,
+            r.chunks_written,
+            r.chunks_tombstoned,
+            r.edges.clone(),
+            r.live_chunks,
+            r.parse_error_files,
+        )
+    };
+    assert_eq!(key(&a), key(&b));
+    assert!(a.facts_written.is_some());
+    let manifest = |d: &Path| std::fs::read(d.join("MANIFEST")).unwrap();
+    assert_eq!(manifest(&cached), manifest(&parsed));
+
+    // Nothing changed, every file a hit: the cache is left as it is.
+    let before = std::fs::read(&cache).unwrap();
+    let r = run(&cached, true);
+    assert_eq!(
+        (r.files_cached, r.segment_id.clone()),
+        (r.files_indexed, None)
+    );
+    assert_eq!(r.facts_written, None);
+    assert_eq!(std::fs::read(&cache).unwrap(), before);
+
+    // A flipped byte inside one entry: that file is parsed, the others are not, the build
+    // says nothing (the entry's check is the cache's own business) and writes a whole cache.
+    let b = std::fs::read(&cache).unwrap();
+    let header = 10 + usize::from(u16::from_le_bytes([b[8], b[9]]));
+    flip_byte(&cache, header + 5);
+    let r = run(&cached, true);
+    assert_eq!(r.files_cached, r.files_indexed - 1, "{r:?}");
+    assert_eq!((r.segment_id.clone(), r.notes.len()), (None, 0), "{r:?}");
+    assert_eq!(run(&cached, true).files_cached, r.files_indexed);
+
+    // A cut-short cache is reported and replaced; a foreign or unreadable one never used.
+    let len = std::fs::metadata(&cache).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cache)
+        .unwrap()
+        .set_len(len - 7)
+        .unwrap();
+    let r = run(&cached, true);
+    assert_eq!(r.files_cached, 0, "{r:?}");
+    assert!(
+        r.notes.iter().any(|n| n.contains("facts cache")),
+        "{:?}",
+        r.notes
+    );
+    assert_eq!(r.segment_id, None);
+    assert_eq!(run(&cached, true).files_cached, r.files_indexed);
+    // Written under another extraction key (another version of the indexer): not read, and
+    // not worth a note.
+    let mut bytes = std::fs::read(&cache).unwrap();
+    bytes[11] ^= 1;
+    std::fs::write(&cache, &bytes).unwrap();
+    let r = run(&cached, true);
+    assert_eq!((r.files_cached, r.notes.len()), (0, 0), "{r:?}");
+    std::fs::write(&cache, b"not a cache at all").unwrap();
+    let r = run(&cached, true);
+    assert_eq!(r.files_cached, 0, "{r:?}");
+    assert_eq!(r.notes.len(), 1, "{:?}", r.notes);
+    assert_eq!(manifest(&cached), manifest(&parsed));
+    assert!(indexer::inspect::verify(&cached).is_empty());
+}

@@ -56,7 +56,8 @@ struct Args {
     /// After each run, an incremental build of the same index with one new file added (a
     /// root of its own holding one Rust and one Python function): what a re-index after a
     /// small change costs on this tree, the comparison of every unchanged file's edges with
-    /// the stored ones (`relink`) included.
+    /// the stored ones (`relink`) included. Then that file edited four times, unchanged
+    /// files' facts read from the facts cache and (the peer) parsed, alternating.
     #[arg(long)]
     incremental: bool,
     /// After each run, on its index: the chunks the callers' text scan reads for this many
@@ -198,6 +199,33 @@ fn main() -> anyhow::Result<()> {
                 base_rss / 1_000_000,
                 phases(&r)
             );
+            // Then one file edited, twice each way, alternating: unchanged files' facts read
+            // from the facts cache (the default), against every file parsed (the peer).
+            for (k, reuse) in [false, true, false, true].into_iter().enumerate() {
+                std::fs::write(
+                    edit.path().join("edit.rs"),
+                    format!(
+                        "/// Edited by the bench.\npub fn bench_edit() -> u32 {{\n    {k}\n}}\n"
+                    ),
+                )?;
+                inc.reuse_facts = reuse;
+                let base_rss = reset_peak_rss();
+                let t = Instant::now();
+                let r = build::build(&inc, emb, &Progress::silent())?;
+                let (total, peak) = (t.elapsed().as_secs_f64(), peak_rss());
+                println!(
+                    "  incremental, one file edited, {}: {:.3}s; {} changed, {} from the cache, {} relinked; cache written {}; peak RSS {} MB (before {} MB); [{}]",
+                    if reuse { "facts cache" } else { "every file parsed" },
+                    total,
+                    r.files_changed,
+                    r.files_cached,
+                    r.files_relinked,
+                    r.facts_written.map_or("no".to_string(), |(n, b)| format!("{n} entries, {b} bytes")),
+                    peak / 1_000_000,
+                    base_rss / 1_000_000,
+                    phases(&r)
+                );
+            }
         }
         if let Some(n) = args.word_scan {
             word_scan(&dir.path().join("index"), n)?;

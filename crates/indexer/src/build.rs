@@ -41,6 +41,7 @@ use crate::IndexerError;
 
 mod commit;
 mod embedder;
+mod facts;
 mod parsed;
 mod plan;
 mod relink;
@@ -54,6 +55,7 @@ pub use types::{
 };
 
 use commit::write_and_commit;
+use facts::Facts;
 use parsed::Parsed;
 use plan::{plan_changes, relink_stale};
 use shed::{drop_texts, restore_texts, shed_texts, Spill};
@@ -136,6 +138,31 @@ pub fn build(
     embedder: &dyn Embedder,
     progress: &Progress,
 ) -> Result<BuildReport, IndexerError> {
+    let (facts, note) = Facts::open(&opts.out, &opts.chunk, opts.reuse_facts);
+    let mut report = build_with(opts, embedder, progress, &facts)?;
+    report.notes.extend(note);
+    // The build succeeded: its facts become the cache of the next one.
+    let t = Instant::now();
+    let walked = opts.root_walks().iter().map(|w| w.repo.clone()).collect();
+    match facts.finish(&walked) {
+        Ok(f) => (report.files_cached, report.facts_written) = (f.hits, f.written),
+        Err(e) => report.warnings.push(format!(
+            "the facts cache in {} was not updated ({e}); the next build parses the files it \
+             lacks",
+            opts.out.display()
+        )),
+    }
+    report.timings.push(("facts", t.elapsed()));
+    Ok(report)
+}
+
+/// [`build`], reading and filling `facts` as it parses.
+fn build_with(
+    opts: &BuildOptions,
+    embedder: &dyn Embedder,
+    progress: &Progress,
+    facts: &Facts,
+) -> Result<BuildReport, IndexerError> {
     let budget = Budget::new(opts.memory_budget, embedder.dim())?;
     let mut report = BuildReport::default();
     let existing = open_existing(&opts.out, embedder, &mut report)?;
@@ -143,7 +170,7 @@ pub fn build(
     let cands = walk_roots(opts, &mut report, progress)?;
     // Created by the first file whose texts are shed; gone (unnamed) when the build ends.
     let spill = std::sync::OnceLock::new();
-    let mut files = parse_files(opts, cands, &budget, &spill, &mut report, progress);
+    let mut files = parse_files(opts, cands, &budget, &spill, facts, &mut report, progress);
     let spill = shed::settled(&spill, &opts.out, progress);
     report.spilled_bytes = spill.map_or(0, Spill::bytes);
     let mut plan = plan_changes(opts, &files, existing.as_ref(), &mut report);
@@ -555,11 +582,13 @@ fn walk_roots(
 /// while the total kept stays within `budget.text`; past it, files are [`shed_texts`] (which
 /// ones depends on thread timing, what is written does not: shed text is read again), what
 /// their bytes cannot give back written to `spill`, made when first needed ([`Spill`]).
+#[allow(clippy::too_many_arguments)]
 fn parse_files(
     opts: &BuildOptions,
     cands: Vec<Candidate>,
     budget: &Budget,
     spill: &std::sync::OnceLock<std::io::Result<Spill>>,
+    facts: &Facts,
     report: &mut BuildReport,
     progress: &Progress,
 ) -> Vec<Parsed> {
@@ -575,6 +604,19 @@ fn parse_files(
         .with_max_len(1)
         .map(|cand| {
             let r = walk::read_source(&cand).map(|(text, hash)| {
+                if let Some(hit) = facts.lookup(&cand, &hash) {
+                    // Not parsed: its texts come back by chunking it again if it is written.
+                    let cost = budget.file_cost(&cand.rel_path, &hit.extract) + 3 * hit.text_bytes;
+                    return Parsed {
+                        cand,
+                        hash,
+                        extract: hit.extract,
+                        decls: hit.decls,
+                        calls: hit.calls,
+                        cost,
+                        shed: Some(shed::from_cache()),
+                    };
+                }
                 let mut extract = chunk::extract(
                     cand.language,
                     &cand.repo,
@@ -591,6 +633,7 @@ fn parse_files(
                 extract.imports.shrink_to_fit();
                 let cost = budget.file_cost(&cand.rel_path, &extract);
                 let bytes: u64 = extract.chunks.iter().map(|c| c.text.len() as u64).sum();
+                facts.put(&cand, &hash, bytes, (&extract, &calls, &decls));
                 let mut shed = None;
                 if kept.fetch_add(bytes, Ordering::Relaxed) + bytes > budget.text {
                     kept.fetch_sub(bytes, Ordering::Relaxed);

@@ -302,6 +302,8 @@ fn run() -> anyhow::Result<ExitCode> {
                 opts.bulk_cache = format::fsio::PageCache::Bypass;
             }
             opts.embed_group = embed_group.map(|g| g as usize);
+            // From scratch: every file is parsed (the facts cache is written, not read).
+            opts.reuse_facts = !rebuild;
             let t = Instant::now();
             let report = build::build(&opts, &encoder, &progress)?;
             let total = t.elapsed();
@@ -586,6 +588,8 @@ fn report_json(r: &BuildReport, total: std::time::Duration) -> serde_json::Value
         "files_unchanged": r.files_unchanged,
         "files_deleted": r.files_deleted,
         "files_relinked": r.files_relinked,
+        "files_cached": r.files_cached,
+        "facts_written": r.facts_written,
         "source_bytes": r.source_bytes,
         "skipped": r.skipped,
         "errors": r.errors,
@@ -621,6 +625,13 @@ fn print_summary(r: &BuildReport, out: &Path, total: std::time::Duration) {
         r.files_deleted,
         r.source_bytes as f64 / 1e6
     );
+    if r.files_cached > 0 {
+        println!(
+            "{} files not parsed: their chunks, calls and imports came from the facts cache \
+             (same bytes as when last parsed)",
+            r.files_cached
+        );
+    }
     if r.files_relinked > 0 {
         println!(
             "{} unchanged files written again: their calls or imports resolve differently now \

@@ -105,7 +105,8 @@ pub(super) struct Shed {
     check: u64,
     extract_again: bool,
     /// The file is written because its edges moved (`relink.rs`), not for a change of its
-    /// own: the budget's counters leave it out.
+    /// own, or its facts came from the facts cache (`facts.rs`) and it was never parsed in
+    /// this build: the budget's counters leave it out.
     relinked: bool,
 }
 
@@ -186,6 +187,12 @@ pub(super) fn chunk_again() -> Shed {
         relinked: true,
         ..Shed::default()
     }
+}
+
+/// For a file whose facts came from the facts cache (`facts.rs`): it has no texts, and they
+/// come back by chunking it again if it is written.
+pub(super) fn from_cache() -> Shed {
+    chunk_again()
 }
 
 /// Every text dropped, to come back by chunking the file again.

@@ -48,6 +48,10 @@ pub struct BuildOptions {
     /// `symlinks`): a re-index of what MANIFEST records, each root as it was built
     /// ([`BuildOptions::recorded`]).
     pub walks: Vec<RootWalk>,
+    /// Read the facts a file's last parse gave from the index's facts cache (`facts.cache`)
+    /// while its bytes are the same, instead of parsing it again (default). Off for
+    /// `indexer build --rebuild`. Either way the build writes the cache for the next one.
+    pub reuse_facts: bool,
 }
 
 /// One root as a build walks it: its directory, the repository name its files get and the
@@ -154,6 +158,7 @@ impl BuildOptions {
             memory_budget: DEFAULT_MEMORY_BUDGET,
             bulk_cache: format::fsio::PageCache::Keep,
             walks: Vec::new(),
+            reuse_facts: true,
         }
     }
 }
@@ -171,6 +176,12 @@ pub struct BuildReport {
     /// `files_changed`; their vectors are reused (where their chunks' texts are the indexed
     /// ones: after an upgrade that chunks differently, changed texts are embedded).
     pub files_relinked: usize,
+    /// Files whose chunks, calls, imports and declarations came from the facts cache (their
+    /// bytes were those of its entry) instead of a parse.
+    pub files_cached: usize,
+    /// The facts cache this build wrote for the next one (entries, bytes); `None` when it left
+    /// the old one (every file a hit, none gone) or could not write one (a warning says why).
+    pub facts_written: Option<(usize, u64)>,
     pub source_bytes: u64,
     pub skipped: BTreeMap<&'static str, usize>,
     /// Problems that stop a file from being indexed (unreadable files, walk errors).

@@ -7,7 +7,8 @@
 //! language-independent chunking engine (symbol tree → chunks, long-body splitting, top-level
 //! leftovers) and the call/import walk are in `builder.rs`, fed by `parse.rs` (grammar choice,
 //! per-thread parsers) and `defs.rs` (the symbol tree a [`Spec`] finds); `packed.rs` packs a
-//! file's calls for a build to hold until its graph is resolved; `text.rs` cuts line windows;
+//! file's calls for a build to hold until its graph is resolved, and `stored.rs` a file's
+//! whole extract, texts aside, for a build's facts cache; `text.rs` cuts line windows;
 //! `lines.rs` (line offsets and cuts) and `syntax.rs` (node text, name normalisation) are leaf
 //! helpers. Each language family has a small [`Spec`] implementation in its own file
 //! that says which tree-sitter nodes are symbols, imports and calls.
@@ -30,11 +31,13 @@ mod parse;
 mod python;
 mod rust;
 mod spec;
+pub(crate) mod stored;
 mod syntax;
 mod text;
 mod types;
 
 pub(crate) use lines::{floor_boundary, trim_end, LineIndex};
+pub(crate) use packed::{put_str, put_varint, Reader};
 pub use packed::{CallRef, PackedCalls, PackedIter};
 pub(crate) use spec::{Class, Def, Spec};
 pub(crate) use syntax::{

@@ -54,10 +54,25 @@ impl PackedCalls {
 
     /// The calls as [`PackedCalls::pack`] was given them, borrowed from the buffer.
     pub fn iter(&self) -> PackedIter<'_> {
-        PackedIter {
-            bytes: &self.bytes,
-            at: 0,
+        PackedIter(Reader::new(&self.bytes))
+    }
+
+    /// The packed bytes and the number of calls in them (what a build's facts cache stores).
+    pub(crate) fn raw(&self) -> (&[u8], u32) {
+        (&self.bytes, self.len)
+    }
+
+    /// Calls packed by [`PackedCalls::pack`], from [`PackedCalls::raw`]'s parts; `None` when
+    /// `bytes` do not hold exactly `len` calls.
+    pub(crate) fn from_raw(bytes: &[u8], len: u32) -> Option<PackedCalls> {
+        let mut r = Reader::new(bytes);
+        for _ in 0..len {
+            r.call()?;
         }
+        r.is_done().then(|| PackedCalls {
+            bytes: bytes.into(),
+            len,
+        })
     }
 }
 
@@ -99,29 +114,26 @@ impl Call {
 }
 
 /// The calls of a [`PackedCalls`], in order ([`PackedCalls::iter`]).
-pub struct PackedIter<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
+pub struct PackedIter<'a>(Reader<'a>);
 
 impl<'a> Iterator for PackedIter<'a> {
     type Item = CallRef<'a>;
 
     fn next(&mut self) -> Option<CallRef<'a>> {
-        if self.at >= self.bytes.len() {
+        if self.0.is_done() {
             return None;
         }
         // The buffer is only ever written by `pack`, so a short or malformed read cannot
         // happen; it would end the list rather than invent a call.
-        let c = self.call();
+        let c = self.0.call();
         if c.is_none() {
-            self.at = self.bytes.len();
+            self.0.at = self.0.bytes.len();
         }
         c
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -129,12 +141,12 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_varint(out, s.len() as u64);
     out.extend_from_slice(s.as_bytes());
 }
 
-fn put_opt(out: &mut Vec<u8>, s: Option<&str>) {
+pub(crate) fn put_opt(out: &mut Vec<u8>, s: Option<&str>) {
     match s {
         None => out.push(0),
         Some(s) => {
@@ -144,8 +156,52 @@ fn put_opt(out: &mut Vec<u8>, s: Option<&str>) {
     }
 }
 
-impl<'a> PackedIter<'a> {
-    fn varint(&mut self) -> Option<u64> {
+/// Reads what `put_varint`, `put_str` and `put_opt` wrote; every read is bounds-checked and
+/// `None` past the end or on malformed bytes.
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, at: 0 }
+    }
+
+    /// Whether every byte was read.
+    pub(crate) fn is_done(&self) -> bool {
+        self.at >= self.bytes.len()
+    }
+
+    pub(crate) fn byte(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.at)?;
+        self.at += 1;
+        Some(b)
+    }
+
+    /// The next `len` bytes.
+    pub(crate) fn bytes(&mut self, len: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(len)?;
+        let b = self.bytes.get(self.at..end)?;
+        self.at = end;
+        Some(b)
+    }
+
+    pub(crate) fn u32(&mut self) -> Option<u32> {
+        u32::try_from(self.varint()?).ok()
+    }
+
+    pub(crate) fn usize(&mut self) -> Option<usize> {
+        usize::try_from(self.varint()?).ok()
+    }
+
+    /// A string written by `put_str`.
+    pub(crate) fn str(&mut self) -> Option<&'a str> {
+        let len = self.usize()?;
+        self.str_of(len)
+    }
+
+    pub(crate) fn varint(&mut self) -> Option<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = *self.bytes.get(self.at)?;
@@ -165,7 +221,7 @@ impl<'a> PackedIter<'a> {
         Some(s)
     }
 
-    fn opt(&mut self) -> Option<Option<&'a str>> {
+    pub(crate) fn opt(&mut self) -> Option<Option<&'a str>> {
         match usize::try_from(self.varint()?).ok()? {
             0 => Some(None),
             n => self.str_of(n - 1).map(Some),

@@ -110,6 +110,16 @@ impl SymbolTag {
         SymbolTag(occurrence.clamp(1, u32::MAX >> 2) << 2 | suffix)
     }
 
+    /// The tag as stored (a build's facts cache); any `u32` is a tag.
+    pub(crate) fn raw(self) -> u32 {
+        self.0
+    }
+
+    /// [`SymbolTag::raw`]'s inverse.
+    pub(crate) fn from_raw(raw: u32) -> SymbolTag {
+        SymbolTag(raw)
+    }
+
     /// Whether the chunk has a symbol id.
     pub fn is_some(self) -> bool {
         self.0 != 0

@@ -7,7 +7,9 @@
 //! calls, imports and these few strings per symbol, not the symbols' source.
 
 use super::paths::file_name;
-use crate::chunk::{base_type_name, split_top, ChunkKind, FileExtract, Language};
+use crate::chunk::{
+    base_type_name, put_str, put_varint, split_top, ChunkKind, FileExtract, Language, Reader,
+};
 
 /// What one symbol chunk's declaration states (empty parts are left out of [`Declarations`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,6 +84,82 @@ impl Declarations {
             .flatten()
             .and_then(|c| cargo_package_name(&c.text));
         Declarations { chunks, package }
+    }
+
+    /// Appends these declarations to `out` (a build's facts cache, `build/facts.rs`): the
+    /// package (0, or 1 and the name), then per chunk its index, the return type, the bases
+    /// and the callbacks' parameter types.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let opt = |out: &mut Vec<u8>, s: Option<&str>| match s {
+            None => out.push(0),
+            Some(s) => {
+                out.push(1);
+                put_str(out, s);
+            }
+        };
+        opt(out, self.package.as_deref());
+        put_varint(out, self.chunks.len() as u64);
+        for (ci, d) in &self.chunks {
+            put_varint(out, u64::from(*ci));
+            opt(out, d.returns.as_deref());
+            put_varint(out, d.bases.len() as u64);
+            for b in &d.bases {
+                put_str(out, b);
+            }
+            put_varint(out, d.callbacks.len() as u64);
+            for params in &d.callbacks {
+                put_varint(out, params.len() as u64);
+                for p in params {
+                    opt(out, p.as_deref());
+                }
+            }
+        }
+    }
+
+    /// What [`Declarations::encode`] wrote at the start of `r`, for a file of `chunks`
+    /// chunks; `None` when malformed (counts are checked against the `left` bytes, chunk
+    /// indexes against `chunks` and their order).
+    pub(crate) fn decode(r: &mut Reader<'_>, left: usize, chunks: usize) -> Option<Declarations> {
+        fn opt(r: &mut Reader<'_>) -> Option<Option<String>> {
+            match r.byte()? {
+                0 => Some(None),
+                1 => Some(Some(r.str()?.to_string())),
+                _ => None,
+            }
+        }
+        let count = |r: &mut Reader<'_>| r.usize().filter(|n| *n <= left);
+        let package = opt(r)?;
+        let n = count(r)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let ci = r.u32()?;
+            if ci as usize >= chunks || out.last().is_some_and(|(p, _)| *p >= ci) {
+                return None;
+            }
+            let returns = opt(r)?;
+            let k = count(r)?;
+            let bases = (0..k)
+                .map(|_| r.str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()?;
+            let k = count(r)?;
+            let mut callbacks = Vec::with_capacity(k);
+            for _ in 0..k {
+                let m = count(r)?;
+                callbacks.push((0..m).map(|_| opt(r)).collect::<Option<Vec<_>>>()?);
+            }
+            out.push((
+                ci,
+                Decl {
+                    returns,
+                    bases,
+                    callbacks,
+                },
+            ));
+        }
+        Some(Declarations {
+            chunks: out,
+            package,
+        })
     }
 
     fn get(&self, chunk: usize) -> Option<&Decl> {

@@ -1,0 +1,483 @@
+//! The facts cache: what the parse of each file gave a build (its chunks without their texts,
+//! imports, calls, bindings and declarations: everything graph resolution reads), kept in
+//! `facts.cache` in the index directory so that the next build reads it back instead of
+//! parsing a file whose bytes did not change.
+//!
+//! Why: an incremental build resolves the calls and imports of every file of the tree, so it
+//! needs every file's facts, changed or not. Parsing them all again made a one-file change on
+//! the cargo registry (366 MB) cost about 30 s of tree-sitter on 2 cores; reading a cached
+//! file's facts costs a hash of its bytes and a decode.
+//!
+//! What makes a hit: the same repository, path, language and blake3 of the bytes as the
+//! entry, the entry's own checksum, and a file written under the same key, which is the
+//! extraction code's fingerprint (`CIX_EXTRACT_KEY`, computed by `build.rs` from the chunker,
+//! the declarations reader, the walk and the grammars' versions) and the chunk options. Any
+//! other case parses the file, as every build did before. The cache is advisory: it is not in
+//! `MANIFEST`, not pushed or pulled, never read by queries; a damaged or foreign file is
+//! ignored (said once in the report) and replaced by the next build. A cached file that is to
+//! be written (it is not the indexed version, or its edges moved) is chunked again from its
+//! bytes, as a file whose texts were shed is. `indexer build --rebuild` reads no cache.
+//!
+//! Layout: `CIXFACTS`, the key (length as a `u16`, bytes); the entries' bytes, one after
+//! another; the table (per entry: repository, path, blake3 of the file, language, where its
+//! bytes start, their length, the first 8 bytes of their blake3); a 32-byte footer (where
+//! the table starts, its length and check, `CIXFEND1`). A build writes a new file next to the
+//! old one (`.facts-*` until renamed), with the entries of every file it read and those of
+//! repositories it did not walk, and renames it over `facts.cache` once the build succeeded.
+//! A build whose every file was a hit and that lost no file leaves the old file as it is.
+//!
+//! Entry: the bytes of text the file's chunks held (a varint: the budget's estimate of the
+//! file counts them), `chunk::stored` (extract and calls), then `Declarations::encode`.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::chunk::{self, put_str, put_varint, ChunkOptions, FileExtract, Language, PackedCalls};
+use crate::graph::Declarations;
+use crate::walk::Candidate;
+
+/// The cache's file name in the index directory.
+pub const FACTS_FILE: &str = "facts.cache";
+const MAGIC: &[u8; 8] = b"CIXFACTS";
+const END: &[u8; 8] = b"CIXFEND1";
+const FOOTER: usize = 32;
+
+/// A file's facts read back from the cache.
+pub(super) struct Hit {
+    pub(super) extract: FileExtract,
+    pub(super) calls: PackedCalls,
+    pub(super) decls: Declarations,
+    /// Bytes of text its chunks held when it was parsed.
+    pub(super) text_bytes: u64,
+}
+
+/// One entry of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    repo: String,
+    path: String,
+    hash: [u8; 32],
+    lang: u8,
+    at: u64,
+    len: u32,
+    check: u64,
+}
+
+/// The cache of the last build, as found at the start of this one.
+struct Old {
+    file: File,
+    entries: Vec<Entry>,
+    by_path: HashMap<(String, String), usize>,
+    /// Entries this build read back (their bytes go to the new file at [`Facts::finish`]).
+    hit: Vec<AtomicBool>,
+}
+
+/// The file this build writes: its entries so far.
+struct New {
+    file: tempfile::NamedTempFile,
+    end: AtomicU64,
+    entries: Mutex<Vec<Entry>>,
+}
+
+/// A build's facts cache: the old one it reads, the new one it writes.
+pub(super) struct Facts {
+    dir: PathBuf,
+    key: String,
+    /// `None` when the build reads no cache (`reuse_facts` off, no file, another key, damage).
+    old: Option<Old>,
+    new: OnceLock<io::Result<New>>,
+    /// Files read from the cache, and files parsed and put in the new one.
+    pub(super) hits: AtomicUsize,
+    misses: AtomicUsize,
+    failed_put: AtomicBool,
+}
+
+fn check(bytes: &[u8]) -> u64 {
+    let h = blake3::hash(bytes);
+    u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default())
+}
+
+fn lang_id(lang: Language) -> u8 {
+    Language::ALL.iter().position(|l| *l == lang).unwrap_or(0) as u8
+}
+
+fn bad(why: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why.into())
+}
+
+/// The key a cache is written under: the extraction code's fingerprint and the options.
+fn key_of(chunk: &ChunkOptions) -> String {
+    format!("{} {chunk:?}", env!("CIX_EXTRACT_KEY"))
+}
+
+fn header(key: &str) -> Vec<u8> {
+    let mut h = MAGIC.to_vec();
+    h.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    h.extend_from_slice(key.as_bytes());
+    h
+}
+
+/// Reads the table of the cache at `path`; `Ok(None)` when it was written under another key.
+fn read_old(path: &Path, key: &str) -> io::Result<Option<Old>> {
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
+    let head = header(key);
+    let mut got = vec![0u8; head.len().min(size as usize)];
+    file.read_exact_at(&mut got, 0)?;
+    if got.get(..8) != Some(&MAGIC[..]) {
+        return Err(bad("not a facts cache"));
+    }
+    if got != head {
+        return Ok(None);
+    }
+    if size < (head.len() + FOOTER) as u64 {
+        return Err(bad("shorter than its header and footer"));
+    }
+    let mut foot = [0u8; FOOTER];
+    file.read_exact_at(&mut foot, size - FOOTER as u64)?;
+    let word = |i: usize| u64::from_le_bytes(foot[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+    let (at, len, sum) = (word(0), word(1), word(2));
+    if &foot[24..] != END
+        || at < head.len() as u64
+        || at.checked_add(len) != Some(size - FOOTER as u64)
+    {
+        return Err(bad("its footer does not describe the file (cut short?)"));
+    }
+    let mut table = vec![0u8; len as usize];
+    file.read_exact_at(&mut table, at)?;
+    if check(&table) != sum {
+        return Err(bad("its table does not match its checksum"));
+    }
+    let mut r = chunk::Reader::new(&table);
+    let mut entries = Vec::new();
+    while !r.is_done() {
+        let e = (|| {
+            let repo = r.str()?.to_string();
+            let path = r.str()?.to_string();
+            let hash: [u8; 32] = r.bytes(32)?.try_into().ok()?;
+            let lang = r.byte()?;
+            let e_at = r.varint()?;
+            let e_len = r.u32()?;
+            let check = u64::from_le_bytes(r.bytes(8)?.try_into().ok()?);
+            let fits = e_at >= head.len() as u64 && e_at.checked_add(u64::from(e_len))? <= at;
+            fits.then_some(Entry {
+                repo,
+                path,
+                hash,
+                lang,
+                at: e_at,
+                len: e_len,
+                check,
+            })
+        })()
+        .ok_or_else(|| bad("a malformed table entry"))?;
+        entries.push(e);
+    }
+    let by_path = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| ((e.repo.clone(), e.path.clone()), i))
+        .collect();
+    let hit = entries.iter().map(|_| AtomicBool::new(false)).collect();
+    Ok(Some(Old {
+        file,
+        entries,
+        by_path,
+        hit,
+    }))
+}
+
+impl Facts {
+    /// The cache of the index in `dir` for a build with `chunk` options: read (when `reuse`)
+    /// and written. A cache that cannot be used is said in the returned note.
+    pub(super) fn open(dir: &Path, chunk: &ChunkOptions, reuse: bool) -> (Facts, Option<String>) {
+        let key = key_of(chunk);
+        let path = dir.join(FACTS_FILE);
+        let (old, note) = match reuse.then(|| read_old(&path, &key)) {
+            None => (None, None),
+            Some(Ok(old)) => (old, None),
+            Some(Err(e)) if e.kind() == io::ErrorKind::NotFound => (None, None),
+            Some(Err(e)) => (
+                None,
+                Some(format!(
+                    "the facts cache {} was not used ({e}): every file was parsed, and the \
+                     build wrote a new one",
+                    path.display()
+                )),
+            ),
+        };
+        let facts = Facts {
+            dir: dir.to_path_buf(),
+            key,
+            old,
+            new: OnceLock::new(),
+            hits: AtomicUsize::new(0),
+            misses: AtomicUsize::new(0),
+            failed_put: AtomicBool::new(false),
+        };
+        (facts, note)
+    }
+
+    /// The facts of `cand` (its bytes hash to `hash`) as the cache holds them, when it does.
+    pub(super) fn lookup(&self, cand: &Candidate, hash: &[u8; 32]) -> Option<Hit> {
+        let old = self.old.as_ref()?;
+        let i = *old
+            .by_path
+            .get(&(cand.repo.clone(), cand.rel_path.clone()))?;
+        let e = &old.entries[i];
+        if e.hash != *hash || e.lang != lang_id(cand.language) {
+            return None;
+        }
+        let mut bytes = vec![0u8; e.len as usize];
+        old.file.read_exact_at(&mut bytes, e.at).ok()?;
+        if check(&bytes) != e.check {
+            return None;
+        }
+        let hit = decode_entry(&bytes)?;
+        old.hit[i].store(true, Ordering::Relaxed);
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(hit)
+    }
+
+    /// Puts the facts of `cand`, just parsed, in the new cache. A write that fails leaves the
+    /// old cache in place at the end (said in the report).
+    pub(super) fn put(
+        &self,
+        cand: &Candidate,
+        hash: &[u8; 32],
+        text_bytes: u64,
+        (extract, calls, decls): (&FileExtract, &PackedCalls, &Declarations),
+    ) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let Ok(new) = self.new_file() else {
+            self.failed_put.store(true, Ordering::Relaxed);
+            return;
+        };
+        let bytes = encode_entry(text_bytes, (extract, calls, decls));
+        let entry = |at| Entry {
+            repo: cand.repo.clone(),
+            path: cand.rel_path.clone(),
+            hash: *hash,
+            lang: lang_id(cand.language),
+            at,
+            len: bytes.len() as u32,
+            check: check(&bytes),
+        };
+        match new.append(&bytes) {
+            Ok(at) if u32::try_from(bytes.len()).is_ok() => {
+                let e = entry(at);
+                new.entries
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(e);
+            }
+            _ => self.failed_put.store(true, Ordering::Relaxed),
+        }
+    }
+
+    fn new_file(&self) -> Result<&New, &io::Error> {
+        self.new
+            .get_or_init(|| {
+                // Readable as the index's other files are (a server may run as another user).
+                use std::os::unix::fs::PermissionsExt;
+                let file = tempfile::Builder::new()
+                    .prefix(".facts-")
+                    .permissions(std::fs::Permissions::from_mode(0o644))
+                    .tempfile_in(&self.dir)?;
+                let head = header(&self.key);
+                file.as_file().write_all_at(&head, 0)?;
+                Ok(New {
+                    file,
+                    end: AtomicU64::new(head.len() as u64),
+                    entries: Mutex::new(Vec::new()),
+                })
+            })
+            .as_ref()
+    }
+
+    /// Once the build succeeded: the new cache (this build's files, and the old entries of
+    /// repositories outside `walked`) replaces the old one. Nothing is written when every
+    /// file was a hit and no entry of a walked repository went. An error leaves the old
+    /// file (the next build parses what it lacks).
+    pub(super) fn finish(self, walked: &HashSet<String>) -> io::Result<FinishReport> {
+        let hits = self.hits.load(Ordering::Relaxed);
+        let misses = self.misses.load(Ordering::Relaxed);
+        if self.failed_put.load(Ordering::Relaxed) {
+            let e = self.new.get().and_then(|r| r.as_ref().err());
+            return Err(io::Error::other(match e {
+                Some(e) => format!("the new facts cache could not be made: {e}"),
+                None => "an entry of the new facts cache could not be written".to_string(),
+            }));
+        }
+        // What of the old cache goes on: the entries this build read, and those of
+        // repositories it did not walk.
+        let (kept, dropped): (Vec<&Entry>, usize) = match &self.old {
+            None => (Vec::new(), 0),
+            Some(old) => {
+                let mut kept = Vec::new();
+                let mut dropped = 0;
+                for (e, hit) in old.entries.iter().zip(&old.hit) {
+                    if hit.load(Ordering::Relaxed) || !walked.contains(&e.repo) {
+                        kept.push(e);
+                    } else {
+                        dropped += 1;
+                    }
+                }
+                (kept, dropped)
+            }
+        };
+        if misses == 0 && dropped == 0 && self.old.is_some() {
+            return Ok(FinishReport {
+                hits,
+                written: None,
+            });
+        }
+        let new = self
+            .new_file()
+            .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+        let mut entries =
+            std::mem::take(&mut *new.entries.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Some(old) = &self.old {
+            for e in kept {
+                let mut bytes = vec![0u8; e.len as usize];
+                old.file.read_exact_at(&mut bytes, e.at)?;
+                let at = new.append(&bytes)?;
+                entries.push(Entry { at, ..e.clone() });
+            }
+        }
+        entries.sort_unstable_by(|a, b| (&a.repo, &a.path).cmp(&(&b.repo, &b.path)));
+        let mut table = Vec::new();
+        for e in &entries {
+            put_str(&mut table, &e.repo);
+            put_str(&mut table, &e.path);
+            table.extend_from_slice(&e.hash);
+            table.push(e.lang);
+            put_varint(&mut table, e.at);
+            put_varint(&mut table, u64::from(e.len));
+            table.extend_from_slice(&e.check.to_le_bytes());
+        }
+        let at = new.append(&table)?;
+        let mut foot = Vec::with_capacity(FOOTER);
+        foot.extend_from_slice(&at.to_le_bytes());
+        foot.extend_from_slice(&(table.len() as u64).to_le_bytes());
+        foot.extend_from_slice(&check(&table).to_le_bytes());
+        foot.extend_from_slice(END);
+        new.append(&foot)?;
+        let bytes = new.end.load(Ordering::Relaxed);
+        let Some(Ok(new)) = self.new.into_inner() else {
+            return Err(io::Error::other("the new facts cache went away"));
+        };
+        new.file
+            .persist(self.dir.join(FACTS_FILE))
+            .map_err(|e| e.error)?;
+        Ok(FinishReport {
+            hits,
+            written: Some((entries.len(), bytes)),
+        })
+    }
+}
+
+/// An entry's bytes (see the module doc).
+fn encode_entry(
+    text_bytes: u64,
+    (extract, calls, decls): (&FileExtract, &PackedCalls, &Declarations),
+) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    put_varint(&mut bytes, text_bytes);
+    chunk::stored::encode(extract, calls, &mut bytes);
+    decls.encode(&mut bytes);
+    bytes
+}
+
+/// [`encode_entry`]'s inverse; `None` unless `bytes` are exactly one well-formed entry.
+fn decode_entry(bytes: &[u8]) -> Option<Hit> {
+    let left = bytes.len();
+    let mut r = chunk::Reader::new(bytes);
+    let text_bytes = r.varint()?;
+    let (extract, calls) = chunk::stored::decode(&mut r, left)?;
+    let decls = Declarations::decode(&mut r, left, extract.chunks.len())?;
+    r.is_done().then_some(Hit {
+        extract,
+        calls,
+        decls,
+        text_bytes,
+    })
+}
+
+impl New {
+    /// Writes `bytes` after everything written so far (from any thread); returns where.
+    fn append(&self, bytes: &[u8]) -> io::Result<u64> {
+        let at = self.end.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        self.file.as_file().write_all_at(bytes, at)?;
+        Ok(at)
+    }
+}
+
+/// What [`Facts::finish`] did.
+#[derive(Debug)]
+pub(super) struct FinishReport {
+    /// Files whose facts came from the cache.
+    pub(super) hits: usize,
+    /// Entries and bytes of the new cache, when one was written.
+    pub(super) written: Option<(usize, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::{extract, ChunkOptions, Language};
+
+    /// Every source file of this crate and the repository's fixtures in each language come
+    /// back as they were extracted (texts aside) with their declarations; every shorter
+    /// prefix of an entry is refused.
+    #[test]
+    fn entries_give_back_what_the_parse_gave() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        let mut dirs = vec![root.join("src"), root.join("../../tests/fixtures")];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if Language::from_path(&p).is_some_and(|l| l.is_code()) {
+                    files.push(p);
+                }
+            }
+        }
+        files.sort();
+        assert!(files.len() > 50, "{} files", files.len());
+        let mut langs = std::collections::BTreeSet::new();
+        for (n, p) in files.iter().enumerate() {
+            let lang = Language::from_path(p).unwrap();
+            let Ok(text) = std::fs::read_to_string(p) else {
+                continue;
+            };
+            langs.insert(lang);
+            let mut ex = extract(lang, "r", "a/b.x", &text, &ChunkOptions::default());
+            let decls = Declarations::of("a/b.x", lang, &ex);
+            let calls = PackedCalls::pack(&std::mem::take(&mut ex.calls));
+            let bytes = encode_entry(text.len() as u64, (&ex, &calls, &decls));
+            let hit = decode_entry(&bytes).unwrap_or_else(|| panic!("{}", p.display()));
+            for c in &mut ex.chunks {
+                c.text = String::new();
+            }
+            assert_eq!(hit.extract, ex, "{}", p.display());
+            assert_eq!(hit.calls, calls, "{}", p.display());
+            assert_eq!(hit.decls, decls, "{}", p.display());
+            assert_eq!(hit.text_bytes, text.len() as u64);
+            if n % 16 == 0 {
+                for cut in 0..bytes.len() {
+                    let short = decode_entry(&bytes[..cut]);
+                    assert!(short.is_none(), "{} cut at {cut}", p.display());
+                }
+            }
+        }
+        assert!(langs.len() >= 6, "{langs:?}");
+    }
+}
