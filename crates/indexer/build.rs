@@ -1,6 +1,7 @@
 //! Computes `CIX_EXTRACT_KEY`: a fingerprint of the code that turns a file's bytes into the
 //! graph facts a build keeps for it (chunking, call and import extraction, declarations, the
-//! walk's reading of a file, and the tree-sitter grammars' versions in `Cargo.lock`). A build
+//! walk's reading of a file, the facts cache's own code, the compiler's version and the
+//! tree-sitter grammars' versions in `Cargo.lock`). A build
 //! reuses the facts it cached for an unchanged file (`build/facts.rs`) only when the key it
 //! was written under is this binary's: any change to that code, a comment included, makes
 //! every file parse again once.
@@ -29,16 +30,29 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Files hashed besides `src/chunk/`.
+const HASHED: [&str; 4] = [
+    "src/build/facts.rs",
+    "src/graph/decl.rs",
+    "src/graph/paths.rs",
+    "src/walk.rs",
+];
+
 fn main() {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let mut files = Vec::new();
     rust_files(&dir.join("src/chunk"), &mut files);
-    for f in ["src/graph/decl.rs", "src/graph/paths.rs", "src/walk.rs"] {
+    for f in HASHED {
         files.push(dir.join(f));
     }
     files.sort();
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     fnv(&mut h, env!("CARGO_PKG_VERSION").as_bytes());
+    // The compiler: its Unicode tables decide what `is_alphanumeric` and the like say.
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    if let Ok(out) = std::process::Command::new(rustc).arg("-V").output() {
+        fnv(&mut h, &out.stdout);
+    }
     for f in &files {
         let rel = f.strip_prefix(&dir).unwrap_or(f);
         fnv(&mut h, rel.to_string_lossy().as_bytes());

@@ -1289,6 +1289,36 @@ fn facts_cache_gives_what_parsing_gives() {
     let manifest = |d: &Path| std::fs::read(d.join("MANIFEST")).unwrap();
     assert_eq!(manifest(&cached), manifest(&parsed));
 
+    // A build limited by `only` parses every file and caches what it parsed, also the changed
+    // file it does not write; the next build writes that one from its bytes (a changed file
+    // whose facts come from the cache), outside the budget's counters. Both under the
+    // smallest budget (texts shed, segments cut).
+    let small = |out: &Path, reuse: bool, only: bool| {
+        let mut o = opts(&repo, out);
+        o.reuse_facts = reuse;
+        o.memory_budget = indexer::build::MIN_MEMORY_BUDGET;
+        o.only = only.then(|| vec![(REPO.to_string(), "src".to_string())]);
+        build(&o, cix_tests::cached_encoder(), &Progress::silent()).unwrap()
+    };
+    let text = std::fs::read_to_string(&lib).unwrap() + "\npub fn only_scope() -> u8 {\n    1\n}\n";
+    std::fs::write(&lib, text).unwrap();
+    write(
+        &repo.join("pkg/added.py"),
+        b"def added_here():\n    return only_outside()\n\ndef only_outside():\n    return 6\n",
+    );
+    let (a, b) = (small(&cached, true, true), small(&parsed, false, true));
+    assert_eq!(a.files_changed, 1, "{a:?}");
+    assert_eq!(key(&a), key(&b));
+    let (a, b) = (small(&cached, true, false), small(&parsed, false, false));
+    assert_eq!(
+        (a.files_changed, a.files_cached),
+        (1, a.files_indexed),
+        "{a:?}"
+    );
+    assert_eq!((a.files_reread, a.files_rechunked), (0, 0), "{a:?}");
+    assert_eq!(key(&a), key(&b));
+    assert_eq!(manifest(&cached), manifest(&parsed));
+
     // Nothing changed, every file a hit: the cache is left as it is.
     let before = std::fs::read(&cache).unwrap();
     let r = run(&cached, true);
@@ -1302,7 +1332,7 @@ fn facts_cache_gives_what_parsing_gives() {
     // A flipped byte inside one entry: that file is parsed, the others are not, the build
     // says nothing (the entry's check is the cache's own business) and writes a whole cache.
     let b = std::fs::read(&cache).unwrap();
-    let header = 10 + usize::from(u16::from_le_bytes([b[8], b[9]]));
+    let header = 14 + usize::from(u16::from_le_bytes([b[12], b[13]]));
     flip_byte(&cache, header + 5);
     let r = run(&cached, true);
     assert_eq!(r.files_cached, r.files_indexed - 1, "{r:?}");
@@ -1329,7 +1359,7 @@ fn facts_cache_gives_what_parsing_gives() {
     // Written under another extraction key (another version of the indexer): not read, and
     // not worth a note.
     let mut bytes = std::fs::read(&cache).unwrap();
-    bytes[11] ^= 1;
+    bytes[15] ^= 1;
     std::fs::write(&cache, &bytes).unwrap();
     let r = run(&cached, true);
     assert_eq!((r.files_cached, r.notes.len()), (0, 0), "{r:?}");

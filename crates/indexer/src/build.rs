@@ -141,11 +141,16 @@ pub fn build(
     let (facts, note) = Facts::open(&opts.out, &opts.chunk, opts.reuse_facts);
     let mut report = build_with(opts, embedder, progress, &facts)?;
     report.notes.extend(note);
-    // The build succeeded: its facts become the cache of the next one.
+    report.files_cached = facts.hits.load(std::sync::atomic::Ordering::Relaxed);
+    // The build succeeded: its facts become the cache of the next one, with those of the
+    // repositories it did not walk that the index still records.
     let t = Instant::now();
     let walked = opts.root_walks().iter().map(|w| w.repo.clone()).collect();
-    match facts.finish(&walked) {
-        Ok(f) => (report.files_cached, report.facts_written) = (f.hits, f.written),
+    let recorded = format::IndexManifest::read(&opts.out)
+        .ok()
+        .map(|m| m.roots.into_iter().map(|r| r.repo).collect());
+    match facts.finish(&walked, recorded.as_ref()) {
+        Ok(written) => report.facts_written = written,
         Err(e) => report.warnings.push(format!(
             "the facts cache in {} was not updated ({e}); the next build parses the files it \
              lacks",
@@ -493,9 +498,16 @@ fn open_existing(
     };
     if let Some(ix) = &existing {
         // Vectors and records are reused from it: a flipped byte must not be copied into a new
-        // segment under fresh checksums. Full checksums cost one sequential read of the index.
+        // segment under fresh checksums. Full checksums cost one read of the index (each
+        // segment's files hashed in parallel); matching checksums say the bytes are what our
+        // writer wrote, so the structure checks of `indexer verify` (every text's UTF-8, FAISS
+        // parsing the IVF, every postings block) are left to it: FAISS's copy of every IVF
+        // alone held hundreds of MB through the build.
         let t = Instant::now();
-        if let Some(e) = ix.segments.iter().flat_map(|ls| ls.segment.verify()).next() {
+        if let Some(e) = (ix.segments.par_iter())
+            .flat_map_iter(|ls| ls.segment.verify_checksums())
+            .find_first(|_| true)
+        {
             return Err(IndexerError::ExistingIndex {
                 path: out.to_path_buf(),
                 cause: e,
@@ -617,22 +629,8 @@ fn parse_files(
                         shed: Some(shed::from_cache()),
                     };
                 }
-                let mut extract = chunk::extract(
-                    cand.language,
-                    &cand.repo,
-                    &cand.rel_path,
-                    &text,
-                    &opts.chunk,
-                );
-                let decls = graph::Declarations::of(&cand.rel_path, cand.language, &extract);
-                // Held for the whole tree until the graph is resolved: calls packed (88
-                // bytes each as values, 26.5 on the cargo registry), no spare capacity.
-                let calls = chunk::PackedCalls::pack(&std::mem::take(&mut extract.calls));
-                extract.module_bindings.shrink_to_fit();
-                extract.member_bindings.shrink_to_fit();
-                extract.imports.shrink_to_fit();
+                let (mut extract, decls, calls, bytes) = facts::parse(&cand, &text, &opts.chunk);
                 let cost = budget.file_cost(&cand.rel_path, &extract);
-                let bytes: u64 = extract.chunks.iter().map(|c| c.text.len() as u64).sum();
                 facts.put(&cand, &hash, bytes, (&extract, &calls, &decls));
                 let mut shed = None;
                 if kept.fetch_add(bytes, Ordering::Relaxed) + bytes > budget.text {
@@ -815,7 +813,7 @@ fn reread(
                 return Err(changed());
             }
             let shed = f.shed.take().unwrap_or_default();
-            let relinked = shed.relinked();
+            let relinked = shed.relinked() || shed.cached();
             let c = &f.cand;
             let at = (c.language, c.repo.as_str(), c.rel_path.as_str());
             let again = restore_texts(&mut f.extract, shed, &text, spill, at, &opts.chunk)
@@ -830,13 +828,15 @@ fn reread(
         .collect();
     // Relinked files (`relink_stale`) are read again here too, but not for the budget: its
     // counters leave them out.
-    let mut relinked = 0;
+    // So are the changed files whose facts came from the facts cache: never parsed in this
+    // build, they are chunked here for the first time.
+    let mut left_out = 0;
     for r in fresh {
-        let (again, relink) = r?;
-        relinked += usize::from(relink);
-        report.files_rechunked += usize::from(again && !relink);
+        let (again, not_budget) = r?;
+        left_out += usize::from(not_budget);
+        report.files_rechunked += usize::from(again && !not_budget);
     }
-    report.files_reread += need - relinked;
+    report.files_reread += need - left_out;
     report.timings.push(("reread", t.elapsed()));
     Ok(())
 }

@@ -18,7 +18,7 @@
 //! be written (it is not the indexed version, or its edges moved) is chunked again from its
 //! bytes, as a file whose texts were shed is. `indexer build --rebuild` reads no cache.
 //!
-//! Layout: `CIXFACTS`, the key (length as a `u16`, bytes); the entries' bytes, one after
+//! Layout: `CIXFACTS`, [`FORMAT`] (a `u32`), the key (length as a `u16`, bytes); the entries' bytes, one after
 //! another; the table (per entry: repository, path, blake3 of the file, language, where its
 //! bytes start, their length, the first 8 bytes of their blake3); a 32-byte footer (where
 //! the table starts, its length and check, `CIXFEND1`). A build writes a new file next to the
@@ -29,7 +29,7 @@
 //! Entry: the bytes of text the file's chunks held (a varint: the budget's estimate of the
 //! file counts them), `chunk::stored` (extract and calls), then `Declarations::encode`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -44,8 +44,13 @@ use crate::walk::Candidate;
 /// The cache's file name in the index directory.
 pub const FACTS_FILE: &str = "facts.cache";
 const MAGIC: &[u8; 8] = b"CIXFACTS";
+/// The layout below; bumped with any change to it or to what an entry means (this file is
+/// also part of `CIX_EXTRACT_KEY`).
+const FORMAT: u32 = 1;
 const END: &[u8; 8] = b"CIXFEND1";
 const FOOTER: usize = 32;
+/// A build's new cache before its rename.
+const TEMP_PREFIX: &str = ".facts-";
 
 /// A file's facts read back from the cache.
 pub(super) struct Hit {
@@ -71,8 +76,8 @@ struct Entry {
 /// The cache of the last build, as found at the start of this one.
 struct Old {
     file: File,
+    /// Sorted by (repository, path), as written.
     entries: Vec<Entry>,
-    by_path: HashMap<(String, String), usize>,
     /// Entries this build read back (their bytes go to the new file at [`Facts::finish`]).
     hit: Vec<AtomicBool>,
 }
@@ -117,6 +122,7 @@ fn key_of(chunk: &ChunkOptions) -> String {
 
 fn header(key: &str) -> Vec<u8> {
     let mut h = MAGIC.to_vec();
+    h.extend_from_slice(&FORMAT.to_le_bytes());
     h.extend_from_slice(&(key.len() as u16).to_le_bytes());
     h.extend_from_slice(key.as_bytes());
     h
@@ -178,24 +184,42 @@ fn read_old(path: &Path, key: &str) -> io::Result<Option<Old>> {
         .ok_or_else(|| bad("a malformed table entry"))?;
         entries.push(e);
     }
-    let by_path = entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| ((e.repo.clone(), e.path.clone()), i))
-        .collect();
+    let sorted = entries
+        .windows(2)
+        .all(|w| (&w[0].repo, &w[0].path) < (&w[1].repo, &w[1].path));
+    if !sorted {
+        return Err(bad("its table is not sorted by repository and path"));
+    }
     let hit = entries.iter().map(|_| AtomicBool::new(false)).collect();
-    Ok(Some(Old {
-        file,
-        entries,
-        by_path,
-        hit,
-    }))
+    Ok(Some(Old { file, entries, hit }))
+}
+
+/// Removes the `.facts-*` files in `dir` that no build holds (their build was killed before
+/// it could rename or remove its file): each is locked by its build while it runs.
+fn remove_abandoned(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+            continue;
+        }
+        let p = e.path();
+        let free = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .is_ok_and(|f| f.try_lock().is_ok());
+        if free {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
 }
 
 impl Facts {
     /// The cache of the index in `dir` for a build with `chunk` options: read (when `reuse`)
     /// and written. A cache that cannot be used is said in the returned note.
     pub(super) fn open(dir: &Path, chunk: &ChunkOptions, reuse: bool) -> (Facts, Option<String>) {
+        remove_abandoned(dir);
         let key = key_of(chunk);
         let path = dir.join(FACTS_FILE);
         let (old, note) = match reuse.then(|| read_old(&path, &key)) {
@@ -226,9 +250,10 @@ impl Facts {
     /// The facts of `cand` (its bytes hash to `hash`) as the cache holds them, when it does.
     pub(super) fn lookup(&self, cand: &Candidate, hash: &[u8; 32]) -> Option<Hit> {
         let old = self.old.as_ref()?;
-        let i = *old
-            .by_path
-            .get(&(cand.repo.clone(), cand.rel_path.clone()))?;
+        let key = (cand.repo.as_str(), cand.rel_path.as_str());
+        let i = (old.entries)
+            .binary_search_by(|e| (e.repo.as_str(), e.path.as_str()).cmp(&key))
+            .ok()?;
         let e = &old.entries[i];
         if e.hash != *hash || e.lang != lang_id(cand.language) {
             return None;
@@ -286,9 +311,11 @@ impl Facts {
                 // Readable as the index's other files are (a server may run as another user).
                 use std::os::unix::fs::PermissionsExt;
                 let file = tempfile::Builder::new()
-                    .prefix(".facts-")
+                    .prefix(TEMP_PREFIX)
                     .permissions(std::fs::Permissions::from_mode(0o644))
                     .tempfile_in(&self.dir)?;
+                // Held until the file is renamed or dropped: `remove_abandoned` spares it.
+                file.as_file().lock()?;
                 let head = header(&self.key);
                 file.as_file().write_all_at(&head, 0)?;
                 Ok(New {
@@ -301,11 +328,15 @@ impl Facts {
     }
 
     /// Once the build succeeded: the new cache (this build's files, and the old entries of
-    /// repositories outside `walked`) replaces the old one. Nothing is written when every
-    /// file was a hit and no entry of a walked repository went. An error leaves the old
-    /// file (the next build parses what it lacks).
-    pub(super) fn finish(self, walked: &HashSet<String>) -> io::Result<FinishReport> {
-        let hits = self.hits.load(Ordering::Relaxed);
+    /// repositories outside `walked` that the index still records, `recorded`; `None` keeps
+    /// them all) replaces the old one. Nothing is written when every file was a hit and no
+    /// entry went. Returns the entries and bytes written, `None` when nothing was. An error
+    /// leaves the old file (the next build parses what it lacks).
+    pub(super) fn finish(
+        self,
+        walked: &HashSet<String>,
+        recorded: Option<&HashSet<String>>,
+    ) -> io::Result<Option<(usize, u64)>> {
         let misses = self.misses.load(Ordering::Relaxed);
         if self.failed_put.load(Ordering::Relaxed) {
             let e = self.new.get().and_then(|r| r.as_ref().err());
@@ -322,7 +353,9 @@ impl Facts {
                 let mut kept = Vec::new();
                 let mut dropped = 0;
                 for (e, hit) in old.entries.iter().zip(&old.hit) {
-                    if hit.load(Ordering::Relaxed) || !walked.contains(&e.repo) {
+                    let elsewhere =
+                        !walked.contains(&e.repo) && recorded.is_none_or(|r| r.contains(&e.repo));
+                    if hit.load(Ordering::Relaxed) || elsewhere {
                         kept.push(e);
                     } else {
                         dropped += 1;
@@ -332,10 +365,7 @@ impl Facts {
             }
         };
         if misses == 0 && dropped == 0 && self.old.is_some() {
-            return Ok(FinishReport {
-                hits,
-                written: None,
-            });
+            return Ok(None);
         }
         let new = self
             .new_file()
@@ -375,11 +405,28 @@ impl Facts {
         new.file
             .persist(self.dir.join(FACTS_FILE))
             .map_err(|e| e.error)?;
-        Ok(FinishReport {
-            hits,
-            written: Some((entries.len(), bytes)),
-        })
+        Ok(Some((entries.len(), bytes)))
     }
+}
+
+/// A file parsed: its extract (calls moved out, packed), declarations and the bytes of text
+/// its chunks hold. What a cache entry stands for, so it lives here (this file is part of
+/// `CIX_EXTRACT_KEY`): a change to it changes the key.
+pub(super) fn parse(
+    cand: &Candidate,
+    text: &str,
+    opts: &ChunkOptions,
+) -> (FileExtract, Declarations, PackedCalls, u64) {
+    let mut extract = chunk::extract(cand.language, &cand.repo, &cand.rel_path, text, opts);
+    let decls = Declarations::of(&cand.rel_path, cand.language, &extract);
+    // Held for the whole tree until the graph is resolved: calls packed (88 bytes each as
+    // values, 26.5 on the cargo registry), no spare capacity.
+    let calls = PackedCalls::pack(&std::mem::take(&mut extract.calls));
+    extract.module_bindings.shrink_to_fit();
+    extract.member_bindings.shrink_to_fit();
+    extract.imports.shrink_to_fit();
+    let text_bytes = extract.chunks.iter().map(|c| c.text.len() as u64).sum();
+    (extract, decls, calls, text_bytes)
 }
 
 /// An entry's bytes (see the module doc).
@@ -418,19 +465,56 @@ impl New {
     }
 }
 
-/// What [`Facts::finish`] did.
-#[derive(Debug)]
-pub(super) struct FinishReport {
-    /// Files whose facts came from the cache.
-    pub(super) hits: usize,
-    /// Entries and bytes of the new cache, when one was written.
-    pub(super) written: Option<(usize, u64)>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::chunk::{extract, ChunkOptions, Language};
+
+    /// A `.facts-*` file whose build is gone (nobody holds its lock) is removed when the next
+    /// build opens the cache; one a running build holds is not.
+    #[test]
+    fn abandoned_temporaries_go_and_held_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join(".facts-gone");
+        std::fs::write(&gone, b"half a cache").unwrap();
+        let (running, _) = Facts::open(dir.path(), &ChunkOptions::default(), true);
+        let cand = |path: &str| Candidate {
+            abs_path: dir.path().join(path),
+            rel_path: path.to_string(),
+            repo: "r".to_string(),
+            language: Language::Rust,
+            size: 1,
+            confined_to: None,
+            max_bytes: 1 << 20,
+        };
+        let (ex, decls, calls, n) = parse(&cand("a.rs"), "fn a() {}\n", &ChunkOptions::default());
+        running.put(&cand("a.rs"), &[7; 32], n, (&ex, &calls, &decls));
+        assert!(!gone.exists());
+        let held: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(held.len(), 1, "{held:?}");
+        // Another build opening the same directory meanwhile leaves it alone.
+        let (other, note) = Facts::open(dir.path(), &ChunkOptions::default(), true);
+        assert_eq!(note, None);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        drop(other);
+        let walked = HashSet::from(["r".to_string()]);
+        assert_eq!(running.finish(&walked, None).unwrap().map(|w| w.0), Some(1));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(names, vec![FACTS_FILE.to_string()]);
+        let (next, _) = Facts::open(dir.path(), &ChunkOptions::default(), true);
+        let hit = next.lookup(&cand("a.rs"), &[7; 32]).expect("a hit");
+        assert_eq!(hit.extract.chunks.len(), ex.chunks.len());
+        assert!(next.lookup(&cand("a.rs"), &[8; 32]).is_none());
+        assert!(next.lookup(&cand("b.rs"), &[7; 32]).is_none());
+    }
 
     /// Every source file of this crate and the repository's fixtures in each language come
     /// back as they were extracted (texts aside) with their declarations; every shorter

@@ -105,15 +105,22 @@ pub(super) struct Shed {
     check: u64,
     extract_again: bool,
     /// The file is written because its edges moved (`relink.rs`), not for a change of its
-    /// own, or its facts came from the facts cache (`facts.rs`) and it was never parsed in
-    /// this build: the budget's counters leave it out.
+    /// own: the budget's counters leave it out.
     relinked: bool,
+    /// Its facts came from the facts cache (`facts.rs`): it was never parsed in this build,
+    /// and the budget's counters leave it out too.
+    cached: bool,
 }
 
 impl Shed {
     /// Whether the file it belongs to is written because its edges moved.
     pub(super) fn relinked(&self) -> bool {
         self.relinked
+    }
+
+    /// Whether the file's facts came from the facts cache.
+    pub(super) fn cached(&self) -> bool {
+        self.cached
     }
 
     /// The same way back, for a file written because its edges moved.
@@ -175,6 +182,7 @@ pub(super) fn shed_texts(ex: &mut FileExtract, source: &str, spill: Option<&Spil
         check: check(&bytes),
         extract_again: false,
         relinked: false,
+        cached: false,
     }
 }
 
@@ -192,7 +200,11 @@ pub(super) fn chunk_again() -> Shed {
 /// For a file whose facts came from the facts cache (`facts.rs`): it has no texts, and they
 /// come back by chunking it again if it is written.
 pub(super) fn from_cache() -> Shed {
-    chunk_again()
+    Shed {
+        extract_again: true,
+        cached: true,
+        ..Shed::default()
+    }
 }
 
 /// Every text dropped, to come back by chunking the file again.

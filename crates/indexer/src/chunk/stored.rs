@@ -82,7 +82,7 @@ pub(crate) fn decode(r: &mut Reader<'_>, left: usize) -> Option<(FileExtract, Pa
     };
     let id_prefix = r.str()?.to_string();
     let n = count(r, left)?;
-    let mut chunks = Vec::with_capacity(n);
+    let mut chunks = Vec::new();
     for _ in 0..n {
         let kind = *ChunkKind::ALL.get(usize::from(r.byte()?))?;
         let name = compact(r)?;
@@ -108,7 +108,7 @@ pub(crate) fn decode(r: &mut Reader<'_>, left: usize) -> Option<(FileExtract, Pa
         });
     }
     let n = count(r, left)?;
-    let mut imports = Vec::with_capacity(n);
+    let mut imports = Vec::new();
     for _ in 0..n {
         let module = compact(r)?;
         let k = count(r, left)?;

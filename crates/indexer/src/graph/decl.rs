@@ -130,7 +130,7 @@ impl Declarations {
         let count = |r: &mut Reader<'_>| r.usize().filter(|n| *n <= left);
         let package = opt(r)?;
         let n = count(r)?;
-        let mut out = Vec::with_capacity(n);
+        let mut out = Vec::new();
         for _ in 0..n {
             let ci = r.u32()?;
             if ci as usize >= chunks || out.last().is_some_and(|(p, _)| *p >= ci) {
@@ -142,7 +142,7 @@ impl Declarations {
                 .map(|_| r.str().map(str::to_string))
                 .collect::<Option<Vec<_>>>()?;
             let k = count(r)?;
-            let mut callbacks = Vec::with_capacity(k);
+            let mut callbacks = Vec::new();
             for _ in 0..k {
                 let m = count(r)?;
                 callbacks.push((0..m).map(|_| opt(r)).collect::<Option<Vec<_>>>()?);
