@@ -26,7 +26,8 @@ pub struct BuildOptions {
     pub embed_group: Option<usize>,
     /// Restricts what may change: (repository, repo-relative path prefix) pairs. Files
     /// outside every prefix keep their indexed content (neither re-indexed nor deleted), even
-    /// if they changed on disk; all files are still parsed, for cross-file graph edges, and an
+    /// if they changed on disk; all files are still read (and parsed, unless the facts cache
+    /// holds their bytes' parse), for cross-file graph edges, and an
     /// unchanged file outside them whose edges now resolve elsewhere is written again with the
     /// same content ("relinked"; not while a file outside them changed). `None` (the default)
     /// re-indexes every changed file of the roots.
