@@ -68,12 +68,7 @@ fn main() {
     }
     println!("cargo:rustc-env=CIX_EXTRACT_KEY={h:016x}");
     println!("cargo:rerun-if-changed=src/chunk");
-    for f in [
-        "src/graph/decl.rs",
-        "src/graph/paths.rs",
-        "src/walk.rs",
-        "../../Cargo.lock",
-    ] {
+    for f in HASHED.iter().chain(&["../../Cargo.lock"]) {
         println!("cargo:rerun-if-changed={f}");
     }
 }

@@ -42,6 +42,9 @@ pub struct JobStatus {
     /// Unchanged files written again because their calls or imports resolve differently now
     /// (a definition they use appeared, went or moved): their graph edges follow the change.
     pub files_relinked: usize,
+    /// Files not parsed again: their chunks, calls and imports came from the index's facts
+    /// cache (their bytes were those of its entry).
+    pub files_cached: usize,
     pub chunks_embedded: usize,
     pub chunks_reused: usize,
     pub chunks_tombstoned: u64,
@@ -99,6 +102,7 @@ impl JobStatus {
             files_changed: 0,
             files_deleted: 0,
             files_relinked: 0,
+            files_cached: 0,
             chunks_embedded: 0,
             chunks_reused: 0,
             chunks_tombstoned: 0,

@@ -151,7 +151,7 @@ pub fn build(
         .map(|m| m.roots.into_iter().map(|r| r.repo).collect());
     match facts.finish(&walked, recorded.as_ref()) {
         Ok(written) => report.facts_written = written,
-        Err(e) => report.warnings.push(format!(
+        Err(e) => report.notes.push(format!(
             "the facts cache in {} was not updated ({e}); the next build parses the files it \
              lacks",
             opts.out.display()

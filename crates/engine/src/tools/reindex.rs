@@ -309,6 +309,7 @@ impl Engine {
                         j.files_changed = r.files_changed;
                         j.files_deleted = r.files_deleted;
                         j.files_relinked = r.files_relinked;
+                        j.files_cached = r.files_cached;
                         j.chunks_embedded = r.chunks_embedded;
                         j.chunks_reused = r.chunks_reused;
                         j.chunks_tombstoned = r.chunks_tombstoned;

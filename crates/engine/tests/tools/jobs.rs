@@ -283,6 +283,9 @@ fn reindex_builds_every_root_at_once() {
         (&json!(0), &json!(0), &json!(1)),
         "{j:#}"
     );
+    // Every file's parse came from the facts cache: `lib`'s build kept `app`'s entries (a
+    // repository it did not walk that MANIFEST records).
+    assert_eq!(j["files_cached"], j["files_seen"], "{j:#}");
     assert!(j.get("notes").is_none(), "{j:#}");
     assert!(calls("only_there") && !calls("late_def"));
     let q = json!({"query": "frob_ignored_helper", "mode": "lexical"});

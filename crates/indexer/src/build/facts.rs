@@ -205,14 +205,34 @@ fn remove_abandoned(dir: &Path) {
             continue;
         }
         let p = e.path();
-        let free = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&p)
-            .is_ok_and(|f| f.try_lock().is_ok());
+        // A lock on a read-only descriptor conflicts all the same (another user's file too).
+        let free = std::fs::File::open(&p).is_ok_and(|f| f.try_lock().is_ok());
         if free {
             let _ = std::fs::remove_file(&p);
         }
     }
+}
+
+/// A new `.facts-*` file in `dir`, readable as the index's other files are (a server may
+/// run as another user), and locked: the lock is held until the file is renamed or dropped,
+/// so [`remove_abandoned`] spares it. A concurrent build's `remove_abandoned` can still unlink
+/// it between its creation and its lock; then another is made.
+fn locked_temp(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    for _ in 0..8 {
+        let file = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .permissions(std::fs::Permissions::from_mode(0o644))
+            .tempfile_in(dir)?;
+        file.as_file().lock()?;
+        let held = file.as_file().metadata()?.ino();
+        if std::fs::metadata(file.path()).is_ok_and(|m| m.ino() == held) {
+            return Ok(file);
+        }
+    }
+    Err(io::Error::other(
+        "its temporary file was removed as soon as it was made, eight times",
+    ))
 }
 
 impl Facts {
@@ -308,14 +328,7 @@ impl Facts {
     fn new_file(&self) -> Result<&New, &io::Error> {
         self.new
             .get_or_init(|| {
-                // Readable as the index's other files are (a server may run as another user).
-                use std::os::unix::fs::PermissionsExt;
-                let file = tempfile::Builder::new()
-                    .prefix(TEMP_PREFIX)
-                    .permissions(std::fs::Permissions::from_mode(0o644))
-                    .tempfile_in(&self.dir)?;
-                // Held until the file is renamed or dropped: `remove_abandoned` spares it.
-                file.as_file().lock()?;
+                let file = locked_temp(&self.dir)?;
                 let head = header(&self.key);
                 file.as_file().write_all_at(&head, 0)?;
                 Ok(New {
@@ -381,6 +394,9 @@ impl Facts {
             }
         }
         entries.sort_unstable_by(|a, b| (&a.repo, &a.path).cmp(&(&b.repo, &b.path)));
+        // One entry per file (the walk already gives one candidate per repository and path;
+        // the reader refuses a table that repeats one).
+        entries.dedup_by(|a, b| a.repo == b.repo && a.path == b.path);
         let mut table = Vec::new();
         for e in &entries {
             put_str(&mut table, &e.repo);
