@@ -52,6 +52,9 @@ pub struct Remote {
     store: Arc<dyn ObjectStore>,
     prefix: String,
     writable: bool,
+    /// A `file://` store's directory (symlinks resolved): no key may lead through a symbolic
+    /// link out of it ([`Remote::confine`]).
+    local: Option<std::path::PathBuf>,
     stats: Arc<Stats>,
     /// The runtime every request of this remote runs on (one, so pooled connections stay
     /// usable from one call to the next).
@@ -148,11 +151,16 @@ impl Remote {
                 )))
             }
         };
+        let local = (parsed.scheme() == "file")
+            .then(|| parsed.to_file_path().ok())
+            .flatten()
+            .map(|d| std::fs::canonicalize(&d).unwrap_or(d));
         Ok(Remote {
             url: url.to_string(),
             store,
             prefix,
             writable,
+            local,
             stats: Arc::new(Stats::default()),
             rt: Arc::new(
                 tokio::runtime::Builder::new_current_thread()
@@ -177,6 +185,7 @@ impl Remote {
             store,
             prefix: "p".into(),
             writable: true,
+            local: None,
             stats: Arc::new(Stats::default()),
             rt: Arc::new(
                 tokio::runtime::Builder::new_current_thread()
@@ -244,6 +253,37 @@ impl Remote {
         }
     }
 
+    /// For a `file://` store: refuses `rel` when its path below the store's directory passes
+    /// through a symbolic link (a file or a directory), which would make a pull read, or a
+    /// push write, outside the store. Other stores have no links.
+    pub(crate) fn confine(&self, rel: &str) -> Result<()> {
+        let Some(root) = &self.local else {
+            return Ok(());
+        };
+        let mut at = root.clone();
+        for part in self.key(rel).as_ref().split('/').filter(|p| !p.is_empty()) {
+            at.push(part);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    let to = std::fs::read_link(&at).unwrap_or_default();
+                    return Err(SyncError::Corrupt {
+                        key: rel.to_string(),
+                        reason: format!(
+                            "{} is a symbolic link (to {}): nothing is read or written \
+                             through links in a file:// store",
+                            at.display(),
+                            to.display()
+                        ),
+                    });
+                }
+                Ok(_) => {}
+                // Absent: the request itself says so.
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
     fn err(&self, op: &'static str, rel: &str, source: object_store::Error) -> SyncError {
         SyncError::Store {
             url: self.url.clone(),
@@ -255,6 +295,7 @@ impl Remote {
 
     /// Metadata of `rel`, `None` when absent.
     pub(crate) async fn head(&self, rel: &str) -> Result<Option<ObjectMeta>> {
+        self.confine(rel)?;
         Stats::add(&self.stats.heads, 1);
         match self.store.head(&self.key(rel)).await {
             Ok(m) => Ok(Some(m)),
@@ -265,6 +306,7 @@ impl Remote {
 
     /// The whole object, `None` when absent.
     pub(crate) async fn get_bytes(&self, rel: &str) -> Result<Option<Bytes>> {
+        self.confine(rel)?;
         Stats::add(&self.stats.gets, 1);
         let r = match self.store.get(&self.key(rel)).await {
             Ok(r) => r,
@@ -303,6 +345,7 @@ impl Remote {
 
     /// The whole object with the version a conditional update needs, `None` when absent.
     pub(crate) async fn get_versioned(&self, rel: &str) -> Result<Option<(Bytes, UpdateVersion)>> {
+        self.confine(rel)?;
         Stats::add(&self.stats.gets, 1);
         let r = match self.store.get(&self.key(rel)).await {
             Ok(r) => r,
@@ -325,6 +368,7 @@ impl Remote {
         rel: &str,
         etag: Option<&str>,
     ) -> Result<Option<Option<(Bytes, Option<String>)>>> {
+        self.confine(rel)?;
         Stats::add(&self.stats.gets, 1);
         let opts = GetOptions {
             if_none_match: etag.map(str::to_string),
@@ -345,6 +389,7 @@ impl Remote {
 
     /// A streaming GET.
     pub(crate) async fn get_stream(&self, rel: &str) -> Result<Option<GetResult>> {
+        self.confine(rel)?;
         Stats::add(&self.stats.gets, 1);
         match self.store.get(&self.key(rel)).await {
             Ok(r) => Ok(Some(r)),
@@ -368,6 +413,12 @@ impl Remote {
         bytes: Bytes,
         mode: PutMode,
     ) -> std::result::Result<PutResult, object_store::Error> {
+        if let Err(e) = self.confine(rel) {
+            return Err(object_store::Error::Generic {
+                store: "file",
+                source: Box::new(e),
+            });
+        }
         Stats::add(&self.stats.puts, 1);
         let n = bytes.len() as u64;
         let r = self
@@ -402,6 +453,7 @@ impl Remote {
         path: &std::path::Path,
         part: usize,
     ) -> Result<()> {
+        self.confine(rel)?;
         Stats::add(&self.stats.puts, 1);
         let upload = self
             .store
@@ -461,6 +513,7 @@ impl Remote {
     }
 
     pub(crate) async fn delete(&self, rel: &str) -> Result<()> {
+        self.confine(rel)?;
         Stats::add(&self.stats.deletes, 1);
         match self.store.delete(&self.key(rel)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -470,6 +523,7 @@ impl Remote {
 
     /// Every object under `rel_prefix`.
     pub(crate) async fn list(&self, rel_prefix: &str) -> Result<Vec<ObjectMeta>> {
+        self.confine(rel_prefix)?;
         use futures::TryStreamExt;
         Stats::add(&self.stats.lists, 1);
         let p = self.key(rel_prefix);
@@ -610,5 +664,48 @@ mod tests {
         let s3 = Remote::open("s3://bucket/a/b/").unwrap();
         assert_eq!(s3.key("latest").as_ref(), "a/b/latest");
         assert_eq!(s3.rel(&s3.key("manifests/x")), Some("manifests/x"));
+    }
+
+    /// A `file://` store reads and writes nothing through a symbolic link: neither a linked
+    /// object nor one under a linked directory, whatever the link points at.
+    #[test]
+    fn a_file_store_follows_no_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, outside) = (tmp.path().join("store"), tmp.path().join("outside"));
+        std::fs::create_dir_all(store.join("segments")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), b"not the store's").unwrap();
+        std::fs::write(store.join("segments/real"), b"the store's").unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), store.join("segments/linked")).unwrap();
+        std::os::unix::fs::symlink(&outside, store.join("elsewhere")).unwrap();
+        let r = Remote::open(&format!("file://{}", store.display())).unwrap();
+        let got = r.block_on(r.get_bytes("segments/real")).unwrap();
+        assert_eq!(got.as_deref(), Some(&b"the store's"[..]));
+        for key in ["segments/linked", "elsewhere/secret"] {
+            let e = r.block_on(r.get_bytes(key)).unwrap_err().to_string();
+            assert!(e.contains("symbolic link"), "{key}: {e}");
+            assert!(r.block_on(r.head(key)).is_err(), "{key}");
+            assert!(r.block_on(r.get_stream(key)).is_err(), "{key}");
+        }
+        assert!(r.block_on(r.list("elsewhere")).is_err());
+        let e = r
+            .block_on(r.put("elsewhere/planted", Bytes::from_static(b"x")))
+            .unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(!outside.join("planted").exists());
+        assert!(r.block_on(r.delete("elsewhere/secret")).is_err());
+        assert!(outside.join("secret").exists());
+        // Absent keys stay absent, and a store reached through a link of its own is used.
+        assert!(r.block_on(r.get_bytes("segments/none")).unwrap().is_none());
+        std::os::unix::fs::symlink(&store, tmp.path().join("store-link")).unwrap();
+        let via = Remote::open(&format!(
+            "file://{}",
+            tmp.path().join("store-link").display()
+        ));
+        let via = via.unwrap();
+        assert!(via
+            .block_on(via.get_bytes("segments/real"))
+            .unwrap()
+            .is_some());
     }
 }
