@@ -255,7 +255,10 @@ impl Remote {
 
     /// For a `file://` store: refuses `rel` when its path below the store's directory passes
     /// through a symbolic link (a file or a directory), which would make a pull read, or a
-    /// push write, outside the store. Other stores have no links.
+    /// push write, outside the store, or ends at something that is neither a file nor a
+    /// directory (a FIFO would block the read for ever). Other stores have no links. This
+    /// stops links that are in place when a request is made, not someone who swaps a
+    /// directory for a link between the check and the request (README, "Share an index").
     pub(crate) fn confine(&self, rel: &str) -> Result<()> {
         let Some(root) = &self.local else {
             return Ok(());
@@ -264,21 +267,65 @@ impl Remote {
         for part in self.key(rel).as_ref().split('/').filter(|p| !p.is_empty()) {
             at.push(part);
             match std::fs::symlink_metadata(&at) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    let to = std::fs::read_link(&at).unwrap_or_default();
-                    return Err(SyncError::Corrupt {
-                        key: rel.to_string(),
-                        reason: format!(
-                            "{} is a symbolic link (to {}): nothing is read or written \
-                             through links in a file:// store",
-                            at.display(),
-                            to.display()
-                        ),
-                    });
+                Ok(m) => self.plain(rel, &at, m.file_type())?,
+                // Absent (or under a file): the request itself says so.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        || e.raw_os_error() == Some(libc::ENOTDIR) =>
+                {
+                    return Ok(())
                 }
-                Ok(_) => {}
-                // Absent: the request itself says so.
-                Err(_) => return Ok(()),
+                Err(e) => return Err(crate::io_err(&at)(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `Ok` for a directory or a regular file at `at` (of the key `rel`), else why not.
+    fn plain(&self, rel: &str, at: &std::path::Path, t: std::fs::FileType) -> Result<()> {
+        if t.is_dir() || t.is_file() {
+            return Ok(());
+        }
+        let what = if t.is_symlink() {
+            let to = std::fs::read_link(at).unwrap_or_default();
+            format!("a symbolic link (to {})", to.display())
+        } else {
+            "neither a file nor a directory".to_string()
+        };
+        Err(SyncError::Corrupt {
+            key: rel.to_string(),
+            reason: format!(
+                "{} is {what}: nothing is read or written through links or special files \
+                 in a file:// store",
+                at.display()
+            ),
+        })
+    }
+
+    /// For a `file://` store: refuses a listing under `rel_prefix` when anything below it is
+    /// a link or a special file (the store's listing would follow links out of the store).
+    fn confine_tree(&self, rel_prefix: &str) -> Result<()> {
+        self.confine(rel_prefix)?;
+        let Some(root) = &self.local else {
+            return Ok(());
+        };
+        let key = self.key(rel_prefix);
+        let mut todo = vec![root.join(key.as_ref())];
+        while let Some(dir) = todo.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // A file named like the prefix: the listing holds nothing under it.
+                Err(_) if dir.is_file() => continue,
+                Err(e) => return Err(crate::io_err(&dir)(e)),
+            };
+            for e in entries {
+                let e = e.map_err(crate::io_err(&dir))?;
+                let t = e.file_type().map_err(crate::io_err(&e.path()))?;
+                self.plain(rel_prefix, &e.path(), t)?;
+                if t.is_dir() {
+                    todo.push(e.path());
+                }
             }
         }
         Ok(())
@@ -523,7 +570,7 @@ impl Remote {
 
     /// Every object under `rel_prefix`.
     pub(crate) async fn list(&self, rel_prefix: &str) -> Result<Vec<ObjectMeta>> {
-        self.confine(rel_prefix)?;
+        self.confine_tree(rel_prefix)?;
         use futures::TryStreamExt;
         Stats::add(&self.stats.lists, 1);
         let p = self.key(rel_prefix);
@@ -668,6 +715,7 @@ mod tests {
 
     /// A `file://` store reads and writes nothing through a symbolic link: neither a linked
     /// object nor one under a linked directory, whatever the link points at.
+    #[cfg(unix)]
     #[test]
     fn a_file_store_follows_no_symlinks() {
         let tmp = tempfile::tempdir().unwrap();
@@ -688,6 +736,9 @@ mod tests {
             assert!(r.block_on(r.get_stream(key)).is_err(), "{key}");
         }
         assert!(r.block_on(r.list("elsewhere")).is_err());
+        // A listing of the whole store refuses too, before anything is listed or deleted.
+        let e = r.block_on(r.list("")).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
         let e = r
             .block_on(r.put("elsewhere/planted", Bytes::from_static(b"x")))
             .unwrap_err();
@@ -697,6 +748,22 @@ mod tests {
         assert!(outside.join("secret").exists());
         // Absent keys stay absent, and a store reached through a link of its own is used.
         assert!(r.block_on(r.get_bytes("segments/none")).unwrap().is_none());
+        assert!(r
+            .block_on(r.get_bytes("segments/real/below"))
+            .is_err_and(|e| {
+                !e.to_string().contains("symbolic link") && !e.to_string().contains("neither")
+            }));
+        // A FIFO would block a read for ever: refused, as is a listing that holds one.
+        let fifo = store.join("segments/fifo");
+        let made = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(made.as_ptr(), 0o644) }, 0);
+        let e = r.block_on(r.get_bytes("segments/fifo")).unwrap_err();
+        assert!(e.to_string().contains("neither a file"), "{e}");
+        assert!(r.block_on(r.list("segments")).is_err());
+        std::fs::remove_file(&fifo).unwrap();
+        std::fs::remove_file(store.join("segments/linked")).unwrap();
+        let listed = r.block_on(r.list("segments")).unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
         std::os::unix::fs::symlink(&store, tmp.path().join("store-link")).unwrap();
         let via = Remote::open(&format!(
             "file://{}",
