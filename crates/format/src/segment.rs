@@ -69,24 +69,6 @@ pub(crate) fn unique() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The blake3 of the file at `path` in hex, read in 1 MiB pieces.
-fn hash_file(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher.finalize().to_hex().to_string())
-}
-
 /// The content address of a segment: the first 24 hex digits of blake3(`segment.json`).
 pub fn segment_id(segment_json: &[u8]) -> String {
     crate::blake3_hex(segment_json)[..24].to_string()
@@ -589,8 +571,8 @@ impl Segment {
                 .iter()
                 .find(|f| f.name == IVF_FILE)
                 .ok_or_else(|| format!("{}: segment.json does not list it", p.display()))?;
-            let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-            if crate::blake3_hex(&bytes) != entry.blake3 {
+            let hash = crate::blake3_file_hex(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            if hash != entry.blake3 {
                 return Err(format!("{} is corrupt (checksum mismatch)", p.display()));
             }
             Ivf::load(&p, self.meta.dim as usize, self.meta.chunk_count as usize)
@@ -755,7 +737,7 @@ impl Segment {
             .par_iter()
             .filter_map(|f| {
                 let p = self.dir.join(&f.name);
-                match hash_file(&p) {
+                match crate::blake3_file_hex(&p) {
                     Ok(h) if h == f.blake3 => None,
                     Ok(_) => Some(corrupt(&p, "checksum does not match segment.json")),
                     Err(e) => Some(FormatError::Io { path: p, source: e }),

@@ -581,9 +581,7 @@ async fn upload_file(
 }
 
 pub(crate) fn hash_file(path: &Path) -> Result<String> {
-    let mut h = blake3::Hasher::new();
-    h.update_mmap(path).map_err(io_err(path))?;
-    Ok(h.finalize().to_hex().to_string())
+    format::blake3_file_hex(path).map_err(io_err(path))
 }
 
 async fn upload_tombstone(

@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use super::shed::check;
 use crate::chunk::{self, put_str, put_varint, ChunkOptions, FileExtract, Language, PackedCalls};
 use crate::graph::Declarations;
 use crate::walk::Candidate;
@@ -100,11 +101,6 @@ pub(super) struct Facts {
     pub(super) hits: AtomicUsize,
     misses: AtomicUsize,
     failed_put: AtomicBool,
-}
-
-fn check(bytes: &[u8]) -> u64 {
-    let h = blake3::hash(bytes);
-    u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default())
 }
 
 fn lang_id(lang: Language) -> u8 {
@@ -459,11 +455,10 @@ fn encode_entry(
 
 /// [`encode_entry`]'s inverse; `None` unless `bytes` are exactly one well-formed entry.
 fn decode_entry(bytes: &[u8]) -> Option<Hit> {
-    let left = bytes.len();
     let mut r = chunk::Reader::new(bytes);
     let text_bytes = r.varint()?;
-    let (extract, calls) = chunk::stored::decode(&mut r, left)?;
-    let decls = Declarations::decode(&mut r, left, extract.chunks.len())?;
+    let (extract, calls) = chunk::stored::decode(&mut r)?;
+    let decls = Declarations::decode(&mut r, extract.chunks.len())?;
     r.is_done().then_some(Hit {
         extract,
         calls,

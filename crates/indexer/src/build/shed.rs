@@ -77,8 +77,8 @@ pub(super) fn settled<'a>(
 }
 
 /// The first 8 bytes of the blake3 of `bytes`: what a file's spilled texts must hash to when
-/// they are read back.
-fn check(bytes: &[u8]) -> u64 {
+/// they are read back (and a facts cache entry, `facts.rs`).
+pub(super) fn check(bytes: &[u8]) -> u64 {
     let h = blake3::hash(bytes);
     u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default())
 }

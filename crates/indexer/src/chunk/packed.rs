@@ -195,6 +195,13 @@ impl<'a> Reader<'a> {
         usize::try_from(self.varint()?).ok()
     }
 
+    /// A count of items, each of at least one byte: `None` above the bytes left, so a
+    /// malformed count cannot make a reader loop for long.
+    pub(crate) fn count(&mut self) -> Option<usize> {
+        let n = self.usize()?;
+        (n <= self.bytes.len().saturating_sub(self.at)).then_some(n)
+    }
+
     /// A string written by `put_str`.
     pub(crate) fn str(&mut self) -> Option<&'a str> {
         let len = self.usize()?;

@@ -66,22 +66,16 @@ fn compact(r: &mut Reader<'_>) -> Option<CompactString> {
     r.str().map(CompactString::from)
 }
 
-/// A count read from `r`, no larger than the bytes left could hold (each item takes at least
-/// one byte), so a malformed count cannot reserve memory.
-fn count(r: &mut Reader<'_>, left: usize) -> Option<usize> {
-    r.usize().filter(|n| *n <= left)
-}
-
 /// What [`encode`] wrote at the start of `r`: the extract (texts empty, calls moved out) and
 /// its calls. `None` when the bytes are malformed.
-pub(crate) fn decode(r: &mut Reader<'_>, left: usize) -> Option<(FileExtract, PackedCalls)> {
+pub(crate) fn decode(r: &mut Reader<'_>) -> Option<(FileExtract, PackedCalls)> {
     let had_parse_errors = match r.byte()? {
         0 => false,
         1 => true,
         _ => return None,
     };
     let id_prefix = r.str()?.to_string();
-    let n = count(r, left)?;
+    let n = r.count()?;
     let mut chunks = Vec::new();
     for _ in 0..n {
         let kind = *ChunkKind::ALL.get(usize::from(r.byte()?))?;
@@ -107,14 +101,14 @@ pub(crate) fn decode(r: &mut Reader<'_>, left: usize) -> Option<(FileExtract, Pa
             parent,
         });
     }
-    let n = count(r, left)?;
+    let n = r.count()?;
     let mut imports = Vec::new();
     for _ in 0..n {
         let module = compact(r)?;
-        let k = count(r, left)?;
+        let k = r.count()?;
         let names = (0..k).map(|_| compact(r)).collect::<Option<Vec<_>>>()?;
         let line = r.u32()?;
-        let k = count(r, left)?;
+        let k = r.count()?;
         let aliases = (0..k)
             .map(|_| Some((compact(r)?, compact(r)?)))
             .collect::<Option<Vec<_>>>()?;
@@ -125,16 +119,16 @@ pub(crate) fn decode(r: &mut Reader<'_>, left: usize) -> Option<(FileExtract, Pa
             aliases,
         });
     }
-    let n = count(r, left)?;
+    let n = r.count()?;
     let module_bindings = (0..n)
         .map(|_| Some((compact(r)?, compact(r)?)))
         .collect::<Option<Vec<_>>>()?;
-    let n = count(r, left)?;
+    let n = r.count()?;
     let member_bindings = (0..n)
         .map(|_| Some((compact(r)?, compact(r)?, compact(r)?)))
         .collect::<Option<Vec<_>>>()?;
     let calls_len = r.u32()?;
-    let k = count(r, left)?;
+    let k = r.count()?;
     let calls = PackedCalls::from_raw(r.bytes(k)?, calls_len)?;
     let ex = FileExtract {
         chunks,

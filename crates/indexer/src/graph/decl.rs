@@ -117,9 +117,9 @@ impl Declarations {
     }
 
     /// What [`Declarations::encode`] wrote at the start of `r`, for a file of `chunks`
-    /// chunks; `None` when malformed (counts are checked against the `left` bytes, chunk
+    /// chunks; `None` when malformed (counts are checked against the bytes left, chunk
     /// indexes against `chunks` and their order).
-    pub(crate) fn decode(r: &mut Reader<'_>, left: usize, chunks: usize) -> Option<Declarations> {
+    pub(crate) fn decode(r: &mut Reader<'_>, chunks: usize) -> Option<Declarations> {
         fn opt(r: &mut Reader<'_>) -> Option<Option<String>> {
             match r.byte()? {
                 0 => Some(None),
@@ -127,9 +127,8 @@ impl Declarations {
                 _ => None,
             }
         }
-        let count = |r: &mut Reader<'_>| r.usize().filter(|n| *n <= left);
         let package = opt(r)?;
-        let n = count(r)?;
+        let n = r.count()?;
         let mut out = Vec::new();
         for _ in 0..n {
             let ci = r.u32()?;
@@ -137,14 +136,14 @@ impl Declarations {
                 return None;
             }
             let returns = opt(r)?;
-            let k = count(r)?;
+            let k = r.count()?;
             let bases = (0..k)
                 .map(|_| r.str().map(str::to_string))
                 .collect::<Option<Vec<_>>>()?;
-            let k = count(r)?;
+            let k = r.count()?;
             let mut callbacks = Vec::new();
             for _ in 0..k {
-                let m = count(r)?;
+                let m = r.count()?;
                 callbacks.push((0..m).map(|_| opt(r)).collect::<Option<Vec<_>>>()?);
             }
             out.push((
