@@ -83,8 +83,15 @@ struct Args {
     plan_only: bool,
 }
 
+#[global_allocator]
+static GLOBAL: indexer::alloc::MiMalloc = indexer::alloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // As `indexer` does: mimalloc, no transparent huge pages, freed pages returned promptly
+    // (the encoder runs in that process) except while the encoder runs on the CPU
+    // (`KeepFreedPages`, held below as `indexer`'s embedder holds it).
+    indexer::alloc::set_up_process();
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -163,6 +170,7 @@ fn main() -> anyhow::Result<()> {
         texts.len(),
         args.path.display()
     );
+    let _keep = (!enc.on_device()).then(indexer::alloc::KeepFreedPages::new);
     enc.embed(&refs[..8.min(n)])?; // warm-up
     let mut burn_rates = Vec::new();
     let mut burn_tokens = 0;
@@ -336,6 +344,7 @@ fn grouped(
         enc.device_description(),
         texts.len()
     );
+    let _keep = (!enc.on_device()).then(indexer::alloc::KeepFreedPages::new);
     enc.embed(&[texts[0].as_str()])?; // warm-up
     let dim = enc.dim();
     let mut rows: [Vec<f32>; 2] = [Vec::new(), Vec::new()];

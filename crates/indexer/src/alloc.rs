@@ -106,6 +106,77 @@ pub fn purge_promptly() -> i64 {
     }
 }
 
+/// Keeps the pages freed in this process while it lives (mimalloc's purge delay set to
+/// [`KEEP_DELAY_MS`]), then puts back the delay it found and returns what was freed
+/// ([`return_freed`]: a forced collect purges what was scheduled, however long its delay; a
+/// negative delay would schedule nothing, so the pages would stay after the hold).
+/// Held while the encoder runs on the CPU: each forward pass allocates and frees tens of MB of
+/// activations per layer, and with the prompt purge of [`purge_promptly`] every one of those
+/// pages went back to the system and was faulted in and zeroed again on the next pass (no
+/// transparent huge pages either): CPU embedding ran at 4,448-4,934 tokens/s with the purge
+/// and 6,558-7,713 without it (`target/release/embed`, tokio's first 1,024 chunks, 2-core VM,
+/// 2026-12-06; docs/measurements.md "CPU embedding"). The encoder's working set is the same
+/// batch after batch, so keeping its pages raises the peak by nothing it did not already
+/// touch. Holders may nest or overlap (a counter); the last one out restores the delay. Where
+/// `MIMALLOC_PURGE_DELAY` is set, that choice stands and a hold changes nothing.
+pub struct KeepFreedPages(bool);
+
+/// The purge delay while a [`KeepFreedPages`] is held: an hour, longer than any batch.
+pub const KEEP_DELAY_MS: i64 = 3_600_000;
+
+/// Holders of [`KeepFreedPages`] and the purge delay to restore when the last one goes.
+static KEEP: std::sync::Mutex<(usize, i64)> = std::sync::Mutex::new((0, PURGE_DELAY_MS));
+
+impl KeepFreedPages {
+    pub fn new() -> KeepFreedPages {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            return KeepFreedPages(false);
+        }
+        let mut k = KEEP.lock().unwrap_or_else(|e| e.into_inner());
+        if k.0 == 0 {
+            // SAFETY: as in `purge_promptly`: one integer of mimalloc's option table.
+            unsafe {
+                k.1 = libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) as i64;
+                libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, KEEP_DELAY_MS as _);
+            }
+        }
+        k.0 += 1;
+        KeepFreedPages(true)
+    }
+}
+
+impl Default for KeepFreedPages {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for KeepFreedPages {
+    fn drop(&mut self) {
+        if !self.0 {
+            return;
+        }
+        let last = {
+            let mut k = KEEP.lock().unwrap_or_else(|e| e.into_inner());
+            k.0 -= 1;
+            if k.0 == 0 {
+                // SAFETY: as above.
+                unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, k.1 as _) };
+            }
+            k.0 == 0
+        };
+        if last {
+            return_freed();
+        }
+    }
+}
+
+/// The purge delay mimalloc uses now, in milliseconds (negative: never).
+pub fn purge_delay() -> i64 {
+    // SAFETY: reads one integer of mimalloc's option table.
+    unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) as i64 }
+}
+
 /// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`: every
 /// mapping, those made before included, is then faulted in 4 KiB pages; see the module docs
 /// for why). Returns whether the kernel accepted it; elsewhere than Linux it does nothing.
@@ -126,8 +197,8 @@ pub fn disable_transparent_huge_pages() -> bool {
 /// tree-sitter on mimalloc ([`use_mimalloc_for_tree_sitter`]), transparent huge pages off
 /// ([`disable_transparent_huge_pages`]), freed pages returned after [`PURGE_DELAY_MS`]
 /// ([`purge_promptly`]) and OpenBLAS at one thread with its startup pool stopped
-/// ([`format::vectors::single_threaded_blas`]). The `indexer` binary and the `pipeline` bench
-/// both call it, so the bench measures the process set-up a build runs with.
+/// ([`format::vectors::single_threaded_blas`]). The `indexer` binary and the `pipeline` and
+/// `embed` benches call it, so the benches measure the process set-up a build runs with.
 pub fn set_up_process() {
     format::vectors::single_threaded_blas();
     use_mimalloc_for_tree_sitter();
@@ -142,6 +213,30 @@ pub(crate) fn fix_tree_sitter_allocator() {
 
 #[cfg(test)]
 mod tests {
+    /// The tests that read or set mimalloc's purge delay, one at a time (it is per process).
+    static PURGE_OPTION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn freed_pages_are_kept_while_held_and_the_delay_comes_back() {
+        let _one = PURGE_OPTION.lock().unwrap_or_else(|e| e.into_inner());
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            return; // the user's choice stands (KeepFreedPages::new)
+        }
+        let before = super::purge_delay();
+        let keep = super::KEEP_DELAY_MS;
+        {
+            let _a = super::KeepFreedPages::new();
+            assert_eq!(super::purge_delay(), keep);
+            {
+                let _b = super::KeepFreedPages::new();
+                assert_eq!(super::purge_delay(), keep);
+            }
+            // The inner one going leaves the outer one's hold in place.
+            assert_eq!(super::purge_delay(), keep);
+        }
+        assert_eq!(super::purge_delay(), before);
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn huge_pages_off_is_seen_by_the_kernel() {
@@ -155,6 +250,7 @@ mod tests {
 
     #[test]
     fn purge_delay_is_the_option_mimalloc_reads() {
+        let _one = PURGE_OPTION.lock().unwrap_or_else(|e| e.into_inner());
         // The index is mimalloc's own: its default (1000 ms in v3, 10 in v2) is what an
         // option of another meaning would hardly hold, and setting it changes what it reads.
         // SAFETY: as in `purge_promptly`.

@@ -386,6 +386,9 @@ pub fn ingest(
     drop(ids);
     let t = Instant::now();
     let mut vectors = Vec::with_capacity(recs.len() * dim);
+    // One hold for every batch (each call holds one too, which then changes nothing): the
+    // pages one batch frees are the next one's.
+    let _keep = (!embedder.on_device()).then(crate::alloc::KeepFreedPages::new);
     for batch in recs.chunks(256) {
         let texts: Vec<&str> = batch.iter().map(|r| r.text.as_str()).collect();
         let (v, tokens) = embedder.embed(&texts)?;

@@ -1,4 +1,6 @@
-//! BERT encoder forward pass (embeddings, post-LN transformer layers, pooling) in burn.
+//! BERT encoder forward pass (embeddings, post-LN transformer layers, pooling): through burn's
+//! ops on a device, through [`crate::host`] for CPU batches, in half precision
+//! ([`crate::small`]) for single queries on the CPU.
 
 use burn::tensor::activation::{gelu, gelu_approximate};
 use burn::tensor::module::{attention, layer_norm, linear};
@@ -6,6 +8,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
 
 use crate::cpu;
+use crate::host::{self, HostLayer, HostLinear};
 use crate::load::{Activation, BertConfig, Pooling, Weights};
 use crate::small;
 use crate::ModelError;
@@ -41,8 +44,6 @@ struct EncoderLayer {
     attn_out: Linear,
     attn_norm: LayerNorm,
     ffn_in: Linear,
-    /// Host copy of `ffn_in.bias` for the fused CPU bias+GELU kernel.
-    ffn_in_bias_host: Vec<f32>,
     ffn_out: Linear,
     ffn_norm: LayerNorm,
 }
@@ -55,8 +56,14 @@ pub(crate) struct Bert {
     /// Position embeddings plus the token-type-0 embedding, `[max_tokens, h]`.
     pos_type: Tensor<2>,
     emb_norm: LayerNorm,
+    /// The layers as burn tensors, for a device (and burn's portable ops on the CPU,
+    /// [`Bert::disable_host_kernels`]); empty on the host path, which keeps only
+    /// `host_layers` (one copy of the weights in memory).
     layers: Vec<EncoderLayer>,
-    /// Device memory is host memory (flex): run the fused host kernels in `cpu`.
+    /// The layers in f32 on the host ([`crate::host`]), on the host path; empty on a device.
+    host_layers: Vec<HostLayer>,
+    /// Device memory is host memory (flex): run batches through [`crate::host`] and the fused
+    /// host kernels in `cpu`.
     host_kernels: bool,
     /// Float type of the weights and activations.
     dtype: DType,
@@ -84,39 +91,25 @@ fn host<const D: usize>(t: &Tensor<D>) -> Result<Vec<f32>, ModelError> {
         .map_err(|e| ModelError::Inference(format!("{e:?}")))
 }
 
-impl Linear {
-    /// This linear's weight (`[in, out]`) and bias, packed in half precision.
-    fn packed(&self) -> Result<small::Packed, ModelError> {
-        let [i, o] = self.weight.dims();
-        Ok(small::Packed::new(
-            &host(&self.weight)?,
-            i,
-            o,
-            host(&self.bias)?,
-        ))
-    }
+/// A host linear's weight (`[in, out]`) and bias, packed in half precision.
+fn packed(l: &HostLinear) -> small::Packed {
+    small::Packed::new(&l.w, l.i, l.o, l.b.clone())
 }
 
-impl LayerNorm {
-    fn host(&self) -> Result<(Vec<f32>, Vec<f32>), ModelError> {
-        Ok((host(&self.gamma)?, host(&self.beta)?))
-    }
-}
-
-struct Loader<'w, 'a> {
-    weights: &'w Weights<'a>,
+/// Puts weights on the model's device.
+struct Uploader<'w> {
     device: &'w Device,
     eps: f64,
     /// Float type the weights are cast to on the device (f32, f16 or bf16).
     dtype: DType,
 }
 
-impl Loader<'_, '_> {
-    fn tensor1(&self, name: &str, len: usize) -> Result<Tensor<1>, ModelError> {
-        let v = self.weights.get(name, &[len])?;
-        Ok(self.upload(v, [len]))
-    }
+struct Loader<'w, 'a> {
+    weights: &'w Weights<'a>,
+    up: Uploader<'w>,
+}
 
+impl Uploader<'_> {
     fn tensor2(&self, data: Vec<f32>, rows: usize, cols: usize) -> Tensor<2> {
         self.upload(data, [rows, cols])
     }
@@ -130,26 +123,72 @@ impl Loader<'_, '_> {
         }
     }
 
-    fn linear(&self, prefix: &str, in_dim: usize, out_dim: usize) -> Result<Linear, ModelError> {
+    /// A host linear's copy on the device.
+    fn upload_linear(&self, l: &HostLinear) -> Linear {
+        Linear {
+            weight: self.tensor2(l.w.clone(), l.i, l.o),
+            bias: self.upload(l.b.clone(), [l.o]),
+        }
+    }
+
+    /// A host layer's copy on the device.
+    fn upload_layer(&self, l: &HostLayer) -> EncoderLayer {
+        let norm = |(g, b): &(Vec<f32>, Vec<f32>)| LayerNorm {
+            gamma: self.upload(g.clone(), [g.len()]),
+            beta: self.upload(b.clone(), [b.len()]),
+            eps: self.eps,
+        };
+        EncoderLayer {
+            qkv: self.upload_linear(&l.qkv),
+            attn_out: self.upload_linear(&l.attn_out),
+            attn_norm: norm(&l.attn_norm),
+            ffn_in: self.upload_linear(&l.ffn_in),
+            ffn_out: self.upload_linear(&l.ffn_out),
+            ffn_norm: norm(&l.ffn_norm),
+        }
+    }
+}
+
+impl Loader<'_, '_> {
+    fn tensor1(&self, name: &str, len: usize) -> Result<Tensor<1>, ModelError> {
+        let v = self.weights.get(name, &[len])?;
+        Ok(self.up.upload(v, [len]))
+    }
+
+    fn linear(
+        &self,
+        prefix: &str,
+        in_dim: usize,
+        out_dim: usize,
+    ) -> Result<HostLinear, ModelError> {
         let w = self
             .weights
             .get_linear_t(&format!("{prefix}.weight"), out_dim, in_dim)?;
-        Ok(Linear {
-            weight: self.tensor2(w, in_dim, out_dim),
-            bias: self.tensor1(&format!("{prefix}.bias"), out_dim)?,
+        Ok(HostLinear {
+            w,
+            b: self.weights.get(&format!("{prefix}.bias"), &[out_dim])?,
+            i: in_dim,
+            o: out_dim,
         })
+    }
+
+    fn norm_host(&self, prefix: &str, dim: usize) -> Result<(Vec<f32>, Vec<f32>), ModelError> {
+        Ok((
+            self.weights.get(&format!("{prefix}.weight"), &[dim])?,
+            self.weights.get(&format!("{prefix}.bias"), &[dim])?,
+        ))
     }
 
     fn layer_norm(&self, prefix: &str, dim: usize) -> Result<LayerNorm, ModelError> {
         Ok(LayerNorm {
             gamma: self.tensor1(&format!("{prefix}.weight"), dim)?,
             beta: self.tensor1(&format!("{prefix}.bias"), dim)?,
-            eps: self.eps,
+            eps: self.up.eps,
         })
     }
 
     /// Fused `[h, 3h]` Q|K|V projection from the three HF `[h, h]` weights.
-    fn qkv(&self, prefix: &str, h: usize) -> Result<Linear, ModelError> {
+    fn qkv(&self, prefix: &str, h: usize) -> Result<HostLinear, ModelError> {
         let parts = ["query", "key", "value"]
             .iter()
             .map(|p| self.weights.get(&format!("{prefix}.{p}.weight"), &[h, h]))
@@ -167,10 +206,11 @@ impl Loader<'_, '_> {
                 }
             }
         }
-        let bias: Vec<f32> = biases.concat();
-        Ok(Linear {
-            weight: self.tensor2(w, h, 3 * h),
-            bias: self.upload(bias, [3 * h]),
+        Ok(HostLinear {
+            w,
+            b: biases.concat(),
+            i: h,
+            o: 3 * h,
         })
     }
 }
@@ -188,9 +228,11 @@ impl Bert {
         let h = cfg.hidden_size;
         let l = Loader {
             weights,
-            device: &device,
-            eps: cfg.layer_norm_eps,
-            dtype,
+            up: Uploader {
+                device: &device,
+                eps: cfg.layer_norm_eps,
+                dtype,
+            },
         };
         let word = weights.get("embeddings.word_embeddings.weight", &[cfg.vocab_size, h])?;
         let pos = weights.get(
@@ -206,27 +248,33 @@ impl Bert {
             .flat_map(|row| row.iter().zip(&types[..h]).map(|(p, t)| p + t))
             .collect();
 
-        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        let mut host_layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let p = format!("encoder.layer.{i}");
-            layers.push(EncoderLayer {
+            host_layers.push(HostLayer {
                 qkv: l.qkv(&format!("{p}.attention.self"), h)?,
                 attn_out: l.linear(&format!("{p}.attention.output.dense"), h, h)?,
-                attn_norm: l.layer_norm(&format!("{p}.attention.output.LayerNorm"), h)?,
+                attn_norm: l.norm_host(&format!("{p}.attention.output.LayerNorm"), h)?,
                 ffn_in: l.linear(&format!("{p}.intermediate.dense"), h, cfg.intermediate_size)?,
-                ffn_in_bias_host: weights.get(
-                    &format!("{p}.intermediate.dense.bias"),
-                    &[cfg.intermediate_size],
-                )?,
                 ffn_out: l.linear(&format!("{p}.output.dense"), cfg.intermediate_size, h)?,
-                ffn_norm: l.layer_norm(&format!("{p}.output.LayerNorm"), h)?,
+                ffn_norm: l.norm_host(&format!("{p}.output.LayerNorm"), h)?,
             });
         }
+        // One copy of the layers: on the host for the host path, on the device otherwise.
+        let layers = if host_kernels {
+            Vec::new()
+        } else {
+            std::mem::take(&mut host_layers)
+                .iter()
+                .map(|hl| l.up.upload_layer(hl))
+                .collect()
+        };
         Ok(Self {
-            word: l.tensor2(word, cfg.vocab_size, h),
-            pos_type: l.tensor2(pos_type, cfg.max_tokens, h),
+            word: l.up.tensor2(word, cfg.vocab_size, h),
+            pos_type: l.up.tensor2(pos_type, cfg.max_tokens, h),
             emb_norm: l.layer_norm("embeddings.LayerNorm", h)?,
             layers,
+            host_layers,
             host_kernels,
             dtype,
             device: device.clone(),
@@ -238,20 +286,21 @@ impl Bert {
     /// The layers in half precision, packed on first use (~21 MB for MiniLM-L6).
     fn small_layers(&self) -> Result<&[SmallLayer], ModelError> {
         let made = self.small.get_or_init(|| {
-            self.layers
+            if self.host_layers.len() != self.cfg.num_hidden_layers {
+                return Err("the half-precision query path needs the host's layers".to_string());
+            }
+            Ok(self
+                .host_layers
                 .iter()
-                .map(|l| {
-                    Ok(SmallLayer {
-                        qkv: l.qkv.packed()?,
-                        attn_out: l.attn_out.packed()?,
-                        attn_norm: l.attn_norm.host()?,
-                        ffn_in: l.ffn_in.packed()?,
-                        ffn_out: l.ffn_out.packed()?,
-                        ffn_norm: l.ffn_norm.host()?,
-                    })
+                .map(|l| SmallLayer {
+                    qkv: packed(&l.qkv),
+                    attn_out: packed(&l.attn_out),
+                    attn_norm: l.attn_norm.clone(),
+                    ffn_in: packed(&l.ffn_in),
+                    ffn_out: packed(&l.ffn_out),
+                    ffn_norm: l.ffn_norm.clone(),
                 })
-                .collect::<Result<Vec<_>, ModelError>>()
-                .map_err(|e| e.to_string())
+                .collect())
         });
         made.as_deref()
             .map_err(|e| ModelError::Inference(e.clone()))
@@ -286,7 +335,7 @@ impl Bert {
         let layers = self.small_layers()?;
         let ids: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
         let mut x = host(&self.embeddings(ids, 1, seq))?;
-        for (l, s) in self.layers.iter().zip(layers) {
+        for (l, s) in self.host_layers.iter().zip(layers) {
             let qkv = s.qkv.forward(&x, seq);
             let ctx = cpu::attention(&qkv, &[seq], seq, nh, h / nh);
             let mut a = s.attn_out.forward(&ctx, seq);
@@ -294,7 +343,7 @@ impl Bert {
             small::layer_norm(&mut a, &s.attn_norm.0, &s.attn_norm.1, eps);
             x = a;
             let mut inner = s.ffn_in.forward_no_bias(&x, seq);
-            cpu::bias_gelu(&mut inner, &l.ffn_in_bias_host, tanh);
+            cpu::bias_gelu(&mut inner, &l.ffn_in.b, tanh);
             let mut o = s.ffn_out.forward(&inner, seq);
             debug_assert_eq!(s.ffn_out.out_dim(), h);
             o.iter_mut().zip(&x).for_each(|(o, x)| *o += x);
@@ -329,6 +378,16 @@ impl Bert {
 
     /// Forces the backend-generic burn ops (the GPU code path) even on the CPU backend.
     pub(crate) fn disable_host_kernels(&mut self) {
+        if self.layers.is_empty() {
+            let up = Uploader {
+                device: &self.device,
+                eps: self.cfg.layer_norm_eps,
+                dtype: self.dtype,
+            };
+            self.layers = (self.host_layers.iter())
+                .map(|hl| up.upload_layer(hl))
+                .collect();
+        }
         self.host_kernels = false;
     }
 
@@ -365,49 +424,30 @@ impl Bert {
         norm.forward(lin.forward(input) + residual)
     }
 
-    /// `act(x @ W_in + b_in)`: on the CPU backend a fused, vectorised, multi-threaded host
-    /// pass (flex's GELU is scalar `libm::erff` and dominated the profile); elsewhere burn ops.
-    fn ffn_in_act(&self, layer: &EncoderLayer, x: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+    /// `act(x @ W_in + b_in)` through burn (the device path; the host path is
+    /// [`crate::host`]), bias and GELU fused on a GPU when `CIX_FUSED` says so.
+    fn ffn_in_act(&self, layer: &EncoderLayer, x: Tensor<2>) -> Tensor<2> {
         let tanh = self.cfg.activation == Activation::GeluTanh;
-        if !self.host_kernels {
-            #[cfg(any(feature = "wgpu", feature = "cuda"))]
-            if crate::gpu::layers::fused(crate::gpu::layers::Fused::Gelu) {
-                let pre = linear(x, layer.ffn_in.weight.clone(), None);
-                if let Some(out) =
-                    crate::gpu::layers::bias_gelu_tensor(&pre, &layer.ffn_in.bias, tanh)
-                {
-                    return Ok(out);
-                }
-                let inner = pre + layer.ffn_in.bias.clone().unsqueeze();
-                return Ok(if tanh {
-                    gelu_approximate(inner)
-                } else {
-                    gelu(inner)
-                });
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if crate::gpu::layers::fused(crate::gpu::layers::Fused::Gelu) {
+            let pre = linear(x, layer.ffn_in.weight.clone(), None);
+            if let Some(out) = crate::gpu::layers::bias_gelu_tensor(&pre, &layer.ffn_in.bias, tanh)
+            {
+                return out;
             }
-            let inner = layer.ffn_in.forward(x);
-            return Ok(if tanh {
+            let inner = pre + layer.ffn_in.bias.clone().unsqueeze();
+            return if tanh {
                 gelu_approximate(inner)
             } else {
                 gelu(inner)
-            });
+            };
         }
-        let pre = linear(x, layer.ffn_in.weight.clone(), None);
-        let mut data = pre
-            .try_into_data()
-            .map_err(|e| ModelError::Inference(e.to_string()))?;
-        let shape = data.shape().clone();
-        if let Ok(values) = data.as_mut_slice::<f32>() {
-            cpu::bias_gelu(values, &layer.ffn_in_bias_host, tanh);
+        let inner = layer.ffn_in.forward(x);
+        if tanh {
+            gelu_approximate(inner)
         } else {
-            // Misaligned buffer: fall back to an owned copy.
-            let mut values = data
-                .try_into_vec::<f32>()
-                .map_err(|e| ModelError::Inference(format!("{e:?}")))?;
-            cpu::bias_gelu(&mut values, &layer.ffn_in_bias_host, tanh);
-            data = TensorData::new(values, shape);
+            gelu(inner)
         }
-        Ok(Tensor::from_data(data, &self.device))
     }
 
     /// The embedding layer: word + (position + token type 0) of `ids` (`[b, seq]` row-major),
@@ -420,11 +460,11 @@ impl Bert {
         self.emb_norm.forward((words + pos).reshape([b * seq, h]))
     }
 
-    /// The transformer over one padded batch: `ids` is `[lengths.len(), seq]` row-major,
-    /// right-padded; `lengths[b] <= seq` are the real token counts; `key_mask` makes the
-    /// key-padding mask for burn's attention (true = masked out; `None` on the host path, which
-    /// skips padding itself, or when nothing is padded), called only if burn's attention runs.
-    /// Returns the last hidden state `[b * seq, h]`.
+    /// The transformer over one padded batch through burn's ops (the device path, and the
+    /// portable one on the CPU): `ids` is `[lengths.len(), seq]` row-major, right-padded;
+    /// `lengths[b] <= seq` are the real token counts; `key_mask` makes the key-padding mask for
+    /// burn's attention (true = masked out; `None` when nothing is padded), called only if
+    /// burn's attention runs. Returns the last hidden state `[b * seq, h]`.
     fn encode(
         &self,
         ids: Vec<i64>,
@@ -438,28 +478,13 @@ impl Bert {
         let h = self.cfg.hidden_size;
         let nh = self.cfg.num_attention_heads;
         let dh = h / nh;
-        let dev = &self.device;
 
         // Embeddings: word + (position + token type 0), then LayerNorm. x is [b*seq, h].
         let mut x = self.embeddings(ids, b, seq);
 
         for layer in &self.layers {
             let qkv = layer.qkv.forward(x.clone()); // [b*seq, 3h]
-            let ctx = if self.host_kernels {
-                let data = qkv
-                    .try_into_data()
-                    .map_err(|e| ModelError::Inference(e.to_string()))?;
-                let ctx = match data.as_slice::<f32>() {
-                    Ok(values) => cpu::attention(values, lengths, seq, nh, dh),
-                    Err(_) => {
-                        let values = data
-                            .try_into_vec::<f32>()
-                            .map_err(|e| ModelError::Inference(format!("{e:?}")))?;
-                        cpu::attention(&values, lengths, seq, nh, dh)
-                    }
-                };
-                Tensor::<2>::from_data(TensorData::new(ctx, [b * seq, h]), dev)
-            } else if let Some(ctx) = self.fused_attention(&qkv, lengths, seq) {
+            let ctx = if let Some(ctx) = self.fused_attention(&qkv, lengths, seq) {
                 ctx
             } else {
                 let mask = mask.get_or_insert_with(&key_mask).clone();
@@ -477,7 +502,7 @@ impl Bert {
             };
             x = self.add_norm(&layer.attn_out, ctx, x, &layer.attn_norm);
 
-            let inner = self.ffn_in_act(layer, x.clone())?;
+            let inner = self.ffn_in_act(layer, x.clone());
             x = self.add_norm(&layer.ffn_out, inner, x, &layer.ffn_norm);
         }
         Ok(x)
@@ -535,7 +560,7 @@ impl Bert {
         None
     }
 
-    /// Encodes one padded batch on the host path (fused CPU kernels).
+    /// Encodes one padded batch on the host path ([`crate::host`]).
     ///
     /// `ids` is `[lengths.len(), seq]` row-major, right-padded; `lengths[b] <= seq` are the real
     /// token counts. Returns `[batch, hidden]` pooled (not yet normalised) vectors.
@@ -547,27 +572,38 @@ impl Bert {
     ) -> Result<Vec<f32>, ModelError> {
         let b = lengths.len();
         let h = self.cfg.hidden_size;
-        let dev = &self.device;
-        let x = self.encode(ids, lengths, seq, || None)?;
-        let x = x.reshape([b, seq, h]);
-        let pooled = match self.cfg.pooling {
-            Pooling::Mean => {
-                // Masked mean as one batched matmul: [b, 1, seq] @ [b, seq, h].
-                let mut w = vec![0.0f32; b * seq];
-                for (row, &len) in w.chunks_exact_mut(seq).zip(lengths) {
-                    let inv = 1.0 / len.max(1) as f32;
-                    row[..len].fill(inv);
-                }
-                let w = Tensor::<3>::from_data(TensorData::new(w, [b, 1, seq]), dev);
-                w.matmul(x).reshape([b, h])
-            }
-            Pooling::Cls => x.narrow(1, 0, 1).reshape([b, h]),
-        };
-        pooled
+        if self.host_layers.len() != self.cfg.num_hidden_layers {
+            return Err(ModelError::Inference(
+                "the host path needs the host's layers (the model was loaded for a device)"
+                    .to_string(),
+            ));
+        }
+        let x = self
+            .embeddings(ids, b, seq)
             .try_into_data()
-            .map_err(|e| ModelError::Inference(e.to_string()))?
-            .try_into_vec::<f32>()
-            .map_err(|e| ModelError::Inference(format!("{e:?}")))
+            .map_err(|e| ModelError::Inference(e.to_string()))?;
+        let x = match x.as_slice::<f32>() {
+            Ok(v) => v.to_vec(),
+            Err(_) => x
+                .try_into_vec::<f32>()
+                .map_err(|e| ModelError::Inference(format!("{e:?}")))?,
+        };
+        let shape = host::Shape {
+            lengths,
+            seq,
+            heads: self.cfg.num_attention_heads,
+            eps: self.cfg.layer_norm_eps as f32,
+            gelu_tanh: self.cfg.activation == Activation::GeluTanh,
+        };
+        let x = host::encode(&self.host_layers, x, &shape);
+        Ok(match self.cfg.pooling {
+            Pooling::Mean => host::mean_pool(&x, lengths, seq, h),
+            Pooling::Cls => x
+                .chunks_exact(seq * h)
+                .flat_map(|s| &s[..h])
+                .copied()
+                .collect(),
+        })
     }
 
     /// Encodes one padded batch on the device path and pools it there: returns `[batch, hidden]`

@@ -11,6 +11,7 @@ mod device;
 mod error;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod gpu;
+mod host;
 pub mod kmeans;
 mod load;
 pub mod pool;

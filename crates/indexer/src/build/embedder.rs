@@ -113,6 +113,12 @@ impl Embedder for HashEmbedder {
 /// Prepared groups waiting for the device in [`Embedder::embed_groups`].
 const PIPELINE_DEPTH: usize = 2;
 
+/// On the CPU, the encoder's freed pages stay in the process while it runs
+/// ([`crate::alloc::KeepFreedPages`]); on a device its activations are not host memory.
+fn keep_pages(e: &kernels::Encoder) -> Option<crate::alloc::KeepFreedPages> {
+    (!e.on_device()).then(crate::alloc::KeepFreedPages::new)
+}
+
 impl Embedder for kernels::Encoder {
     fn model_id(&self) -> &str {
         kernels::Encoder::model_id(self)
@@ -121,6 +127,7 @@ impl Embedder for kernels::Encoder {
         kernels::Encoder::dim(self)
     }
     fn embed(&self, texts: &[&str]) -> Result<(Vec<f32>, usize), EmbedError> {
+        let _keep = keep_pages(self);
         Ok(kernels::Encoder::embed(self, texts).map(|(v, s)| (v, s.tokens))?)
     }
     fn embed_groups(
@@ -128,6 +135,7 @@ impl Embedder for kernels::Encoder {
         groups: Vec<Vec<&str>>,
         sink: &mut dyn FnMut(Vec<f32>, usize) -> Result<(), EmbedError>,
     ) -> Result<(), EmbedError> {
+        let _keep = keep_pages(self);
         self.embed_pipelined(groups, PIPELINE_DEPTH, |v, stats| sink(v, stats.tokens))
     }
     fn on_device(&self) -> bool {
