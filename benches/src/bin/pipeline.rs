@@ -226,6 +226,39 @@ fn main() -> anyhow::Result<()> {
                     phases(&r)
                 );
             }
+            // A cascade: a second Rust function, or type, of the name that the most files'
+            // calls were resolved through by name alone (which makes each of those calls
+            // ambiguous, so every such unchanged file is relinked), then removed again.
+            if let Some((kind, name, files)) = most_called_by_name(&dir.path().join("index"))? {
+                let decoy = if kind == "type" {
+                    format!("pub struct {name};\n")
+                } else {
+                    format!("pub fn {name}() {{}}\n")
+                };
+                let base = "/// Edited by the bench.\npub fn bench_edit() -> u32 {\n    9\n}\n";
+                inc.reuse_facts = true;
+                for (step, text) in [
+                    ("added", format!("{base}{decoy}")),
+                    ("removed", base.to_string()),
+                ] {
+                    std::fs::write(edit.path().join("edit.rs"), text)?;
+                    let base_rss = reset_peak_rss();
+                    let t = Instant::now();
+                    let r = build::build(&inc, emb, &Progress::silent())?;
+                    let (total, peak) = (t.elapsed().as_secs_f64(), peak_rss());
+                    println!(
+                        "  incremental, cascade: a second {kind} `{name}` (whose definitions {files} files call by name alone) {step}: {:.3}s; {} changed, {} relinked; {} chunks written, {} embedded; peak RSS {} MB (before {} MB); [{}]",
+                        total,
+                        r.files_changed,
+                        r.files_relinked,
+                        r.chunks_written,
+                        r.chunks_embedded,
+                        peak / 1_000_000,
+                        base_rss / 1_000_000,
+                        phases(&r)
+                    );
+                }
+            }
         }
         if let Some(n) = args.word_scan {
             word_scan(&dir.path().join("index"), n)?;
@@ -323,6 +356,101 @@ fn phases(r: &build::BuildReport) -> String {
         .map(|(k, d)| format!("{k} {:.3}s", d.as_secs_f64()))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Of the live Rust functions and the types of live Rust methods, the one ("function" or
+/// "type", name) whose definitions the most files call through edges resolved by name alone
+/// (without [`EDGE_RESOLVED`]), with that file count: the name whose second definition (a
+/// function of that name, or a struct of that name) makes a cascade edit as large as this tree
+/// allows.
+fn most_called_by_name(index: &std::path::Path) -> anyhow::Result<Option<(String, String, usize)>> {
+    use std::collections::{HashMap, HashSet};
+
+    use format::graph::Direction;
+    use format::records::{EdgeKind, EDGE_RESOLVED};
+
+    let ix = format::Index::open(index)?;
+    let is_ident = |s: &str| {
+        s.chars()
+            .next()
+            .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+            && s.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
+    };
+    // The targets: live Rust functions and methods, by segment and chunk, and by symbol id
+    // (edges into another segment name their target by symbol id).
+    let mut targets: Vec<Vec<(u32, (&str, &str))>> = Vec::new();
+    let mut by_symbol: HashMap<&str, (&str, &str)> = HashMap::new();
+    for s in &ix.segments {
+        let t = s.segment.table();
+        let mut here = Vec::new();
+        for (c, r) in t.chunks.iter().enumerate() {
+            // A method's calls found by name go through its type's name (`Type::m()` with the
+            // type unique in the family); a function's through its own name (unique among the
+            // family's free functions). The key is what a second definition would clash with.
+            let key = match r.kind.as_str() {
+                "function" => ("function", r.name.as_str()),
+                "method" => {
+                    let q = r.qualified.as_str();
+                    let owner = q.rsplit_once("::").map_or("", |(o, _)| o);
+                    let owner = owner.rsplit("::").next().unwrap_or("");
+                    ("type", owner.split('<').next().unwrap_or(""))
+                }
+                _ => continue,
+            };
+            if s.tombstones.contains(c as u32)
+                || !is_ident(key.1)
+                || t.files
+                    .get(r.file.to_native() as usize)
+                    .map(|f| f.language.as_str())
+                    != Some("rust")
+            {
+                continue;
+            }
+            here.push((c as u32, key));
+            if !r.symbol_id.as_str().is_empty() {
+                by_symbol.insert(r.symbol_id.as_str(), key);
+            }
+        }
+        targets.push(here);
+    }
+    let mut callers: HashMap<(&str, &str), HashSet<(usize, u32)>> = HashMap::new();
+    for (si, s) in ix.segments.iter().enumerate() {
+        let t = s.segment.table();
+        let n = t.chunks.len() as u32;
+        // The file of a live source node (a chunk, or a file node after the chunks).
+        let file_of = |src: u32| {
+            if src < n {
+                (!s.tombstones.contains(src)).then(|| t.chunks[src as usize].file.to_native())
+            } else {
+                Some(src - n)
+            }
+        };
+        let g = s.segment.graph();
+        for &(c, key) in &targets[si] {
+            for (src, flags) in g.neighbors(c, EdgeKind::Calls, Direction::In) {
+                if flags & EDGE_RESOLVED == 0 {
+                    if let Some(f) = file_of(src) {
+                        callers.entry(key).or_default().insert((si, f));
+                    }
+                }
+            }
+        }
+        for e in g.external.iter() {
+            if e.kind != EdgeKind::Calls as u8 || e.flags & EDGE_RESOLVED != 0 {
+                continue;
+            }
+            if let (Some(&key), Some(f)) =
+                (by_symbol.get(e.dst.as_str()), file_of(e.src.to_native()))
+            {
+                callers.entry(key).or_default().insert((si, f));
+            }
+        }
+    }
+    Ok(callers
+        .into_iter()
+        .map(|((kind, name), files)| (files.len(), kind, name))
+        .max()
+        .map(|(files, kind, name)| (kind.to_string(), name.to_string(), files)))
 }
 
 /// Copies the index directory `from` to `to` (files and subdirectories; the build leaves no
