@@ -184,20 +184,13 @@ fn main() -> anyhow::Result<()> {
             roots.push(edit.path().to_path_buf());
             let mut inc = BuildOptions::new(roots, dir.path().join("index"));
             inc.memory_budget = args.memory_budget;
-            let base_rss = reset_peak_rss();
-            let t = Instant::now();
-            let r = build::build(&inc, emb, &Progress::silent())?;
-            let (total, peak) = (t.elapsed().as_secs_f64(), peak_rss());
+            let (r, secs, tail) = timed_build(&inc, emb)?;
             println!(
-                "  incremental, one file added: {:.3}s; {} changed, {} unchanged, {} relinked; {} chunks written; peak RSS {} MB (before {} MB); [{}]",
-                total,
+                "  incremental, one file added: {secs}; {} changed, {} unchanged, {} relinked; {} chunks written; {tail}",
                 r.files_changed,
                 r.files_unchanged,
                 r.files_relinked,
                 r.chunks_written,
-                peak / 1_000_000,
-                base_rss / 1_000_000,
-                phases(&r)
             );
             // Then one file edited, twice each way, alternating: unchanged files' facts read
             // from the facts cache (the default), against every file parsed (the peer).
@@ -209,21 +202,14 @@ fn main() -> anyhow::Result<()> {
                     ),
                 )?;
                 inc.reuse_facts = reuse;
-                let base_rss = reset_peak_rss();
-                let t = Instant::now();
-                let r = build::build(&inc, emb, &Progress::silent())?;
-                let (total, peak) = (t.elapsed().as_secs_f64(), peak_rss());
+                let (r, secs, tail) = timed_build(&inc, emb)?;
                 println!(
-                    "  incremental, one file edited, {}: {:.3}s; {} changed, {} from the cache, {} relinked; cache written {}; peak RSS {} MB (before {} MB); [{}]",
+                    "  incremental, one file edited, {}: {secs}; {} changed, {} from the cache, {} relinked; cache written {}; {tail}",
                     if reuse { "facts cache" } else { "every file parsed" },
-                    total,
                     r.files_changed,
                     r.files_cached,
                     r.files_relinked,
                     r.facts_written.map_or("no".to_string(), |(n, b)| format!("{n} entries, {b} bytes")),
-                    peak / 1_000_000,
-                    base_rss / 1_000_000,
-                    phases(&r)
                 );
             }
             // A cascade: a second Rust function, or type, of the name that the most files'
@@ -242,20 +228,13 @@ fn main() -> anyhow::Result<()> {
                     ("removed", base.to_string()),
                 ] {
                     std::fs::write(edit.path().join("edit.rs"), text)?;
-                    let base_rss = reset_peak_rss();
-                    let t = Instant::now();
-                    let r = build::build(&inc, emb, &Progress::silent())?;
-                    let (total, peak) = (t.elapsed().as_secs_f64(), peak_rss());
+                    let (r, secs, tail) = timed_build(&inc, emb)?;
                     println!(
-                        "  incremental, cascade: a second {kind} `{name}` (whose definitions {files} files call by name alone) {step}: {:.3}s; {} changed, {} relinked; {} chunks written, {} embedded; peak RSS {} MB (before {} MB); [{}]",
-                        total,
+                        "  incremental, cascade: a second {kind} `{name}` (whose definitions {files} files call by name alone) {step}: {secs}; {} changed, {} relinked; {} chunks written, {} embedded; {tail}",
                         r.files_changed,
                         r.files_relinked,
                         r.chunks_written,
                         r.chunks_embedded,
-                        peak / 1_000_000,
-                        base_rss / 1_000_000,
-                        phases(&r)
                     );
                 }
             }
@@ -351,6 +330,25 @@ fn word_scan(index: &std::path::Path, n: usize) -> anyhow::Result<()> {
 }
 
 /// A build's phase times, summed per phase in the order they first ran.
+/// One build of `opts`, timed: its report, its wall time (`1.234s`) and what every line about
+/// an incremental build ends with (`peak RSS N MB (before M MB); [phases]`).
+fn timed_build(
+    opts: &BuildOptions,
+    emb: &dyn Embedder,
+) -> anyhow::Result<(build::BuildReport, String, String)> {
+    let base_rss = reset_peak_rss();
+    let t = Instant::now();
+    let r = build::build(opts, emb, &Progress::silent())?;
+    let (total, peak) = (t.elapsed().as_secs_f64(), peak_rss());
+    let tail = format!(
+        "peak RSS {} MB (before {} MB); [{}]",
+        peak / 1_000_000,
+        base_rss / 1_000_000,
+        phases(&r)
+    );
+    Ok((r, format!("{total:.3}s"), tail))
+}
+
 fn phases(r: &build::BuildReport) -> String {
     (r.phase_times().iter())
         .map(|(k, d)| format!("{k} {:.3}s", d.as_secs_f64()))

@@ -96,14 +96,12 @@ pub const PURGE_DELAY_MS: i64 = 10;
 /// the default against 576 / 580 MB (two interleaved rounds each; see
 /// docs/measurements.md, "Bounded builds and merges").
 pub fn purge_promptly() -> i64 {
-    // SAFETY: mi_option_get/mi_option_set read and store one integer in mimalloc's option
-    // table; any value is valid for the purge delay (negative: never purge).
-    unsafe {
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS as _);
-        }
-        libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) as i64
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: mi_option_set stores one integer in mimalloc's option table; any value is
+        // valid for the purge delay (negative: never purge).
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS as _) };
     }
+    purge_delay()
 }
 
 /// Keeps the pages freed in this process while it lives (mimalloc's purge delay set to
@@ -134,11 +132,9 @@ impl KeepFreedPages {
         }
         let mut k = KEEP.lock().unwrap_or_else(|e| e.into_inner());
         if k.0 == 0 {
+            k.1 = purge_delay();
             // SAFETY: as in `purge_promptly`: one integer of mimalloc's option table.
-            unsafe {
-                k.1 = libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) as i64;
-                libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, KEEP_DELAY_MS as _);
-            }
+            unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, KEEP_DELAY_MS as _) };
         }
         k.0 += 1;
         KeepFreedPages(true)
@@ -253,13 +249,12 @@ mod tests {
         let _one = PURGE_OPTION.lock().unwrap_or_else(|e| e.into_inner());
         // The index is mimalloc's own: its default (1000 ms in v3, 10 in v2) is what an
         // option of another meaning would hardly hold, and setting it changes what it reads.
-        // SAFETY: as in `purge_promptly`.
-        let before = unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
+        let before = super::purge_delay();
         if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
             assert!(before == 1000 || before == 10, "purge delay {before}");
             assert_eq!(super::purge_promptly(), super::PURGE_DELAY_MS);
         } else {
-            assert_eq!(super::purge_promptly(), before as i64);
+            assert_eq!(super::purge_promptly(), before);
         }
     }
 

@@ -82,10 +82,9 @@ struct SmallLayer {
     ffn_norm: (Vec<f32>, Vec<f32>),
 }
 
-/// A host copy of an f32 tensor's values.
-fn host<const D: usize>(t: &Tensor<D>) -> Result<Vec<f32>, ModelError> {
-    t.clone()
-        .try_into_data()
+/// An f32 tensor's values on the host (without a copy where its buffer allows).
+fn host<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>, ModelError> {
+    t.try_into_data()
         .map_err(|e| ModelError::Inference(e.to_string()))?
         .try_into_vec::<f32>()
         .map_err(|e| ModelError::Inference(format!("{e:?}")))
@@ -334,7 +333,7 @@ impl Bert {
         }
         let layers = self.small_layers()?;
         let ids: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
-        let mut x = host(&self.embeddings(ids, 1, seq))?;
+        let mut x = host(self.embeddings(ids, 1, seq))?;
         for (l, s) in self.host_layers.iter().zip(layers) {
             let qkv = s.qkv.forward(&x, seq);
             let ctx = cpu::attention(&qkv, &[seq], seq, nh, h / nh);
@@ -578,16 +577,7 @@ impl Bert {
                     .to_string(),
             ));
         }
-        let x = self
-            .embeddings(ids, b, seq)
-            .try_into_data()
-            .map_err(|e| ModelError::Inference(e.to_string()))?;
-        let x = match x.as_slice::<f32>() {
-            Ok(v) => v.to_vec(),
-            Err(_) => x
-                .try_into_vec::<f32>()
-                .map_err(|e| ModelError::Inference(format!("{e:?}")))?,
-        };
+        let x = host(self.embeddings(ids, b, seq))?;
         let shape = host::Shape {
             lengths,
             seq,

@@ -157,18 +157,7 @@ pub(crate) fn mean_pool(x: &[f32], lengths: &[usize], seq: usize, h: usize) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn data(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
-    }
+    use crate::small::test_values as data;
 
     /// Every start against a plain f64 product, at row counts around gemm's blocks and at
     /// zero rows.

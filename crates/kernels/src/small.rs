@@ -446,21 +446,24 @@ pub(crate) fn layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     }
 }
 
+/// `n` deterministic values in [-0.5, 0.5) from `seed` (a linear congruential generator): the
+/// inputs of this crate's host-kernel tests.
+#[cfg(test)]
+pub(crate) fn test_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn data(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
-    }
 
     /// Against a plain f64 product of the half-rounded weights, for every row count up to
     /// two passes and widths that leave a partial last block; the AVX2 kernel equals the
@@ -468,11 +471,11 @@ mod tests {
     #[test]
     fn matches_reference_and_paths_agree() {
         for &(in_dim, out_dim) in &[(384, 1152), (37, 21), (1536, 384), (8, 16), (64, 40)] {
-            let w = data(in_dim * out_dim, 7);
-            let bias = data(out_dim, 9);
+            let w = test_values(in_dim * out_dim, 7);
+            let bias = test_values(out_dim, 9);
             let p = Packed::new(&w, in_dim, out_dim, bias.clone());
             for rows in [1, 2, 5, 6, 7, 12, 13, 14, 27] {
-                let x = data(rows * in_dim, rows as u64);
+                let x = test_values(rows * in_dim, rows as u64);
                 let got = p.forward_with(&x, rows, true, Kernel::Scalar);
                 for r in 0..rows {
                     for o in 0..out_dim {
@@ -504,7 +507,7 @@ mod tests {
 
     #[test]
     fn layer_norm_normalises_rows() {
-        let mut x = data(3 * 8, 3);
+        let mut x = test_values(3 * 8, 3);
         let g = vec![1.0f32; 8];
         let b = vec![0.0f32; 8];
         layer_norm(&mut x, &g, &b, 1e-12);
