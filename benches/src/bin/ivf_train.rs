@@ -1,23 +1,27 @@
-//! IVF training: FAISS's CPU k-means against our GPU k-means (`kernels::gpu::kmeans`, through
-//! `Encoder::train_ivf_centroids`, the indexer's path) on the same vectors, and the recall both
-//! indexes reach.
+//! IVF building: FAISS's (k-means, SQ8 ranges, adds) against ours (the k-means on the GPU,
+//! `kernels::gpu::kmeans` through `Encoder::train_ivf_centroids`, or on the CPU,
+//! `format::ivf_write::train_centroids`; then `format::ivf_write::write_ivf_sq8`: the
+//! indexer's paths) on the same vectors, and the recall both indexes reach.
 //!
 //! Vectors are synthetic unit vectors around random centres (deterministic). Both indexes are
-//! `IVF{nlist},SQ8` over all vectors with the segment's rule for `nlist` and training sample;
-//! the FAISS one trains its own centroids, the GPU one gets ours and trains only the SQ8 ranges.
+//! `IVF{nlist},SQ8` over all vectors with the segment's rule for `nlist` and training sample.
 //! Printed: the k-means time on each side (FAISS's is `write_ivf` minus `write_ivf_with` given
-//! centroids, i.e. the part our centroids replace), the whole index build on each side, and
+//! our centroids), the rest of the index on each side (and whether the two files built on our
+//! centroids are the same bytes), the whole index build on each side, and
 //! recall@10 of the IVF candidates against exact search at `--nprobe`, the exact top-10 computed
-//! both by the GPU top-k kernel and by the CPU scan (timed, and compared list by list).
+//! both by the GPU top-k kernel (on a GPU) and by the CPU scan (timed, and compared list by
+//! list).
 //!
 //! Run: `cargo run --release -p cix-benches --features wgpu --bin ivf_train -- --device wgpu
-//! [--n 1000000] [--dim 384] [--queries 200] [--nprobe 32] [--threads N]`.
+//! [--n 1000000] [--dim 384] [--queries 200] [--nprobe 32] [--threads N]`; without a GPU
+//! feature (or with `--device cpu`) it compares FAISS's k-means with the CPU build's.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use format::ivf_write;
 use format::vectors::{self, Ivf};
 use kernels::topk::TopKKernel;
 
@@ -35,10 +39,11 @@ struct Args {
     queries: usize,
     #[arg(long, default_value_t = vectors::DEFAULT_NPROBE)]
     nprobe: usize,
-    /// FAISS (OpenMP) threads; default: all cores.
+    /// FAISS's OpenMP threads; default: all cores (ours run on rayon's pool, all cores; BLAS
+    /// runs one thread per call either way).
     #[arg(long)]
     threads: Option<usize>,
-    /// Where the GPU k-means runs: wgpu | cuda (needs the matching cargo feature) | auto.
+    /// Where our k-means runs: wgpu | cuda (needs the matching cargo feature) | cpu | auto.
     #[arg(long, default_value = "auto")]
     device: kernels::DeviceChoice,
     /// Model directory (the encoder is loaded only to reach its GPU device).
@@ -74,7 +79,7 @@ fn main() -> anyhow::Result<()> {
     let sample = vectors::ivf_training_sample(&data, dim);
     let nlist = vectors::nlist_for(n);
     println!(
-        "{n} × {dim} vectors around {} centres (made in {:.1}s); nlist {nlist}, training sample {} points; FAISS threads {threads}; GPU k-means on: {}",
+        "{n} × {dim} vectors around {} centres (made in {:.1}s); nlist {nlist}, training sample {} points; FAISS threads {threads}; encoder on: {}",
         args.centres,
         t.elapsed().as_secs_f64(),
         sample.len() / dim,
@@ -88,30 +93,37 @@ fn main() -> anyhow::Result<()> {
     let faiss_total = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let centroids = match enc.train_ivf_centroids(&sample, dim, nlist) {
-        Some(r) => r.context("GPU k-means")?,
-        None => bail!(
-            "the encoder runs on the CPU ({}): build with --features wgpu or cuda and pass --device",
-            enc.device_description()
-        ),
+    // Ours: the GPU k-means where the encoder has a GPU, else the CPU's (what a CPU build runs).
+    let (centroids, ours) = match enc.train_ivf_centroids(&sample, dim, nlist) {
+        Some(r) => (r.context("GPU k-means")?, "GPU"),
+        None => (ivf_write::train_centroids(&sample, dim, nlist)?, "CPU"),
     };
     let gpu_kmeans = t.elapsed().as_secs_f64();
-    let gpu_path = tmp.path().join("gpu.ivf");
+    // FAISS's SQ8 ranges and adds on our centroids: its k-means is its index minus this.
+    let given = tmp.path().join("faiss-given.ivf");
     let t = Instant::now();
-    vectors::write_ivf_with(&gpu_path, &data, dim, Some(&centroids))?;
+    vectors::write_ivf_with(&given, &data, dim, Some(&centroids))?;
+    let faiss_rest = t.elapsed().as_secs_f64();
+    let faiss_kmeans = (faiss_total - faiss_rest).max(0.0);
+    // What a segment write runs: our SQ8 ranges, lists and codes (`format::ivf_write`).
+    let gpu_path = tmp.path().join("ours.ivf");
+    let t = Instant::now();
+    ivf_write::write_ivf_sq8(&gpu_path, &data, dim, Some(&centroids), &|_| {})?;
     let rest = t.elapsed().as_secs_f64();
-    let faiss_kmeans = (faiss_total - rest).max(0.0);
+    let same = std::fs::read(&given)? == std::fs::read(&gpu_path)?;
 
     println!(
-        "FAISS CPU: index {faiss_total:.3}s, of which k-means ≈ {faiss_kmeans:.3}s (index minus the same build with given centroids)"
+        "FAISS CPU: index {faiss_total:.3}s, of which k-means ≈ {faiss_kmeans:.3}s (index minus its SQ8 ranges and adds on our centroids, {faiss_rest:.3}s)"
     );
     println!(
-        "GPU:       k-means {gpu_kmeans:.3}s + SQ8 ranges and add {rest:.3}s = index {:.3}s",
-        gpu_kmeans + rest
+        "{ours}:       k-means {gpu_kmeans:.3}s + SQ8 ranges, lists and codes {rest:.3}s = index {:.3}s; the file {} FAISS's on the same centroids",
+        gpu_kmeans + rest,
+        if same { "equals" } else { "differs from" }
     );
     println!(
-        "k-means speed-up {:.2}×; whole index {:.2}×",
+        "k-means speed-up {:.2}×; SQ8 and lists {:.2}×; whole index {:.2}×",
         faiss_kmeans / gpu_kmeans.max(1e-9),
+        faiss_rest / rest.max(1e-9),
         faiss_total / (gpu_kmeans + rest).max(1e-9)
     );
 
@@ -125,7 +137,12 @@ fn main() -> anyhow::Result<()> {
     // kernels are compared with (`--bandwidth-gbs`, default an H200's 4,800 GB/s).
     let stream_ms = (data.len() * 4) as f64 / (args.bandwidth_gbs * 1e9) * 1e3;
     let mut lists = Vec::new();
-    for kernel in [TopKKernel::Staged, TopKKernel::RowWise] {
+    let kernels: &[TopKKernel] = if ours == "GPU" {
+        &[TopKKernel::Staged, TopKKernel::RowWise]
+    } else {
+        &[]
+    };
+    for &kernel in kernels {
         let mut runs = Vec::new();
         for _ in 0..2 {
             let t = Instant::now();
@@ -154,17 +171,18 @@ fn main() -> anyhow::Result<()> {
             lists.push((l, s));
         }
     }
-    let [(truth_gpu, gpu_topk), (peer, _)] = &lists[..] else {
-        bail!("a GPU top-k run is missing");
+    let gpu_truth = match &lists[..] {
+        [(truth_gpu, gpu_topk), (peer, _)] => {
+            let same = peer.iter().zip(truth_gpu).filter(|(a, b)| a == b).count();
+            println!(
+                "staged and row-wise kernels: identical lists (rows and scores) for {same}/{} queries",
+                truth_gpu.len()
+            );
+            Some((truth_gpu, *gpu_topk))
+        }
+        [] => None,
+        _ => bail!("a GPU top-k run is missing"),
     };
-    let gpu_topk = *gpu_topk;
-    {
-        let same = peer.iter().zip(truth_gpu).filter(|(a, b)| a == b).count();
-        println!(
-            "staged and row-wise kernels: identical lists (rows and scores) for {same}/{} queries",
-            truth_gpu.len()
-        );
-    }
     let t = Instant::now();
     let truth: Vec<Vec<u32>> = queries
         .chunks_exact(dim)
@@ -176,15 +194,22 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let cpu_topk = t.elapsed().as_secs_f64();
-    let agree = truth
-        .iter()
-        .zip(truth_gpu)
-        .filter(|(c, g)| c.iter().copied().eq(g.iter().map(|x| x.0)))
-        .count();
-    println!(
-        "exact top-10 of {} queries over {n}: GPU kernel {gpu_topk:.3}s, CPU scan (1 thread) {cpu_topk:.3}s; identical lists for {agree}/{} queries",
-        args.queries, args.queries
-    );
+    if let Some((truth_gpu, gpu_topk)) = gpu_truth {
+        let agree = truth
+            .iter()
+            .zip(truth_gpu)
+            .filter(|(c, g)| c.iter().copied().eq(g.iter().map(|x| x.0)))
+            .count();
+        println!(
+            "exact top-10 of {} queries over {n}: GPU kernel {gpu_topk:.3}s, CPU scan (1 thread) {cpu_topk:.3}s; identical lists for {agree}/{} queries",
+            args.queries, args.queries
+        );
+    } else {
+        println!(
+            "exact top-10 of {} queries over {n}: CPU scan (1 thread) {cpu_topk:.3}s",
+            args.queries
+        );
+    }
     let (mut hit_f, mut hit_g, mut total) = (0usize, 0usize, 0usize);
     for (q, exact) in queries.chunks_exact(dim).zip(&truth) {
         let f = faiss_ivf.candidates(q, 10, args.nprobe)?;
@@ -194,7 +219,7 @@ fn main() -> anyhow::Result<()> {
         total += exact.len();
     }
     println!(
-        "recall@10 at nprobe {} over {} queries: FAISS centroids {:.4}, GPU centroids {:.4}",
+        "recall@10 at nprobe {} over {} queries: FAISS centroids {:.4}, {ours} centroids {:.4}",
         args.nprobe,
         args.queries,
         hit_f as f64 / total.max(1) as f64,

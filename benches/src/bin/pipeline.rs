@@ -46,7 +46,8 @@ struct Args {
     /// waits (sleeps, no CPU) as long as a device at this many tokens per second would take
     /// (tokens estimated as bytes / `--bytes-per-token`), and the IVF coarse centroids come
     /// "from the device" (the training sample's first rows, after a wait of
-    /// `--device-kmeans-ms` per segment) so FAISS runs no k-means: the CPU side of a GPU build.
+    /// `--device-kmeans-ms` per segment) so the segment writer runs no k-means: the CPU side of a
+    /// GPU build.
     #[arg(long)]
     device_rate: Option<f64>,
     #[arg(long, default_value_t = 4.2)]

@@ -2,8 +2,8 @@
 //! `IndexIVFScalarQuantizer` serialisation (SQ8, inner product, flat coarse quantizer, array
 //! inverted lists) and our own scan.
 //!
-//! FAISS writes the file (`vectors::write_ivf_with`) and remains the peer the benchmarks and
-//! tests compare against (`vectors::Ivf`), but loading an index into FAISS copies every code and
+//! `crate::ivf_write` writes the file in FAISS's layout; FAISS remains the peer the benchmarks
+//! and tests compare against (`vectors::Ivf`), but loading an index into FAISS copies every code and
 //! id into its heap (~400 MB and ~0.3 s at 1M vectors, after a checksum of the whole file). Here
 //! opening parses the headers, records where the coarse centroids and each list's codes and
 //! ids lie in the map and quantises the centroids to one byte per dimension for routing: under

@@ -12,6 +12,7 @@ pub mod fsio;
 pub mod graph;
 pub mod header;
 pub mod ivf_map;
+pub mod ivf_write;
 pub mod lazy_text;
 pub mod manifest;
 pub mod memory;

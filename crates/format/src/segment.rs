@@ -57,7 +57,8 @@ pub struct SegmentMeta {
     pub chunk_count: u32,
     pub file_count: u32,
     /// `flat` or `ivf<nlist>,sq8` (plus `,centroids=external` when the coarse centroids were
-    /// trained outside FAISS, by the indexer's GPU k-means).
+    /// trained by the indexer's GPU k-means rather than by the writer: [`crate::ivf_write`],
+    /// or FAISS in segments written before it).
     pub vector_index: String,
     pub files: Vec<FileEntry>,
 }

@@ -4,8 +4,9 @@
 //! chunk `i`'s L2-normalised embedding. It is memory-mapped and read in place: exact search for
 //! small segments, re-ranking of IVF candidates, and vector reuse in incremental builds.
 //!
-//! `ivf.faiss` is a FAISS `IVF{nlist},SQ8` inner-product index written by FAISS itself (its own
-//! format; integrity through the segment manifest's blake3, checked before FAISS parses it).
+//! `ivf.faiss` is a FAISS `IVF{nlist},SQ8` inner-product index in FAISS's own format, written
+//! by [`crate::ivf_write`] (FAISS's own build, [`write_ivf_with`], is the peer of tests and
+//! benchmarks; integrity through the segment manifest's blake3, checked before FAISS parses it).
 //! SQ8 codes are a quarter of the raw vectors, so the segment stays within 1.5 × (vectors +
 //! text); candidates are re-ranked exactly against the raw rows, which restores full precision.
 //! Useful for: sub-millisecond search on 100k+ vectors. Not useful for: small segments, where a
@@ -189,10 +190,10 @@ pub fn write_ivf(path: &Path, vectors: &[f32], dim: usize) -> Result<()> {
     write_ivf_with(path, vectors, dim, None)
 }
 
-/// [`write_ivf`], optionally with coarse centroids trained elsewhere (the indexer trains them
-/// on the GPU for large segments): `nlist_for(n) × dim` floats, handed to FAISS's quantizer so
-/// FAISS skips its own k-means (it then trains only the SQ8 ranges on the residuals of
-/// [`ivf_training_sample`]).
+/// [`write_ivf`], optionally with coarse centroids trained elsewhere: `nlist_for(n) × dim`
+/// floats, handed to FAISS's quantizer so FAISS skips its own k-means (it then trains only the
+/// SQ8 ranges on the residuals of [`ivf_training_sample`]). FAISS's build, the peer of
+/// [`crate::ivf_write::write_ivf_sq8`] (which writes the same bytes from the same centroids).
 pub fn write_ivf_with(
     path: &Path,
     vectors: &[f32],
@@ -236,8 +237,8 @@ pub fn add_batches(n: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
 /// [`write_ivf_with`], reading `vectors` in order: after the training sample is taken,
 /// `consumed(0..n)`; then the rows are added to FAISS in [`add_batches`] (the same index as one
 /// `add` of all of them, tested) and each batch is passed to `consumed` once FAISS has encoded
-/// it. The segment writer drops the pages of rows it mapped back from disk there, so that the
-/// process holds the batch being added rather than every row it has read.
+/// it (the segment writer, when FAISS built its IVF, dropped the pages of rows it had mapped
+/// back from disk there).
 pub fn write_ivf_streamed(
     path: &Path,
     vectors: &[f32],

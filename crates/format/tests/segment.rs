@@ -248,6 +248,20 @@ fn byte_identical_output_for_identical_input() {
     assert_eq!(again, ia);
 }
 
+/// A vector that is not a finite number is refused, in a flat segment and in one with an IVF
+/// index, and nothing is written.
+#[test]
+fn vectors_that_are_not_finite_are_refused() {
+    for (files, per_file, row) in [(2, 3, 4), (50, 100, 4321)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = builder(files, per_file, 8);
+        b.vectors[row * 8 + 5] = f32::NAN;
+        let err = b.write(dir.path(), MODEL, 8).unwrap_err();
+        assert!(err.to_string().contains(&format!("vector {row} ")), "{err}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
+
 #[test]
 fn ivf_segment_recall_and_determinism() {
     format::vectors::set_faiss_threads(1);

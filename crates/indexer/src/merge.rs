@@ -180,8 +180,9 @@ pub fn plan(stats: &[SegmentStat], policy: &MergePolicy) -> Option<(Vec<usize>, 
 /// Estimated bytes a segment adds to a merge's heap ([`format::merge`]): its chunk records
 /// three times (the copied records, the table with its lookups, the archive), its postings
 /// and graph twice (merged or built, then archived), a quarter of its vectors (the SQ8 codes
-/// FAISS holds while it fills the IVF; the rows themselves are read from the parts' maps and
-/// the written file, page cache the kernel can reclaim), its texts not at all (streamed from
+/// the IVF writer holds until it writes the lists, `format::ivf_write`; the rows themselves
+/// are read from the parts' maps and the written file, page cache the kernel can reclaim),
+/// its texts not at all (streamed from
 /// the parts' `texts.bin`). A segment of an older format has its postings built again from
 /// its texts (its tokenizer may differ): twice its texts more. On the 1M-chunk latency index
 /// (9 segments) this estimates 1,408 MiB; the merge's anonymous memory peaked at 1,327 MiB.

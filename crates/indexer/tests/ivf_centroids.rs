@@ -1,5 +1,6 @@
 //! IVF coarse centroids trained by the embedder (the GPU k-means in production) reach the
-//! segment's FAISS index unchanged, and a failing trainer fails the build without committing.
+//! segment's FAISS index unchanged, and a failing trainer fails the build without committing;
+//! without one (a CPU encoder), builds and merges train them with `format::ivf_write`'s k-means.
 //!
 //! The embedder is a stand-in (hash vectors, CPU k-means from `kernels::kmeans`): what is tested
 //! is the indexer's plumbing; the GPU k-means itself is tested against the same CPU reference in
@@ -105,4 +106,62 @@ fn embedder_trained_centroids_reach_the_ivf_index() {
     );
     let ivf = seg.ivf().unwrap().expect("an IVF index");
     assert_eq!(ivf.centroids().unwrap(), trained);
+}
+
+/// The centroids a CPU build or merge of `seg` trains: the k-means of `format::ivf_write` on
+/// its vectors' training sample.
+fn cpu_centroids_of(seg: &format::Segment) -> Vec<f32> {
+    let dim = seg.meta().dim as usize;
+    let sample = format::vectors::ivf_training_sample(seg.vectors(), dim);
+    let nlist = format::vectors::nlist_for(seg.meta().chunk_count as usize);
+    format::ivf_write::train_centroids(&sample, dim, nlist).unwrap()
+}
+
+#[test]
+fn cpu_builds_and_merges_train_the_centroids_without_faiss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    repo(&src, 5, 900);
+    let emb = HashEmbedder { dim: 32 };
+
+    // One segment: its IVF's centroids are `ivf_write`'s k-means', not FAISS's.
+    let out = tmp.path().join("one");
+    let opts = BuildOptions::new(vec![src.clone()], out.clone());
+    build(&opts, &emb, &Progress::auto(true)).unwrap();
+    let ix = format::Index::open(&out).unwrap();
+    assert_eq!(ix.segments.len(), 1);
+    let seg = &ix.segments[0].segment;
+    assert_eq!(
+        seg.meta().vector_index,
+        format!("ivf{},sq8", format::vectors::nlist_for(4500))
+    );
+    let ivf = seg.ivf().unwrap().expect("an IVF index");
+    assert_eq!(ivf.centroids().unwrap(), cpu_centroids_of(seg));
+
+    // Segments cut small (flat), then merged into one that gets an IVF: the merge trains its
+    // centroids the same way, from the merged rows (borrowed from the parts).
+    let out = tmp.path().join("cut");
+    let mut opts = BuildOptions::new(vec![src], out.clone());
+    opts.memory_budget = indexer::build::MIN_MEMORY_BUDGET;
+    build(&opts, &emb, &Progress::auto(true)).unwrap();
+    let before = format::Index::open(&out).unwrap().segments.len();
+    assert!(before > 1, "{before} segments");
+    let policy = indexer::merge::MergePolicy {
+        budget: 1 << 30,
+        max_segments: Some(1),
+        deletes: false,
+    };
+    let done = indexer::merge::merge(&out, &policy, &Progress::auto(true)).unwrap();
+    assert!(!done.merges.is_empty());
+    let ix = format::Index::open(&out).unwrap();
+    assert_eq!(ix.segments.len(), 1);
+    let seg = &ix.segments[0].segment;
+    assert_eq!(seg.meta().chunk_count, 4500);
+    assert_eq!(
+        seg.meta().vector_index,
+        format!("ivf{},sq8", format::vectors::nlist_for(4500))
+    );
+    let ivf = seg.ivf().unwrap().expect("an IVF index");
+    assert_eq!(ivf.centroids().unwrap(), cpu_centroids_of(seg));
 }

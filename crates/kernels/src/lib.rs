@@ -161,8 +161,8 @@ impl Encoder {
 
     /// Trains `k` IVF coarse centroids on `sample` (row-major, `dim` wide, normalised
     /// embeddings) on the encoder's GPU: spherical k-means, [`IVF_KMEANS_ITERS`] iterations,
-    /// entirely on the device ([`gpu::kmeans`]). `None` when the encoder runs on the CPU (FAISS
-    /// then trains on the CPU as usual).
+    /// entirely on the device ([`gpu::kmeans`]). `None` when the encoder runs on the CPU (the
+    /// segment writer then runs the same k-means on the CPU, `format::ivf_write`).
     pub fn train_ivf_centroids(
         &self,
         sample: &[f32],

@@ -31,7 +31,8 @@ pub struct SegmentBuilder {
     /// empty for a code segment.
     pub memories: Vec<MemoryRecord>,
     /// IVF coarse centroids trained elsewhere (the indexer's GPU k-means), `nlist_for(n) × dim`
-    /// floats, for a segment large enough to get an IVF index; `None`: FAISS trains them.
+    /// floats, for a segment large enough to get an IVF index; `None`: the writer trains them
+    /// ([`crate::ivf_write::train_centroids`]).
     pub ivf_centroids: Option<Vec<f32>>,
     /// How `texts.bin` and `vectors.f32`, most of a segment's bytes, are written: through the
     /// page cache (the default) or around it ([`crate::fsio::StreamOut`]; `indexer build
@@ -96,6 +97,23 @@ impl SegmentBuilder {
         };
         if dim == 0 || floats != n * dim {
             return bad(format!("{floats} floats for {n} chunks of dimension {dim}"));
+        }
+        // A vector that is not finite scores NaN against every query. Rows an IVF index is
+        // built over are checked as it reads them (`ivf_write`); a merge's below it here.
+        let rows: Vec<&[f32]> = match from {
+            None => vec![&self.vectors],
+            Some(b) if n < vectors::IVF_THRESHOLD => b.vectors.clone(),
+            Some(_) => Vec::new(),
+        };
+        let mut before = 0;
+        for run in rows {
+            if let Some(at) = first_non_finite(run) {
+                return bad(format!(
+                    "vector {} holds a value that is not a finite number",
+                    (before + at) / dim
+                ));
+            }
+            before += run.len();
         }
         if self
             .files
@@ -199,8 +217,9 @@ impl SegmentBuilder {
 
     /// [`Self::write`] into the fresh directory `tmp`, renamed into place at the end.
     ///
-    /// The IVF index (FAISS's k-means and SQ8 encoding, the largest single cost of a large
-    /// segment) is built on a scoped thread while this one writes the other components, each
+    /// The IVF index (k-means, lists and SQ8 codes: [`crate::ivf_write`], the largest single
+    /// cost of a large segment) is built on a scoped thread while this one writes the other
+    /// components, each
     /// encoded, written and dropped in turn. The output does not depend on that overlap: every
     /// file is a function of the inputs alone.
     fn write_into(
@@ -248,7 +267,8 @@ impl SegmentBuilder {
             }
         };
         release_sources();
-        // Rows in several runs are written now and mapped back: FAISS wants them in one slice.
+        // Rows in several runs are written now and mapped back: the IVF writer wants them in
+        // one slice.
         let mut written = None;
         let mut mapped = None;
         if runs.len() > 1 {
@@ -257,7 +277,7 @@ impl SegmentBuilder {
             mapped = Some(map);
             release_sources();
         }
-        // Rows FAISS and the one-bit encoder have read, dropped from the process where they
+        // Rows the IVF writer and the one-bit encoder have read, dropped from the process where they
         // are mapped back from disk (they are read in order, so this holds a batch at a time).
         let consumed = |r: std::ops::Range<usize>| {
             if let Some(m) = &mapped {
@@ -310,7 +330,7 @@ impl SegmentBuilder {
             files.extend(entries);
             vector_index = format!("ivf{},sq8", vectors::nlist_for(n as usize));
             if ivf_centroids.is_some() {
-                // Who trained the coarse centroids (FAISS's k-means otherwise).
+                // Who trained the coarse centroids (`ivf_write`'s k-means otherwise).
                 vector_index.push_str(",centroids=external");
             }
         }
@@ -557,6 +577,15 @@ fn write_records(
     Ok(files)
 }
 
+/// Where the first value of `v` that is not a finite number lies (parts scanned in parallel).
+fn first_non_finite(v: &[f32]) -> Option<usize> {
+    use rayon::prelude::*;
+    const PART: usize = 1 << 16;
+    v.par_chunks(PART)
+        .enumerate()
+        .find_map_first(|(i, c)| c.iter().position(|x| !x.is_finite()).map(|p| i * PART + p))
+}
+
 /// `v` as little-endian bytes: borrowed in place on a little-endian target (the 150 MB of a
 /// 100k-chunk segment's vectors are not copied), converted elsewhere.
 fn f32_le_bytes(v: &[f32]) -> Cow<'_, [u8]> {
@@ -574,7 +603,8 @@ fn f32_le_bytes(v: &[f32]) -> Cow<'_, [u8]> {
     }
 }
 
-/// Trains, fills and writes `ivf.faiss`, fsyncs it and hashes it as it is on disk; then
+/// Trains, fills and writes `ivf.faiss` ([`crate::ivf_write`]), fsyncs it and hashes it as it
+/// is on disk; then
 /// encodes its lists' one-bit codes into `ivf.rbq` ([`crate::rabitq`]) when the dimension
 /// gets them ([`crate::rabitq::applies`]). Both read the rows in order and tell `consumed`
 /// of each range once read.
@@ -587,7 +617,7 @@ fn write_ivf_file(
     consumed: &(dyn Fn(std::ops::Range<usize>) + Sync),
 ) -> Result<Vec<FileEntry>> {
     let p = tmp.join(IVF_FILE);
-    vectors::write_ivf_streamed(&p, vectors, dim, centroids, consumed)?;
+    crate::ivf_write::write_ivf_sq8(&p, vectors, dim, centroids, consumed)?;
     let faiss = hash_synced(&p)?;
     if !crate::rabitq::applies(dim) {
         return Ok(vec![faiss]);
@@ -599,7 +629,7 @@ fn write_ivf_file(
     Ok(vec![faiss, rbq])
 }
 
-/// Fsyncs the file FAISS wrote at `p` and hashes it as it is on disk, streamed.
+/// Fsyncs the file written at `p` and hashes it as it is on disk, streamed.
 fn hash_synced(p: &Path) -> Result<FileEntry> {
     let f = std::fs::File::open(p).map_err(io_err(p))?;
     crate::fsio::sync_all(&f, p).map_err(io_err(p))?;

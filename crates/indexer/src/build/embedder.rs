@@ -72,7 +72,7 @@ pub trait Embedder: Sync {
     }
 
     /// `k` IVF coarse centroids for `sample` trained on the embedder's GPU, when it runs on
-    /// one (`None`: FAISS trains them on the CPU).
+    /// one (`None`: the segment writer trains them on the CPU, `format::ivf_write`).
     fn ivf_centroids(
         &self,
         _sample: &[f32],

@@ -141,7 +141,8 @@ pub(super) fn embed_vectors(
 
 /// IVF coarse centroids for a segment of `n` chunks large enough to get an IVF
 /// index, trained on the encoder's GPU outside the directory lock. `None` when the segment is
-/// small or the encoder has no GPU (FAISS then trains them on the CPU, inside `write`).
+/// small or the encoder has no GPU (the segment writer then trains them on the CPU,
+/// `format::ivf_write`).
 pub(super) fn gpu_ivf_centroids(
     embedder: &dyn Embedder,
     vectors: &[f32],
