@@ -503,17 +503,24 @@ mod tests {
     fn separated(n: usize, dim: usize) -> (Vec<f32>, Vec<f32>) {
         let nlist = nlist_for(n);
         let v = clustered_for_tests(n, dim, nlist, 0x5EED, 0.05);
-        let mut c = vec![0f32; nlist * dim];
+        let c = cluster_means(&v, dim, nlist);
+        (v, c)
+    }
+
+    /// The normalised mean of each cluster of `clustered_for_tests` (row `i` is in cluster
+    /// `i % clusters`), `clusters × dim`.
+    fn cluster_means(v: &[f32], dim: usize, clusters: usize) -> Vec<f32> {
+        let mut c = vec![0f32; clusters * dim];
         for (i, row) in v.chunks(dim).enumerate() {
             for j in 0..dim {
-                c[(i % nlist) * dim + j] += row[j];
+                c[(i % clusters) * dim + j] += row[j];
             }
         }
         for cen in c.chunks_mut(dim) {
             let norm = cen.iter().map(|x| x * x).sum::<f32>().sqrt();
             cen.iter_mut().for_each(|x| *x /= norm);
         }
-        (v, c)
+        c
     }
 
     /// Given the same centroids, the file is FAISS's to the byte: header, quantizer, SQ8
@@ -552,21 +559,10 @@ mod tests {
         let (n, dim) = (5000, 16);
         let nlist = nlist_for(n);
         let v2 = clustered_for_tests(n, dim, 2, 0xFACE, 0.05);
-        let mut c = vec![0f32; nlist * dim];
-        for (i, row) in v2.chunks(dim).enumerate() {
-            for j in 0..dim {
-                c[(i % 2) * dim + j] += row[j];
-            }
-        }
-        for l in 0..2 {
-            let cen = &mut c[l * dim..(l + 1) * dim];
-            let norm = cen.iter().map(|x| x * x).sum::<f32>().sqrt();
-            cen.iter_mut().for_each(|x| *x /= norm);
-        }
-        for l in 2..nlist {
-            for j in 0..dim {
-                c[l * dim + j] = -c[j];
-            }
+        let mut c = cluster_means(&v2, dim, 2);
+        let opposite: Vec<f32> = c[..dim].iter().map(|x| -x).collect();
+        for _ in 2..nlist {
+            c.extend_from_slice(&opposite);
         }
         let margins = reference(&v2, &c, dim);
         assert!(
