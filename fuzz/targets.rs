@@ -21,6 +21,7 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target)] = &[
     ("wal", wal::target),
     ("manifest", manifest::target),
+    ("ledger", ledger::target),
     ("tombstones", tombstones::target),
     ("segment_json", segment_json::target),
     ("chunks", chunks::target),
@@ -146,6 +147,17 @@ pub mod manifest {
                 let _ = ix.live_chunks();
                 let _ = ix.live_memories();
             }
+        }
+    }
+}
+
+pub mod ledger {
+    /// `memory-ledger.json`, the copy of MANIFEST's memory-only fields that recovery reads.
+    pub fn target(data: &[u8]) {
+        let d = super::scratch("ledger");
+        std::fs::write(d.join(format::manifest::LEDGER_FILE), data).unwrap();
+        if let Ok(Some((l, _))) = format::manifest::read_ledger(&d) {
+            let _ = l.is_empty();
         }
     }
 }

@@ -307,6 +307,29 @@ fn write_seeds() {
         "v3-code-chunks.rkyv",
         &std::fs::read(fuzz.join("compat/v3-code/chunks.rkyv")).unwrap(),
     );
+    // A ledger as a commit writes it (the fixture's index has none: nothing deleted or pulled).
+    let ledger_dir = tempfile::tempdir().unwrap();
+    let mut lm = format::IndexManifest::empty(&m.model_id, m.dim);
+    lm.generation = 7;
+    for (id, at) in [
+        ("0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e01", 1_700_000_000_123),
+        ("0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e02", 1_700_000_000_456),
+    ] {
+        lm.deleted_memories.insert(id.into(), at);
+    }
+    lm.pulled_memory_segments
+        .push("ab12cd34ef56ab12cd34ef56".into());
+    lm.pulled_from = Some(format::manifest::PulledFrom {
+        store: "s3://bucket/idx".into(),
+        generation: 9,
+    });
+    lm.commit(ledger_dir.path()).unwrap();
+    let ledger = format::manifest::LEDGER_FILE;
+    put(
+        "ledger",
+        ledger,
+        &std::fs::read(ledger_dir.path().join(ledger)).unwrap(),
+    );
     // The manifest target's index holds the templates: a manifest naming exactly them.
     let mut mm = m.clone();
     for list in [&mut mm.segments, &mut mm.memory_segments] {

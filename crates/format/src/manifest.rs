@@ -4,7 +4,8 @@
 //! live segments with their current tombstone file. It is replaced atomically: written to
 //! `MANIFEST.tmp`, fsynced, renamed over `MANIFEST`, then the directory is fsynced. Readers that
 //! opened the previous generation keep their memory maps; [`Index::collect_garbage`] only
-//! unlinks what no manifest names.
+//! unlinks what no manifest names. What `MANIFEST` alone knows about memories (pulls and
+//! deletions, [`MemoryLedger`]) has a second copy in [`LEDGER_FILE`] for its recovery.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -98,13 +99,14 @@ pub struct IndexManifest {
     /// and pushed that. A memory written again with the same id (an ingest, a later put) leaves
     /// the list; past [`MAX_DELETED_MEMORIES`] the oldest deletions leave it. Never pushed:
     /// only this machine's pulls read it. (A binary from before this field rewrites `MANIFEST`
-    /// without it, and an index whose `MANIFEST` is recovered starts it empty.)
+    /// without it. A recovered `MANIFEST` takes it, with the two fields beside it, from the
+    /// [`LEDGER_FILE`].)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub deleted_memories: BTreeMap<String, i64>,
     /// The store and store generation the last pull installed: a later pull from the same
     /// store refuses an older generation (a store rolled back, or its newer manifests
     /// deleted) instead of serving older code without a word. Never pushed. (A binary from
-    /// before this field, and MANIFEST recovery, start it empty: the next pull records it.)
+    /// before this field starts it empty: the next pull records it.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pulled_from: Option<PulledFrom>,
 }
@@ -235,10 +237,13 @@ impl IndexManifest {
         Ok(m)
     }
 
-    /// Atomically replaces `dir/MANIFEST` with `self`.
-    /// Writes the manifest atomically, as [`FORMAT_VERSION`] whatever version it was read as
-    /// (a build that reads format 3 and adds format 4 segments says so, and an older build
-    /// refuses the index instead of meeting the new segments).
+    /// Atomically replaces `dir/MANIFEST` with `self`, as [`FORMAT_VERSION`] whatever version
+    /// it was read as (a build that reads format 3 and adds format 4 segments says so, and an
+    /// older build refuses the index instead of meeting the new segments). The memory ledger
+    /// ([`LEDGER_FILE`]) is written after the rename when it changed, so it never records what
+    /// no `MANIFEST` committed; a crash or an error between the two leaves it one commit
+    /// behind until the next commit. (An error after the rename, there or in the directory
+    /// fsync, means the new `MANIFEST` may be in place.)
     pub fn commit(&self, dir: &Path) -> Result<()> {
         let tmp = dir.join("MANIFEST.tmp");
         let current = IndexManifest {
@@ -250,8 +255,132 @@ impl IndexManifest {
         write_synced(&tmp, &json)?;
         let dest = dir.join(MANIFEST);
         crate::fsio::rename(&tmp, &dest).map_err(io_err(&dest))?;
+        write_ledger(dir, &self.ledger(), self.generation)?;
         sync_dir(dir)
     }
+
+    /// What this manifest records about memories that the memory segments on disk cannot
+    /// tell again ([`MemoryLedger`]).
+    pub fn ledger(&self) -> MemoryLedger {
+        MemoryLedger {
+            pulled_memory_segments: self.pulled_memory_segments.clone(),
+            deleted_memories: self.deleted_memories.clone(),
+            pulled_from: self.pulled_from.clone(),
+        }
+    }
+}
+
+/// The file beside `MANIFEST` holding a second copy of its [`MemoryLedger`], for MANIFEST
+/// recovery (`indexer build --rebuild` of an index whose `MANIFEST` is damaged or lost), and
+/// so that a pull into a directory that lost its `MANIFEST` refuses instead of forgetting
+/// deletions. Written by [`IndexManifest::commit`] when the ledger changed (each commit reads
+/// it to compare); never pushed or pulled. A binary from before it commits without updating
+/// it: a memory such a binary deletes or imports again is known to the ledger only after the
+/// next commit of a newer one.
+pub const LEDGER_FILE: &str = "memory-ledger.json";
+
+/// Longest ledger file read ([`MAX_DELETED_MEMORIES`] deletions take about 1.2 MB).
+const LEDGER_MAX_BYTES: u64 = 64 << 20;
+
+/// The part of a `MANIFEST` that a recovery could not rebuild from the segments on disk: which
+/// remote memory segments were pulled or pushed, which memories were deleted here and when,
+/// and the store generation the last pull installed. Without it a recovered index would let
+/// a pull bring deleted memories back, or accept a store rolled back.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MemoryLedger {
+    /// [`IndexManifest::pulled_memory_segments`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pulled_memory_segments: Vec<String>,
+    /// [`IndexManifest::deleted_memories`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deleted_memories: BTreeMap<String, i64>,
+    /// [`IndexManifest::pulled_from`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulled_from: Option<PulledFrom>,
+}
+
+impl MemoryLedger {
+    /// Nothing recorded.
+    pub fn is_empty(&self) -> bool {
+        self == &MemoryLedger::default()
+    }
+
+    /// blake3 of the ledger's compact JSON: its content's checksum (equal content, equal sum,
+    /// however the file's bytes are laid out).
+    fn checksum(&self) -> Result<String> {
+        let body =
+            serde_json::to_vec(self).map_err(|e| FormatError::InvalidInput(e.to_string()))?;
+        Ok(crate::blake3_hex(&body))
+    }
+}
+
+/// [`LEDGER_FILE`]'s layout.
+#[derive(Serialize, Deserialize)]
+struct LedgerFile {
+    ledger_version: u32,
+    /// The generation of the commit that last changed the ledger.
+    generation: u64,
+    /// [`MemoryLedger::checksum`]: damage that still parses as JSON is found too.
+    blake3: String,
+    ledger: MemoryLedger,
+}
+
+const LEDGER_VERSION: u32 = 1;
+
+/// Reads `dir`'s [`LEDGER_FILE`]: the ledger and the generation that last changed it; `None`
+/// when there is none. A file that does not parse, or whose content does not match its
+/// checksum, is [`FormatError::Corrupt`].
+pub fn read_ledger(dir: &Path) -> Result<Option<(MemoryLedger, u64)>> {
+    let p = dir.join(LEDGER_FILE);
+    let f = match crate::fsio::open_for_read(&p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(FormatError::Io { path: p, source: e }),
+    };
+    let md = f.metadata().map_err(io_err(&p))?;
+    if !md.is_file() {
+        return Err(corrupt(&p, "not a regular file"));
+    }
+    let bytes = crate::fsio::read_at_most(&f, LEDGER_MAX_BYTES)
+        .map_err(io_err(&p))?
+        .ok_or_else(|| corrupt(&p, format!("longer than {LEDGER_MAX_BYTES} bytes")))?;
+    let file: LedgerFile =
+        serde_json::from_slice(&bytes).map_err(|e| corrupt(&p, crate::json_detail(&e)))?;
+    if file.ledger_version != LEDGER_VERSION {
+        return Err(FormatError::Version {
+            path: p,
+            found: file.ledger_version,
+            expected: LEDGER_VERSION,
+        });
+    }
+    if file.ledger.checksum()? != file.blake3 {
+        return Err(corrupt(&p, "content does not match its blake3"));
+    }
+    Ok(Some((file.ledger, file.generation)))
+}
+
+/// Writes `ledger` as `dir`'s [`LEDGER_FILE`] (to a temporary file, fsynced, renamed over it;
+/// the caller fsyncs the directory), unless the file already holds it, or holds nothing and
+/// `ledger` is empty. A file that cannot be read, is damaged or of another version is
+/// replaced: the committed `MANIFEST` is what it copies.
+fn write_ledger(dir: &Path, ledger: &MemoryLedger, generation: u64) -> Result<()> {
+    match read_ledger(dir) {
+        Ok(Some((on_disk, _))) if &on_disk == ledger => return Ok(()),
+        Ok(None) if ledger.is_empty() => return Ok(()),
+        _ => {}
+    }
+    let file = LedgerFile {
+        ledger_version: LEDGER_VERSION,
+        generation,
+        blake3: ledger.checksum()?,
+        ledger: ledger.clone(),
+    };
+    let json =
+        serde_json::to_vec_pretty(&file).map_err(|e| FormatError::InvalidInput(e.to_string()))?;
+    let tmp = dir.join(format!("{LEDGER_FILE}.tmp"));
+    write_synced(&tmp, &json)?;
+    let dest = dir.join(LEDGER_FILE);
+    crate::fsio::rename(&tmp, &dest).map_err(io_err(&dest))
 }
 
 /// A segment of an open index with its current tombstones.

@@ -10,13 +10,20 @@
 //! contiguous since its last truncation, so the replayed version is the newest), and the next
 //! flush tombstones the segment copy. Setting it any higher could skip an acknowledged write.
 //!
+//! What the segments cannot tell either (the remote memory segments pulled or pushed, the
+//! memories deleted here and when, the store generation last pulled) comes from the copy of
+//! the lost manifest's [`crate::manifest::MemoryLedger`] in
+//! [`crate::manifest::LEDGER_FILE`]; without it a pull would bring deleted memories back.
+//!
 //! Leftovers that no committed manifest named any more (an interrupted merge's inputs, for
 //! example) can hold a second live copy of an id; the copy with the newest `updated_at` (then
 //! the newest segment) is kept and the others are tombstoned, so every memory is served
-//! exactly once. Nothing here deletes anything; what cannot be used is moved aside
-//! ([`move_aside`]) by the caller.
+//! exactly once. A leftover can also hold memories deleted here (a segment a flush dropped
+//! when all its memories were deleted, not yet garbage collected): a copy the ledger's
+//! deletions cover (deleted at or after its last update) is tombstoned too. Nothing here
+//! deletes anything; what cannot be used is moved aside ([`move_aside`]) by the caller.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use roaring::RoaringBitmap;
@@ -61,12 +68,31 @@ pub struct RecoveredMemory {
     pub live: u64,
     /// Second copies of an id tombstoned (leftovers of an interrupted merge or flush).
     pub duplicates: u64,
+    /// Copies tombstoned because the memory was deleted here at or after their last update
+    /// (the ledger's `deleted_memories`): segments a flush had dropped but garbage collection
+    /// had not yet removed.
+    pub deleted: u64,
     /// Memory segment directories that cannot be opened, with why (the caller moves them
     /// aside).
     pub unusable: Vec<(PathBuf, String)>,
     /// The highest generation named by a tombstone file, so the new manifest's generation
     /// is above every file on disk.
     pub max_generation: u64,
+}
+
+/// The ids of the memory segments in `dir` (`seg-<hex>` directories whose readable
+/// `segment.json` names `memories.rkyv`), sorted; none when `dir` does not exist. A pull into
+/// a directory without a `MANIFEST` refuses when one is not its own: committing would leave
+/// it to garbage collection.
+pub fn memory_segments_on_disk(dir: &Path) -> Result<Vec<String>> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    Ok(memory_segment_dirs(dir)?
+        .into_iter()
+        .filter(|(_, meta)| meta.is_ok())
+        .map(|(id, _)| id)
+        .collect())
 }
 
 /// Why recovery refuses (it then changes nothing).
@@ -160,14 +186,16 @@ fn newest_tombstones(dir: &Path) -> Result<HashMap<String, (u64, String)>> {
 }
 
 /// Finds the memory segments of `dir` (see the module doc) for a manifest of `model_id` and
-/// `dim`, and writes tombstones for second copies of an id (named for a generation above every
-/// tombstone file on disk, returned as [`RecoveredMemory::max_generation`]). Refuses, changing
-/// nothing, when a memory segment was embedded with another model. The caller holds the
-/// directory lock.
+/// `dim`, and writes tombstones for second copies of an id and for copies of memories
+/// `deleted` here (id → when, Unix ms: the lost manifest's ledger) at or after their last
+/// update (named for a generation above every tombstone file on disk, returned as
+/// [`RecoveredMemory::max_generation`]). Refuses, changing nothing, when a memory segment was
+/// embedded with another model. The caller holds the directory lock.
 pub fn recover_memory_segments(
     dir: &Path,
     model_id: &str,
     dim: u32,
+    deleted: &BTreeMap<String, i64>,
 ) -> std::result::Result<RecoveredMemory, RecoverError> {
     let mut out = RecoveredMemory::default();
     let tombs = newest_tombstones(dir)?;
@@ -243,26 +271,38 @@ pub fn recover_memory_segments(
     let usable: Vec<(Segment, RoaringBitmap, Option<TombstoneRef>)> =
         usable.into_iter().map(|(s, b, t, _)| (s, b, t)).collect();
     let generation = out.max_generation + 1;
-    let (entries, duplicates, live) = one_copy_per_id(dir, model_id, &usable, generation)?;
-    out.entries = entries;
-    out.duplicates = duplicates;
-    out.live = live;
-    if out.duplicates > 0 {
+    let hidden = one_copy_per_id(dir, model_id, &usable, deleted, generation)?;
+    out.entries = hidden.entries;
+    out.duplicates = hidden.duplicates;
+    out.deleted = hidden.deleted;
+    out.live = hidden.live;
+    if out.duplicates + out.deleted > 0 {
         out.max_generation = generation;
     }
     Ok(out)
 }
 
+/// What [`one_copy_per_id`] kept and hid.
+struct OneCopy {
+    entries: Vec<SegmentEntry>,
+    duplicates: u64,
+    deleted: u64,
+    live: u64,
+}
+
 /// One live copy of each memory id among `usable` (segments oldest first, each with its
-/// tombstones and their file): the newest `updated_at`, then the later segment. A segment
-/// whose copies are hidden gets a new tombstone file named for `generation`; one with nothing
-/// live left is dropped. Returns the entries to keep, the copies hidden and the live records.
+/// tombstones and their file): the newest `updated_at`, then the later segment; none when that
+/// copy was `deleted` (id → when) at or after its `updated_at`. A segment whose copies are
+/// hidden gets a new tombstone file named for `generation`; one with nothing live left is
+/// dropped. Returns the entries to keep, the copies hidden (as second copies, as deleted) and
+/// the live records.
 fn one_copy_per_id(
     dir: &Path,
     model_id: &str,
     usable: &[(Segment, RoaringBitmap, Option<TombstoneRef>)],
+    deleted: &BTreeMap<String, i64>,
     generation: u64,
-) -> Result<(Vec<SegmentEntry>, u64, u64)> {
+) -> Result<OneCopy> {
     let mut best: HashMap<String, (i64, usize, u32)> = HashMap::new();
     for (si, (seg, bits, _)) in usable.iter().enumerate() {
         let Some(t) = seg.memories() else { continue };
@@ -280,24 +320,37 @@ fn one_copy_per_id(
             }
         }
     }
-    let (mut entries, mut duplicates, mut live) = (Vec::new(), 0u64, 0u64);
+    let mut out = OneCopy {
+        entries: Vec::new(),
+        duplicates: 0,
+        deleted: 0,
+        live: 0,
+    };
     for (si, (seg, bits, tref)) in usable.iter().enumerate() {
         let Some(t) = seg.memories() else { continue };
         let mut bits = bits.clone();
         let before = bits.len();
         for (i, r) in t.memories.iter().enumerate() {
             let i = i as u32;
-            if !bits.contains(i)
-                && best
-                    .get(r.id.as_str())
-                    .is_some_and(|b| (b.1, b.2) != (si, i))
+            if bits.contains(i) {
+                continue;
+            }
+            let gone = deleted
+                .get(r.id.as_str())
+                .is_some_and(|&at| at >= r.updated_at.to_native());
+            if gone {
+                out.deleted += 1;
+                bits.insert(i);
+            } else if best
+                .get(r.id.as_str())
+                .is_some_and(|b| (b.1, b.2) != (si, i))
             {
+                out.duplicates += 1;
                 bits.insert(i);
             }
         }
         let chunks = seg.meta().chunk_count;
         let newly = bits.len() - before;
-        duplicates += newly;
         if bits.len() >= u64::from(chunks) {
             continue; // nothing live in it
         }
@@ -312,31 +365,34 @@ fn one_copy_per_id(
         } else {
             tref.clone()
         };
-        live += u64::from(chunks) - bits.len();
-        entries.push(SegmentEntry {
+        out.live += u64::from(chunks) - bits.len();
+        out.entries.push(SegmentEntry {
             id: seg.id().to_string(),
             chunks,
             tombstones,
         });
     }
-    Ok((entries, duplicates, live))
+    Ok(out)
 }
 
 /// The memory segments `entries` (a MANIFEST's, in its order) with one live copy of each
-/// memory id: for an index whose tombstones were partly lost (a damaged tombstone file set
-/// aside), where older versions of updated memories became live again beside the newer ones.
+/// memory id and none of memories `deleted` (the MANIFEST's `deleted_memories`) at or after
+/// their last update: for an index whose tombstones were partly lost (a damaged tombstone
+/// file set aside), where older versions of updated memories, and deleted ones, became live
+/// again. Returns the entries, the second copies hidden, the deleted copies hidden, the live
+/// records and the generation of the new tombstone files.
 /// New tombstone files are named for a generation above every one on disk and above `above`
-/// (the MANIFEST's generation). Returns the
-/// entries, the copies hidden, the live records and that generation (the MANIFEST that names
-/// the files must be at least that generation, or a later flush could write a tombstone file
-/// of the same name). The caller holds the directory lock.
+/// (the MANIFEST's generation); the MANIFEST that names them must be at least that
+/// generation, or a later flush could write a tombstone file of the same name. The caller
+/// holds the directory lock.
 pub fn one_copy_per_memory_id(
     dir: &Path,
     model_id: &str,
     dim: u32,
     entries: &[SegmentEntry],
+    deleted: &BTreeMap<String, i64>,
     above: u64,
-) -> std::result::Result<(Vec<SegmentEntry>, u64, u64, u64), RecoverError> {
+) -> std::result::Result<(Vec<SegmentEntry>, u64, u64, u64, u64), RecoverError> {
     let generation = newest_tombstones(dir)?
         .values()
         .map(|(g, _)| *g)
@@ -353,8 +409,14 @@ pub fn one_copy_per_memory_id(
         };
         usable.push((seg, bits, e.tombstones.clone()));
     }
-    let (kept, hidden, live) = one_copy_per_id(dir, model_id, &usable, generation)?;
-    Ok((kept, hidden, live, generation))
+    let kept = one_copy_per_id(dir, model_id, &usable, deleted, generation)?;
+    Ok((
+        kept.entries,
+        kept.duplicates,
+        kept.deleted,
+        kept.live,
+        generation,
+    ))
 }
 
 #[cfg(test)]
@@ -410,7 +472,7 @@ mod tests {
         let c = segment(dir, vec![rec(7, 1)]);
         std::fs::write(dir.join(format!("seg-{c}/segment.json")), b"{").unwrap();
 
-        let r = recover_memory_segments(dir, "m", 4).unwrap();
+        let r = recover_memory_segments(dir, "m", 4, &BTreeMap::new()).unwrap();
         let ids: Vec<&str> = r.entries.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, [a.as_str(), b.as_str()]);
         // Live: a's 1 (2 is superseded by b's newer copy, 3 deleted), b's 2 and 4.
@@ -426,9 +488,39 @@ mod tests {
         assert!(r.unusable[0].0.ends_with(format!("seg-{c}")));
 
         assert!(matches!(
-            recover_memory_segments(dir, "other", 4),
+            recover_memory_segments(dir, "other", 4, &BTreeMap::new()),
             Err(RecoverError::OtherModel { .. })
         ));
+    }
+
+    /// Copies of memories the ledger says were deleted at or after their last update are
+    /// hidden (a dropped segment not yet garbage collected); a copy updated after its
+    /// deletion (written again elsewhere) stays, and the duplicates of a deleted memory go too.
+    #[test]
+    fn copies_of_deleted_memories_are_not_recovered() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let a = segment(dir, vec![rec(1, 5), rec(2, 5), rec(3, 5)]);
+        let b = segment(dir, vec![rec(1, 6), rec(4, 9)]);
+        let deleted: BTreeMap<String, i64> =
+            [(rec(1, 0).id, 7), (rec(2, 0).id, 5), (rec(4, 0).id, 8)]
+                .into_iter()
+                .collect();
+        let r = recover_memory_segments(dir, "m", 4, &deleted).unwrap();
+        // Left live: a's 3 and b's 4 (updated at 9, after its deletion at 8).
+        assert_eq!((r.live, r.deleted, r.duplicates), (2, 3, 0), "{r:?}");
+        let ids: Vec<&str> = r.entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, [a.as_str(), b.as_str()]);
+        let ta = r.entries[0].tombstones.as_ref().unwrap();
+        let bits = tombstones::read(&dir.join(&ta.file), "m", &ta.blake3, 3).unwrap();
+        assert_eq!(bits.iter().collect::<Vec<_>>(), [0, 1]);
+        let tb = r.entries[1].tombstones.as_ref().unwrap();
+        let bits = tombstones::read(&dir.join(&tb.file), "m", &tb.blake3, 2).unwrap();
+        assert_eq!(bits.iter().collect::<Vec<_>>(), [0]);
+        // A segment holding only deleted memories is dropped.
+        let c = segment(dir, vec![rec(2, 1)]);
+        let r = recover_memory_segments(dir, "m", 4, &deleted).unwrap();
+        assert!(!r.entries.iter().any(|e| e.id == c), "{r:?}");
     }
 
     #[test]

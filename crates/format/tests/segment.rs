@@ -660,6 +660,74 @@ fn missing_or_bad_manifest_is_a_clear_error() {
     assert!(e.contains("corrupt"), "{e}");
 }
 
+/// A MANIFEST commit keeps a checksummed copy of its memory ledger (pulls, deletions, the last
+/// pulled store generation) beside it: none while there is nothing to record, rewritten only
+/// when it changes, and damage that still parses is found.
+#[test]
+fn the_memory_ledger_is_kept_beside_the_manifest() {
+    use format::manifest::{read_ledger, PulledFrom, LEDGER_FILE};
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join(LEDGER_FILE);
+    let mut m = IndexManifest::empty(MODEL, 8);
+    m.commit(dir.path()).unwrap();
+    assert!(!ledger.exists(), "an empty ledger is not written");
+    assert_eq!(read_ledger(dir.path()).unwrap(), None);
+
+    m.generation = 4;
+    m.deleted_memories.insert(
+        "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e01".into(),
+        1_700_000_000_123,
+    );
+    m.pulled_memory_segments.push("ab12".into());
+    m.pulled_from = Some(PulledFrom {
+        store: "s3://bucket/idx".into(),
+        generation: 9,
+    });
+    m.commit(dir.path()).unwrap();
+    let (got, generation) = read_ledger(dir.path()).unwrap().unwrap();
+    assert_eq!((got, generation), (m.ledger(), 4));
+
+    // The same ledger again: the file is not rewritten (its bytes laid out otherwise stay).
+    let compact = {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&ledger).unwrap()).unwrap();
+        serde_json::to_vec(&v).unwrap()
+    };
+    std::fs::write(&ledger, &compact).unwrap();
+    m.generation = 5;
+    m.segments.push(SegmentEntry {
+        id: "cd34".into(),
+        chunks: 1,
+        tombstones: None,
+    });
+    m.commit(dir.path()).unwrap();
+    assert_eq!(std::fs::read(&ledger).unwrap(), compact);
+    assert_eq!(read_ledger(dir.path()).unwrap().unwrap().1, 4);
+
+    // A deletion time changed on disk still parses; its checksum finds it.
+    let text = String::from_utf8(compact.clone()).unwrap();
+    std::fs::write(&ledger, text.replace("1700000000123", "1700000000124")).unwrap();
+    let e = read_ledger(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("corrupt") && e.contains("blake3"), "{e}");
+    std::fs::write(&ledger, &compact[..compact.len() / 2]).unwrap();
+    assert!(matches!(
+        read_ledger(dir.path()),
+        Err(format::FormatError::Corrupt { .. })
+    ));
+    // The next commit replaces a damaged ledger; a changed one is written with its generation.
+    m.generation = 6;
+    m.deleted_memories.clear();
+    m.commit(dir.path()).unwrap();
+    assert_eq!(read_ledger(dir.path()).unwrap().unwrap(), (m.ledger(), 6));
+    // Emptied: written empty (a recovery must not restore what is no longer recorded).
+    m.generation = 7;
+    m.pulled_memory_segments.clear();
+    m.pulled_from = None;
+    m.commit(dir.path()).unwrap();
+    let (got, _) = read_ledger(dir.path()).unwrap().unwrap();
+    assert!(got.is_empty(), "{got:?}");
+}
+
 /// Truncating or flipping bytes anywhere in any segment file gives an error at open or verify,
 /// never a panic.
 #[test]

@@ -5,7 +5,8 @@
 //! memory log (`memory.wal`) untouched. A damaged `MANIFEST` is moved aside
 //! (`MANIFEST.bak-<time>`) and the memory part of a new one is recovered from the memory
 //! segments on disk (`format::recover`, whose module doc explains why `memory_lsn` restarts at
-//! 0 without duplicating or losing a memory). A memory segment that cannot be opened is moved
+//! 0 without duplicating or losing a memory) and the memory ledger beside it (pulls and
+//! deletions, `format::manifest::LEDGER_FILE`). A memory segment that cannot be opened is moved
 //! aside too, never deleted. When keeping the memories is impossible (they were embedded with
 //! another model, or written in another format version) the rebuild refuses and changes
 //! nothing.
@@ -30,6 +31,11 @@ pub struct RebuildReport {
     pub recovered: bool,
     /// Second copies of a memory id tombstoned during recovery.
     pub duplicates: u64,
+    /// Copies of memories deleted here (the memory ledger says) tombstoned during recovery.
+    pub deleted: u64,
+    /// Deletions and pulled memory segments a recovered MANIFEST took from the memory ledger
+    /// ([`format::manifest::LEDGER_FILE`]).
+    pub ledger_restored: Option<(usize, usize)>,
     /// What was moved aside (`*.bak-<time>`), with why.
     pub moved_aside: Vec<(PathBuf, String)>,
     /// Problems that did not stop the rebuild (garbage collection).
@@ -53,8 +59,22 @@ impl std::fmt::Display for RebuildReport {
                 self.code_segments_dropped, self.memories, self.memory_segments
             )?;
         }
+        if let Some((deletions, pulled)) = self.ledger_restored.filter(|&(d, p)| d + p > 0) {
+            write!(
+                f,
+                "; the memory ledger restored {deletions} deletions and {pulled} pulled memory \
+                 segments (a pull does not bring them back)"
+            )?;
+        }
         if self.duplicates > 0 {
             write!(f, "; {} duplicate copies hidden", self.duplicates)?;
+        }
+        if self.deleted > 0 {
+            write!(
+                f,
+                "; {} copies of memories deleted here hidden",
+                self.deleted
+            )?;
         }
         for (p, why) in &self.moved_aside {
             write!(f, "\nrebuild: moved aside {} ({why})", p.display())?;
@@ -146,25 +166,66 @@ pub fn recovered_manifest(
             )));
         }
     }
-    let rec = recover_memory_segments(dir, model_id, dim).map_err(refused)?;
+    // Read before anything is changed: an error that says nothing about its bytes refuses.
+    let ledger_path = dir.join(format::manifest::LEDGER_FILE);
+    let ledger = format::manifest::read_ledger(dir);
+    match &ledger {
+        Err(e @ FormatError::Version { .. }) => {
+            return Err(IndexerError::RebuildRefused(format!(
+                "{e}; a newer indexer wrote it, so the recovery changed nothing: recover the \
+                 index with that version"
+            )))
+        }
+        Err(e) => refuse_if_passing(e, &ledger_path)?,
+        Ok(_) => {}
+    }
+    let no_deletions = std::collections::BTreeMap::new();
+    let deleted = match &ledger {
+        Ok(Some((l, _))) => &l.deleted_memories,
+        _ => &no_deletions,
+    };
+    let rec = recover_memory_segments(dir, model_id, dim, deleted).map_err(refused)?;
     for (p, why) in &rec.unusable {
         let to = move_aside(p).map_err(fmt_err)?;
         report.moved_aside.push((to, why.clone()));
     }
+    let ledger = match ledger {
+        Ok(l) => l,
+        Err(e) => {
+            let to = move_aside(&ledger_path).map_err(fmt_err)?;
+            report.moved_aside.push((
+                to,
+                format!(
+                    "{e}; memories deleted here before this recovery can come back with a pull \
+                     from a store that holds them"
+                ),
+            ));
+            None
+        }
+    };
     if rec.entries.is_empty()
         && !format::manifest::memory_wal_holds_records(dir)
         && report.moved_aside.is_empty()
+        && ledger.as_ref().is_none_or(|(l, _)| l.is_empty())
     {
         return Ok(None);
     }
     report.recovered = true;
     report.duplicates = rec.duplicates;
+    report.deleted = rec.deleted;
     report.memories = rec.live;
     let mut m = IndexManifest::empty(model_id, dim);
     m.memory_segments = rec.entries;
     // See `format::recover`: every log record is replayed, idempotently by id.
     m.memory_lsn = 0;
     m.generation = rec.max_generation + 1;
+    if let Some((l, generation)) = ledger {
+        report.ledger_restored = Some((l.deleted_memories.len(), l.pulled_memory_segments.len()));
+        m.generation = m.generation.max(generation.saturating_add(1));
+        m.pulled_memory_segments = l.pulled_memory_segments;
+        m.deleted_memories = l.deleted_memories;
+        m.pulled_from = l.pulled_from;
+    }
     Ok(Some(m))
 }
 
@@ -254,13 +315,20 @@ fn keep_memories(
     if tombstones_lost {
         // Older versions of updated memories are live again beside the newer ones: one copy
         // of each id stays (the newest), as when a MANIFEST is recovered.
-        let (entries, hidden, live, generation) =
-            format::recover::one_copy_per_memory_id(dir, model_id, dim, &kept, m.generation)
-                .map_err(refused)?;
+        let (entries, hidden, deleted, live, generation) = format::recover::one_copy_per_memory_id(
+            dir,
+            model_id,
+            dim,
+            &kept,
+            &m.deleted_memories,
+            m.generation,
+        )
+        .map_err(refused)?;
         kept = entries;
         report.duplicates += hidden;
+        report.deleted += deleted;
         report.memories = live;
-        if hidden > 0 {
+        if hidden + deleted > 0 {
             // The MANIFEST naming the new tombstone files is at least their generation.
             m.generation = m.generation.max(generation - 1);
         }
@@ -324,7 +392,8 @@ mod tests {
     }
 
     /// A damaged tombstone file is set aside by the rebuild; the older copy of an updated
-    /// memory it hid is hidden again (one copy per id, the newest), and nothing is lost.
+    /// memory it hid is hidden again (one copy per id, the newest), and so is a memory deleted
+    /// here (MANIFEST's `deleted_memories`); nothing is lost.
     #[test]
     fn a_lost_tombstone_file_does_not_duplicate_updated_memories() {
         let d = tempfile::tempdir().unwrap();
@@ -336,22 +405,24 @@ mod tests {
                 .unwrap()
                 .0
         };
-        let a = seg(vec![memory(1, 5), memory(2, 5)]);
+        let a = seg(vec![memory(1, 5), memory(2, 5), memory(3, 5)]);
         let b = seg(vec![memory(1, 9)]);
-        // Memory 1 was updated: its first copy (a's record 0) is tombstoned.
+        // Memory 1 was updated: its first copy (a's record 0) is tombstoned; memory 2 was
+        // deleted (record 1).
         let mut bits = roaring::RoaringBitmap::new();
         bits.insert(0);
+        bits.insert(1);
         let name = format::tombstones::file_name(&a, 3);
         let bytes = format::tombstones::write(&dir.join(&name), "m", &bits).unwrap();
         let mut m = IndexManifest::empty("m", 4);
         m.memory_segments = vec![
             SegmentEntry {
                 id: a.clone(),
-                chunks: 2,
+                chunks: 3,
                 tombstones: Some(format::manifest::TombstoneRef {
                     file: name.clone(),
                     blake3: format::blake3_hex(&bytes),
-                    count: 1,
+                    count: 2,
                 }),
             },
             SegmentEntry {
@@ -360,12 +431,17 @@ mod tests {
                 tombstones: None,
             },
         ];
+        m.deleted_memories.insert(memory(2, 0).id, 6);
         m.generation = 3;
         m.commit(dir).unwrap();
         std::fs::write(dir.join(&name), b"damaged").unwrap();
 
         let report = prepare_rebuild(dir, "m", 4).unwrap();
-        assert_eq!((report.memories, report.duplicates), (2, 1), "{report}");
+        assert_eq!(
+            (report.memories, report.duplicates, report.deleted),
+            (2, 1, 1),
+            "{report}"
+        );
         assert_eq!(report.moved_aside.len(), 1, "{report}");
         let after = IndexManifest::read(dir).unwrap();
         let ta = after.memory_segments[0].tombstones.as_ref().unwrap();
@@ -373,9 +449,86 @@ mod tests {
         // MANIFEST naming it is no older.
         assert_eq!(ta.file, format::tombstones::file_name(&a, 4));
         assert!(after.generation >= 4, "{}", after.generation);
-        let hidden = format::tombstones::read(&dir.join(&ta.file), "m", &ta.blake3, 2).unwrap();
-        assert_eq!(hidden.iter().collect::<Vec<_>>(), [0]);
+        let hidden = format::tombstones::read(&dir.join(&ta.file), "m", &ta.blake3, 3).unwrap();
+        assert_eq!(hidden.iter().collect::<Vec<_>>(), [0, 1]);
         assert!(after.memory_segments[1].tombstones.is_none());
+    }
+
+    /// A recovered MANIFEST takes its pulls and deletions from the memory ledger, so a pull
+    /// does not bring deleted memories back: also when every memory was deleted (no memory
+    /// segment is left to recover) and the MANIFEST is gone rather than damaged. A damaged
+    /// ledger is moved aside and said so; the memories are recovered all the same.
+    #[test]
+    fn a_recovered_manifest_keeps_the_memory_ledger() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let (seg, _) = format::SegmentBuilder::for_memories(vec![memory(1, 5)], vec![1.0; 4])
+            .write(dir, "m", 4)
+            .unwrap();
+        let mut m = IndexManifest::empty("m", 4);
+        m.memory_segments = vec![SegmentEntry {
+            id: seg.clone(),
+            chunks: 1,
+            tombstones: None,
+        }];
+        m.generation = 12;
+        m.deleted_memories
+            .insert(memory(2, 0).id, 1_700_000_000_000);
+        m.pulled_memory_segments = vec!["0a1b".into(), seg.clone()];
+        m.pulled_from = Some(format::manifest::PulledFrom {
+            store: "file:///store".into(),
+            generation: 3,
+        });
+        m.commit(dir).unwrap();
+        let manifest = dir.join(format::manifest::MANIFEST);
+        std::fs::write(&manifest, b"{ damaged").unwrap();
+
+        let report = prepare_rebuild(dir, "m", 4).unwrap();
+        assert!(report.recovered, "{report}");
+        assert_eq!(report.ledger_restored, Some((1, 2)), "{report}");
+        assert!(
+            report.to_string().contains("restored 1 deletions"),
+            "{report}"
+        );
+        let after = IndexManifest::read(dir).unwrap();
+        assert_eq!(after.ledger(), m.ledger());
+        assert_eq!(after.memory_segments, m.memory_segments);
+        assert!(after.generation > 12, "{}", after.generation);
+
+        // Every memory deleted, then the MANIFEST lost: the ledger alone is worth a manifest.
+        let mut none_left = after.clone();
+        none_left.memory_segments.clear();
+        none_left
+            .deleted_memories
+            .insert(memory(1, 0).id, 1_700_000_000_001);
+        none_left.generation += 1;
+        none_left.commit(dir).unwrap();
+        std::fs::remove_file(&manifest).unwrap();
+        // The dropped segment is still on disk (no garbage collection ran): its memory was
+        // deleted, so it is not recovered.
+        assert!(dir.join(format!("seg-{seg}")).exists());
+        let mut r = RebuildReport::default();
+        let m2 = recovered_manifest(dir, "m", 4, &mut r)
+            .unwrap()
+            .expect("a manifest keeping the ledger");
+        assert_eq!(m2.ledger(), none_left.ledger());
+        assert!(m2.memory_segments.is_empty(), "{m2:?}");
+        assert_eq!((r.memories, r.deleted), (0, 1), "{r}");
+
+        // A damaged ledger: moved aside, reported, the memories still recovered.
+        let ledger = dir.join(format::manifest::LEDGER_FILE);
+        std::fs::write(&ledger, b"{ damaged").unwrap();
+        std::fs::write(&manifest, b"{ damaged").unwrap();
+        let report = prepare_rebuild(dir, "m", 4).unwrap();
+        assert_eq!(report.ledger_restored, None);
+        assert!(
+            report.moved_aside.iter().any(|(p, why)| p
+                .to_string_lossy()
+                .contains("memory-ledger.json.bak-")
+                && why.contains("can come back")),
+            "{report}"
+        );
+        assert!(!ledger.exists());
     }
 
     /// A damaged MANIFEST beside memories of another model: the rebuild refuses and leaves

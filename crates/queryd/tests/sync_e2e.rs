@@ -927,6 +927,79 @@ fn a_memory_deleted_here_does_not_return_in_another_machines_merged_segment() {
     assert!(deleted.contains_key(&retries) && !deleted.contains_key(&deploys));
 }
 
+/// A machine that pulled memories, wrote one of its own and deleted the pulled ones (the flush
+/// drops their segment) loses its MANIFEST. A pull refuses (it would commit a MANIFEST without
+/// the machine's own memory segment and without the record of the deletions);
+/// `indexer build --rebuild` recovers the index from disk and the memory ledger beside the
+/// MANIFEST, and the next pull neither loses the own memory nor brings the deleted ones back.
+#[test]
+fn deletions_survive_a_manifest_recovery_and_the_next_pull() {
+    use engine::tools::memory::args::{AddMemoriesArgs, DeleteMemoriesArgs};
+    use serde_json::json;
+    let ix = cix_tests::indexed_fixture();
+    let dump = ix.tmp.path().join("team.jsonl");
+    std::fs::write(
+        &dump,
+        "{\"text\": \"the team agreed to keep retries at three\"}\n\
+         {\"text\": \"deploys happen on tuesdays\"}\n",
+    )
+    .unwrap();
+    indexer_bin(&[
+        "build".as_ref(),
+        "--memories".as_ref(),
+        dump.as_os_str(),
+        "--out".as_ref(),
+        ix.index.as_os_str(),
+    ]);
+    let store = ix.tmp.path().join("store");
+    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
+    let with = PushOptions {
+        with_memories: true,
+        ..PushOptions::default()
+    };
+    assert!(sync::push(&ix.index, &remote, &with).unwrap().committed);
+    let b = ix.tmp.path().join("b");
+    pull(&remote, &b);
+    let ids: Vec<String> = memories_of(&b).into_keys().collect();
+    assert_eq!(ids.len(), 2);
+
+    let b_engine = engine::Engine::open(&b, &cix_tests::model_dir()).unwrap();
+    let add: AddMemoriesArgs =
+        serde_json::from_value(json!({"memories": [{"text": "b keeps its caches warm"}]})).unwrap();
+    b_engine.add_memories(&add).unwrap();
+    b_engine.flush_memories().unwrap().unwrap();
+    let del: DeleteMemoriesArgs = serde_json::from_value(json!({ "ids": ids })).unwrap();
+    b_engine.delete_memories(&del).unwrap();
+    b_engine.flush_memories().unwrap().unwrap();
+    drop(b_engine);
+    let before = format::IndexManifest::read(&b).unwrap();
+    assert_eq!(before.deleted_memories.len(), 2, "{before:?}");
+    let own = memories_of(&b);
+    assert_eq!(own.len(), 1, "{own:?}");
+
+    std::fs::remove_file(b.join(format::manifest::MANIFEST)).unwrap();
+    let refused = sync::pull(&remote, &b, &PullOptions::default()).unwrap_err();
+    let why = refused.to_string();
+    assert!(
+        why.contains("no MANIFEST") && why.contains("--rebuild") && why.contains("memory segment"),
+        "{why}"
+    );
+    indexer_bin(&[
+        "build".as_ref(),
+        ix.repo.as_os_str(),
+        "--out".as_ref(),
+        b.as_os_str(),
+        "--rebuild".as_ref(),
+    ]);
+    let after = format::IndexManifest::read(&b).unwrap();
+    assert_eq!(after.ledger(), before.ledger());
+    assert_eq!(memories_of(&b), own);
+
+    let p = pull(&remote, &b);
+    assert_eq!(p.memory_segments_added, 0, "{p:?}");
+    assert_eq!(memories_of(&b), own, "a deleted memory came back");
+}
+
 /// Writes one memory segment holding `recs` (unit vectors) into the index at `dir` and commits
 /// it, as a store writer could make one.
 fn add_memory_segment(dir: &Path, recs: Vec<format::memory::MemoryRecord>) {

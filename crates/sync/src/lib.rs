@@ -24,6 +24,7 @@
 mod floor;
 mod gc;
 mod layout;
+mod orphan;
 mod pull;
 mod push;
 mod remote;

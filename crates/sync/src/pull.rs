@@ -154,37 +154,8 @@ fn pull_manifest(
         Ok(())
     };
     let local = read_local(dir)?;
-    if local.is_none() && format::manifest::memory_wal_holds_records(dir) {
-        // Without a MANIFEST the memory segments on disk are not known either (a pull
-        // would commit a MANIFEST without them, and garbage collection would delete them):
-        // `--rebuild` recovers both first.
-        if let Some(m) = format::manifest::memory_wal_model(dir) {
-            return Err(SyncError::Mismatch(format!(
-                "{}: the directory holds a memory log ({}) of memories embedded with model {m} \
-                 but no MANIFEST, and a pull would not keep the memory segments beside it; \
-                 recover the index first with that model (`indexer build <source paths> --out \
-                 {0} --rebuild`), then pull (generation {} of {} was built with {} ({} dims)), \
-                 or pull into a new directory",
-                dir.display(),
-                format::manifest::MEMORY_WAL_FILE,
-                head.generation,
-                remote.url(),
-                head.index.model_id,
-                head.index.dim,
-            )));
-        }
-        // A log from before headers named the model: which model embedded its memories
-        // was recorded only in a MANIFEST.
-        return Err(SyncError::Mismatch(format!(
-            "{}: the directory holds a memory log ({}) but no MANIFEST, so which model \
-             embedded its memories is unknown; pulling would serve them under generation {}'s \
-             model ({}). Save them first (`queryd export --index {0}`), or pull into a new \
-             directory",
-            dir.display(),
-            format::manifest::MEMORY_WAL_FILE,
-            head.generation,
-            head.index.model_id,
-        )));
+    if local.is_none() {
+        crate::orphan::refuse(dir, remote, head)?;
     }
     let store = remote.store_id();
     crate::floor::check(local.as_ref(), &store, head, dir, opts.allow_older)?;
