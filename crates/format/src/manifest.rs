@@ -255,8 +255,10 @@ impl IndexManifest {
         write_synced(&tmp, &json)?;
         let dest = dir.join(MANIFEST);
         crate::fsio::rename(&tmp, &dest).map_err(io_err(&dest))?;
-        write_ledger(dir, &self.ledger(), self.generation)?;
-        sync_dir(dir)
+        // The rename is made durable even when the ledger cannot be written.
+        let ledger = write_ledger(dir, &self.ledger(), self.generation);
+        sync_dir(dir)?;
+        ledger
     }
 
     /// What this manifest records about memories that the memory segments on disk cannot

@@ -559,7 +559,8 @@ impl Segment {
         true
     }
 
-    /// The IVF index, loaded (after a checksum) on first use; `None` for flat segments.
+    /// The IVF index as FAISS loads it (after the checksum and our own reader, [`Self::ivf_map`]),
+    /// on first use; `None` for flat segments. Only `indexer verify` and tests load it.
     pub fn ivf(&self) -> Result<Option<&Ivf>> {
         if self.meta.vector_index == "flat" {
             return Ok(None);
@@ -576,6 +577,10 @@ impl Segment {
             if hash != entry.blake3 {
                 return Err(format!("{} is corrupt (checksum mismatch)", p.display()));
             }
+            // Our reader first: it checks every count and size against the file's length, so
+            // FAISS, whose reader is not hardened against crafted input (a pulled file passes
+            // the checksum its writer computed), only parses a file whose counts agree.
+            self.ivf_map().map_err(|e| e.to_string())?;
             Ivf::load(&p, self.meta.dim as usize, self.meta.chunk_count as usize)
                 .map_err(|e| e.to_string())
         });
@@ -760,10 +765,10 @@ impl Segment {
         };
         problems.extend(texts.err());
         if problems.is_empty() {
-            if let Err(e) = self.ivf() {
-                problems.push(e);
-            }
+            // FAISS parses the file only once our reader has accepted it (`Segment::ivf`).
             if let Err(e) = self.ivf_map() {
+                problems.push(e);
+            } else if let Err(e) = self.ivf() {
                 problems.push(e);
             }
             match (self.rbq(), self.ivf_map()) {

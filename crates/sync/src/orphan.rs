@@ -2,8 +2,10 @@
 //! `MANIFEST` was lost. A pull there commits a `MANIFEST` of its own and then collects
 //! garbage, so a memory log, a memory segment the pulled generation does not name, or the
 //! memory ledger (`format::manifest::LEDGER_FILE`) would be lost or ignored; `indexer build
-//! --rebuild` recovers them first. A killed first pull leaves only the pulled generation's
-//! own segments (and no ledger: a commit writes it after `MANIFEST`), so its rerun goes on.
+//! --rebuild` recovers them first. A first pull stopped between moving its segments in and
+//! its commit leaves only segments it listed in `.pull/INSTALLING` ([`mark_installing`]) and
+//! no ledger (a commit writes it after `MANIFEST`), so its rerun goes on, whatever the store
+//! holds by then.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -12,9 +14,14 @@ use crate::layout::RemoteManifest;
 use crate::{Remote, Result, SyncError};
 
 /// Refuses a pull of `head` (from `remote`) into `dir`, which has no `MANIFEST`, when `dir`
-/// holds memory records in its log, a memory segment that is not one of `head`'s, or a
-/// memory ledger: see the module doc.
-pub(crate) fn refuse(dir: &Path, remote: &Remote, head: &RemoteManifest) -> Result<()> {
+/// holds memory records in its log, a memory segment that is not one of `head`'s (nor listed
+/// in the pull's `staging` directory), or a memory ledger: see the module doc.
+pub(crate) fn refuse(
+    dir: &Path,
+    staging: &Path,
+    remote: &Remote,
+    head: &RemoteManifest,
+) -> Result<()> {
     if format::manifest::memory_wal_holds_records(dir) {
         // Without a MANIFEST the memory segments on disk are not known either (a pull
         // would commit a MANIFEST without them, and garbage collection would delete them):
@@ -59,9 +66,10 @@ pub(crate) fn refuse(dir: &Path, remote: &Remote, head: &RemoteManifest) -> Resu
         .iter()
         .map(|s| s.id.as_str())
         .collect();
+    let installing = installing(staging);
     let stray: Vec<String> = format::recover::memory_segments_on_disk(dir)?
         .into_iter()
-        .filter(|id| !theirs.contains(id.as_str()))
+        .filter(|id| !theirs.contains(id.as_str()) && !installing.contains(id))
         .collect();
     if !ledger && stray.is_empty() {
         return Ok(());
@@ -84,4 +92,139 @@ pub(crate) fn refuse(dir: &Path, remote: &Remote, head: &RemoteManifest) -> Resu
          directory",
         dir.display(),
     )))
+}
+
+/// The file in the staging directory listing the memory segments a pull into a directory
+/// without `MANIFEST` is moving in (one id a line); the staging directory is emptied after
+/// the commit.
+const INSTALLING: &str = "INSTALLING";
+
+/// Records, fsynced, that the memory segments `ids` are this pull's (see the module doc).
+pub(crate) fn mark_installing(staging: &Path, ids: &[&str]) -> Result<()> {
+    use std::io::Write;
+    let p = staging.join(INSTALLING);
+    let mut text = String::new();
+    for id in ids {
+        text.push_str(id);
+        text.push('\n');
+    }
+    let mut f = std::fs::File::create(&p).map_err(crate::io_err(&p))?;
+    f.write_all(text.as_bytes()).map_err(crate::io_err(&p))?;
+    f.sync_all().map_err(crate::io_err(&p))?;
+    format::fsio::sync_dir(staging).map_err(crate::io_err(staging))
+}
+
+/// The ids [`mark_installing`] recorded in `staging` (none when it did not, or the file is
+/// not a regular file of at most 1 MiB).
+fn installing(staging: &Path) -> HashSet<String> {
+    let p = staging.join(INSTALLING);
+    let Ok(f) = format::fsio::open_for_read(&p) else {
+        return HashSet::new();
+    };
+    let small = f.metadata().is_ok_and(|m| m.is_file());
+    let bytes = match small.then(|| format::fsio::read_at_most(&f, 1 << 20)) {
+        Some(Ok(Some(b))) => b,
+        _ => return HashSet::new(),
+    };
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(memory: &[&str]) -> RemoteManifest {
+        let mut index = format::IndexManifest::empty("m", 4);
+        index.memory_segments = memory
+            .iter()
+            .map(|id| format::SegmentEntry {
+                id: id.to_string(),
+                chunks: 1,
+                tombstones: None,
+            })
+            .collect();
+        RemoteManifest {
+            remote_format: crate::REMOTE_FORMAT,
+            generation: 3,
+            created_unix_ms: 0,
+            index,
+        }
+    }
+
+    /// A directory without MANIFEST: empty or missing passes; a memory segment no generation
+    /// names is refused unless a pull listed it as its own; a non-empty or damaged ledger is
+    /// refused, an empty one passes.
+    #[test]
+    fn a_lost_manifests_leftovers_are_refused_and_a_stopped_pulls_own_are_not() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("index");
+        let staging = dir.join(".pull");
+        let remote = Remote::open(&format!("file://{}", d.path().join("store").display())).unwrap();
+        assert!(
+            refuse(&dir, &staging, &remote, &head(&[])).is_ok(),
+            "a missing directory"
+        );
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(
+            refuse(&dir, &staging, &remote, &head(&[])).is_ok(),
+            "an empty directory"
+        );
+
+        let rec = format::memory::MemoryRecord {
+            id: "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e01".into(),
+            text: "a memory".into(),
+            category: "decision".into(),
+            scope: "project".into(),
+            entity: String::new(),
+            tags: vec![],
+            source: "agent".into(),
+            evidence: vec![],
+            code_refs: vec![],
+            created_at: 1,
+            updated_at: 1,
+            state: "active".into(),
+            similar: vec![],
+        };
+        let (id, _) = format::SegmentBuilder::for_memories(vec![rec], vec![1.0, 0.0, 0.0, 0.0])
+            .write(&dir, "m", 4)
+            .unwrap();
+        let why = refuse(&dir, &staging, &remote, &head(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            why.contains("1 memory segment(s)") && why.contains("--rebuild"),
+            "{why}"
+        );
+        // The generation names it (a rerun against the same head), or a stopped pull listed it.
+        assert!(refuse(&dir, &staging, &remote, &head(&[&id])).is_ok());
+        std::fs::create_dir_all(&staging).unwrap();
+        mark_installing(&staging, &[&id]).unwrap();
+        assert!(refuse(&dir, &staging, &remote, &head(&["ab12"])).is_ok());
+        std::fs::remove_file(staging.join(INSTALLING)).unwrap();
+
+        // Ledgers: an empty one passes, a non-empty or damaged one does not.
+        let ledger = dir.join(format::manifest::LEDGER_FILE);
+        let mut m = format::IndexManifest::empty("m", 4);
+        m.pulled_memory_segments.push(id.clone());
+        m.commit(&dir).unwrap();
+        std::fs::remove_file(dir.join(format::manifest::MANIFEST)).unwrap();
+        let why = refuse(&dir, &staging, &remote, &head(&[&id]))
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains(format::manifest::LEDGER_FILE), "{why}");
+        std::fs::write(&ledger, b"{ damaged").unwrap();
+        assert!(refuse(&dir, &staging, &remote, &head(&[&id])).is_err());
+        m.pulled_memory_segments.clear();
+        m.generation += 1;
+        m.commit(&dir).unwrap();
+        std::fs::remove_file(dir.join(format::manifest::MANIFEST)).unwrap();
+        assert!(
+            refuse(&dir, &staging, &remote, &head(&[&id])).is_ok(),
+            "an emptied ledger"
+        );
+    }
 }

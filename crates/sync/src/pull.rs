@@ -155,7 +155,7 @@ fn pull_manifest(
     };
     let local = read_local(dir)?;
     if local.is_none() {
-        crate::orphan::refuse(dir, remote, head)?;
+        crate::orphan::refuse(dir, &dir.join(PULL_DIR), remote, head)?;
     }
     let store = remote.store_id();
     crate::floor::check(local.as_ref(), &store, head, dir, opts.allow_older)?;
@@ -301,6 +301,16 @@ fn pull_manifest(
     let local = read_local(dir)?;
     if let Some(l) = &local {
         check_model(l)?;
+    }
+    if local.is_none() {
+        // The memory segments about to be renamed in are this pull's, not a lost MANIFEST's
+        // (`orphan`): a rerun after a stop before the commit must not take them for those.
+        let mine: Vec<&str> = entries
+            .iter()
+            .filter(|e| is_memory(head, &e.id))
+            .map(|e| e.id.as_str())
+            .collect();
+        crate::orphan::mark_installing(&staging, &mine)?;
     }
     for e in &entries {
         let to = dir.join(dir_name(&e.id));
