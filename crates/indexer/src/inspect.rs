@@ -148,16 +148,88 @@ impl std::fmt::Display for InspectReport {
     }
 }
 
-/// Opens the index (all structural checks) and recomputes every checksum. Returns the problems
-/// found, each naming its file; empty means the index is sound.
+/// Opens the index (all structural checks) and recomputes every checksum, of code and memory
+/// segments alike, and reads the memory ledger (`format::manifest::LEDGER_FILE`, which only a
+/// MANIFEST recovery would otherwise read). Returns the problems found, each naming its file;
+/// empty means the index is sound. (A ledger that is missing, or one commit behind MANIFEST,
+/// is not a problem: the next commit writes it.)
 pub fn verify(dir: &Path) -> Vec<String> {
-    match Index::open(dir) {
+    let mut problems: Vec<String> = match Index::open(dir) {
         Err(e) => vec![e.to_string()],
         Ok(ix) => ix
             .segments
             .iter()
+            .chain(&ix.memory)
             .flat_map(|ls| ls.segment.verify())
             .map(|e| e.to_string())
             .collect(),
+    };
+    if let Err(e) = format::manifest::read_ledger(dir) {
+        problems.push(format!(
+            "{e} (a MANIFEST recovery would move it aside and forget which memories were \
+             deleted or pulled here; the next commit rewrites it)"
+        ));
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A memory segment's bytes that opening does not read (its vector payload) are checked
+    /// by their checksum, as a code segment's are; a damaged memory ledger is reported.
+    #[test]
+    fn memory_segments_and_the_ledger_are_verified() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let rec = format::memory::MemoryRecord {
+            id: "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e01".into(),
+            text: "a memory".into(),
+            category: "decision".into(),
+            scope: "project".into(),
+            entity: String::new(),
+            tags: vec![],
+            source: "agent".into(),
+            evidence: vec![],
+            code_refs: vec![],
+            created_at: 1,
+            updated_at: 1,
+            state: "active".into(),
+            similar: vec![],
+        };
+        let (id, meta) = format::SegmentBuilder::for_memories(vec![rec], vec![1.0, 0.0, 0.0, 0.0])
+            .write(dir, "m", 4)
+            .unwrap();
+        let mut m = format::IndexManifest::empty("m", 4);
+        m.memory_segments.push(format::SegmentEntry {
+            id: id.clone(),
+            chunks: meta.chunk_count,
+            tombstones: None,
+        });
+        m.deleted_memories
+            .insert("0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e02".into(), 5);
+        m.commit(dir).unwrap();
+        assert_eq!(verify(dir), Vec::<String>::new());
+
+        let vectors = dir.join(format::segment::dir_name(&id)).join("vectors.f32");
+        let mut bytes = std::fs::read(&vectors).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        std::fs::write(&vectors, &bytes).unwrap();
+        let problems = verify(dir);
+        assert!(
+            problems.len() == 1 && problems[0].contains("vectors.f32"),
+            "{problems:?}"
+        );
+        bytes[last] ^= 0x40;
+        std::fs::write(&vectors, &bytes).unwrap();
+
+        std::fs::write(dir.join(format::manifest::LEDGER_FILE), b"{ damaged").unwrap();
+        let problems = verify(dir);
+        assert!(
+            problems.len() == 1 && problems[0].contains("memory-ledger.json"),
+            "{problems:?}"
+        );
     }
 }
