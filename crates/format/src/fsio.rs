@@ -115,6 +115,18 @@ pub fn read_at_most(f: &File, max: u64) -> io::Result<Option<Vec<u8>>> {
     Ok((buf.len() as u64 <= max).then_some(buf))
 }
 
+/// The bytes of `path` when it is a regular file of at most `max` bytes, opened without
+/// blocking ([`open_for_read`]) and checked before it is read ([`read_at_most`]): `Ok(None)`
+/// for a FIFO, a device, a directory or a longer file, none of which is read.
+pub fn read_regular_at_most(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let f = open_for_read(path)?;
+    let md = f.metadata()?;
+    if !md.is_file() || md.len() > max {
+        return Ok(None);
+    }
+    read_at_most(&f, max)
+}
+
 /// `File::create`.
 #[inline]
 pub fn create(path: &Path) -> io::Result<File> {

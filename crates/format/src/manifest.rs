@@ -334,18 +334,17 @@ const LEDGER_VERSION: u32 = 1;
 /// checksum, is [`FormatError::Corrupt`].
 pub fn read_ledger(dir: &Path) -> Result<Option<(MemoryLedger, u64)>> {
     let p = dir.join(LEDGER_FILE);
-    let f = match crate::fsio::open_for_read(&p) {
-        Ok(f) => f,
+    let bytes = match crate::fsio::read_regular_at_most(&p, LEDGER_MAX_BYTES) {
+        Ok(Some(b)) => b,
+        Ok(None) => {
+            return Err(corrupt(
+                &p,
+                format!("not a regular file of at most {LEDGER_MAX_BYTES} bytes"),
+            ))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(FormatError::Io { path: p, source: e }),
     };
-    let md = f.metadata().map_err(io_err(&p))?;
-    if !md.is_file() {
-        return Err(corrupt(&p, "not a regular file"));
-    }
-    let bytes = crate::fsio::read_at_most(&f, LEDGER_MAX_BYTES)
-        .map_err(io_err(&p))?
-        .ok_or_else(|| corrupt(&p, format!("longer than {LEDGER_MAX_BYTES} bytes")))?;
     let file: LedgerFile =
         serde_json::from_slice(&bytes).map_err(|e| corrupt(&p, crate::json_detail(&e)))?;
     if file.ledger_version != LEDGER_VERSION {

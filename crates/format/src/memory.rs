@@ -559,6 +559,27 @@ pub fn validate_record(m: &MemoryRecord) -> Result<(), RecordError> {
     Ok(())
 }
 
+/// A memory record for tests: id `0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e<i in two hex digits>`,
+/// text `memory <i> at <updated_at>`, a project decision by an agent, created at 1.
+#[doc(hidden)]
+pub fn record_for_tests(i: u8, updated_at: i64) -> MemoryRecord {
+    MemoryRecord {
+        id: format!("0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e{i:02x}"),
+        text: format!("memory {i} at {updated_at}"),
+        category: "decision".into(),
+        scope: "project".into(),
+        entity: String::new(),
+        tags: vec![],
+        source: "agent".into(),
+        evidence: vec![],
+        code_refs: vec![],
+        created_at: 1,
+        updated_at,
+        state: "active".into(),
+        similar: vec![],
+    }
+}
+
 impl ArchivedMemoryRecord {
     /// An owned copy of the stored record.
     pub fn to_record(&self) -> MemoryRecord {

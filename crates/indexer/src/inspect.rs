@@ -183,21 +183,7 @@ mod tests {
     fn memory_segments_and_the_ledger_are_verified() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path();
-        let rec = format::memory::MemoryRecord {
-            id: "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e01".into(),
-            text: "a memory".into(),
-            category: "decision".into(),
-            scope: "project".into(),
-            entity: String::new(),
-            tags: vec![],
-            source: "agent".into(),
-            evidence: vec![],
-            code_refs: vec![],
-            created_at: 1,
-            updated_at: 1,
-            state: "active".into(),
-            similar: vec![],
-        };
+        let rec = format::memory::record_for_tests(1, 1);
         let (id, meta) = format::SegmentBuilder::for_memories(vec![rec], vec![1.0, 0.0, 0.0, 0.0])
             .write(dir, "m", 4)
             .unwrap();

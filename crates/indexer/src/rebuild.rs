@@ -374,21 +374,7 @@ mod tests {
     }
 
     fn memory(i: u8, updated_at: i64) -> format::memory::MemoryRecord {
-        format::memory::MemoryRecord {
-            id: format!("0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e{i:02x}"),
-            text: format!("memory {i} at {updated_at}"),
-            category: "decision".into(),
-            scope: "project".into(),
-            entity: String::new(),
-            tags: vec![],
-            source: "agent".into(),
-            evidence: vec![],
-            code_refs: vec![],
-            created_at: 1,
-            updated_at,
-            state: "active".into(),
-            similar: vec![],
-        }
+        format::memory::record_for_tests(i, updated_at)
     }
 
     /// A damaged tombstone file is set aside by the rebuild; the older copy of an updated

@@ -486,13 +486,7 @@ const PACKED_REFS_MAX: u64 = 64 << 20;
 /// The text of the regular file `p`, read only when it is at most `max` bytes (a FIFO, a
 /// device or a huge file is not read).
 fn read_small(p: &Path, max: u64) -> Option<String> {
-    // Opened without blocking (a FIFO would wait for a writer), then checked.
-    let f = format::fsio::open_for_read(p).ok()?;
-    let md = f.metadata().ok()?;
-    if !md.is_file() || md.len() > max {
-        return None;
-    }
-    String::from_utf8(format::fsio::read_at_most(&f, max).ok()??).ok()
+    String::from_utf8(format::fsio::read_regular_at_most(p, max).ok()??).ok()
 }
 
 /// What a check found.

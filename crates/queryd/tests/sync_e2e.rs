@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -805,6 +805,32 @@ fn pushed_memories_arrive_once_and_local_deletes_stay_deleted() {
     );
 }
 
+/// The fixture's index with `dump` (memory JSON lines) ingested (`indexer build --memories`),
+/// pushed with its memories to a `file://` store and pulled into a second directory: the store
+/// and that directory.
+fn team_memories_pushed_and_pulled(ix: &cix_tests::Indexed, dump: &str) -> (Remote, PathBuf) {
+    let dump_file = ix.tmp.path().join("team.jsonl");
+    std::fs::write(&dump_file, dump).unwrap();
+    let dump = &dump_file;
+    indexer_bin(&[
+        "build".as_ref(),
+        "--memories".as_ref(),
+        dump.as_os_str(),
+        "--out".as_ref(),
+        ix.index.as_os_str(),
+    ]);
+    let store = ix.tmp.path().join("store");
+    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
+    let with = PushOptions {
+        with_memories: true,
+        ..PushOptions::default()
+    };
+    assert!(sync::push(&ix.index, &remote, &with).unwrap().committed);
+    let b = ix.tmp.path().join("b");
+    pull(&remote, &b);
+    (remote, b)
+}
+
 /// The live memories of `dir` (segments and log), by id: text.
 fn memories_of(dir: &Path) -> std::collections::BTreeMap<String, String> {
     memory::store::export(dir)
@@ -826,31 +852,17 @@ fn a_memory_deleted_here_does_not_return_in_another_machines_merged_segment() {
     use engine::tools::memory::args::{AddMemoriesArgs, DeleteMemoriesArgs, UpdateMemoryArgs};
     use serde_json::json;
     let ix = cix_tests::indexed_fixture();
-    let dump = ix.tmp.path().join("team.jsonl");
     // Stamped far ahead of any clock (2100), as another machine's clock might.
-    std::fs::write(
-        &dump,
+    let (remote, b) = team_memories_pushed_and_pulled(
+        &ix,
         "{\"text\": \"the team agreed to keep retries at three\", \"created_at\": 1700000000000, \
          \"updated_at\": 4102444800000}\n\
          {\"text\": \"deploys happen on tuesdays only\"}\n",
-    )
-    .unwrap();
-    indexer_bin(&[
-        "build".as_ref(),
-        "--memories".as_ref(),
-        dump.as_os_str(),
-        "--out".as_ref(),
-        ix.index.as_os_str(),
-    ]);
-    let store = ix.tmp.path().join("store");
-    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
+    );
     let with = PushOptions {
         with_memories: true,
         ..PushOptions::default()
     };
-    assert!(sync::push(&ix.index, &remote, &with).unwrap().committed);
-    let b = ix.tmp.path().join("b");
-    pull(&remote, &b);
     let team = memories_of(&ix.index);
     assert_eq!(memories_of(&b), team);
     let id_of = |word: &str| {
@@ -937,29 +949,11 @@ fn deletions_survive_a_manifest_recovery_and_the_next_pull() {
     use engine::tools::memory::args::{AddMemoriesArgs, DeleteMemoriesArgs};
     use serde_json::json;
     let ix = cix_tests::indexed_fixture();
-    let dump = ix.tmp.path().join("team.jsonl");
-    std::fs::write(
-        &dump,
+    let (remote, b) = team_memories_pushed_and_pulled(
+        &ix,
         "{\"text\": \"the team agreed to keep retries at three\"}\n\
          {\"text\": \"deploys happen on tuesdays\"}\n",
-    )
-    .unwrap();
-    indexer_bin(&[
-        "build".as_ref(),
-        "--memories".as_ref(),
-        dump.as_os_str(),
-        "--out".as_ref(),
-        ix.index.as_os_str(),
-    ]);
-    let store = ix.tmp.path().join("store");
-    let remote = Remote::open(&format!("file://{}", store.display())).unwrap();
-    let with = PushOptions {
-        with_memories: true,
-        ..PushOptions::default()
-    };
-    assert!(sync::push(&ix.index, &remote, &with).unwrap().committed);
-    let b = ix.tmp.path().join("b");
-    pull(&remote, &b);
+    );
     let ids: Vec<String> = memories_of(&b).into_keys().collect();
     assert_eq!(ids.len(), 2);
 

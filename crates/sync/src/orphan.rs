@@ -117,14 +117,9 @@ pub(crate) fn mark_installing(staging: &Path, ids: &[&str]) -> Result<()> {
 /// The ids [`mark_installing`] recorded in `staging` (none when it did not, or the file is
 /// not a regular file of at most 1 MiB).
 fn installing(staging: &Path) -> HashSet<String> {
-    let p = staging.join(INSTALLING);
-    let Ok(f) = format::fsio::open_for_read(&p) else {
+    let Ok(Some(bytes)) = format::fsio::read_regular_at_most(&staging.join(INSTALLING), 1 << 20)
+    else {
         return HashSet::new();
-    };
-    let small = f.metadata().is_ok_and(|m| m.is_file());
-    let bytes = match small.then(|| format::fsio::read_at_most(&f, 1 << 20)) {
-        Some(Ok(Some(b))) => b,
-        _ => return HashSet::new(),
     };
     String::from_utf8_lossy(&bytes)
         .lines()
@@ -174,21 +169,7 @@ mod tests {
             "an empty directory"
         );
 
-        let rec = format::memory::MemoryRecord {
-            id: "0190f3c4-8f7a-7b2e-9c1d-2a3b4c5d6e01".into(),
-            text: "a memory".into(),
-            category: "decision".into(),
-            scope: "project".into(),
-            entity: String::new(),
-            tags: vec![],
-            source: "agent".into(),
-            evidence: vec![],
-            code_refs: vec![],
-            created_at: 1,
-            updated_at: 1,
-            state: "active".into(),
-            similar: vec![],
-        };
+        let rec = format::memory::record_for_tests(1, 1);
         let (id, _) = format::SegmentBuilder::for_memories(vec![rec], vec![1.0, 0.0, 0.0, 0.0])
             .write(&dir, "m", 4)
             .unwrap();
