@@ -172,6 +172,10 @@ pub mod tombstones {
         if let Ok(bits) = format::tombstones::read(&p, super::model().0, &h, 1000) {
             assert!(bits.max().is_none_or(|m| m < 1000));
         }
+        if let Ok(d) = format::tombstones::read_with_files(&p, super::model().0, &h, 1000, 50) {
+            assert!(d.chunks.max().is_none_or(|m| m < 1000));
+            assert!(d.files.max().is_none_or(|m| m < 50));
+        }
     }
 }
 

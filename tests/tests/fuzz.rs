@@ -307,6 +307,17 @@ fn write_seeds() {
         "v3-code-chunks.rkyv",
         &std::fs::read(fuzz.join("compat/v3-code/chunks.rkyv")).unwrap(),
     );
+    // A tombstone file that also deletes files without chunks (the fixture deletes none).
+    let tomb_dir = tempfile::tempdir().unwrap();
+    let tomb = tomb_dir.path().join("tomb-with-files.del");
+    let bytes = format::tombstones::write_with_files(
+        &tomb,
+        &m.model_id,
+        &[1u32, 2, 40].into_iter().collect(),
+        &[0u32, 3].into_iter().collect(),
+    )
+    .unwrap();
+    put("tombstones", "tomb-with-files.del", &bytes);
     // A ledger as a commit writes it (the fixture's index has none: nothing deleted or pulled).
     let ledger_dir = tempfile::tempdir().unwrap();
     let mut lm = format::IndexManifest::empty(&m.model_id, m.dim);

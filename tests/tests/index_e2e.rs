@@ -1186,12 +1186,22 @@ fn files_without_chunks_settle() {
     let r = run();
     assert_eq!((r.files_changed, r.files_deleted), (0, 0), "{r:?}");
     assert_eq!(generation(), g, "a build with nothing changed committed");
+    // Deleted, the empty file goes with the next build (its record is deleted by the
+    // tombstone file's bitmap of files), and then nothing is left to delete.
     std::fs::remove_file(repo.join("pkg/__init__.py")).unwrap();
+    let r = run();
+    assert_eq!((r.files_changed, r.files_deleted), (0, 1), "{r:?}");
+    assert_eq!(generation(), g + 1, "{r:?}");
+    let g = generation();
     for _ in 0..2 {
         let r = run();
         assert_eq!((r.files_changed, r.files_deleted), (0, 0), "{r:?}");
         assert_eq!(generation(), g, "{r:?}");
     }
+    let v = code::view::CodeView::open(&out).unwrap();
+    assert!(!v.holds_file("repo", "pkg/__init__.py"));
+    assert!(v.holds_file("repo", "pkg/mod.py"));
+    drop(v);
     // Emptied, then given text again: each is one change, and then nothing.
     std::fs::write(repo.join("pkg/mod.py"), "").unwrap();
     let r = run();
@@ -1234,6 +1244,48 @@ fn files_without_chunks_settle() {
     assert_eq!(generation(), g);
     let v = code::view::CodeView::open(&out).unwrap();
     assert!(v.resolve("h").is_empty());
+    assert!(!v.holds_file("repo", "lib/__init__.py"));
+    drop(v);
+    // An empty version that shares its segment with a live file is deleted once the file
+    // gets text: before, it stayed, and came back as the file's node once the file was
+    // deleted.
+    std::fs::write(repo.join("pkg/c.py"), "").unwrap();
+    std::fs::write(repo.join("pkg/d.py"), "def d():\n    return 4\n").unwrap();
+    assert_eq!(run().files_changed, 2);
+    std::fs::write(repo.join("pkg/c.py"), "def c():\n    return 5\n").unwrap();
+    let r = run();
+    assert_eq!((r.files_changed, r.files_deleted), (1, 0), "{r:?}");
+    std::fs::remove_file(repo.join("pkg/c.py")).unwrap();
+    let r = run();
+    assert_eq!((r.files_changed, r.files_deleted), (0, 1), "{r:?}");
+    let g = generation();
+    let r = run();
+    assert_eq!((r.files_changed, r.files_deleted), (0, 0), "{r:?}");
+    assert_eq!(generation(), g);
+    let v = code::view::CodeView::open(&out).unwrap();
+    assert!(
+        !v.holds_file("repo", "pkg/c.py"),
+        "an older empty version came back"
+    );
+    assert!(v.holds_file("repo", "pkg/d.py"));
+    drop(v);
+    // A merge drops the deleted record: every segment into one, the same live files.
+    let m = indexer::merge::merge(
+        &out,
+        &indexer::merge::MergePolicy {
+            budget: 1 << 30,
+            max_segments: Some(1),
+            deletes: false,
+        },
+        &Progress::silent(),
+    )
+    .unwrap();
+    assert!(!m.merges.is_empty(), "{m:?}");
+    let v = code::view::CodeView::open(&out).unwrap();
+    assert_eq!(v.index.segments.len(), 1);
+    assert!(!v.holds_file("repo", "pkg/c.py"));
+    assert!(!v.holds_file("repo", "pkg/__init__.py"));
+    assert!(v.holds_file("repo", "pkg/d.py") && v.holds_file("repo", "pkg/mod.py"));
 }
 
 /// The facts cache (`facts.cache`, `indexer::build` `facts.rs`): an incremental build that

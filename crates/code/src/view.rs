@@ -39,12 +39,9 @@ impl std::fmt::Debug for CodeView {
 }
 
 /// Whether file `fi` of segment `ls` is live: a chunk of it is not tombstoned, or it has no
-/// chunks at all.
+/// chunks and is not deleted ([`LiveSegment::file_is_live`]).
 fn file_is_live(ls: &LiveSegment, fi: u32) -> bool {
-    let f = &ls.segment.table().files[fi as usize];
-    let first = f.first_chunk.to_native();
-    let n = f.chunk_count.to_native();
-    n == 0 || (first..first + n).any(|c| !ls.tombstones.contains(c))
+    ls.file_is_live(fi)
 }
 
 impl CodeView {
@@ -205,7 +202,7 @@ impl CodeView {
     }
 
     /// The live file node of a path: the newest segment whose file still has a live chunk (or
-    /// has no chunks at all).
+    /// has no chunks and is not deleted).
     fn file_by_path(&self, path: &str) -> Option<NodeRef> {
         for (si, ls) in self.index.segments.iter().enumerate().rev() {
             let t = ls.segment.table();

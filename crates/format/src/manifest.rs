@@ -390,6 +390,26 @@ pub struct LiveSegment {
     /// Shared between generations: reopening an index reuses the segments it already mapped.
     pub segment: std::sync::Arc<Segment>,
     pub tombstones: RoaringBitmap,
+    /// Files without chunks that are deleted (they have no chunk to tombstone;
+    /// [`tombstones`]).
+    pub dead_files: RoaringBitmap,
+}
+
+impl LiveSegment {
+    /// Whether file `fi` of the segment is live: it has a chunk that is not tombstoned, or it
+    /// has no chunks and is not deleted.
+    pub fn file_is_live(&self, fi: u32) -> bool {
+        let Some(f) = self.segment.table().files.get(fi as usize) else {
+            return false;
+        };
+        let first = f.first_chunk.to_native();
+        let n = f.chunk_count.to_native();
+        if n == 0 {
+            !self.dead_files.contains(fi)
+        } else {
+            (first..first.saturating_add(n)).any(|c| !self.tombstones.contains(c))
+        }
+    }
 }
 
 /// A code segment the index names but does not serve (see [`OpenOptions::lenient`]).
@@ -681,13 +701,20 @@ fn open_one(
             ),
         ));
     }
-    let tombstones = match &e.tombstones {
-        Some(t) => tombstones::read(&dir.join(&t.file), &manifest.model_id, &t.blake3, e.chunks)?,
-        None => RoaringBitmap::new(),
+    let deleted = match &e.tombstones {
+        Some(t) => tombstones::read_with_files(
+            &dir.join(&t.file),
+            &manifest.model_id,
+            &t.blake3,
+            e.chunks,
+            segment.meta().file_count,
+        )?,
+        None => tombstones::Deleted::default(),
     };
     Ok(LiveSegment {
         segment,
-        tombstones,
+        tombstones: deleted.chunks,
+        dead_files: deleted.files,
     })
 }
 
@@ -722,7 +749,12 @@ pub fn tombstone_memory_ids<'a>(
                 continue;
             }
             let name = tombstones::file_name(&entry.id, generation);
-            let bytes = tombstones::write(&dir.join(&name), &index.manifest.model_id, &bits)?;
+            let bytes = tombstones::write_with_files(
+                &dir.join(&name),
+                &index.manifest.model_id,
+                &bits,
+                &ls.dead_files,
+            )?;
             entry.tombstones = Some(TombstoneRef {
                 file: name,
                 blake3: crate::blake3_hex(&bytes),

@@ -7,8 +7,8 @@
 //! current format, and built from the texts otherwise (an older format's tokenizer may differ).
 //!
 //! What is kept: every file with a live chunk (tombstoned files are dropped, which is how
-//! deletes leave the index), and a file without chunks unless a later segment of the merge
-//! has the same (repo, path). Files are re-sorted by (repo, path) and chunks renumbered.
+//! deletes leave the index), and a file without chunks unless it is deleted
+//! ([`crate::tombstones`]) or a later segment of the merge has the same (repo, path). Files are re-sorted by (repo, path) and chunks renumbered.
 //! Edges between kept nodes stay internal; an edge from a kept node to a dropped one (an
 //! older, tombstoned version of a symbol or file) becomes an external edge by the target's
 //! symbol id or `file:<path>`, which is how the query side already follows such edges to the
@@ -76,10 +76,10 @@ pub fn merge<'a>(parts: &[&'a LiveSegment]) -> Result<Merged<'a>> {
     for (p, ls) in parts.iter().enumerate() {
         let t = ls.segment.table();
         for (fi, f) in t.files.iter().enumerate() {
-            let (first, n) = (f.first_chunk.to_native(), f.chunk_count.to_native());
-            if n > 0 && (first..first + n).all(|c| ls.tombstones.contains(c)) {
+            // Every chunk tombstoned, or deleted without chunks.
+            if !ls.file_is_live(fi as u32) {
                 stats.dropped_files += 1;
-                stats.dropped_chunks += n;
+                stats.dropped_chunks += f.chunk_count.to_native();
                 continue;
             }
             picks.push((f.repo.as_str(), f.path.as_str(), p, fi as u32));

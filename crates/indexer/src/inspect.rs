@@ -61,13 +61,9 @@ pub fn inspect(dir: &Path) -> Result<InspectReport, format::FormatError> {
             s.bytes.insert(f.name.clone(), f.size);
             r.total_bytes += f.size;
         }
-        for f in t.files.iter() {
-            let first = f.first_chunk.to_native();
-            let n = f.chunk_count.to_native();
-            if n == 0 || (first..first + n).any(|c| !ls.tombstones.contains(c)) {
-                r.live_files += 1;
-            }
-        }
+        r.live_files += (0..t.files.len() as u32)
+            .filter(|&fi| ls.file_is_live(fi))
+            .count() as u64;
         for (i, c) in t.chunks.iter().enumerate() {
             if ls.tombstones.contains(i as u32) {
                 continue;

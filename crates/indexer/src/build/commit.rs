@@ -132,20 +132,24 @@ fn tombstone_segments(
     model_id: &str,
     report: &mut BuildReport,
 ) -> Result<Vec<SegmentEntry>, IndexerError> {
-    let mut per_seg: BTreeMap<usize, RoaringBitmap> = BTreeMap::new();
+    // Per segment: the chunks to tombstone, and the files without chunks to delete.
+    let mut per_seg: BTreeMap<usize, (RoaringBitmap, RoaringBitmap)> = BTreeMap::new();
     for (si, fi) in dead_files {
         let f = &ix.segments[*si].segment.table().files[*fi as usize];
         let first = f.first_chunk.to_native();
-        per_seg
-            .entry(*si)
-            .or_default()
-            .insert_range(first..first + f.chunk_count.to_native());
+        let n = f.chunk_count.to_native();
+        let (chunks, files) = per_seg.entry(*si).or_default();
+        if n == 0 {
+            files.insert(*fi);
+        } else {
+            chunks.insert_range(first..first + n);
+        }
     }
     let dead_set: HashSet<(usize, u32)> = dead_files.iter().copied().collect();
     let mut entries = Vec::new();
     for (si, ls) in ix.segments.iter().enumerate() {
         let mut entry = manifest.segments[si].clone();
-        if let Some(newly) = per_seg.get(&si) {
+        if let Some((newly, newly_files)) = per_seg.get(&si) {
             let mut bits = ls.tombstones.clone();
             let before = bits.len();
             bits |= newly;
@@ -153,8 +157,9 @@ fn tombstone_segments(
             if bits.len() >= u64::from(entry.chunks) && all_files_dead(ls, &dead_set, si) {
                 continue; // fully dead: drop the segment
             }
+            let files = &ls.dead_files | newly_files;
             let name = tombstones::file_name(&entry.id, generation);
-            let bytes = tombstones::write(&out.join(&name), model_id, &bits)
+            let bytes = tombstones::write_with_files(&out.join(&name), model_id, &bits, &files)
                 .map_err(IndexerError::Format)?;
             entry.tombstones = Some(TombstoneRef {
                 file: name,
@@ -167,19 +172,13 @@ fn tombstone_segments(
     Ok(entries)
 }
 
-/// Whether every file of segment `si` (`ls`) is dead: in `dead`, or all its chunks tombstoned.
-pub(super) fn all_files_dead(
+/// Whether every file of segment `si` (`ls`) is dead: in `dead`, or not live already (all its
+/// chunks tombstoned, or deleted without chunks).
+fn all_files_dead(
     ls: &format::manifest::LiveSegment,
     dead: &HashSet<(usize, u32)>,
     si: usize,
 ) -> bool {
     let n = ls.segment.table().files.len() as u32;
-    (0..n).all(|fi| {
-        let f = &ls.segment.table().files[fi as usize];
-        let first = f.first_chunk.to_native();
-        let dead_now = dead.contains(&(si, fi));
-        let dead_before = f.chunk_count.to_native() > 0
-            && (first..first + f.chunk_count.to_native()).all(|c| ls.tombstones.contains(c));
-        dead_now || dead_before
-    })
+    (0..n).all(|fi| dead.contains(&(si, fi)) || !ls.file_is_live(fi))
 }

@@ -30,25 +30,28 @@ pub(super) struct ChangePlan {
 
 /// Live files of the existing index: (repository, path) → (segment, file, content hash).
 /// Files whose chunks are all tombstoned are not live. Files without chunks (empty ones, or
-/// none the chunker keeps) cannot be tombstoned, so they are not live either (gone from disk,
-/// such a file would count as deleted again by every build, each committing a generation);
-/// the newest record of each is in the second map, which says whether a file on disk with
-/// the same bytes is already indexed.
+/// none the chunker keeps) are deleted by a bitmap of their own in the tombstone file
+/// ([`format::tombstones`]); those not deleted are in the second map, every record of a path
+/// in segment order (the newest last): the newest says whether a file on disk with the same
+/// bytes is already indexed, the older ones are stale.
 type FileAt = HashMap<(String, String), (usize, u32, [u8; 32])>;
+type EmptyAt = HashMap<(String, String), Vec<(usize, u32, [u8; 32])>>;
 
-fn live_files(existing: Option<&Index>) -> (FileAt, FileAt) {
-    let (mut live, mut empty) = (FileAt::new(), FileAt::new());
+fn live_files(existing: Option<&Index>) -> (FileAt, EmptyAt) {
+    let (mut live, mut empty) = (FileAt::new(), EmptyAt::new());
     if let Some(ix) = existing {
         for (si, ls) in ix.segments.iter().enumerate() {
             let table = ls.segment.table();
             for (fi, f) in table.files.iter().enumerate() {
-                let first = f.first_chunk.to_native();
-                let end = first.saturating_add(f.chunk_count.to_native());
+                let fi = fi as u32;
+                if !ls.file_is_live(fi) {
+                    continue;
+                }
                 let key = (f.repo.to_string(), f.path.to_string());
-                let at = (si, fi as u32, f.content_hash);
+                let at = (si, fi, f.content_hash);
                 if f.chunk_count.to_native() == 0 {
-                    empty.insert(key, at);
-                } else if !(first..end).all(|c| ls.tombstones.contains(c)) {
+                    empty.entry(key).or_default().push(at);
+                } else {
                     live.insert(key, at);
                 }
             }
@@ -72,7 +75,7 @@ pub(super) fn plan_changes(
         .iter()
         .map(|f| {
             let key = (f.cand.repo.clone(), f.cand.rel_path.clone());
-            live.get(&key).or_else(|| empty.get(&key)).copied()
+            (live.get(&key).copied()).or_else(|| empty.get(&key).and_then(|v| v.last().copied()))
         })
         .collect();
     let changed: Vec<bool> = (files.iter().zip(&live_of))
@@ -106,37 +109,31 @@ pub(super) fn plan_changes(
             None => unseen += 1,
         }
     }
-    // Records without chunks that are not the current record of a file on disk (gone in
-    // scope, or replaced: the file changed, or a live record with chunks holds its path) go
-    // with their segment when nothing else of it is left: it is dropped whole, so the
-    // deletion does not come back. Else they stay, harmless to the planner. Those of
-    // repositories this build does not walk are unseen like live files; one of a walked
-    // repository gone outside `only` is not: only its segment going would clear it, and it
-    // would keep relinking off for every build limited by `only` (a fresh build would not
-    // hold it either).
-    let mut stale_empty: HashMap<usize, Vec<(u32, bool)>> = HashMap::new();
-    for (key, (si, fi, _)) in &empty {
-        let parsed = index_of.get(&(key.0.as_str(), key.1.as_str()));
-        let gone = parsed.is_none();
-        let replaced = live.contains_key(key) || parsed.is_some_and(|&i| changed[i]);
+    // Records without chunks that are not the current record of a file on disk are deleted:
+    // those gone from disk in scope (counted as deleted), those replaced (the file changed,
+    // or a live record with chunks holds its path) and any older record of the same path. So
+    // the node of a deleted empty file goes with the build that sees it gone, and the next
+    // build finds nothing to delete. Those of repositories this build does not walk are
+    // unseen like live files; one of a walked repository gone outside `only` is not deleted
+    // and not unseen: it would keep relinking off for every build limited by `only` (a fresh
+    // build would not hold it either).
+    for (key, records) in &empty {
+        let Some((&(si, fi, _), older)) = records.split_last() else {
+            continue;
+        };
         if !root_repos.contains(&key.0) {
             if !live.contains_key(key) {
                 unseen += 1;
             }
-        } else if replaced || (gone && opts.in_scope(&key.0, &key.1)) {
-            stale_empty.entry(*si).or_default().push((*fi, gone));
+            continue;
         }
-    }
-    if let Some(ix) = existing {
-        // Other segments' entries do not change this one's answer.
-        let mut dead: HashSet<(usize, u32)> = dead_files.iter().copied().collect();
-        for (si, stale) in stale_empty {
-            dead.extend(stale.iter().map(|&(fi, _)| (si, fi)));
-            let all_dead = super::commit::all_files_dead(&ix.segments[si], &dead, si);
-            if all_dead {
-                report.files_deleted += stale.iter().filter(|(_, gone)| *gone).count();
-                dead_files.extend(stale.into_iter().map(|(fi, _)| (si, fi)));
-            }
+        dead_files.extend(older.iter().map(|&(si, fi, _)| (si, fi)));
+        let parsed = index_of.get(&(key.0.as_str(), key.1.as_str()));
+        let gone = parsed.is_none() && opts.in_scope(&key.0, &key.1);
+        let replaced = live.contains_key(key) || parsed.is_some_and(|&i| changed[i]);
+        if replaced || gone {
+            dead_files.push((si, fi));
+            report.files_deleted += usize::from(gone && !live.contains_key(key));
         }
     }
     dead_files.sort_unstable();
