@@ -320,7 +320,8 @@ impl CodeView {
     }
 
     /// Where edges of `(seg, target)` really lead: a tombstoned chunk is replaced by the live
-    /// chunks with its symbol id, a file node by the live node of its path.
+    /// chunks with its symbol id, a file node by the live node of its path (nowhere when no
+    /// file of the path is live).
     fn push_target(&self, seg: usize, t: u32, fl: u8, out: &mut Vec<(NodeRef, u8)>) {
         let node = (seg, t);
         if self.is_chunk(node) {
@@ -329,9 +330,9 @@ impl CodeView {
             } else if let Some(n) = self.first_live(self.chunk(node).symbol_id.as_str()) {
                 out.push((n, fl));
             }
-        } else {
-            let path = self.file(node).path.as_str();
-            out.push((self.file_by_path(path).unwrap_or(node), fl));
+        } else if let Some(n) = self.file_by_path(self.file(node).path.as_str()) {
+            // The live node of its path (none when the file is deleted).
+            out.push((n, fl));
         }
     }
 

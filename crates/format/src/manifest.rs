@@ -711,6 +711,21 @@ fn open_one(
         )?,
         None => tombstones::Deleted::default(),
     };
+    // Only files without chunks are deleted through the bitmap of files (the others through
+    // their chunks).
+    let table = segment.table();
+    if let Some(fi) =
+        (deleted.files.iter()).find(|&fi| table.files[fi as usize].chunk_count.to_native() != 0)
+    {
+        let t = e
+            .tombstones
+            .as_ref()
+            .map_or(String::new(), |t| t.file.clone());
+        return Err(corrupt(
+            &dir.join(t),
+            format!("deletes file {fi}, which has chunks, as a file without chunks"),
+        ));
+    }
     Ok(LiveSegment {
         segment,
         tombstones: deleted.chunks,

@@ -609,6 +609,45 @@ fn cold_rerank_rows_are_asked_for_together() {
     }
 }
 
+/// The bitmap of deleted files without chunks is served as `dead_files`, and refused when it
+/// names a file past the segment's or a file with chunks.
+#[test]
+fn deleted_files_without_chunks_are_read_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = builder(2, 2, 8);
+    // A third file without chunks.
+    let mut empty = b.files[1].clone();
+    empty.path = "src/zz_empty.rs".into();
+    empty.first_chunk = b.chunks.len() as u32;
+    empty.chunk_count = 0;
+    b.files.push(empty);
+    let (id, _) = b.write(dir.path(), MODEL, 8).unwrap();
+    let name = tombstones::file_name(&id, 1);
+    let put = |files: &[u32]| {
+        let f: RoaringBitmap = files.iter().copied().collect();
+        let bytes =
+            tombstones::write_with_files(&dir.path().join(&name), MODEL, &RoaringBitmap::new(), &f)
+                .unwrap();
+        let t = TombstoneRef {
+            file: name.clone(),
+            blake3: format::blake3_hex(&bytes),
+            count: 0,
+        };
+        commit(dir.path(), &id, 4, 8, Some(t));
+        Index::open(dir.path())
+    };
+    let index = put(&[2]).unwrap();
+    let ls = &index.segments[0];
+    assert_eq!(ls.dead_files.iter().collect::<Vec<_>>(), vec![2]);
+    assert!(!ls.file_is_live(2) && ls.file_is_live(0) && ls.file_is_live(1));
+    assert_eq!(index.live_chunks(), 4);
+    drop(index);
+    let err = put(&[3]).unwrap_err().to_string();
+    assert!(err.contains("past the end"), "{err}");
+    let err = put(&[0]).unwrap_err().to_string();
+    assert!(err.contains("which has chunks"), "{err}");
+}
+
 #[test]
 fn tombstones_round_trip_and_validate() {
     let dir = tempfile::tempdir().unwrap();

@@ -272,7 +272,8 @@ fn pull_manifest(
         }
         if let Some(t) = &e.tombstones {
             let local_t = dir.join(&t.file);
-            let damage = tombstone_damage(&local_t, t, model.0, e.chunks)?;
+            let files = file_count(&staging, dir, &e.id);
+            let damage = tombstone_damage(&local_t, t, model.0, e.chunks, files)?;
             if !local_t.is_file() || damage.is_some() {
                 remote.block_on(fetch_tombstone(remote, &staging, t, &mut report))?;
             }
@@ -292,7 +293,15 @@ fn pull_manifest(
             } else {
                 dir.join(&t.file)
             };
-            format::tombstones::read(&p, model.0, &t.blake3, e.chunks)?;
+            let files = file_count(&staging, dir, &e.id);
+            match files {
+                Some(n) => {
+                    format::tombstones::read_with_files(&p, model.0, &t.blake3, e.chunks, n)?;
+                }
+                None => {
+                    format::tombstones::read(&p, model.0, &t.blake3, e.chunks)?;
+                }
+            }
         }
     }
 
@@ -697,7 +706,8 @@ fn any_local_damage(dir: &Path, head: &RemoteManifest, local_mem: &HashSet<&str>
     let model = head.index.model_id.as_str();
     for e in &head.index.segments {
         if let Some(t) = &e.tombstones {
-            if tombstone_damage(&dir.join(&t.file), t, model, e.chunks)?.is_some() {
+            let files = file_count(dir, dir, &e.id);
+            if tombstone_damage(&dir.join(&t.file), t, model, e.chunks, files)?.is_some() {
                 return Ok(true);
             }
         }
@@ -709,14 +719,22 @@ fn any_local_damage(dir: &Path, head: &RemoteManifest, local_mem: &HashSet<&str>
 /// header); `None` when it is. Tombstone files are small: read whole and hashed. A refused
 /// read (permissions) says nothing about the bytes: an error, not damage; any other failure
 /// to read it (an unreadable sector) is damage another download repairs.
+///
+/// With the segment's `files` count (its `segment.json` readable), the bitmap of deleted files
+/// without chunks is checked against it too, as opening the index checks it.
 fn tombstone_damage(
     path: &Path,
     t: &format::manifest::TombstoneRef,
     model: &str,
     chunks: u32,
+    files: Option<u32>,
 ) -> Result<Option<String>> {
-    match format::tombstones::read(path, model, &t.blake3, chunks) {
-        Ok(_) => Ok(None),
+    let read = match files {
+        Some(n) => format::tombstones::read_with_files(path, model, &t.blake3, chunks, n).map(drop),
+        None => format::tombstones::read(path, model, &t.blake3, chunks).map(drop),
+    };
+    match read {
+        Ok(()) => Ok(None),
         Err(format::FormatError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
@@ -729,6 +747,15 @@ fn tombstone_damage(
         }
         Err(e) => Ok(Some(format!("{}: {e}", t.file))),
     }
+}
+
+/// The file count of segment `id` as its `segment.json` says, staged in `staging` or else in
+/// `dir`; `None` when neither reads (the segment's own checks report that).
+fn file_count(staging: &Path, dir: &Path, id: &str) -> Option<u32> {
+    format::Segment::read_meta(staging, id)
+        .or_else(|_| format::Segment::read_meta(dir, id))
+        .ok()
+        .map(|m| m.file_count)
 }
 
 /// Why the local copy of `entry`'s segment in `seg_dir` is not that segment (`segment.json`

@@ -75,7 +75,13 @@ pub(super) fn plan_changes(
         .iter()
         .map(|f| {
             let key = (f.cand.repo.clone(), f.cand.rel_path.clone());
-            (live.get(&key).copied()).or_else(|| empty.get(&key).and_then(|v| v.last().copied()))
+            // Of several records without chunks, the one with the file's bytes if any.
+            (live.get(&key).copied()).or_else(|| {
+                let v = empty.get(&key)?;
+                (v.iter().rev().find(|r| r.2 == f.hash))
+                    .or(v.last())
+                    .copied()
+            })
         })
         .collect();
     let changed: Vec<bool> = (files.iter().zip(&live_of))
@@ -110,31 +116,39 @@ pub(super) fn plan_changes(
         }
     }
     // Records without chunks that are not the current record of a file on disk are deleted:
-    // those gone from disk in scope (counted as deleted), those replaced (the file changed,
-    // or a live record with chunks holds its path) and any older record of the same path. So
-    // the node of a deleted empty file goes with the build that sees it gone, and the next
-    // build finds nothing to delete. Those of repositories this build does not walk are
-    // unseen like live files; one of a walked repository gone outside `only` is not deleted
-    // and not unseen: it would keep relinking off for every build limited by `only` (a fresh
-    // build would not hold it either).
+    // all of a path a live record with chunks holds; in scope, all of a file gone from disk
+    // (counted as deleted) or changed, and of an unchanged file every record but the one with
+    // its bytes (several are left only by builds before files without chunks could be
+    // deleted; which one is newest is not read from segment order, which merges do not
+    // keep). So the node of a deleted empty file goes with the build that sees it gone, and
+    // the next build finds nothing to delete. Those of repositories this build does not walk
+    // are unseen like live files; those of a walked repository outside `only` stay, neither
+    // deleted nor unseen: they would keep relinking off for every build limited by `only` (a
+    // fresh build would not hold them either).
     for (key, records) in &empty {
-        let Some((&(si, fi, _), older)) = records.split_last() else {
-            continue;
-        };
         if !root_repos.contains(&key.0) {
             if !live.contains_key(key) {
                 unseen += 1;
             }
             continue;
         }
-        dead_files.extend(older.iter().map(|&(si, fi, _)| (si, fi)));
         let parsed = index_of.get(&(key.0.as_str(), key.1.as_str()));
-        let gone = parsed.is_none() && opts.in_scope(&key.0, &key.1);
-        let replaced = live.contains_key(key) || parsed.is_some_and(|&i| changed[i]);
-        if replaced || gone {
-            dead_files.push((si, fi));
-            report.files_deleted += usize::from(gone && !live.contains_key(key));
-        }
+        let stays = if live.contains_key(key) {
+            None
+        } else if !opts.in_scope(&key.0, &key.1) {
+            continue;
+        } else {
+            match parsed {
+                None => {
+                    report.files_deleted += 1;
+                    None
+                }
+                Some(&i) if changed[i] => None,
+                Some(&i) => records.iter().rposition(|r| r.2 == files[i].hash),
+            }
+        };
+        let gone = (records.iter().enumerate()).filter(|(j, _)| Some(*j) != stays);
+        dead_files.extend(gone.map(|(_, &(si, fi, _))| (si, fi)));
     }
     dead_files.sort_unstable();
     let live_at = (files.iter().zip(&live_of))
