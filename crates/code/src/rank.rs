@@ -10,7 +10,9 @@
 //!   overlap or touch (at most one line apart) are one result with the union of their ranges
 //!   ([`collapse`]). The best-ranked member stands for the group. A symbol's `header` chunk
 //!   counts as the symbol itself (its lines, its group), and a result is never shown as a
-//!   header: [`shown`] maps it to its symbol.
+//!   header: [`shown`] maps it to its symbol. A body part standing for a group shows its own
+//!   text, named by its symbol (`crate::search` takes kind, name and id from
+//!   `symbol_chunk`).
 
 use rustc_hash::{FxHashMap, FxHashSet};
 

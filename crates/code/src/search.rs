@@ -1208,14 +1208,16 @@ pub fn search(
             let t = seg.table();
             let ch = &t.chunks[c as usize];
             let f = &t.files[ch.file.to_native() as usize];
+            // A body part is named by its symbol (kind, name, id); its text is the part's.
+            let sym = &t.chunks[ch.symbol_chunk(c) as usize];
             Ok(Hit {
                 score,
                 path: f.path.to_string(),
                 repo: f.repo.to_string(),
                 language: f.language.to_string(),
-                kind: ch.kind.to_string(),
-                name: ch.name.to_string(),
-                symbol_id: ch.symbol_id.to_string(),
+                kind: sym.kind.to_string(),
+                name: sym.name.to_string(),
+                symbol_id: sym.symbol_id.to_string(),
                 start_line: g.start_line,
                 end_line: g.end_line,
                 vector_rank: vr,
@@ -1995,6 +1997,18 @@ mod tests {
             assert_eq!(hits.len(), 13, "{mode:?} {ranges:?}");
             assert!(ranges.contains(&(1, 30)), "{mode:?} {ranges:?}");
             assert!(ranges.contains(&(100, 110)), "{mode:?} {ranges:?}");
+            // A body part standing alone is named by its symbol: its kind and name (and id),
+            // the part's own text.
+            let far = hits
+                .iter()
+                .find(|h| (h.start_line, h.end_line) == (100, 110));
+            let far = far.unwrap();
+            assert_eq!(
+                (far.kind.as_str(), far.name.as_str()),
+                ("function", "render")
+            );
+            assert_eq!(far.text, "render widget far");
+            assert!(hits.iter().all(|h| h.kind != "body_part"), "{mode:?}");
             assert_eq!(ranges.iter().filter(|r| **r == (40, 50)).count(), 1);
             let mut uniq = ranges.clone();
             uniq.sort();

@@ -246,9 +246,14 @@ impl CodeView {
                 }
             }
         }
-        // One node per symbol id: the first chunk; chunks without a symbol id stay as they are.
+        // A body part or a header is its symbol; then one node per symbol id: the first
+        // chunk; chunks without a symbol id stay as they are.
+        for n in found.iter_mut() {
+            n.1 = self.chunk(*n).symbol_chunk(n.1);
+        }
         let mut seen = std::collections::HashSet::new();
         found.sort_unstable();
+        found.dedup();
         found.retain(|&n| {
             let id = self.chunk(n).symbol_id.as_str();
             id.is_empty() || seen.insert(id.to_string())
@@ -647,6 +652,68 @@ mod tests {
         .commit(d)
         .unwrap();
         CodeView::open(d).unwrap()
+    }
+
+    /// A long symbol's body parts and header carry its name but are pieces of it: a name
+    /// resolves to the symbol once, not to each piece.
+    #[test]
+    fn a_name_resolves_to_the_symbol_not_its_pieces() {
+        let d = tempfile::tempdir().unwrap();
+        let mut b = SegmentBuilder::default();
+        let pieces = [
+            ("method", NO_PARENT, sym("a.rs", "Widget#render"), 1, 40),
+            ("header", 0, String::new(), 1, 2),
+            ("body_part", 0, String::new(), 20, 30),
+            ("body_part", 0, String::new(), 31, 40),
+        ];
+        for (i, (kind, parent, id, s, e)) in pieces.into_iter().enumerate() {
+            b.chunks.push(ChunkRecord {
+                file: 0,
+                kind: kind.into(),
+                name: "render".into(),
+                qualified: "Widget.render".into(),
+                symbol_id: id,
+                start_line: s,
+                end_line: e,
+                start_byte: 0,
+                end_byte: 1,
+                parent,
+                content_hash: [i as u8; 32],
+                text: format!("fn render part {i}"),
+            });
+            b.vectors.extend([1.0, 0.0, 0.0, 0.0]);
+        }
+        b.files.push(FileRecord {
+            repo: "r".into(),
+            path: "a.rs".into(),
+            language: "rust".into(),
+            content_hash: [0; 32],
+            size: 10,
+            first_chunk: 0,
+            chunk_count: 4,
+            imports: vec![],
+        });
+        let (id, _) = b.write(d.path(), MODEL, DIM).unwrap();
+        IndexManifest {
+            format_version: format::FORMAT_VERSION,
+            generation: 1,
+            model_id: MODEL.into(),
+            dim: DIM as u32,
+            segments: vec![SegmentEntry {
+                id,
+                chunks: 4,
+                tombstones: None,
+            }],
+            ..IndexManifest::empty("", 0)
+        }
+        .commit(d.path())
+        .unwrap();
+        let v = CodeView::open(d.path()).unwrap();
+        for q in ["render", "Widget::render", "Widget.render"] {
+            assert_eq!(v.resolve(q), vec![(0, 0)], "{q}");
+        }
+        assert_eq!(v.chunk((0, 2)).symbol_chunk(2), 0);
+        assert_eq!(v.chunk((0, 0)).symbol_chunk(0), 0);
     }
 
     /// The postings find every chunk the text scans would, in their order, and more only

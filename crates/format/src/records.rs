@@ -17,6 +17,9 @@ pub const NO_PARENT: u32 = u32::MAX;
 /// aid that stands for its symbol, its `parent`. It is never a name, a child, a duplicate, a
 /// mention or a result of its own.
 pub const HEADER_KIND: &str = "header";
+/// The kind of a piece of a long symbol past its head chunk (its parent); it has no symbol id
+/// of its own.
+pub const BODY_PART_KIND: &str = "body_part";
 
 /// One indexed file.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -89,6 +92,18 @@ impl ArchivedChunkRecord {
     /// Whether this is a header chunk ([`HEADER_KIND`]).
     pub fn is_header(&self) -> bool {
         self.kind.as_str() == HEADER_KIND
+    }
+
+    /// The chunk of the symbol this one is a piece of (`own` is its ordinal): the parent of a
+    /// header or a body part ([`BODY_PART_KIND`]), else itself. What names the chunk to a
+    /// caller: its kind, name and symbol id.
+    pub fn symbol_chunk(&self, own: u32) -> u32 {
+        let parent = self.parent.to_native();
+        if (self.is_header() || self.kind.as_str() == BODY_PART_KIND) && parent != NO_PARENT {
+            parent
+        } else {
+            own
+        }
     }
 
     /// The chunk that stands for this one (`own` is its ordinal): a header's symbol, else

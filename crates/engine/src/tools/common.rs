@@ -213,20 +213,24 @@ pub struct SymbolRef {
     pub end_line: u32,
 }
 
+/// How tools name node `n`: a chunk by its symbol (a body part or a header by the symbol it is
+/// a piece of: kind, name and id an agent can pass on) with the chunk's own lines; a file by
+/// its path.
 pub(crate) fn symbol_ref(s: &CodeView, n: NodeRef) -> SymbolRef {
     let f = s.file(n);
     if s.is_chunk(n) {
         let c = s.chunk(n);
+        let sym = s.chunk((n.0, c.symbol_chunk(n.1)));
         SymbolRef {
-            name: c.name.to_string(),
+            name: sym.name.to_string(),
             // Only when it says more than the name.
-            qualified: if c.qualified == c.name {
+            qualified: if sym.qualified == sym.name {
                 String::new()
             } else {
-                c.qualified.to_string()
+                sym.qualified.to_string()
             },
-            kind: c.kind.to_string(),
-            symbol_id: c.symbol_id.to_string(),
+            kind: sym.kind.to_string(),
+            symbol_id: sym.symbol_id.to_string(),
             path: f.path.to_string(),
             language: f.language.to_string(),
             start_line: c.start_line.to_native(),

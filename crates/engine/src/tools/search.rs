@@ -305,11 +305,14 @@ impl Engine {
 /// (0.7 of that for an unresolved edge), best first. Each comes with the pool hit it stands for:
 /// itself, or the hit with the same path and lines. Depends on the pool alone.
 fn graph_neighbours(s: &Snapshot, pool: &[code::Hit], o: &SearchOptions) -> Vec<(Ranked, NodeRef)> {
-    let seeds: Vec<NodeRef> = pool
-        .iter()
-        .take(GRAPH_SEEDS)
-        .map(|h| (h.segment, h.chunk))
-        .collect();
+    // A body part's edges are its symbol's (the head chunk's).
+    let symbol_of = |h: &code::Hit| {
+        (
+            h.segment,
+            s.code.chunk((h.segment, h.chunk)).symbol_chunk(h.chunk),
+        )
+    };
+    let seeds: Vec<NodeRef> = pool.iter().take(GRAPH_SEEDS).map(symbol_of).collect();
     let by_lines: HashMap<(&str, u32, u32), NodeRef> = pool
         .iter()
         .map(|h| {
@@ -322,7 +325,7 @@ fn graph_neighbours(s: &Snapshot, pool: &[code::Hit], o: &SearchOptions) -> Vec<
     // Neighbour → (score, relation), the best seed's.
     let mut best: HashMap<NodeRef, (f32, String)> = HashMap::new();
     for h in pool.iter().take(GRAPH_SEEDS) {
-        let seed = (h.segment, h.chunk);
+        let seed = symbol_of(h);
         let seed_label = label(&symbol_ref(&s.code, seed));
         let mut neigh: Vec<(NodeRef, u8, String)> = Vec::new();
         for (n, fl) in s.code.out_edges(seed, EdgeKind::Calls) {

@@ -137,8 +137,9 @@ impl Engine {
         }
         let own = snap.code.chunk(n).symbol_id.as_str();
         kids.into_iter()
-            // A header is its symbol's search aid, not a child.
-            .filter(|&k| !snap.code.chunk(k).is_header())
+            // A header (its symbol's search aid) and a body part (a piece of it) are the
+            // symbol itself, not children.
+            .filter(|&k| snap.code.chunk(k).symbol_chunk(k.1) == k.1)
             .filter(|&k| own.is_empty() || snap.code.chunk(k).symbol_id != own)
             .take(50)
             .map(|k| symbol_ref(&snap.code, k))

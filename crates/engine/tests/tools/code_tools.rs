@@ -327,3 +327,84 @@ fn search_code_top_k_does_not_depend_on_limit() {
         }
     }
 }
+
+/// A function long enough to be cut into a head and body parts is one symbol to every tool:
+/// a search hit in a body part carries the function's kind, name and id (what `get_symbol`
+/// and `find_callers` take), its name resolves once, and its parts are not its children.
+#[test]
+fn a_long_functions_body_parts_are_the_function() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("longfn");
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    let mut src = String::from("/// Adds up a weighted series.\npub fn weighted_series(x: u32) -> u32 {\n    let mut total = 0;\n");
+    for i in 0..400 {
+        if i == 300 {
+            src.push_str("    let zebra_marker_total = total;\n");
+        }
+        src.push_str(&format!("    total += x.wrapping_mul({i});\n"));
+    }
+    src.push_str(
+        "    finish_series(total)\n}\n\npub fn finish_series(v: u32) -> u32 {\n    v + 1\n}\n",
+    );
+    std::fs::write(repo.join("src/lib.rs"), src).unwrap();
+    let index = tmp.path().join("index");
+    crate::common::build_index(&repo, &index);
+    let e = engine(&index);
+    let parts = format::Index::open(&index).unwrap().segments[0]
+        .segment
+        .table()
+        .chunks
+        .iter()
+        .filter(|c| c.kind.as_str() == "body_part")
+        .count();
+    assert!(
+        parts >= 2,
+        "the fixture's function was not cut into parts ({parts})"
+    );
+
+    let mut a = search("zebra_marker_total");
+    a.mode = Some(ModeArg::Lexical);
+    a.expand_graph = Some(false);
+    let r = e.search_code(&a).unwrap();
+    let top = &r.results[0].symbol;
+    assert_eq!(
+        (top.kind.as_str(), top.name.as_str()),
+        ("function", "weighted_series"),
+        "{r:#?}"
+    );
+    assert!(top.symbol_id.contains("weighted_series"), "{r:#?}");
+    assert!(
+        r.results.iter().all(|h| h.symbol.kind != "body_part"),
+        "{r:#?}"
+    );
+    // The id it gave is one a symbol tool takes.
+    let s = e
+        .get_symbol(&GetSymbolArgs {
+            symbol: top.symbol_id.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(s.symbol.name, "weighted_series");
+
+    let c = e.find_callees(&callees("weighted_series")).unwrap();
+    assert_eq!(c.resolved_to.len(), 1, "{c:#?}");
+    assert!(c.resolved_count.is_none(), "{c:#?}");
+    assert_eq!(
+        names(c.results.iter().map(|s| &s.symbol)),
+        vec!["finish_series"]
+    );
+    let x = e
+        .explain_code(&ExplainCodeArgs {
+            symbol: "weighted_series".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        x.symbol
+            .children
+            .iter()
+            .all(|k| k.name != "weighted_series"),
+        "{:#?}",
+        x.symbol.children
+    );
+}
