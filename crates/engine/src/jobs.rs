@@ -60,6 +60,14 @@ pub struct JobStatus {
     /// Files that could not be indexed (unreadable, walk errors).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub file_errors: Vec<String>,
+    /// Files the walk left out, counted by reason (`too large`, `binary`, `invalid UTF-8`, …),
+    /// as `indexer build` reports them.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub skipped: std::collections::BTreeMap<String, usize>,
+    /// Files left out for a reason worth telling, each with the reason (a file that is not
+    /// UTF-8: its edit is not indexed); at most [`MAX_LISTED`], then how many more.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Symlinks not followed because they resolve outside their root (the link, its target,
     /// the root): the index never reads outside the roots it records.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -71,6 +79,19 @@ pub struct JobStatus {
     /// Why the job failed (its one build committed nothing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Most entries of a job's `warnings`.
+pub const MAX_LISTED: usize = 100;
+
+/// `items` cut to [`MAX_LISTED`], the last entry saying how many more there were.
+pub(crate) fn listed(mut items: Vec<String>) -> Vec<String> {
+    if items.len() > MAX_LISTED {
+        let more = items.len() - (MAX_LISTED - 1);
+        items.truncate(MAX_LISTED - 1);
+        items.push(format!("… and {more} more"));
+    }
+    items
 }
 
 /// The job table of an engine.
@@ -107,6 +128,8 @@ impl JobStatus {
             chunks_reused: 0,
             chunks_tombstoned: 0,
             generation: None,
+            skipped: Default::default(),
+            warnings: Vec::new(),
             refs_checked: 0,
             refs_stale: 0,
             refs_relocated: 0,

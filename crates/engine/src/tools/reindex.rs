@@ -119,6 +119,21 @@ fn resolve(roots: &[RootEntry], p: &str) -> ToolResult<(RootEntry, String)> {
     }
 }
 
+/// Whether the index serves a live file of repository `repo` at the repository-relative
+/// `prefix` or below it.
+fn indexes_under(snap: &crate::snapshot::Snapshot, repo: &str, prefix: &str) -> bool {
+    let dir = format!("{prefix}/");
+    snap.code.index.segments.iter().any(|ls| {
+        let t = ls.segment.table();
+        (0..t.files.len() as u32).any(|fi| {
+            let f = &t.files[fi as usize];
+            f.repo == repo
+                && (f.path == prefix || f.path.starts_with(dir.as_str()))
+                && ls.file_is_live(fi)
+        })
+    })
+}
+
 impl Engine {
     /// Queues a re-index job (see the module doc) and returns its status (final with `wait`).
     pub fn reindex(self: &Arc<Self>, a: &ReindexArgs) -> ToolResult<ReindexAnswer> {
@@ -135,6 +150,8 @@ impl Engine {
         }
         // (root, prefixes); no prefixes: the whole root.
         let mut targets: Vec<(RootEntry, Vec<String>)> = Vec::new();
+        // Paths that name nothing: no file or directory on disk, nothing indexed under them.
+        let mut unmatched: Vec<String> = Vec::new();
         match a.paths.as_deref() {
             // Every root still here (one that is gone is left out by the job, with a note);
             // none here: refused below.
@@ -148,6 +165,18 @@ impl Engine {
             Some(ps) => {
                 for p in ps {
                     let (root, prefix) = resolve(&roots, p)?;
+                    let on_disk = Path::new(&root.path)
+                        .join(&prefix)
+                        .symlink_metadata()
+                        .is_ok();
+                    if !prefix.is_empty() && !on_disk && !indexes_under(&snap, &root.repo, &prefix)
+                    {
+                        unmatched.push(format!(
+                            "`{p}` names no file or directory in the root {} and nothing indexed \
+                             under {}/{prefix}: nothing there to re-index or delete",
+                            root.path, root.repo
+                        ));
+                    }
                     match targets.iter_mut().find(|(r, _)| r.repo == root.repo) {
                         Some((_, v)) if v.is_empty() => {} // already whole
                         Some((_, v)) if prefix.is_empty() => v.clear(),
@@ -182,6 +211,9 @@ impl Engine {
                      {MAX_PENDING_JOBS}); wait for them (`job_status`) and call `reindex` again"
                 ))
             })?;
+        if !unmatched.is_empty() {
+            self.jobs.update(id, |j| j.notes.extend(unmatched));
+        }
         let engine = Arc::clone(self);
         std::thread::Builder::new()
             .name(format!("queryd-reindex-{id}"))
@@ -315,6 +347,10 @@ impl Engine {
                         j.chunks_tombstoned = r.chunks_tombstoned;
                         j.generation = Some(r.generation);
                         j.file_errors.extend(r.errors);
+                        j.skipped = (r.skipped.iter())
+                            .map(|(why, n)| (why.to_string(), *n))
+                            .collect();
+                        j.warnings = crate::jobs::listed(r.warnings);
                         j.outside_root.extend(r.outside_root);
                         j.notes.extend(r.notes);
                     }),

@@ -180,6 +180,55 @@ fn reindex_skips_symlinks_leading_outside_the_root() {
     drop(c);
 }
 
+/// A job says what it left out and what named nothing: a file that is not UTF-8 (its edit is
+/// not indexed) is listed with its reason and counted by reason; a path that names no file on
+/// disk and nothing indexed gets a note. A deleted file's path needs none (its chunks go).
+#[test]
+fn reindex_tells_what_it_left_out_and_what_named_nothing() {
+    let ix = crate::common::indexed_fixture();
+    let c = start(&ix.index, None);
+    std::fs::write(
+        ix.repo.join("pkg/latin1.py"),
+        b"def caf\xe9():\n    return 1\n",
+    )
+    .unwrap();
+    let j = call(
+        &c,
+        "reindex",
+        json!({"paths": ["pkg/latin1.py", "pkg/nowhere.py"], "wait": true}),
+    )
+    .unwrap();
+    assert_eq!(j["state"], "done", "{j:#}");
+    assert_eq!(j["files_changed"], 0, "{j:#}");
+    let warnings = j["warnings"].to_string();
+    assert!(
+        warnings.contains("latin1.py") && warnings.contains("UTF-8"),
+        "{j:#}"
+    );
+    assert_eq!(j["skipped"]["invalid UTF-8"], 1, "{j:#}");
+    let notes = j["notes"].to_string();
+    assert!(
+        notes.contains("pkg/nowhere.py") && notes.contains("names no file"),
+        "{j:#}"
+    );
+    assert!(!notes.contains("latin1.py"), "{j:#}");
+    // A deleted file that the index holds is a target like any other: no note.
+    std::fs::remove_file(ix.repo.join("pkg/geometry.py")).unwrap();
+    let j = call(
+        &c,
+        "reindex",
+        json!({"paths": ["pkg/geometry.py"], "wait": true}),
+    )
+    .unwrap();
+    assert_eq!(j["files_deleted"], 1, "{j:#}");
+    assert!(
+        j.get("notes")
+            .is_none_or(|n| !n.to_string().contains("names no file")),
+        "{j:#}"
+    );
+    drop(c);
+}
+
 /// A root built with `--no-ignore` keeps its ignored files through a whole-root `reindex`:
 /// the rules are recorded in MANIFEST and the server walks the root with them.
 #[test]
