@@ -168,7 +168,7 @@ struct SearchArgs {
     /// Model directory (default: $CIX_MODEL_DIR, else ./models/all-MiniLM-L6-v2).
     #[arg(long)]
     model: Option<PathBuf>,
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
     limit: usize,
     /// hybrid | vector | lexical
     #[arg(long, default_value = "hybrid")]
@@ -459,13 +459,19 @@ fn search_cmd(a: SearchArgs) -> anyhow::Result<()> {
     let opts = SearchOptions {
         limit,
         mode,
-        language: lang,
-        kind,
+        // As `search_code` takes them: `--lang Rust` is `rust`.
+        language: engine::tools::search::filter_value(lang.as_deref(), true),
+        kind: engine::tools::search::filter_value(kind.as_deref(), true),
         repo,
         path_glob: path.as_deref().map(code::search::path_glob).transpose()?,
         ..Default::default()
     };
     let (hits, tm) = code::search(&ix, &query, qv.as_deref(), &opts)?;
+    if hits.is_empty() {
+        if let Some(why) = engine::tools::search::unmatched_filter(&ix, &opts) {
+            anyhow::bail!("{why}");
+        }
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&hits)?);
     } else if hits.is_empty() {

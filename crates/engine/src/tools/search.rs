@@ -149,23 +149,9 @@ impl Engine {
         let mut o = SearchOptions {
             limit,
             mode,
-            // Languages and kinds are stored in lower case (`rust`, `function`): `Rust` or
-            // ` function` found nothing, silently.
-            language: a
-                .language
-                .as_deref()
-                .map(|s| s.trim().to_ascii_lowercase())
-                .filter(|s| !s.is_empty()),
-            kind: a
-                .kind
-                .as_deref()
-                .map(|s| s.trim().to_ascii_lowercase())
-                .filter(|s| !s.is_empty()),
-            repo: a
-                .repo
-                .as_deref()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty()),
+            language: filter_value(a.language.as_deref(), true),
+            kind: filter_value(a.kind.as_deref(), true),
+            repo: filter_value(a.repo.as_deref(), false),
             weights: a.weights.map(|[v, l]| (v, l)),
             ..SearchOptions::default()
         };
@@ -200,6 +186,13 @@ impl Engine {
         };
         let (pool, tm) = code::search::search(&snap.code.index, a.query.trim(), qv.as_deref(), &so)
             .map_err(|e| ToolError::Internal(e.to_string()))?;
+        if pool.is_empty() {
+            // Nothing found: a filter value the index does not hold is a mistake to name, not
+            // an empty answer to trust.
+            if let Some(why) = unmatched_filter(&snap.code.index, &o) {
+                return Err(ToolError::InvalidInput(why));
+            }
+        }
         dbg.filter_ms = ms(tm.filter);
         dbg.vector_ms = ms(tm.vector);
         dbg.bm25_ms = ms(tm.bm25);
@@ -388,12 +381,80 @@ fn passes(s: &Snapshot, n: NodeRef, o: &SearchOptions) -> bool {
 /// root, with the root's repository as the repo filter. Returns the relative pattern (`None`:
 /// the whole root) and the repository to filter on (`None`: unchanged). `queryd search` reads
 /// its `--path` the same way.
+/// A filter value as given (`language`, `kind`: lower-cased, as the index stores them:
+/// `Rust` or ` function` found nothing, silently); `None` when blank.
+pub fn filter_value(v: Option<&str>, lower: bool) -> Option<String> {
+    let v = v?.trim();
+    (!v.is_empty()).then(|| {
+        if lower {
+            v.to_ascii_lowercase()
+        } else {
+            v.to_string()
+        }
+    })
+}
+
+/// Why the filters of `o` match nothing in `index`: a language, kind or repository no live
+/// file or chunk of it has, with the values it does hold. `None` when every value occurs
+/// (then the query itself found nothing). Read only after a search came back empty.
+pub fn unmatched_filter(index: &format::Index, o: &SearchOptions) -> Option<String> {
+    use std::collections::BTreeSet;
+    let live = || {
+        index.segments.iter().flat_map(|ls| {
+            let t = ls.segment.table();
+            (0..t.chunks.len() as u32)
+                .filter(|&c| !ls.tombstones.contains(c))
+                .map(move |c| (t, &t.chunks[c as usize]))
+        })
+    };
+    let missing = |what: &str, want: &str, held: BTreeSet<&str>| -> Option<String> {
+        (!held.contains(want)).then(|| {
+            let list: Vec<&str> = held.into_iter().collect();
+            format!(
+                "no live chunk of this index has {what} `{want}`; it holds: {}",
+                if list.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    list.join(", ")
+                }
+            )
+        })
+    };
+    if let Some(l) = &o.language {
+        let held = live().map(|(t, c)| t.files[c.file.to_native() as usize].language.as_str());
+        if let Some(m) = missing("language", l, held.collect()) {
+            return Some(m);
+        }
+    }
+    if let Some(k) = &o.kind {
+        let held = live().map(|(_, c)| c.kind.as_str());
+        if let Some(m) = missing("kind", k, held.collect()) {
+            return Some(m);
+        }
+    }
+    if let Some(r) = &o.repo {
+        let held = live().map(|(t, c)| t.files[c.file.to_native() as usize].repo.as_str());
+        if let Some(m) = missing("repository", r, held.collect()) {
+            return Some(m);
+        }
+    }
+    None
+}
+
 pub fn root_relative(
     roots: &[format::manifest::RootEntry],
     pattern: &str,
     repo: &Option<String>,
 ) -> ToolResult<(Option<String>, Option<String>)> {
     if !std::path::Path::new(pattern).is_absolute() {
+        // Indexed paths are relative to their root and never hold `..`: such a filter matched
+        // nothing, silently.
+        if pattern.split('/').any(|c| c == "..") {
+            return Err(ToolError::InvalidInput(format!(
+                "the path filter `{pattern}` holds `..`: paths are relative to their root \
+                 (`src/lib.rs`, `src/**/*.rs`) or absolute inside it"
+            )));
+        }
         return Ok((Some(pattern.to_string()), None));
     }
     // `//` and `/./` say nothing (as `Path` reads them), and would put the cut below off.

@@ -408,3 +408,51 @@ fn a_long_functions_body_parts_are_the_function() {
         x.symbol.children
     );
 }
+
+/// Filters are taken as the index stores them (`Rust` is `rust`), and a value the index does
+/// not hold is an error naming those it does, not an empty answer; a relative path filter with
+/// `..` can match nothing and is refused.
+#[test]
+fn filter_values_the_index_does_not_hold_are_named() {
+    let ix = crate::common::indexed_fixture();
+    let e = engine(&ix.index);
+    let with = |f: &dyn Fn(&mut SearchCodeArgs)| {
+        let mut a = search("area");
+        a.mode = Some(ModeArg::Lexical);
+        a.expand_graph = Some(false);
+        f(&mut a);
+        e.search_code(&a)
+    };
+    let r = with(&|a| a.language = Some(" Python".into())).unwrap();
+    assert!(!r.results.is_empty());
+    assert!(r.results.iter().all(|h| h.symbol.language == "python"));
+    for (f, want) in [
+        (
+            &(|a: &mut SearchCodeArgs| a.language = Some("klingon".into()))
+                as &dyn Fn(&mut SearchCodeArgs),
+            "language `klingon`; it holds: ",
+        ),
+        (
+            &|a| a.kind = Some("widget".into()),
+            "kind `widget`; it holds: ",
+        ),
+        (
+            &|a| a.repo = Some("nope".into()),
+            "repository `nope`; it holds: polyglot",
+        ),
+        (&|a| a.path = Some("../../etc/passwd".into()), "holds `..`"),
+    ] {
+        let err = with(f).unwrap_err();
+        assert!(matches!(err, ToolError::InvalidInput(_)), "{err:?}");
+        assert!(err.to_string().contains(want), "{err}");
+    }
+    let err = with(&|a| a.language = Some("klingon".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("python") && err.contains("rust"), "{err}");
+    // A value the index holds with nothing matching the query is an empty answer.
+    let mut a = search("zzqxv_nothing_like_this");
+    a.mode = Some(ModeArg::Lexical);
+    a.language = Some("python".into());
+    assert!(e.search_code(&a).unwrap().results.is_empty());
+}
