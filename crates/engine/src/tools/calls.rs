@@ -166,6 +166,14 @@ pub fn simple_name(symbol: &str) -> String {
         .to_string()
 }
 
+/// Whether `line` is a comment as a whole (`//`, `///`, `/*`, `#`: doc examples, commented-out
+/// code, attributes and preprocessor lines), so a name followed by `(` in it is no call.
+/// Comments after code on the same line are not told apart (in Python `//` divides).
+fn comment_line(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("//") || t.starts_with("/*") || t.starts_with('#')
+}
+
 /// Positions where `ident` occurs as a whole word in `text`.
 pub fn whole_word_lines(text: &str, ident: &str) -> Vec<(u32, String)> {
     let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
@@ -210,32 +218,35 @@ fn lines_where(
 }
 
 /// Identifiers directly followed by `(` in `text` (call sites), in order, without duplicates.
+/// Lines that are comments as a whole ([`comment_line`]) are skipped.
 pub fn called_identifiers(text: &str) -> Vec<String> {
     let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
     let mut out: Vec<String> = Vec::new();
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
-    let mut i = 0;
-    while i < chars.len() {
-        if is_id(chars[i].1) && !chars[i].1.is_ascii_digit() {
-            let start = chars[i].0;
-            let mut j = i;
-            while j < chars.len() && is_id(chars[j].1) {
-                j += 1;
-            }
-            let end = chars.get(j).map_or(text.len(), |c| c.0);
-            let mut k = j;
-            while k < chars.len() && chars[k].1 == ' ' {
-                k += 1;
-            }
-            if chars.get(k).is_some_and(|c| c.1 == '(') {
-                let w = &text[start..end];
-                if !KEYWORDS.contains(&w) && !out.iter().any(|o| o == w) {
-                    out.push(w.to_string());
+    for line in text.lines().filter(|l| !comment_line(l)) {
+        let chars: Vec<(usize, char)> = line.char_indices().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            if is_id(chars[i].1) && !chars[i].1.is_ascii_digit() {
+                let start = chars[i].0;
+                let mut j = i;
+                while j < chars.len() && is_id(chars[j].1) {
+                    j += 1;
                 }
+                let end = chars.get(j).map_or(line.len(), |c| c.0);
+                let mut k = j;
+                while k < chars.len() && chars[k].1 == ' ' {
+                    k += 1;
+                }
+                if chars.get(k).is_some_and(|c| c.1 == '(') {
+                    let w = &line[start..end];
+                    if !KEYWORDS.contains(&w) && !out.iter().any(|o| o == w) {
+                        out.push(w.to_string());
+                    }
+                }
+                i = j;
+            } else {
+                i += 1;
             }
-            i = j;
-        } else {
-            i += 1;
         }
     }
     out
@@ -695,7 +706,7 @@ pub fn call_lines(text: &str, ident: &str) -> Vec<(u32, String)> {
     lines_where(
         text,
         ident,
-        |line| !defines(line, ident),
+        |line| !defines(line, ident) && !comment_line(line),
         |after| {
             let rest = after.trim_start();
             let rest = rest.strip_prefix("::").map_or(rest, |r| {
@@ -965,6 +976,23 @@ mod tests {
         );
         assert!(whole_word_lines("my_closest_match()", "closest_match").is_empty());
         assert!(whole_word_lines("", "x").is_empty());
+    }
+
+    /// A call in a doc example, a commented-out line or an attribute is no call site; a call
+    /// on a line of code is, a comment after it notwithstanding.
+    #[test]
+    fn calls_in_comment_lines_are_not_call_sites() {
+        let text = "fn enter(&self) {\n    /// let v = span.in_scope(|| 1);\n    // in_scope(old)\n    \
+                    /* in_scope(x) */\n    # in_scope(y)\n    let r = self.in_scope(f); // in_scope(z)\n}\n";
+        assert_eq!(
+            call_lines(text, "in_scope"),
+            vec![(5, "let r = self.in_scope(f); // in_scope(z)".to_string())]
+        );
+        assert!(call_lines("/// in_scope(a)\n# in_scope(b)\n", "in_scope").is_empty());
+        assert_eq!(
+            called_identifiers("fn f() {\n    /// doc_call(x)\n    real_call(y);\n}"),
+            vec!["f", "real_call"]
+        );
     }
 
     #[test]
