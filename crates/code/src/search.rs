@@ -509,9 +509,9 @@ fn allow_bitmap(ls: &LiveSegment, o: &SearchOptions) -> Option<RoaringBitmap> {
         }
         let first = f.first_chunk.to_native();
         for c in first..first + f.chunk_count.to_native() {
-            // A header has its symbol's kind.
+            // A header or a body part has its symbol's kind (as results name them).
             let ch = &t.chunks[c as usize];
-            let kind = t.chunks[ch.shown_as(c) as usize].kind.as_str();
+            let kind = t.chunks[ch.symbol_chunk(c) as usize].kind.as_str();
             if o.kind.as_deref().is_none_or(|k| kind == k) {
                 bits.insert(c);
             }

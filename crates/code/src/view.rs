@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use format::graph::Direction;
 use format::manifest::LiveSegment;
-use format::records::{name_key, qualified_key, ArchivedChunkRecord, ArchivedFileRecord, EdgeKind};
+use format::records::{
+    name_key, qualified_key, ArchivedChunkRecord, ArchivedFileRecord, EdgeKind, BODY_PART_KIND,
+};
 use format::{FormatError, Index};
 
 /// A graph node: (segment ordinal, node id). Node ids are chunk ordinals, then
@@ -65,6 +67,27 @@ impl CodeView {
     /// True for a chunk node that is not tombstoned.
     pub fn is_live_chunk(&self, (s, n): NodeRef) -> bool {
         n < self.chunk_count(s) && !self.index.segments[s].tombstones.contains(n)
+    }
+
+    /// The live body parts of symbol chunk `n` (the pieces past its head, [`BODY_PART_KIND`]),
+    /// in text order: the chunks of its file whose parent it is.
+    pub fn body_parts(&self, (s, n): NodeRef) -> Vec<NodeRef> {
+        let ls = &self.index.segments[s];
+        let t = ls.segment.table();
+        let Some(c) = t.chunks.get(n as usize) else {
+            return Vec::new();
+        };
+        let f = &t.files[c.file.to_native() as usize];
+        let first = f.first_chunk.to_native();
+        (first..first + f.chunk_count.to_native())
+            .filter(|&p| {
+                let pc = &t.chunks[p as usize];
+                pc.parent.to_native() == n
+                    && pc.kind.as_str() == BODY_PART_KIND
+                    && !ls.tombstones.contains(p)
+            })
+            .map(|p| (s, p))
+            .collect()
     }
 
     pub fn is_chunk(&self, (s, n): NodeRef) -> bool {
@@ -235,14 +258,26 @@ impl CodeView {
             let norm = qualified_key(symbol);
             found = self.by_key(&norm);
             if found.is_empty() {
-                // A qualified suffix: `Circle.area` for `geometry.Circle.area`.
+                // A qualified suffix: `Circle.area` for `geometry.Circle.area`; then the name
+                // with its leading path components dropped, one at a time, down to
+                // `Type.method` (`tracing::span::Span::enter` is `Span#enter`: the module path
+                // an agent writes is not in the qualified names).
                 if let Some(last) = norm.rsplit('.').next().filter(|l| *l != norm) {
-                    let suffix = format!(".{norm}");
-                    found = self
-                        .by_key(last)
-                        .into_iter()
-                        .filter(|&n| qualified_key(&self.chunk(n).qualified).ends_with(&suffix))
-                        .collect();
+                    let named = self.by_key(last);
+                    let parts: Vec<&str> = norm.split('.').collect();
+                    for skip in 0..parts.len().saturating_sub(1) {
+                        let tail = parts[skip..].join(".");
+                        let suffix = format!(".{tail}");
+                        found = (named.iter().copied())
+                            .filter(|&n| {
+                                let q = qualified_key(&self.chunk(n).qualified);
+                                (skip > 0 && q == tail) || q.ends_with(&suffix)
+                            })
+                            .collect();
+                        if !found.is_empty() {
+                            break;
+                        }
+                    }
                 }
             }
         }
@@ -296,7 +331,15 @@ impl CodeView {
         let mut scored: Vec<(usize, &str, NodeRef)> = keys
             .into_iter()
             .map(|(n, node)| {
-                let d = if n.contains(&q) || q.contains(n) {
+                // A substring counts when it is a real part of the other (not the `t` of an
+                // `impl<T> … for T` inside any name with a t).
+                let (short, long) = if n.len() <= q.len() {
+                    (n, q.as_str())
+                } else {
+                    (&q[..], n)
+                };
+                let part = short.len() >= 3 && 3 * short.len() >= long.len();
+                let d = if part && long.contains(short) {
                     n.len().abs_diff(q.len()) / 4
                 } else {
                     levenshtein(&q, n)
@@ -661,17 +704,29 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut b = SegmentBuilder::default();
         let pieces = [
-            ("method", NO_PARENT, sym("a.rs", "Widget#render"), 1, 40),
-            ("header", 0, String::new(), 1, 2),
-            ("body_part", 0, String::new(), 20, 30),
-            ("body_part", 0, String::new(), 31, 40),
+            (
+                "method",
+                NO_PARENT,
+                sym("a.rs", "Widget#render"),
+                1,
+                40,
+                "render",
+            ),
+            ("header", 0, String::new(), 1, 2, "render"),
+            ("body_part", 0, String::new(), 20, 30, "render"),
+            ("body_part", 0, String::new(), 31, 40, "render"),
+            ("impl", NO_PARENT, String::new(), 41, 50, "T"),
         ];
-        for (i, (kind, parent, id, s, e)) in pieces.into_iter().enumerate() {
+        for (i, (kind, parent, id, s, e, name)) in pieces.into_iter().enumerate() {
             b.chunks.push(ChunkRecord {
                 file: 0,
                 kind: kind.into(),
-                name: "render".into(),
-                qualified: "Widget.render".into(),
+                name: name.into(),
+                qualified: if name == "T" {
+                    "T".into()
+                } else {
+                    "Widget.render".into()
+                },
                 symbol_id: id,
                 start_line: s,
                 end_line: e,
@@ -690,7 +745,7 @@ mod tests {
             content_hash: [0; 32],
             size: 10,
             first_chunk: 0,
-            chunk_count: 4,
+            chunk_count: 5,
             imports: vec![],
         });
         let (id, _) = b.write(d.path(), MODEL, DIM).unwrap();
@@ -701,7 +756,7 @@ mod tests {
             dim: DIM as u32,
             segments: vec![SegmentEntry {
                 id,
-                chunks: 4,
+                chunks: 5,
                 tombstones: None,
             }],
             ..IndexManifest::empty("", 0)
@@ -709,9 +764,23 @@ mod tests {
         .commit(d.path())
         .unwrap();
         let v = CodeView::open(d.path()).unwrap();
-        for q in ["render", "Widget::render", "Widget.render"] {
+        // A module path before the type, as an agent writes it, is dropped until the name
+        // resolves (down to `Type::method`, never to the bare name).
+        for q in [
+            "render",
+            "Widget::render",
+            "Widget.render",
+            "mymod::Widget::render",
+            "crate::a::b::Widget::render",
+        ] {
             assert_eq!(v.resolve(q), vec![(0, 0)], "{q}");
         }
+        assert!(v.resolve("mymod::Other::render").is_empty());
+        // A one-letter name is no suggestion for every name that holds its letter.
+        assert!(!v
+            .suggest("nonexistent_fn_xyz", 5)
+            .contains(&"T".to_string()));
+        assert_eq!(v.suggest("rendr", 5), vec!["Widget.render".to_string()]);
         assert_eq!(v.chunk((0, 2)).symbol_chunk(2), 0);
         assert_eq!(v.chunk((0, 0)).symbol_chunk(0), 0);
     }

@@ -64,8 +64,9 @@ pub struct JobStatus {
     /// as `indexer build` reports them.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub skipped: std::collections::BTreeMap<String, usize>,
-    /// Files left out for a reason worth telling, each with the reason (a file that is not
-    /// UTF-8: its edit is not indexed); at most [`MAX_LISTED`], then how many more.
+    /// Files under the job's targets left out for a reason worth telling, each with the reason
+    /// (a file that is not UTF-8: its edit is not indexed); at most [`MAX_LISTED`], then how
+    /// many more. (`skipped` counts every file the build walked, in every root.)
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
     /// Symlinks not followed because they resolve outside their root (the link, its target,
@@ -82,7 +83,7 @@ pub struct JobStatus {
 }
 
 /// Most entries of a job's `warnings`.
-pub const MAX_LISTED: usize = 100;
+pub const MAX_LISTED: usize = 20;
 
 /// `items` cut to [`MAX_LISTED`], the last entry saying how many more there were.
 pub(crate) fn listed(mut items: Vec<String>) -> Vec<String> {

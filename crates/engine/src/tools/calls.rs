@@ -11,8 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    check_symbol, label, limit_arg, ms, symbol_ref, Debug, SymbolRef, ToolError, ToolResult,
-    MAX_LIMIT,
+    check_symbol, label, limit_arg, ms, part_body, symbol_ref, Debug, SymbolRef, ToolError,
+    ToolResult, MAX_LIMIT,
 };
 use crate::engine::Engine;
 use crate::snapshot::Snapshot;
@@ -399,8 +399,12 @@ impl Cascade<'_> {
         // Only chunks that may call it: those holding the name as a word (the postings).
         for n in code.live_chunks_with_word(&ident) {
             let c = code.chunk(n);
-            if !matches!(c.kind.as_str(), "function" | "method")
-                || own.contains(c.symbol_id.as_str())
+            // A body part of a function calls for its function (whose edges the graph holds).
+            let sym = (n.0, c.symbol_chunk(n.1));
+            let s = code.chunk(sym);
+            if !matches!(s.kind.as_str(), "function" | "method")
+                || c.is_header()
+                || own.contains(s.symbol_id.as_str())
                 || seen.contains(&n)
             {
                 continue;
@@ -412,12 +416,14 @@ impl Cascade<'_> {
             if !text.contains(ident.as_str()) {
                 continue;
             }
-            let Some((off, text)) = call_lines(text, &ident).into_iter().next() else {
+            // A part's own lines, not the signature repeated before them.
+            let own_text = if sym != n { part_body(text) } else { text };
+            let Some((off, text)) = call_lines(own_text, &ident).into_iter().next() else {
                 continue;
             };
             // Explained: the graph resolved this chunk's call of that name elsewhere.
             let explained = code
-                .out_edges(n, EdgeKind::Calls)
+                .out_edges(sym, EdgeKind::Calls)
                 .iter()
                 .any(|&(m, _)| code.is_chunk(m) && code.chunk(m).name.as_str() == ident);
             if explained {
@@ -450,8 +456,15 @@ impl Cascade<'_> {
             let families = self.target_families();
             for n in self.snap.code.live_chunks_with_word(&ident) {
                 let c = self.snap.code.chunk(n);
-                // Headers repeat their symbol's signature and doc: not a mention.
-                if own.contains(c.symbol_id.as_str()) || c.is_header() {
+                // Headers repeat their symbol's signature and doc: not a mention; nor is the
+                // target's own body part.
+                let id = self
+                    .snap
+                    .code
+                    .chunk((n.0, c.symbol_chunk(n.1)))
+                    .symbol_id
+                    .as_str();
+                if own.contains(id) || c.is_header() {
                     continue;
                 }
                 let lang = self.snap.code.file(n).language.as_str();
@@ -534,11 +547,12 @@ impl Cascade<'_> {
         hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         self.dbg.vector_ms = ms(t.elapsed());
         let own = self.target_ids();
-        // A header stands for its symbol.
+        // A header or a body part stands for its symbol (once).
         let mut seen = std::collections::HashSet::new();
+        let code = &self.snap.code;
         let results = hits
             .into_iter()
-            .map(|(s, n)| (s, code::rank::shown(&self.snap.code.index, n)))
+            .map(|(s, n)| (s, (n.0, code.chunk(n).symbol_chunk(n.1))))
             .filter(|(_, n)| seen.insert(*n))
             .filter(|(s, n)| {
                 *s >= SEMANTIC_MIN_SIMILARITY

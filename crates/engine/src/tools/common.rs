@@ -213,6 +213,19 @@ pub struct SymbolRef {
     pub end_line: u32,
 }
 
+/// A body part's own lines: its text past the signature and the elision line the chunker puts
+/// before them (the first line ending in ` …`); the whole text when there is none.
+pub(crate) fn part_body(text: &str) -> &str {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        at += line.len();
+        if line.trim_end().ends_with(" …") {
+            return &text[at..];
+        }
+    }
+    text
+}
+
 /// How tools name node `n`: a chunk by its symbol (a body part or a header by the symbol it is
 /// a piece of: kind, name and id an agent can pass on) with the chunk's own lines; a file by
 /// its path.

@@ -116,9 +116,14 @@ impl Engine {
         let t = Instant::now();
         let kept = |s: f32, n: NodeRef| {
             s >= threshold && {
-                // Headers are search aids, not code: never a duplicate.
+                // Headers are search aids, not code: never a duplicate. A body part is its
+                // symbol's (the excluded symbol's own parts are not its duplicates).
                 let ch = snap.code.chunk(n);
-                let id = ch.symbol_id.as_str();
+                let id = snap
+                    .code
+                    .chunk((n.0, ch.symbol_chunk(n.1)))
+                    .symbol_id
+                    .as_str();
                 !ch.is_header() && (id.is_empty() || !exclude.contains(id))
             }
         };

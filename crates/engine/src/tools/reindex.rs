@@ -169,8 +169,9 @@ impl Engine {
                         .join(&prefix)
                         .symlink_metadata()
                         .is_ok();
-                    if !prefix.is_empty() && !on_disk && !indexes_under(&snap, &root.repo, &prefix)
-                    {
+                    // A relative path in no root is taken in the first: the note looks in all.
+                    let indexed = || (roots.iter()).any(|r| indexes_under(&snap, &r.repo, &prefix));
+                    if !prefix.is_empty() && !on_disk && !indexed() {
                         unmatched.push(format!(
                             "`{p}` names no file or directory in the root {} and nothing indexed \
                              under {}/{prefix}: nothing there to re-index or delete",
@@ -319,6 +320,17 @@ impl Engine {
         let roots = format::IndexManifest::read(self.dir())
             .map(|m| m.roots)
             .unwrap_or(roots);
+        // Where the job's targets lie on disk: its warnings are those about files there (the
+        // build walks every root).
+        let scopes: Vec<String> = (targets.iter())
+            .flat_map(|(r, ps)| {
+                if ps.is_empty() {
+                    vec![r.path.clone()]
+                } else {
+                    ps.iter().map(|p| format!("{}/{p}", r.path)).collect()
+                }
+            })
+            .collect();
         let mut error = None;
         match self.job_options(&roots, targets) {
             Err(e) => error = Some(e),
@@ -350,7 +362,9 @@ impl Engine {
                         j.skipped = (r.skipped.iter())
                             .map(|(why, n)| (why.to_string(), *n))
                             .collect();
-                        j.warnings = crate::jobs::listed(r.warnings);
+                        let ours = (r.warnings.into_iter())
+                            .filter(|w| scopes.iter().any(|s| w.contains(s.as_str())));
+                        j.warnings = crate::jobs::listed(ours.collect());
                         j.outside_root.extend(r.outside_root);
                         j.notes.extend(r.notes);
                     }),

@@ -399,43 +399,65 @@ pub fn filter_value(v: Option<&str>, lower: bool) -> Option<String> {
 /// (then the query itself found nothing). Read only after a search came back empty.
 pub fn unmatched_filter(index: &format::Index, o: &SearchOptions) -> Option<String> {
     use std::collections::BTreeSet;
+    // (file record, the kind a filter sees: a header's or body part's symbol's) of each live
+    // chunk.
     let live = || {
         index.segments.iter().flat_map(|ls| {
             let t = ls.segment.table();
             (0..t.chunks.len() as u32)
                 .filter(|&c| !ls.tombstones.contains(c))
-                .map(move |c| (t, &t.chunks[c as usize]))
+                .map(move |c| {
+                    let ch = &t.chunks[c as usize];
+                    let kind = t.chunks[ch.symbol_chunk(c) as usize].kind.as_str();
+                    (&t.files[ch.file.to_native() as usize], kind)
+                })
         })
     };
-    let missing = |what: &str, want: &str, held: BTreeSet<&str>| -> Option<String> {
-        (!held.contains(want)).then(|| {
-            let list: Vec<&str> = held.into_iter().collect();
+    // Most values listed (repositories can be many).
+    const LISTED: usize = 30;
+    let missing = |what: &str, want: &str, all: BTreeSet<&str>| -> Option<String> {
+        (!all.contains(want)).then(|| {
+            let n = all.len();
+            let mut list: Vec<&str> = all.into_iter().take(LISTED).collect();
+            let more = n.saturating_sub(LISTED);
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            if list.is_empty() {
+                list.push("nothing");
+            }
             format!(
-                "no live chunk of this index has {what} `{want}`; it holds: {}",
-                if list.is_empty() {
-                    "nothing".to_string()
-                } else {
-                    list.join(", ")
-                }
+                "no live chunk of this index has {what} `{want}`; it holds: {}{more}",
+                list.join(", ")
             )
         })
     };
+    let has = |f: &dyn Fn(&format::records::ArchivedFileRecord, &str) -> bool| {
+        live().any(|(file, kind)| f(file, kind))
+    };
     if let Some(l) = &o.language {
-        let held = live().map(|(t, c)| t.files[c.file.to_native() as usize].language.as_str());
-        if let Some(m) = missing("language", l, held.collect()) {
-            return Some(m);
+        if !has(&|f, _| f.language == l.as_str()) {
+            return missing(
+                "language",
+                l,
+                live().map(|(f, _)| f.language.as_str()).collect(),
+            );
         }
     }
     if let Some(k) = &o.kind {
-        let held = live().map(|(_, c)| c.kind.as_str());
-        if let Some(m) = missing("kind", k, held.collect()) {
-            return Some(m);
+        if !has(&|_, kind| kind == k) {
+            return missing("kind", k, live().map(|(_, kind)| kind).collect());
         }
     }
     if let Some(r) = &o.repo {
-        let held = live().map(|(t, c)| t.files[c.file.to_native() as usize].repo.as_str());
-        if let Some(m) = missing("repository", r, held.collect()) {
-            return Some(m);
+        if !has(&|f, _| f.repo == r.as_str()) {
+            return missing(
+                "repository",
+                r,
+                live().map(|(f, _)| f.repo.as_str()).collect(),
+            );
         }
     }
     None

@@ -78,7 +78,10 @@ impl Engine {
         }
     }
 
-    /// The full code of a symbol: its pieces (long bodies are split) joined in order.
+    /// The full code of a symbol: its pieces joined in order. A long symbol is its head chunk
+    /// and its body parts, each part's text being the signature, an elision line and the part
+    /// ([`super::common::part_body`]): the head, then every part's own lines. (Before, only the head came
+    /// back, cut short without saying so.)
     pub(crate) fn code_of(snap: &Snapshot, n: NodeRef) -> ToolResult<String> {
         let id = snap.code.chunk(n).symbol_id.as_str();
         let pieces = if id.is_empty() {
@@ -86,14 +89,26 @@ impl Engine {
         } else {
             snap.code.by_symbol_id(id)
         };
-        if pieces.len() <= 1 {
-            return Ok(snap.code.text(n)?.to_string());
+        let mut out: Vec<&str> = if pieces.len() <= 1 {
+            vec![snap.code.text(n)?]
+        } else {
+            pieces
+                .iter()
+                .map(|&p| snap.code.text(p))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        for p in snap.code.body_parts(n) {
+            out.push(super::common::part_body(snap.code.text(p)?));
         }
-        Ok(pieces
-            .iter()
-            .map(|&p| snap.code.text(p))
-            .collect::<Result<Vec<_>, _>>()?
-            .join("\n"))
+        Ok(out.join("\n"))
+    }
+
+    /// The last line of symbol `n` with its body parts (a head chunk ends where its first
+    /// part begins).
+    pub(crate) fn end_line_of(snap: &Snapshot, n: NodeRef) -> u32 {
+        (snap.code.body_parts(n).into_iter())
+            .map(|p| snap.code.chunk(p).end_line.to_native())
+            .fold(snap.code.chunk(n).end_line.to_native(), u32::max)
     }
 
     fn parents(snap: &Snapshot, n: NodeRef) -> Vec<SymbolRef> {
@@ -161,8 +176,10 @@ impl Engine {
             usize::MAX,
             a.max_chars.unwrap_or(4000),
         );
+        let mut symbol = symbol_ref(&snap.code, n);
+        symbol.end_line = Self::end_line_of(&snap, n);
         let ans = SymbolAnswer {
-            symbol: symbol_ref(&snap.code, n),
+            symbol,
             repo: snap.code.file(n).repo.to_string(),
             code,
             truncated,

@@ -381,10 +381,37 @@ fn a_long_functions_body_parts_are_the_function() {
     let s = e
         .get_symbol(&GetSymbolArgs {
             symbol: top.symbol_id.clone(),
+            max_chars: Some(1 << 20),
             ..Default::default()
         })
         .unwrap();
     assert_eq!(s.symbol.name, "weighted_series");
+    // The whole function, its parts' own lines after its head (not only the head), to its
+    // last line.
+    assert!(!s.truncated);
+    assert!(s.code.contains("zebra_marker_total") && s.code.contains("finish_series(total)"));
+    assert_eq!(
+        s.code.matches("pub fn weighted_series").count(),
+        1,
+        "{}",
+        s.code
+    );
+    assert_eq!(s.code.lines().count(), 406, "{}", s.code);
+    assert_eq!((s.symbol.start_line, s.symbol.end_line), (1, 406));
+    // Its own parts are not its duplicates.
+    let d = e
+        .find_duplicates(&DuplicatesArgs {
+            symbol: Some("weighted_series".into()),
+            threshold: Some(0.5),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        d.duplicates
+            .iter()
+            .all(|x| x.symbol.name != "weighted_series"),
+        "{d:#?}"
+    );
 
     let c = e.find_callees(&callees("weighted_series")).unwrap();
     assert_eq!(c.resolved_to.len(), 1, "{c:#?}");
