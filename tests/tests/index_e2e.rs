@@ -1422,3 +1422,30 @@ fn facts_cache_gives_what_parsing_gives() {
     assert_eq!(manifest(&cached), manifest(&parsed));
     assert!(indexer::inspect::verify(&cached).is_empty());
 }
+
+/// A file whose name is not UTF-8 is left out (stored paths are UTF-8) and named in the
+/// warnings, as a file whose bytes are not UTF-8 is: before, it was only counted.
+#[cfg(unix)]
+#[test]
+fn a_name_that_is_not_utf8_is_named_in_the_warnings() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(
+        repo.join(std::ffi::OsStr::from_bytes(b"caf\xe9.py")),
+        "x = 1\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("ok.py"), "def ok():\n    return 1\n").unwrap();
+    let opts = BuildOptions::new(vec![repo.clone()], tmp.path().join("index"));
+    let r = build(&opts, cix_tests::cached_encoder(), &Progress::silent()).unwrap();
+    assert_eq!(r.skipped.get("invalid UTF-8").copied(), Some(1), "{r:?}");
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("caf") && w.contains("name is not UTF-8")),
+        "{:?}",
+        r.warnings
+    );
+}

@@ -72,7 +72,7 @@ pub enum FormatError {
     },
     #[error("{path}: {detail}")]
     Mismatch { path: PathBuf, detail: String },
-    #[error("{path} is not an index directory (no MANIFEST); build one with `indexer build <paths> --out {path}`")]
+    #[error("{path} is not an index directory (no MANIFEST): pass the directory an `indexer build <source paths> --out <index dir>` wrote (an index is kept apart from the sources it indexes)")]
     NotAnIndex { path: PathBuf },
     #[error("invalid input for the segment writer: {0}")]
     InvalidInput(String),

@@ -564,8 +564,14 @@ fn walk_roots(
         }
         for (path, reason) in &w.skipped {
             *report.skipped.entry(reason.name()).or_insert(0) += 1;
-            if *reason == SkipReason::DanglingLink {
-                report.warnings.push(walk::dangling_message(path));
+            match reason {
+                SkipReason::DanglingLink => report.warnings.push(walk::dangling_message(path)),
+                // The walk leaves out a file whose path is not UTF-8 (stored paths are).
+                SkipReason::InvalidUtf8 => report.warnings.push(format!(
+                    "{}: its name is not UTF-8 (paths are stored as UTF-8): left out",
+                    path.display()
+                )),
+                _ => {}
             }
         }
         let excluded = w.excluded_targets.iter();
