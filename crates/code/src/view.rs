@@ -69,6 +69,23 @@ impl CodeView {
         n < self.chunk_count(s) && !self.index.segments[s].tombstones.contains(n)
     }
 
+    /// Whether `component` (of a module path, lower case) names where chunk `n` lives: `crate`,
+    /// `self` or `super`, a directory of its file's path or the file's stem, or its repository
+    /// (`tracing` for `tracing-0.1.44`).
+    fn lives_in(&self, n: NodeRef, component: &str) -> bool {
+        let f = self.file(n);
+        let repo = f.repo.to_lowercase();
+        let repo_name = repo.split(['-', '@']).next().unwrap_or("");
+        matches!(component, "crate" | "self" | "super")
+            || repo_name == component
+            || repo_name.replace('-', "_") == component
+            || f.path.split('/').any(|p| {
+                let p = p.to_lowercase();
+                let stem = p.rsplit_once('.').map_or(p.as_str(), |(s, _)| s);
+                stem == component
+            })
+    }
+
     /// The live body parts of symbol chunk `n` (the pieces past its head, [`BODY_PART_KIND`]),
     /// in text order: the chunks of its file whose parent it is.
     pub fn body_parts(&self, (s, n): NodeRef) -> Vec<NodeRef> {
@@ -271,7 +288,13 @@ impl CodeView {
                         found = (named.iter().copied())
                             .filter(|&n| {
                                 let q = qualified_key(&self.chunk(n).qualified);
-                                (skip > 0 && q == tail) || q.ends_with(&suffix)
+                                // A dropped component must name where the symbol lives (a
+                                // directory, the file, the repository, or `crate`): not
+                                // another package's type of the same name.
+                                (skip > 0
+                                    && q == tail
+                                    && parts[..skip].iter().all(|c| self.lives_in(n, c)))
+                                    || q.ends_with(&suffix)
                             })
                             .collect();
                         if !found.is_empty() {
@@ -770,12 +793,15 @@ mod tests {
             "render",
             "Widget::render",
             "Widget.render",
-            "mymod::Widget::render",
-            "crate::a::b::Widget::render",
+            "a::Widget::render",
+            "crate::a::Widget::render",
+            "r::a::Widget::render",
         ] {
             assert_eq!(v.resolve(q), vec![(0, 0)], "{q}");
         }
-        assert!(v.resolve("mymod::Other::render").is_empty());
+        // Not when a dropped component names some other package.
+        assert!(v.resolve("mymod::Widget::render").is_empty());
+        assert!(v.resolve("a::Other::render").is_empty());
         // A one-letter name is no suggestion for every name that holds its letter.
         assert!(!v
             .suggest("nonexistent_fn_xyz", 5)

@@ -287,7 +287,7 @@ impl Cascade<'_> {
             if !matches!(s.kind.as_str(), "function" | "method")
                 || c.is_header()
                 || own.contains(s.symbol_id.as_str())
-                || seen.contains(&n)
+                || seen.contains(&sym)
             {
                 continue;
             }
@@ -300,7 +300,8 @@ impl Cascade<'_> {
             }
             // A part's own lines, not the signature repeated before them.
             let own_text = if sym != n { part_body(text) } else { text };
-            let Some((off, text)) = call_lines(own_text, &ident).into_iter().next() else {
+            let lang = code.file(n).language.as_str();
+            let Some((off, text)) = call_lines(own_text, &ident, lang).into_iter().next() else {
                 continue;
             };
             // Explained: the graph resolved this chunk's call of that name elsewhere.
@@ -316,7 +317,7 @@ impl Cascade<'_> {
                 self.truncated = true;
                 break;
             }
-            seen.insert(n);
+            seen.insert(sym);
             results.push(CallSite {
                 line: Some(c.start_line.to_native() + off),
                 line_text: Some(text),
@@ -379,7 +380,8 @@ impl Cascade<'_> {
         let fams = self.target_families();
         for &n in &self.targets {
             let own = self.snap.code.chunk(n).name.to_string();
-            for w in called_identifiers(&Engine::code_of(&self.snap, n)?) {
+            let lang = self.snap.code.file(n).language.to_string();
+            for w in called_identifiers(&Engine::code_of(&self.snap, n)?, &lang) {
                 if w == own {
                     continue;
                 }

@@ -214,12 +214,16 @@ pub struct SymbolRef {
 }
 
 /// A body part's own lines: its text past the signature and the elision line the chunker puts
-/// before them (the first line ending in ` …`); the whole text when there is none.
+/// before them (a comment token and ` …` alone on the line: `// …`, `# …`); the whole text
+/// when there is none.
 pub(crate) fn part_body(text: &str) -> &str {
     let mut at = 0;
     for line in text.split_inclusive('\n') {
         at += line.len();
-        if line.trim_end().ends_with(" …") {
+        let marker = line.trim().strip_suffix(" …").is_some_and(|token| {
+            !token.is_empty() && token.len() <= 3 && !token.chars().any(char::is_alphanumeric)
+        });
+        if marker {
             return &text[at..];
         }
     }

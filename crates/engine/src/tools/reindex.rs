@@ -119,6 +119,16 @@ fn resolve(roots: &[RootEntry], p: &str) -> ToolResult<(RootEntry, String)> {
     }
 }
 
+/// Whether the message `w` names the path `s` or a path below it (`src/a` is not `src/ab`).
+fn names_under(w: &str, s: &str) -> bool {
+    w.match_indices(s).any(|(i, _)| {
+        matches!(
+            w[i + s.len()..].chars().next(),
+            None | Some('/' | ':' | ' ')
+        )
+    })
+}
+
 /// Whether the index serves a live file of repository `repo` at the repository-relative
 /// `prefix` or below it.
 fn indexes_under(snap: &crate::snapshot::Snapshot, repo: &str, prefix: &str) -> bool {
@@ -164,19 +174,27 @@ impl Engine {
             }
             Some(ps) => {
                 for p in ps {
-                    let (root, prefix) = resolve(&roots, p)?;
+                    let (mut root, prefix) = resolve(&roots, p)?;
                     let on_disk = Path::new(&root.path)
                         .join(&prefix)
                         .symlink_metadata()
                         .is_ok();
-                    // A relative path in no root is taken in the first: the note looks in all.
-                    let indexed = || (roots.iter()).any(|r| indexes_under(&snap, &r.repo, &prefix));
-                    if !prefix.is_empty() && !on_disk && !indexed() {
-                        unmatched.push(format!(
-                            "`{p}` names no file or directory in the root {} and nothing indexed \
-                             under {}/{prefix}: nothing there to re-index or delete",
-                            root.path, root.repo
-                        ));
+                    if !prefix.is_empty() && !on_disk && !indexes_under(&snap, &root.repo, &prefix)
+                    {
+                        // A relative path on disk in no root is taken in the first: a file
+                        // deleted from another root is that root's (its chunks go).
+                        let relative = !Path::new(p.trim()).is_absolute();
+                        let holder = (roots.iter())
+                            .filter(|_| relative)
+                            .find(|r| indexes_under(&snap, &r.repo, &prefix));
+                        match holder {
+                            Some(r) => root = r.clone(),
+                            None => unmatched.push(format!(
+                                "`{p}` names no file or directory in the root {} and nothing \
+                                 indexed under {}/{prefix}: nothing there to re-index or delete",
+                                root.path, root.repo
+                            )),
+                        }
                     }
                     match targets.iter_mut().find(|(r, _)| r.repo == root.repo) {
                         Some((_, v)) if v.is_empty() => {} // already whole
@@ -363,7 +381,7 @@ impl Engine {
                             .map(|(why, n)| (why.to_string(), *n))
                             .collect();
                         let ours = (r.warnings.into_iter())
-                            .filter(|w| scopes.iter().any(|s| w.contains(s.as_str())));
+                            .filter(|w| scopes.iter().any(|s| names_under(w, s)));
                         j.warnings = crate::jobs::listed(ours.collect());
                         j.outside_root.extend(r.outside_root);
                         j.notes.extend(r.notes);

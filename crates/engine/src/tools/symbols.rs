@@ -97,9 +97,20 @@ impl Engine {
                 .map(|&p| snap.code.text(p))
                 .collect::<Result<Vec<_>, _>>()?
         };
+        // The blank lines between two pieces, which their texts leave out, so that the code's
+        // lines are the symbol's (a part that carries its symbol's range adds none).
+        let mut end = snap.code.chunk(n).end_line.to_native();
+        let mut owned: Vec<String> = Vec::new();
         for p in snap.code.body_parts(n) {
-            out.push(super::common::part_body(snap.code.text(p)?));
+            let c = snap.code.chunk(p);
+            let gap = c
+                .start_line
+                .to_native()
+                .saturating_sub(end.saturating_add(1));
+            owned.push("\n".repeat(gap as usize) + super::common::part_body(snap.code.text(p)?));
+            end = end.max(c.end_line.to_native());
         }
+        out.extend(owned.iter().map(String::as_str));
         Ok(out.join("\n"))
     }
 
@@ -336,7 +347,7 @@ impl Engine {
             let (sid, s, e) = (
                 c.symbol_id.to_string(),
                 c.start_line.to_native(),
-                c.end_line.to_native(),
+                Self::end_line_of(&snap, n),
             );
             let path = snap.code.file(n).path.to_string();
             self.memories_for_code(&crate::tools::code_links::MemoriesForCodeArgs {

@@ -360,6 +360,25 @@ fn reindex_builds_every_root_at_once() {
     assert_eq!(j["paths"], json!(["lib/late.py"]), "{j:#}");
     assert!(calls("only_there") && calls("late_def"));
 
+    // A file deleted from the second root, named by its relative path (in no root on disk):
+    // the job is that root's, and the file goes.
+    std::fs::write(lib.join("gone.py"), "def gone_soon():\n    return 4\n").unwrap();
+    let gone = lib.join("gone.py").to_string_lossy().into_owned();
+    let j = call(&c, "reindex", json!({"paths": [gone], "wait": true})).unwrap();
+    assert_eq!(j["files_changed"], 1, "{j:#}");
+    std::fs::remove_file(lib.join("gone.py")).unwrap();
+    let j = call(&c, "reindex", json!({"paths": ["gone.py"], "wait": true})).unwrap();
+    assert_eq!(
+        (&j["files_deleted"], &j["paths"]),
+        (&json!(1), &json!(["lib/gone.py"])),
+        "{j:#}"
+    );
+    assert!(
+        j.get("notes")
+            .is_none_or(|n| !n.to_string().contains("names no file")),
+        "{j:#}"
+    );
+
     // `lib` goes; a job on `app` leaves it out, says so, and keeps what the index holds of it.
     std::fs::rename(&lib, tmp.path().join("lib-moved")).unwrap();
     std::fs::write(app.join("more.py"), "def more():\n    return uses()\n").unwrap();

@@ -31,12 +31,29 @@ pub fn simple_name(symbol: &str) -> String {
         .to_string()
 }
 
-/// Whether `line` is a comment as a whole (`//`, `///`, `/*`, `#`: doc examples, commented-out
-/// code, attributes and preprocessor lines), so a name followed by `(` in it is no call.
-/// Comments after code on the same line are not told apart (in Python `//` divides).
-fn comment_line(line: &str) -> bool {
+/// Whether `line` of a file in `language` is no code as a whole, so a name followed by `(` in
+/// it is no call: a comment (`#` in Python; `//`, `///`, `/*` and a block comment's ` * `
+/// lines elsewhere), a Python doctest line (`>>>`), a Rust attribute (`#[`, `#!`) or a C/C++
+/// preprocessor line. `#` starts no comment in JavaScript and TypeScript (`#private`
+/// members), nor does a `*` without a space after it (`*p = f(x);` in C). Comments after code
+/// on the same line are not told apart.
+fn comment_line(line: &str, language: &str) -> bool {
     let t = line.trim_start();
-    t.starts_with("//") || t.starts_with("/*") || t.starts_with('#')
+    match language {
+        "python" => t.starts_with('#') || t.starts_with(">>>"),
+        _ => {
+            t.starts_with("//")
+                || t.starts_with("/*")
+                || t.starts_with("* ")
+                || t == "*"
+                || t.starts_with("*/")
+                || match language {
+                    "rust" => t.starts_with("#[") || t.starts_with("#!"),
+                    "c" | "cpp" => t.starts_with('#'),
+                    _ => false,
+                }
+        }
+    }
 }
 
 /// Positions where `ident` occurs as a whole word in `text`.
@@ -83,11 +100,11 @@ fn lines_where(
 }
 
 /// Identifiers directly followed by `(` in `text` (call sites), in order, without duplicates.
-/// Lines that are comments as a whole ([`comment_line`]) are skipped.
-pub fn called_identifiers(text: &str) -> Vec<String> {
+/// Lines of a `language` file that are no code as a whole ([`comment_line`]) are skipped.
+pub fn called_identifiers(text: &str, language: &str) -> Vec<String> {
     let is_id = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
     let mut out: Vec<String> = Vec::new();
-    for line in text.lines().filter(|l| !comment_line(l)) {
+    for line in text.lines().filter(|l| !comment_line(l, language)) {
         let chars: Vec<(usize, char)> = line.char_indices().collect();
         let mut i = 0;
         while i < chars.len() {
@@ -141,11 +158,11 @@ pub(super) fn defines(line: &str, ident: &str) -> bool {
 
 /// Lines (offset, trimmed text) where `ident` is called: the whole word followed by `(`
 /// (optionally `::<…>` or spaces), on a line that does not define it.
-pub fn call_lines(text: &str, ident: &str) -> Vec<(u32, String)> {
+pub fn call_lines(text: &str, ident: &str, language: &str) -> Vec<(u32, String)> {
     lines_where(
         text,
         ident,
-        |line| !defines(line, ident) && !comment_line(line),
+        |line| !defines(line, ident) && !comment_line(line, language),
         |after| {
             let rest = after.trim_start();
             let rest = rest.strip_prefix("::").map_or(rest, |r| {
@@ -201,18 +218,30 @@ mod tests {
     }
 
     /// A call in a doc example, a commented-out line or an attribute is no call site; a call
-    /// on a line of code is, a comment after it notwithstanding.
+    /// on a line of code is, a comment after it notwithstanding; `#` and `*` lines per
+    /// language.
     #[test]
     fn calls_in_comment_lines_are_not_call_sites() {
         let text = "fn enter(&self) {\n    /// let v = span.in_scope(|| 1);\n    // in_scope(old)\n    \
-                    /* in_scope(x) */\n    # in_scope(y)\n    let r = self.in_scope(f); // in_scope(z)\n}\n";
+                    /* in_scope(x) */\n    #[in_scope(y)]\n    let r = self.in_scope(f); // in_scope(z)\n}\n";
         assert_eq!(
-            call_lines(text, "in_scope"),
+            call_lines(text, "in_scope", "rust"),
             vec![(5, "let r = self.in_scope(f); // in_scope(z)".to_string())]
         );
-        assert!(call_lines("/// in_scope(a)\n# in_scope(b)\n", "in_scope").is_empty());
+        assert!(call_lines("/// in_scope(a)\n//! in_scope(b)\n", "in_scope", "rust").is_empty());
+        assert!(call_lines("# in_scope(b)\n>>> in_scope(c)\n", "in_scope", "python").is_empty());
+        // A JavaScript private member and a C dereference are code.
         assert_eq!(
-            called_identifiers("fn f() {\n    /// doc_call(x)\n    real_call(y);\n}"),
+            call_lines("#h(x) { return go(x); }", "go", "javascript").len(),
+            1
+        );
+        assert_eq!(call_lines("*p = go(x);\n * go(doc)\n", "go", "c").len(), 1);
+        assert_eq!(call_lines("#define G go(x)\n", "go", "c").len(), 0);
+        assert_eq!(
+            called_identifiers(
+                "fn f() {\n    /// doc_call(x)\n    real_call(y);\n}",
+                "rust"
+            ),
             vec!["f", "real_call"]
         );
     }
@@ -220,6 +249,9 @@ mod tests {
     #[test]
     fn callee_stage_finds_call_sites() {
         let text = "def total(shapes):\n    if x:\n        return sum(s.area() for s in shapes)\n";
-        assert_eq!(called_identifiers(text), vec!["total", "sum", "area"]);
+        assert_eq!(
+            called_identifiers(text, "python"),
+            vec!["total", "sum", "area"]
+        );
     }
 }
