@@ -692,6 +692,13 @@ mod tests {
             v[i % DIM] = 1.0;
             b.vectors.extend(v);
         }
+        one_file_index(d, b)
+    }
+
+    /// The index at `d` of the one segment of `b`'s chunks, all of them the file `a.rs` of
+    /// repository `r`.
+    fn one_file_index(d: &std::path::Path, mut b: SegmentBuilder) -> CodeView {
+        let n = b.chunks.len() as u32;
         b.files.push(FileRecord {
             repo: "r".into(),
             path: "a.rs".into(),
@@ -699,7 +706,7 @@ mod tests {
             content_hash: [0; 32],
             size: 10,
             first_chunk: 0,
-            chunk_count: texts.len() as u32,
+            chunk_count: n,
             imports: vec![],
         });
         let (id, _) = b.write(d, MODEL, DIM).unwrap();
@@ -710,7 +717,7 @@ mod tests {
             dim: DIM as u32,
             segments: vec![SegmentEntry {
                 id,
-                chunks: texts.len() as u32,
+                chunks: n,
                 tombstones: None,
             }],
             ..IndexManifest::empty("", 0)
@@ -761,32 +768,7 @@ mod tests {
             });
             b.vectors.extend([1.0, 0.0, 0.0, 0.0]);
         }
-        b.files.push(FileRecord {
-            repo: "r".into(),
-            path: "a.rs".into(),
-            language: "rust".into(),
-            content_hash: [0; 32],
-            size: 10,
-            first_chunk: 0,
-            chunk_count: 5,
-            imports: vec![],
-        });
-        let (id, _) = b.write(d.path(), MODEL, DIM).unwrap();
-        IndexManifest {
-            format_version: format::FORMAT_VERSION,
-            generation: 1,
-            model_id: MODEL.into(),
-            dim: DIM as u32,
-            segments: vec![SegmentEntry {
-                id,
-                chunks: 5,
-                tombstones: None,
-            }],
-            ..IndexManifest::empty("", 0)
-        }
-        .commit(d.path())
-        .unwrap();
-        let v = CodeView::open(d.path()).unwrap();
+        let v = one_file_index(d.path(), b);
         // A module path before the type, as an agent writes it, is dropped until the name
         // resolves (down to `Type::method`, never to the bare name).
         for q in [

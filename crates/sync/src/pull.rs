@@ -293,15 +293,7 @@ fn pull_manifest(
             } else {
                 dir.join(&t.file)
             };
-            let files = file_count(&staging, dir, &e.id);
-            match files {
-                Some(n) => {
-                    format::tombstones::read_with_files(&p, model.0, &t.blake3, e.chunks, n)?;
-                }
-                None => {
-                    format::tombstones::read(&p, model.0, &t.blake3, e.chunks)?;
-                }
-            }
+            check_tombstones(&p, t, model.0, e.chunks, file_count(&staging, dir, &e.id))?;
         }
     }
 
@@ -718,10 +710,8 @@ fn any_local_damage(dir: &Path, head: &RemoteManifest, local_mem: &HashSet<&str>
 /// Why the local tombstone file `path` is not the one `t` names (missing, or not its hash and
 /// header); `None` when it is. Tombstone files are small: read whole and hashed. A refused
 /// read (permissions) says nothing about the bytes: an error, not damage; any other failure
-/// to read it (an unreadable sector) is damage another download repairs.
-///
-/// With the segment's `files` count (its `segment.json` readable), the bitmap of deleted files
-/// without chunks is checked against it too, as opening the index checks it.
+/// to read it (an unreadable sector) is damage another download repairs. Checked as
+/// [`check_tombstones`] checks it.
 fn tombstone_damage(
     path: &Path,
     t: &format::manifest::TombstoneRef,
@@ -729,11 +719,7 @@ fn tombstone_damage(
     chunks: u32,
     files: Option<u32>,
 ) -> Result<Option<String>> {
-    let read = match files {
-        Some(n) => format::tombstones::read_with_files(path, model, &t.blake3, chunks, n).map(drop),
-        None => format::tombstones::read(path, model, &t.blake3, chunks).map(drop),
-    };
-    match read {
+    match check_tombstones(path, t, model, chunks, files) {
         Ok(()) => Ok(None),
         Err(format::FormatError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
@@ -746,6 +732,22 @@ fn tombstone_damage(
             Err(format::FormatError::Io { source, path }.into())
         }
         Err(e) => Ok(Some(format!("{}: {e}", t.file))),
+    }
+}
+
+/// Reads the tombstone file `path` that `t` names against its hash and its segment's `chunks`,
+/// and, where the segment's `files` count is known, its bitmap of deleted files without chunks
+/// too (as opening the index checks it).
+fn check_tombstones(
+    path: &Path,
+    t: &format::manifest::TombstoneRef,
+    model: &str,
+    chunks: u32,
+    files: Option<u32>,
+) -> format::Result<()> {
+    match files {
+        Some(n) => format::tombstones::read_with_files(path, model, &t.blake3, chunks, n).map(drop),
+        None => format::tombstones::read(path, model, &t.blake3, chunks).map(drop),
     }
 }
 
